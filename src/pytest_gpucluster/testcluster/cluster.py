@@ -1,0 +1,451 @@
+"""The TestCluster API: bring a multi-node Slurm up on this machine, and down."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import config, daemons, netns, packages
+from .config import ClusterSpec, GpuMode, Paths
+from .proc import ClusterError, alive_from_pid_file, run, terminate, wait_for
+
+HEALTHY_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """How to reach a running test cluster."""
+
+    slurm_conf: Path
+    nodes: tuple[str, ...]
+    shared_dir: Path
+    partition: str
+    cluster_name: str
+    gpus_per_node: int
+    gpu_mode: GpuMode
+    accounting: bool
+    state_dir: Path
+
+    def env(self) -> dict[str, str]:
+        """``os.environ`` plus ``SLURM_CONF`` pointing at this cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.slurm_conf)}
+
+
+@dataclass(frozen=True)
+class NodeState:
+    name: str
+    state: str
+    responding: bool
+
+    @property
+    def healthy(self) -> bool:
+        return self.responding and self.state in HEALTHY_STATES
+
+
+def parse_sinfo(text: str) -> list[NodeState]:
+    """Parse ``sinfo -h -N -o %N|%t|%T`` output (one line per node and partition)."""
+    seen: dict[str, NodeState] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3:
+            continue
+        name, short, long = parts
+        # The short form carries the flags: '*' not responding, '~' powered off.
+        responding = not short.endswith(("*", "~", "#", "!", "%"))
+        seen[name] = NodeState(name=name, state=long.rstrip("*~#!%$@^-").lower(), responding=responding)
+    return [seen[k] for k in sorted(seen, key=_node_sort_key)]
+
+
+def _node_sort_key(name: str) -> tuple[str, int]:
+    digits = name.lstrip("abcdefghijklmnopqrstuvwxyz")
+    return (name[: len(name) - len(digits)], int(digits) if digits.isdigit() else 0)
+
+
+def _log(msg: str) -> None:
+    print(f"testcluster: {msg}", file=sys.stderr, flush=True)
+
+
+class TestCluster:
+    """A Slurm cluster of ``nodes`` namespaced slurmds on this machine (needs root).
+
+    The constructor only records what is wanted; ``up()`` makes it so,
+    reusing a healthy cluster with the same parameters.
+    """
+
+    # pytest would otherwise try to collect this class from test modules.
+    __test__ = False
+
+    def __init__(
+        self,
+        nodes: int = config.DEFAULT_NODES,
+        gpus_per_node: int = config.DEFAULT_GPUS_PER_NODE,
+        gpu_mode: GpuMode = "fake",
+        *,
+        accounting: bool | None = None,
+        constrain_devices: bool = True,
+        debs: Path | str | None = None,
+        install: bool = True,
+        state_dir: Path | str = config.DEFAULT_STATE_DIR,
+        shared_dir: Path | str = config.DEFAULT_SHARED_DIR,
+        keep_logs: bool = False,
+        timeout: float = 60.0,
+        verbose: bool = True,
+    ) -> None:
+        """``accounting=None`` means: on when slurmdbd and MariaDB are available."""
+        config.node_names(nodes)
+        self.nodes = nodes
+        self.gpus_per_node = gpus_per_node
+        self.gpu_mode: GpuMode = gpu_mode
+        self.accounting = accounting
+        self.constrain_devices = constrain_devices
+        self.debs = Path(debs) if debs is not None else None
+        self.install = install
+        self.paths = Paths(state_dir=Path(state_dir), shared_dir=Path(shared_dir))
+        self.keep_logs = keep_logs
+        self.timeout = timeout
+        self.verbose = verbose
+
+    # --- public API ---------------------------------------------------------
+
+    @classmethod
+    def from_running(cls, state_dir: Path | str = config.DEFAULT_STATE_DIR) -> TestCluster | None:
+        """A handle on the healthy cluster already running from ``state_dir``, if any."""
+        paths = Paths(state_dir=Path(state_dir))
+        record = _read_record(paths)
+        if record is None or not record.get("complete"):
+            return None
+        spec = record["spec"]
+        cluster = cls(
+            nodes=int(spec["nodes"]),
+            gpus_per_node=int(spec["gpus_per_node"]),
+            gpu_mode=spec["gpu_mode"],
+            accounting=bool(spec["accounting"]),
+            constrain_devices=bool(spec["constrain_devices"]),
+            state_dir=state_dir,
+            shared_dir=record["shared_dir"],
+            install=False,
+        )
+        return cluster if cluster.is_up() else None
+
+    def env(self) -> dict[str, str]:
+        """``os.environ`` plus ``SLURM_CONF`` pointing at this cluster."""
+        return daemons.slurm_env(self.paths)
+
+    def info(self) -> ClusterInfo:
+        record = _read_record(self.paths)
+        accounting = bool(record["spec"]["accounting"]) if record else bool(self.accounting)
+        return ClusterInfo(
+            slurm_conf=self.paths.slurm_conf,
+            nodes=config.node_names(self.nodes),
+            shared_dir=self.paths.shared_dir,
+            partition=config.PARTITION,
+            cluster_name=config.CLUSTER_NAME,
+            gpus_per_node=self.gpus_per_node,
+            gpu_mode=self.gpu_mode,
+            accounting=accounting,
+            state_dir=self.paths.state_dir,
+        )
+
+    def node_states(self) -> list[NodeState]:
+        sinfo = packages.which("sinfo")
+        if sinfo is None or not self.paths.slurm_conf.exists():
+            return []
+        proc = run([sinfo, "-h", "-N", "-o", "%N|%t|%T"], env=self.env(), check=False, timeout=15)
+        return parse_sinfo(proc.stdout) if proc.returncode == 0 else []
+
+    def is_up(self) -> bool:
+        """Every daemon of the recorded cluster runs and every node is usable."""
+        record = _read_record(self.paths)
+        if record is None or not record.get("complete"):
+            return False
+        return self._healthy(record)
+
+    def up(self) -> ClusterInfo:
+        _require_root()
+        t0 = time.monotonic()
+        self._ensure_software()
+        spec = self._spec()
+        record = _read_record(self.paths)
+        if record is not None:
+            if record.get("complete") and record["spec"] == _spec_json(spec) and self._healthy(record):
+                self._say(f"cluster already up ({time.monotonic() - t0:.1f}s)")
+                return self.info()
+            self._say("cluster is half-up or differs from the request: restarting")
+            self.down(keep_logs=True)
+        elif netns.leftover_veths() or Path("/sys/class/net", config.BRIDGE).exists():
+            self._say("leftovers of an earlier cluster found: cleaning up")
+            self.down(keep_logs=True)
+        try:
+            self._bring_up(spec)
+        except BaseException:
+            self._say(f"bring-up failed; logs in {self.paths.log}; cleaning up")
+            self.down(keep_logs=True)
+            raise
+        self._say(f"up in {time.monotonic() - t0:.1f}s")
+        return self.info()
+
+    def down(self, keep_logs: bool | None = None) -> None:
+        _require_root()
+        keep = self.keep_logs if keep_logs is None else keep_logs
+        paths = self.paths
+        record = _read_record(paths) or {}
+        node_list = list(record.get("nodes", []))
+        for veth in netns.leftover_veths():
+            node = veth.removeprefix("gcv-")
+            if node not in node_list:
+                node_list.append(node)
+        self._cancel_all_jobs()
+        for node in node_list:
+            daemons.stop_pid_file(paths.slurmd_pid(node), "slurmd")
+        for node in node_list:
+            # Job steps and their children live in the node's namespace;
+            # anything left there is ours.
+            leftovers = netns.netns_pids(node)
+            if leftovers:
+                terminate(leftovers, grace=daemons.STOP_GRACE)
+        daemons.stop_pid_file(paths.slurmctld_pid, "slurmctld")
+        daemons.stop_pid_file(paths.slurmdbd_pid, "slurmdbd")
+        daemons.stop_mariadb(paths)
+        daemons.stop_pid_file(paths.munge_pid, "munged")
+        for node in node_list:
+            netns.delete_node(node)
+        netns.delete_bridge()
+        netns.remove_hosts(paths.hosts_file)
+        daemons.remove_cgroup_dirs(record.get("cgroup_created", []))
+        for created in record.get("created_dirs", []):
+            shutil.rmtree(created, ignore_errors=True)
+        _remove_state_dir(paths.state_dir, keep_logs=keep)
+
+    def kill_slurmd(self, node: str, sig: signal.Signals = signal.SIGKILL, *, with_jobs: bool = False) -> None:
+        """Simulate a node failure: signal its slurmd (and, optionally, its jobs)."""
+        config.validate_node_name(node)
+        pid = alive_from_pid_file(self.paths.slurmd_pid(node), "slurmd")
+        if pid is not None:
+            os.kill(pid, sig)
+        if with_jobs:
+            for p in netns.netns_pids(node):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def start_slurmd(self, node: str, *, wait: bool = True) -> None:
+        """(Re)start a node's slurmd; with ``wait``, until the node is usable again."""
+        config.validate_node_name(node)
+        if node not in config.node_names(self.nodes):
+            raise ValueError(f"no such node: {node}")
+        if alive_from_pid_file(self.paths.slurmd_pid(node), "slurmd") is None:
+            daemons.start_slurmd(self.paths, node)
+        if wait:
+            wait_for(
+                f"{node} to be usable",
+                lambda: any(n.name == node and n.healthy for n in self.node_states()),
+                self.timeout,
+                interval=0.2,
+            )
+
+    # --- internals ----------------------------------------------------------
+
+    def _say(self, msg: str) -> None:
+        if self.verbose:
+            _log(msg)
+
+    def _ensure_software(self) -> None:
+        if self.debs is not None:
+            packages.install_debs(self.debs, log=self.verbose)
+        elif self.install:
+            packages.ensure_installed(want_accounting=self.accounting is not False, log=self.verbose)
+
+    def _spec(self) -> ClusterSpec:
+        accounting = self.accounting
+        if accounting is None:
+            accounting = packages.have_accounting_binaries()
+        elif accounting and not packages.have_accounting_binaries():
+            raise ClusterError("accounting requested but slurmdbd/MariaDB are not installed")
+        host = socket.gethostname().split(".")[0]
+        unified = daemons.cgroup_v2_unified()
+        return ClusterSpec(
+            nodes=self.nodes,
+            gpus_per_node=self.gpus_per_node,
+            gpu_mode=self.gpu_mode,
+            accounting=accounting,
+            constrain_devices=self.constrain_devices,
+            controller_host=host,
+            real_gpu_count=daemons.real_gpu_count() if self.gpu_mode == "real" else 0,
+            cgroup_plugin="cgroup/v2" if unified else "cgroup/v1",
+            paths=self.paths,
+        )
+
+    def _healthy(self, record: dict[str, Any]) -> bool:
+        paths = self.paths
+        nodes = list(record.get("nodes", []))
+        checks = [
+            (paths.munge_pid, "munged"),
+            (paths.slurmctld_pid, "slurmctld"),
+            *((paths.slurmd_pid(n), "slurmd") for n in nodes),
+        ]
+        if record["spec"]["accounting"]:
+            checks += [(paths.mysql_pid, "mariadbd"), (paths.slurmdbd_pid, "slurmdbd")]
+        if any(alive_from_pid_file(f, name) is None for f, name in checks):
+            return False
+        states = self.node_states()
+        return [s.name for s in states] == nodes and all(s.healthy for s in states)
+
+    def _cancel_all_jobs(self) -> None:
+        env = self.env()
+        squeue = packages.which("squeue")
+        scancel = packages.which("scancel")
+        if squeue is None or scancel is None or alive_from_pid_file(self.paths.slurmctld_pid, "slurmctld") is None:
+            return
+
+        def job_ids() -> list[str]:
+            out = run([squeue, "-h", "-o", "%i"], env=env, check=False, timeout=15).stdout
+            return out.split()
+
+        ids = job_ids()
+        if not ids:
+            return
+        run([scancel, *ids], env=env, check=False, timeout=30)
+        try:
+            wait_for("jobs to end", lambda: not job_ids(), 10.0, interval=0.2)
+        except ClusterError:
+            # The daemons get killed next anyway.
+            pass
+
+    def _bring_up(self, spec: ClusterSpec) -> None:
+        paths = self.paths
+        nodes = spec.node_names
+        _remove_state_dir(paths.state_dir, keep_logs=True)
+        for d in (paths.state_dir, paths.etc, paths.run, paths.log, paths.spool, paths.dev):
+            d.mkdir(mode=0o755, parents=True, exist_ok=True)
+        record: dict[str, Any] = {
+            "spec": _spec_json(spec),
+            "nodes": list(nodes),
+            "shared_dir": str(paths.shared_dir),
+            "created_dirs": _make_shared_dir(paths.shared_dir),
+            "cgroup_created": [],
+            "complete": False,
+        }
+        # Written before anything else is created, so `down` can undo a crash.
+        _write_record(paths, record)
+
+        password = secrets.token_hex(16)
+        paths.slurm_conf.write_text(config.render_slurm_conf(spec))
+        paths.gres_conf.write_text(config.render_gres_conf(spec))
+        paths.cgroup_conf.write_text(config.render_cgroup_conf(spec))
+        if spec.gpu_mode == "fake":
+            for k in range(spec.gpus_per_node):
+                # Slurm only accepts character devices as GRES files; 1:3 is /dev/null.
+                os.mknod(paths.dev / f"gpu{k}", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        elif spec.gpus_per_node and spec.real_gpu_count < spec.gpus_per_node:
+            raise ClusterError(
+                f"--gpu-mode real wants {spec.gpus_per_node} GPUs per node, found {spec.real_gpu_count} /dev/nvidiaN"
+            )
+        if spec.gpu_mode == "real" and spec.cgroup_plugin == "cgroup/v2":
+            record["cgroup_created"] = daemons.prepare_cgroup_v2()
+            _write_record(paths, record)
+
+        t = time.monotonic()
+        netns.ensure_bridge()
+        for i, node in enumerate(nodes):
+            netns.add_node(node, i)
+        netns.write_hosts(paths.hosts_file, nodes)
+        self._say(f"network: {time.monotonic() - t:.1f}s")
+
+        t = time.monotonic()
+        daemons.start_munge(paths)
+        if spec.accounting:
+            # slurmdbd.conf holds the DB password; slurmdbd insists on 0600.
+            fd = os.open(paths.slurmdbd_conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(config.render_slurmdbd_conf(spec, password))
+            daemons.start_mariadb(paths, password)
+            self._say(f"munge + MariaDB: {time.monotonic() - t:.1f}s")
+            t = time.monotonic()
+            daemons.start_slurmdbd(paths)
+            daemons.register_cluster(paths)
+            self._say(f"slurmdbd: {time.monotonic() - t:.1f}s")
+            t = time.monotonic()
+        daemons.start_slurmctld(paths)
+        for node in nodes:
+            daemons.start_slurmd(paths, node)
+        wait_for(
+            "all nodes idle",
+            lambda: _all_idle(self.node_states(), nodes),
+            self.timeout,
+            interval=0.1,
+        )
+        self._say(f"slurmctld + {len(nodes)} slurmd to all idle: {time.monotonic() - t:.1f}s")
+        record["complete"] = True
+        _write_record(paths, record)
+
+
+def _all_idle(states: list[NodeState], nodes: tuple[str, ...]) -> bool:
+    return [s.name for s in states] == list(nodes) and all(s.responding and s.state == "idle" for s in states)
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise ClusterError("the test cluster needs root (namespaces, /etc/hosts, daemons)")
+
+
+def _spec_json(spec: ClusterSpec) -> dict[str, Any]:
+    d = asdict(spec)
+    d.pop("paths")
+    return d
+
+
+def _read_record(paths: Paths) -> dict[str, Any] | None:
+    try:
+        data = json.loads(paths.record.read_text())
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_record(paths: Paths, record: dict[str, Any]) -> None:
+    tmp = paths.record.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(paths.record)
+
+
+def _make_shared_dir(shared: Path) -> list[str]:
+    """Create the shared directory (mode 1777); return the dirs created, top first."""
+    created: list[str] = []
+    missing: list[Path] = []
+    p = shared
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o755)
+        if not created:
+            created.append(str(d))
+    # Jobs may run as any user; the sticky bit keeps them out of each other's files.
+    os.chmod(shared, 0o1777)
+    return created
+
+
+def _remove_state_dir(state_dir: Path, *, keep_logs: bool) -> None:
+    if not state_dir.exists():
+        return
+    if not keep_logs:
+        shutil.rmtree(state_dir, ignore_errors=True)
+        return
+    for child in state_dir.iterdir():
+        if child.name == "log":
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)

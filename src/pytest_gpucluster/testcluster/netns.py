@@ -1,0 +1,106 @@
+"""Bridge, per-node network namespaces and the /etc/hosts block.
+
+Each compute node gets a network namespace named after it, with one end of a
+veth pair (``eth0``) inside and the other end enslaved to the bridge, whose
+address is the controller's. Nothing is routed beyond the bridge subnet.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import config
+from .proc import run
+
+NETNS_DIR = Path("/run/netns")
+
+
+def _link_exists(name: str) -> bool:
+    return Path("/sys/class/net", name).exists()
+
+
+def netns_exists(node: str) -> bool:
+    return (NETNS_DIR / node).exists()
+
+
+def ensure_bridge() -> None:
+    br = config.BRIDGE
+    if not _link_exists(br):
+        run(["ip", "link", "add", br, "type", "bridge"])
+    addr = f"{config.CONTROLLER_ADDR}/{config.SUBNET.prefixlen}"
+    shown = run(["ip", "-o", "-4", "addr", "show", "dev", br]).stdout
+    if addr not in shown:
+        run(["ip", "addr", "add", addr, "dev", br])
+    run(["ip", "link", "set", br, "up"])
+
+
+def add_node(node: str, index: int) -> None:
+    config.validate_node_name(node)
+    veth = config.veth_name(node)
+    if netns_exists(node):
+        delete_node(node)
+    run(["ip", "netns", "add", node])
+    run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", node])
+    run(["ip", "link", "set", veth, "master", config.BRIDGE])
+    run(["ip", "link", "set", veth, "up"])
+    addr = f"{config.node_address(index)}/{config.SUBNET.prefixlen}"
+    run(["ip", "-n", node, "addr", "add", addr, "dev", "eth0"])
+    run(["ip", "-n", node, "link", "set", "eth0", "up"])
+    # Jobs use localhost (e.g. torch rendezvous on a single node).
+    run(["ip", "-n", node, "link", "set", "lo", "up"])
+
+
+def netns_pids(node: str) -> list[int]:
+    if not netns_exists(node):
+        return []
+    out = run(["ip", "netns", "pids", node], check=False).stdout
+    return [int(tok) for tok in out.split() if tok.isdigit()]
+
+
+def delete_node(node: str) -> None:
+    config.validate_node_name(node)
+    veth = config.veth_name(node)
+    if _link_exists(veth):
+        run(["ip", "link", "del", veth], check=False)
+    if netns_exists(node):
+        run(["ip", "netns", "del", node], check=False)
+
+
+def delete_bridge() -> None:
+    if _link_exists(config.BRIDGE):
+        run(["ip", "link", "del", config.BRIDGE], check=False)
+
+
+def leftover_veths() -> list[str]:
+    """Host-side veths of ours still present (e.g. after a crashed ``up``)."""
+    try:
+        names = os.listdir("/sys/class/net")
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith("gcv-"))
+
+
+def write_hosts(hosts_file: Path, nodes: tuple[str, ...]) -> None:
+    text = hosts_file.read_text() if hosts_file.exists() else ""
+    new = config.add_hosts_block(text, nodes)
+    if new != text:
+        _rewrite_in_place(hosts_file, new)
+
+
+def remove_hosts(hosts_file: Path) -> None:
+    if not hosts_file.exists():
+        return
+    text = hosts_file.read_text()
+    new = config.strip_hosts_block(text)
+    if new != text:
+        _rewrite_in_place(hosts_file, new)
+
+
+def _rewrite_in_place(path: Path, text: str) -> None:
+    # /etc/hosts is often a bind mount (containers): replacing it by rename
+    # would fail or detach it, so overwrite the same inode.
+    with open(path, "r+") as fh:
+        fh.seek(0)
+        fh.write(text)
+        fh.truncate()
