@@ -1,0 +1,70 @@
+"""Launching workloads on nodes: the protocol every backend fills in.
+
+``submitit_backend`` is the one module that imports submitit; it serves both Slurm and the
+embedded local executor, so the same client code runs on a cluster and on a laptop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The shape of one job: N nodes × T tasks, G GPUs per node, and its time limit."""
+
+    name: str
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus_per_node: int = 0
+    gpus_per_task: int | None = None
+    nodelist: tuple[str, ...] = ()
+    timeout_min: int = 10
+    exclusive: bool = False
+    cpus_per_task: int | None = None
+    env: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class TaskResult(Generic[R]):
+    """One task's return value and where it ran."""
+
+    job_id: str
+    node: str
+    rank: int
+    local_rank: int
+    node_rank: int
+    value: R
+
+
+# A status callback receives (job id, state, reason or "") whenever a job's state changes.
+StatusCallback = Callable[[str, str, str], None]
+
+
+class Job(Protocol[R_co]):
+    """A submitted job."""
+
+    @property
+    def job_id(self) -> str:
+        """The scheduler's id."""
+
+    def results(self) -> list[TaskResult[R_co]]:  # type: ignore[misc]
+        """Wait (bounded) and return one result per task, ordered by rank."""
+
+    def cancel(self) -> None:
+        """Cancel the job; a no-op once it ended."""
+
+
+class Launcher(Protocol):
+    """Runs workloads on the cluster."""
+
+    def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> Job[R]:
+        """Start ``fn(ctx, **kwargs)`` on every task of ``spec`` without waiting."""
+
+    def cancel_all(self) -> list[str]:
+        """Cancel every job still pending or running; returns their ids."""

@@ -1,0 +1,85 @@
+"""The metrics the suite can judge: name, unit and which direction is good.
+
+thresholds.toml may only name metrics listed here, in the unit listed here; anything else is
+rejected at load time, so a typo or a wrong unit can never make a check silently pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Direction = Literal["higher", "lower"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One judged quantity."""
+
+    name: str
+    unit: str
+    better: Direction
+    description: str
+
+
+def _m(name: str, unit: str, better: Direction, description: str) -> Metric:
+    return Metric(name, unit, better, description)
+
+
+_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
+_SCOPES = {
+    "intra_node": "bus bandwidth inside one node (NVLink), ring/tree as NCCL chooses, NVLS off",
+    "intra_node_nvls": "bus bandwidth inside one node with NVLink SHARP (NVLS) on",
+    "inter_node": "bus bandwidth across all nodes, NCCL_ALGO=Ring",
+}
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in [
+        # shared filesystem
+        _m("sharedfs.capacity", "GiB", "higher", "size of the shared filesystem"),
+        _m("sharedfs.free", "GiB", "higher", "free space on the shared filesystem"),
+        # GPU health (NVML)
+        _m("gpu.temperature", "C", "lower", "GPU core temperature at rest"),
+        _m("gpu.memory_temperature", "C", "lower", "HBM temperature at rest"),
+        _m("gpu.ecc_volatile_uncorrectable", "count", "lower", "volatile uncorrectable ECC errors"),
+        _m("gpu.retired_pages_pending", "count", "lower", "pages pending retirement"),
+        _m("gpu.remapped_rows_pending", "count", "lower", "HBM row remaps pending a reset"),
+        _m("gpu.remapped_rows_failed", "count", "lower", "HBM row remap failures"),
+        _m("gpu.memory_used_at_rest", "MiB", "lower", "device memory in use before the job"),
+        # per-GPU compute
+        _m("compute.matmul_bf16", "TFLOP/s", "higher", "large square bf16 GEMM on random data"),
+        _m("compute.memcopy", "TB/s", "higher", "device-to-device copy, bytes read + written"),
+        _m(
+            "compute.fraction_of_node_median",
+            "ratio",
+            "higher",
+            "a GPU's result divided by its node's median (catches one lagging GPU)",
+        ),
+        # training
+        _m("train.ddp.tokens_per_s_per_gpu", "tokens/s", "higher", "DDP training throughput"),
+        _m("train.fsdp.tokens_per_s_per_gpu", "tokens/s", "higher", "FSDP2 training throughput"),
+        _m("train.ddp.mfu", "%", "higher", "DDP model FLOP utilisation against bf16 peak"),
+        _m("train.fsdp.mfu", "%", "higher", "FSDP2 model FLOP utilisation against bf16 peak"),
+        _m("train.ddp.scaling_efficiency", "%", "higher", "per-GPU throughput at scale / 1 GPU"),
+        _m("train.fsdp.scaling_efficiency", "%", "higher", "per-GPU throughput at scale / 1 GPU"),
+        # inventory and telemetry
+        _m("inventory.cpus_per_gpu", "count", "higher", "logical CPUs per GPU on each node"),
+        _m("inventory.memory_per_gpu", "GiB", "higher", "host RAM per GPU on each node"),
+        _m("inventory.memory_spread", "%", "lower", "host RAM difference from the nodes' median"),
+        _m("telemetry.gpu_idle_fraction", "%", "lower", "time a GPU idled while its peers worked"),
+        _m("robustness.rank_failure_teardown", "s", "lower", "time survivors took to stop"),
+        # results comparison
+        _m("baseline.regression", "%", "lower", "drop against the baseline run"),
+    ]
+}
+
+for _op in _COLLECTIVES:
+    for _scope, _what in _SCOPES.items():
+        _name = f"nccl.{_op}.{_scope}"
+        METRICS[_name] = Metric(_name, "GB/s", "higher", f"{_op} {_what}")
+
+
+def known_metric_names() -> list[str]:
+    """All metric names, sorted, for error messages and documentation."""
+    return sorted(METRICS)

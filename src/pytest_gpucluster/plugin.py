@@ -1,0 +1,96 @@
+"""Entry point: declares options, ini keys and markers, and builds the run's session.
+
+No logic lives here; the session object (``session.py``) holds all state and hooks.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.profile import load
+from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
+
+pytest_plugins = ["pytest_gpucluster.fixtures"]
+
+MARKERS = {
+    "multinode": "needs at least 2 nodes; skipped with the reason on smaller profiles",
+    "gpu(count=1, gres_only=False)": "needs `count` GPUs per node (real devices unless gres_only=True); skipped with the reason otherwise",
+    "slurm": "needs the Slurm executor (not the local one)",
+    "slow": "minutes of load (burn tests); deselect with -m 'not slow'",
+    "quick": "the quick acceptance subset (about a minute on one node)",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The ``gpucluster`` option group."""
+    group = parser.getgroup("gpucluster", "GPU cluster acceptance")
+    group.addoption("--cluster", default="local", metavar="NAME",
+                    help="cluster profile from thresholds.toml (default: local, this machine)")  # fmt: skip
+    group.addoption("--thresholds", default=None, metavar="PATH",
+                    help="profiles and thresholds file (default: thresholds.toml at the rootdir)")  # fmt: skip
+    group.addoption("--results", default=None, metavar="PATH",
+                    help="write machine-readable JSON results here, updated after every test")  # fmt: skip
+    group.addoption("--baseline", default=None, metavar="PATH",
+                    help="compare measurements with an earlier --results file")  # fmt: skip
+    group.addoption("--calibrate", default=None, metavar="PATH",
+                    help="write a thresholds.toml fragment derived from this run's measurements")  # fmt: skip
+
+
+def _thresholds_path(config: pytest.Config) -> Path:
+    option = config.getoption("thresholds")
+    if option:
+        return Path(option).expanduser().resolve()
+    return Path(config.rootpath) / "thresholds.toml"
+
+
+def settings_from(config: pytest.Config) -> Settings:
+    """Resolve options into Settings; ConfigError names the option or file key at fault."""
+    path = _thresholds_path(config)
+    if not path.is_file():
+        how = "--thresholds" if config.getoption("thresholds") else f"the rootdir ({config.rootpath})"
+        raise ConfigError(f"{path}: no such file (from {how}). Pass --thresholds=PATH or create thresholds.toml.")
+    cfg = load(path)
+    profile = cfg.profile(config.getoption("cluster"))
+    results = config.getoption("results")
+    workerinput = getattr(config, "workerinput", None)
+    run_id = workerinput.get("gpucluster_run_id") if workerinput else None
+    return Settings(
+        config=cfg,
+        profile=profile,
+        results_path=Path(results).resolve() if results else None,
+        run_id=run_id or secrets.token_hex(4),
+        is_controller=workerinput is None,
+        is_xdist_worker=workerinput is not None,
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Register markers, read thresholds.toml and build the session (usage error on bad input)."""
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    if config.option.help or config.option.version:
+        return
+    try:
+        settings = settings_from(config)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    session = GpuClusterSession(settings)
+    config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(session, "gpucluster-session")
+    install_sigterm_as_interrupt()
+
+
+SESSION_KEY = pytest.StashKey[GpuClusterSession]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: object) -> None:
+    """xdist controller → workers: one run id, so every job of the run can be found and cancelled."""
+    config = getattr(node, "config", None)
+    if config is not None and SESSION_KEY in config.stash:
+        node.workerinput["gpucluster_run_id"] = config.stash[SESSION_KEY].settings.run_id  # type: ignore[attr-defined]

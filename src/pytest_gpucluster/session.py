@@ -1,0 +1,417 @@
+"""The one stateful object of a run: profile, thresholds, launcher, node list, results.
+
+Built once in ``pytest_configure`` and registered as a plugin, so its hook methods see every
+phase: collection (node parametrisation, skips for unmet needs), each test's reports (results
+file, written by the controlling process only) and the end or interruption of the run (every
+job still queued is cancelled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import os
+import platform
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from pytest_gpucluster import slurm
+from pytest_gpucluster.errors import GpuClusterError, SlurmQueryError
+from pytest_gpucluster.launch import JobSpec, TaskResult
+from pytest_gpucluster.launch.submitit_backend import SubmititJob, SubmititLauncher
+from pytest_gpucluster.profile import Config, Profile, ThresholdSet
+from pytest_gpucluster.results import ResultsDocument, now_iso
+
+R = TypeVar("R")
+PROPERTY = "gpucluster"  # key of every user_properties entry this plugin adds
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved options: what the session needs, without a pytest.Config."""
+
+    config: Config
+    profile: Profile
+    results_path: Path | None
+    run_id: str
+    is_controller: bool
+    is_xdist_worker: bool = False
+
+
+def gpus_on_this_machine() -> tuple[int, str | None]:
+    """How many GPUs NVML sees here and the first one's model name ((0, None) without a driver)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0)) if count else None
+            return count, (name.decode() if isinstance(name, bytes) else name)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no library, no driver, no device: all mean "no GPU" here
+        return 0, None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class GpuClusterSession:
+    """Profile + thresholds + launcher + node list + results, for one pytest run."""
+
+    def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None) -> None:
+        self.settings = settings
+        self.profile = settings.profile
+        self.config = settings.config
+        env = os.environ if env is None else env
+        if self.profile.slurm_conf:
+            # submitit's sbatch/sacct/scancel inherit this process's environment.
+            os.environ["SLURM_CONF"] = self.profile.slurm_conf
+        model = self.profile.gpu_model
+        if self.profile.gpus_per_node is None:
+            self.gpus_per_node, model = gpus_on_this_machine()
+        else:
+            self.gpus_per_node = self.profile.gpus_per_node
+        if not self.gpus_per_node or not self.profile.gpus_are_real:
+            model = model or "cpu"  # a node without GPU devices is judged by the "cpu" set
+        self.gpu_model = model
+        self.thresholds: ThresholdSet = self.config.thresholds_for(self.profile, gpu_model=model)
+        self._job_root: Path | None = None
+        self._owns_job_root = False
+        self._launcher: SubmititLauncher | None = None
+        self._nodes: tuple[str, ...] | None = None
+        self.excluded_nodes: dict[str, str] = {}
+        self.node_error: str | None = None
+        self._cache: dict[Any, Any] = {}
+        self._cache_lock = threading.Lock()
+        self.current_item: pytest.Item | None = None
+        self.status_lines: list[str] = []
+        self.terminal: Any = None
+        self.results: ResultsDocument | None = None
+        if settings.is_controller:
+            self.results = ResultsDocument(
+                profile=self.profile.name,
+                thresholds_file=str(self.config.path),
+                thresholds_sha256=hashlib.sha256(self.config.path.read_bytes()).hexdigest(),
+                environment=self._environment(env),
+            )
+
+    # ------------------------------------------------------------------ facts
+
+    def _environment(self, env: Mapping[str, str]) -> dict[str, Any]:
+        facts: dict[str, Any] = {
+            "plugin": _version("pytest-gpucluster"),
+            "python": platform.python_version(),
+            "pytest": _version("pytest"),
+            "submitit": _version("submitit"),
+            "torch": _version("torch"),
+            "login_node": socket.gethostname(),
+            "executor": self.profile.executor,
+            "thresholds_set": self.thresholds.name,
+        }
+        if self.profile.executor == "slurm":
+            with contextlib.suppress(GpuClusterError):
+                facts["slurm"] = slurm.version()
+        return facts
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The nodes this run tests: the profile's nodelist, or the first usable nodes of its
+        partition (drained and down ones are excluded and remembered with Slurm's reason)."""
+        if self._nodes is None:
+            self._nodes = self._resolve_nodes()
+            if self.results is not None:
+                self.results.nodes = list(self._nodes)
+        return self._nodes
+
+    def _resolve_nodes(self) -> tuple[str, ...]:
+        p = self.profile
+        if p.executor == "local":
+            return (socket.gethostname(),)
+        if p.nodelist:
+            return tuple(p.nodelist)
+        try:
+            known = slurm.partition_nodes(p.partition)
+        except SlurmQueryError as exc:
+            self.node_error = str(exc)
+            return ()
+        usable = [n.name for n in known if n.usable]
+        for n in known:
+            if not n.usable:
+                self.excluded_nodes[n.name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
+        if not known:
+            self.node_error = f"partition {p.partition!r} has no nodes (scontrol show nodes)"
+        return tuple(usable[: p.nodes])
+
+    # ------------------------------------------------------------------ launching
+
+    @property
+    def job_root(self) -> Path:
+        """Folder for this run's job pickles and logs: on the shared filesystem for Slurm (nodes
+        must read it), a private temporary folder for the local executor."""
+        if self._job_root is None:
+            if self.profile.executor == "slurm":
+                base = Path(self.profile.shared_fs or Path.home()) / ".pytest-gpucluster" / "jobs"
+                self._job_root = base / self.settings.run_id / uuid.uuid4().hex[:6]
+                self._job_root.mkdir(parents=True, exist_ok=True)
+            else:
+                self._job_root = Path(tempfile.mkdtemp(prefix="pytest-gpucluster-jobs-"))
+                self._owns_job_root = True
+        return self._job_root
+
+    @property
+    def launcher(self) -> SubmititLauncher:
+        """The submitit launcher, built on first use (no folder or job before a test needs one)."""
+        if self._launcher is None:
+            env = {"PYTHONUNBUFFERED": "1", **self.profile.env}
+            self._launcher = SubmititLauncher(
+                executor=self.profile.executor,
+                folder=self.job_root,
+                partition=self.profile.partition,
+                account=self.profile.account,
+                sbatch_extra=self.profile.sbatch_extra,
+                env=env,
+                queue_timeout_s=self.profile.queue_timeout_s,
+                mem_gb=self.profile.mem_gb,
+                on_status=self._on_status,
+            )
+        return self._launcher
+
+    def spec(
+        self,
+        name: str,
+        *,
+        all_nodes: bool = False,
+        nodes: int | None = None,
+        tasks_per_node: int = 1,
+        gpus_per_node: int | None = None,
+        gpus_per_task: int | None = None,
+        timeout_min: int | None = None,
+        exclusive: bool = False,
+        nodelist: tuple[str, ...] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> JobSpec:
+        """A job shape within this profile. ``all_nodes`` pins the job to every tested node, so
+        per-node results come from one allocation."""
+        if all_nodes:
+            nodelist = self.nodes
+            if not nodelist:
+                raise GpuClusterError(self.node_error or "no usable node to run on")
+        count = len(nodelist) if nodelist else (nodes or 1)
+        if not nodelist and self.profile.executor == "slurm" and len(self.nodes) >= count:
+            nodelist = self.nodes[:count]  # stay on the tested nodes; drained ones were excluded
+        return JobSpec(
+            name=f"{self.settings.run_id}-{name}",
+            nodes=count,
+            tasks_per_node=tasks_per_node,
+            gpus_per_node=self.gpus_per_node if gpus_per_node is None else gpus_per_node,
+            gpus_per_task=gpus_per_task,
+            nodelist=tuple(nodelist or ()) if self.profile.executor == "slurm" else (),
+            timeout_min=timeout_min or self.profile.job_timeout_min,
+            exclusive=exclusive,
+            cpus_per_task=self.profile.cpus_per_task,
+            env=env,
+        )
+
+    def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> SubmititJob[R]:
+        """Submit without waiting; the job id is recorded on the running test."""
+        job = self.launcher.submit(fn, spec, **kwargs)
+        self.record({"kind": "job", "job_id": job.job_id, "name": spec.name, "folder": str(job.folder)})
+        return job
+
+    def run(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> list[TaskResult[R]]:
+        """Submit, wait (bounded) and return one result per task."""
+        return self.submit(fn, spec, **kwargs).results()
+
+    def once(self, key: Any, produce: Callable[[], R]) -> R:
+        """Measure once per run, judge many times: per-node tests of one area share one job.
+        A failure is cached too, so every test that depends on it reports it."""
+        with self._cache_lock:
+            if key not in self._cache:
+                try:
+                    self._cache[key] = ("ok", produce(), list(self._jobs_of_current()))
+                except (GpuClusterError, OSError) as exc:
+                    self._cache[key] = ("error", exc, list(self._jobs_of_current()))
+            kind, value, jobs = self._cache[key]
+        for job in jobs:
+            if job not in self._jobs_of_current():
+                self.record(job)
+        if kind == "error":
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def _jobs_of_current(self) -> Iterator[dict[str, Any]]:
+        if self.current_item is None:
+            return iter(())
+        return (v for k, v in self.current_item.user_properties if k == PROPERTY and v.get("kind") == "job")
+
+    def record(self, entry: dict[str, Any]) -> None:
+        """Attach ``entry`` to the running test; it travels to the results file (also from xdist
+        workers) and to JUnit XML as a property."""
+        if self.current_item is not None:
+            self.current_item.user_properties.append((PROPERTY, entry))
+
+    def _on_status(self, job_id: str, state: str, reason: str) -> None:
+        line = f"job {job_id} {state}" + (f" ({reason})" if reason else "")
+        self.status_lines.append(line)
+        # Only what an operator waits on or must know: a queue wait and its reason, a cancel.
+        if self.terminal is not None and (state == "PENDING" or state.startswith(("CANCEL", "TIMEOUT", "NODE_FAIL"))):
+            self.terminal.write_line(f"[gpucluster] {line}")
+
+    # ------------------------------------------------------------------ needs
+
+    def unmet_need(self, item: pytest.Item) -> str | None:
+        """Why ``item`` cannot run on this profile, or None."""
+        p = self.profile
+        if item.get_closest_marker("slurm") and p.executor != "slurm":
+            return f"profile {p.name!r} uses the {p.executor} executor; this test needs Slurm"
+        if item.get_closest_marker("multinode"):
+            have = p.nodes if p.executor == "local" else len(self.nodes)
+            if have < 2:
+                extra = ""
+                if p.executor == "slurm" and have < p.nodes:
+                    excluded = "; ".join(f"{n}: {why}" for n, why in self.excluded_nodes.items())
+                    extra = f" usable of {p.nodes} expected" + (f" ({excluded})" if excluded else "")
+                    if self.node_error:
+                        extra += f" ({self.node_error})"
+                noun = "node" if have == 1 else "nodes"
+                return f"profile {p.name!r} has {have} {noun}{extra}; this test needs 2"
+        gpu = item.get_closest_marker("gpu")
+        if gpu is not None:
+            need = int(gpu.args[0]) if gpu.args else int(gpu.kwargs.get("count", 1))
+            if self.gpus_per_node < need:
+                where = " (NVML found none on this machine)" if p.gpus_per_node is None else ""
+                return f"profile {p.name!r} has {self.gpus_per_node} GPUs per node{where}; this test needs {need}"
+            if not p.gpus_are_real and not gpu.kwargs.get("gres_only", False):
+                return f"profile {p.name!r} has GRES-only GPUs (no devices); this test needs real GPUs"
+        return None
+
+    # ------------------------------------------------------------------ hooks
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        """Remember the terminal for live job progress (not on xdist workers: no terminal)."""
+        if not self.settings.is_xdist_worker:
+            self.terminal = config.pluginmanager.get_plugin("terminalreporter")
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """Tests taking ``node`` run once per tested node; the test id is the node name."""
+        if "node" in metafunc.fixturenames:
+            nodes = list(self.nodes) or ["no-usable-node"]
+            metafunc.parametrize("node", nodes, ids=nodes)
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Skip, with the reason, every test whose needs the profile cannot meet."""
+        for item in items:
+            reason = self.unmet_need(item)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+    def pytest_collection_finish(self) -> None:
+        """Record the tested nodes (and the excluded ones, with Slurm's reason) in the results."""
+        if self.results is not None:
+            self.results.nodes = list(self.nodes)
+            if self.excluded_nodes:
+                self.results.environment["excluded_nodes"] = dict(self.excluded_nodes)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
+        """Track the running test so jobs and measurements are attributed to it."""
+        self.current_item = item
+        try:
+            return (yield)
+        finally:
+            self.current_item = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Controller only: fold each phase's report into the results file and rewrite it."""
+        if self.results is None:
+            return
+        rec = self.results.record(report.nodeid)
+        rec.duration_s += report.duration
+        entries = [v for k, v in report.user_properties if k == PROPERTY and isinstance(v, dict)]
+        if entries:
+            rec.measurements = [e for e in entries if e.get("kind") == "measurement"]
+            rec.series = [e for e in entries if e.get("kind") == "series"]
+            rec.job_ids = list(dict.fromkeys(str(e["job_id"]) for e in entries if e.get("kind") == "job"))
+            for e in entries:
+                if e.get("kind") == "environment":
+                    self.results.environment.update(e.get("facts", {}))
+                elif e.get("kind") == "inventory":
+                    self.results.inventory.update(e.get("nodes", {}))
+        if report.when == "call" or report.outcome != "passed":
+            outcome = report.outcome
+            if hasattr(report, "wasxfail"):
+                outcome = "xfailed" if report.skipped else "xpassed"
+            elif report.when != "call" and report.failed:
+                outcome = "error"
+            if not (report.when == "teardown" and rec.outcome == "failed"):
+                rec.outcome = outcome
+            if report.skipped and isinstance(report.longrepr, tuple):
+                rec.message = str(report.longrepr[2])
+            elif report.failed:
+                rec.message = str(getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message
+                                  or report.longreprtext)[-4000:]  # fmt: skip
+        if report.when == "teardown" and self.settings.results_path is not None:
+            self.results.write(self.settings.results_path)
+
+    def pytest_keyboard_interrupt(self) -> None:
+        """Ctrl-C or SIGTERM: cancel every job, keep what was measured."""
+        self.cancel_everything()
+        if self.results is not None:
+            self.results.status = "interrupted"
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Cancel leftovers; write the final results file."""
+        self.cancel_everything()
+        if self.results is not None:
+            if self.results.status == "running":
+                interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, 2) or session.shouldstop
+                self.results.status = "interrupted" if interrupted else "complete"
+            self.results.finished = now_iso()
+            if self.settings.results_path is not None:
+                self.results.write(self.settings.results_path)
+
+    def pytest_unconfigure(self) -> None:
+        """Last chance to cancel; remove a temporary job folder this run made."""
+        self.cancel_everything()
+        if self._owns_job_root and self._job_root is not None:
+            shutil.rmtree(self._job_root, ignore_errors=True)
+
+    def cancel_everything(self) -> list[str]:
+        """Cancel the jobs this process submitted and, for Slurm, any job still queued under this
+        run's name (covers jobs of xdist workers that died before they could cancel)."""
+        cancelled = self._launcher.cancel_all() if self._launcher is not None else []
+        if self.profile.executor == "slurm" and not self.settings.is_xdist_worker:
+            with contextlib.suppress(GpuClusterError):
+                cancelled += slurm.cancel_by_name_prefix(f"gpucluster-{self.settings.run_id}-")
+        return cancelled
+
+
+def install_sigterm_as_interrupt() -> None:
+    """SIGTERM (a CI runner stopping us) ends the run like Ctrl-C: jobs cancelled, results kept."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def _raise(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _raise)

@@ -1,0 +1,81 @@
+"""Measurement × threshold → pass / warn / fail, with one sentence a customer can read."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pytest_gpucluster.profile import Threshold
+
+Status = Literal["pass", "warn", "fail", "xfail"]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured value and where it was measured (``where``: ``node1``, ``node1:gpu2``, ...)."""
+
+    metric: str
+    value: float
+    unit: str
+    where: str = ""
+    detail: str = ""
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judgement of one measurement."""
+
+    measurement: Measurement
+    threshold: Threshold
+    status: Status
+    sentence: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain dict for the results file and the report."""
+        m = asdict(self.measurement)
+        return {
+            **m,
+            "status": self.status,
+            "sentence": self.sentence,
+            "threshold": {
+                k: v
+                for k, v in asdict(self.threshold).items()
+                if v is not None and k not in ("metric", "unit")
+            },
+        }
+
+
+def _fmt(value: float) -> str:
+    if value == 0 or 0.01 <= abs(value) < 1e6:
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:.1f}"
+    return f"{value:.3e}"
+
+
+def judge(m: Measurement, t: Threshold) -> Verdict:
+    """Compare ``m`` with ``t``. A NaN or a unit mismatch fails: a number that cannot be read
+    must never pass."""
+    subject = f"{m.where}: {m.metric}" if m.where else m.metric
+    if m.detail:
+        subject += f" ({m.detail})"
+    value = f"{_fmt(m.value)} {m.unit}"
+    if m.unit != t.unit:
+        return Verdict(m, t, "fail", f"{subject} was measured in {m.unit} but {t.source} is in {t.unit}")
+    if math.isnan(m.value):
+        return Verdict(m, t, "fail", f"{subject} could not be measured (NaN); bounds: {t.describe()}")
+    status: Status = "pass"
+    line = ""
+    if t.fail_below is not None and m.value < t.fail_below:
+        status, line = "fail", f"below the fail line {_fmt(t.fail_below)} {t.unit}"
+    elif t.fail_above is not None and m.value > t.fail_above:
+        status, line = "fail", f"above the fail line {_fmt(t.fail_above)} {t.unit}"
+    elif t.warn_below is not None and m.value < t.warn_below:
+        status, line = "warn", f"below the warn line {_fmt(t.warn_below)} {t.unit}"
+    elif t.warn_above is not None and m.value > t.warn_above:
+        status, line = "warn", f"above the warn line {_fmt(t.warn_above)} {t.unit}"
+    if status == "pass":
+        return Verdict(m, t, "pass", f"{subject} = {value}, within bounds ({t.describe()})")
+    if status == "fail" and t.xfail:
+        return Verdict(m, t, "xfail", f"{subject} = {value} is {line} (expected: {t.xfail})")
+    return Verdict(m, t, status, f"{subject} = {value} is {line} ({t.describe()}; {t.source})")

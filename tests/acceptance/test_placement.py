@@ -1,0 +1,23 @@
+"""Task placement (seed 000, phase 3): ranks, hosts and local ids are exactly the layout asked for."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpucluster.workloads.placement import placement_problems, report_placement
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize(
+    ("nodes", "tasks_per_node"),
+    [
+        pytest.param(1, 1, id="1node-1task"),
+        pytest.param(1, 2, id="1node-2tasks"),
+        pytest.param(2, 1, id="2nodes-1task-each", marks=pytest.mark.multinode),
+    ],
+)
+def test_task_placement(gpucluster, judge, nodes, tasks_per_node):
+    spec = gpucluster.spec("placement", nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=0)
+    results = gpucluster.run(report_placement, spec)
+    problems = placement_problems([r.value for r in results], nodes, tasks_per_node)
+    judge.problems(problems, f"job {results[0].job_id}: tasks are not where Slurm was asked to put them")
