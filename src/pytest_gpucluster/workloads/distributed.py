@@ -1,0 +1,56 @@
+"""torch.distributed set-up from a TaskContext: NCCL on GPUs, gloo on CPU, always with a timeout
+so a dead or hung rank ends the job instead of the suite."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pytest_gpucluster.workloads.context import TaskContext
+
+
+def pick_backend(requested: str | None = None) -> str:
+    """``nccl`` when CUDA is usable here, else ``gloo`` (or what was asked for)."""
+    import torch
+
+    if requested and requested != "auto":
+        return requested
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
+
+
+def device_for(ctx: TaskContext, backend: str) -> Any:
+    """This task's device: its local rank's GPU (modulo the GPUs it can see), or the CPU."""
+    import torch
+
+    if backend == "nccl":
+        return torch.device("cuda", ctx.local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+@contextmanager
+def process_group(ctx: TaskContext, *, backend: str | None = None, timeout_s: float = 300.0) -> Iterator[str]:
+    """Initialise the default process group over TCP rendezvous at rank 0's host; yields the
+    backend. Destroyed on exit, also when the workload raises."""
+    import torch
+    import torch.distributed as dist
+
+    backend = pick_backend(backend)
+    kwargs: dict[str, Any] = {}
+    if backend == "nccl":
+        device = device_for(ctx, backend)
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}",
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        timeout=_dt.timedelta(seconds=timeout_s),
+        **kwargs,
+    )
+    try:
+        yield backend
+    finally:
+        dist.destroy_process_group()
