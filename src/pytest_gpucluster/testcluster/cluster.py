@@ -17,7 +17,7 @@ from typing import Any
 
 from . import config, daemons, netns, packages
 from .config import ClusterSpec, GpuMode, Paths
-from .proc import ClusterError, alive_from_pid_file, run, terminate, wait_for
+from .proc import ClusterError, alive_from_pid_file, pid_matches, run, terminate, wait_for
 
 HEALTHY_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
 
@@ -232,6 +232,9 @@ class TestCluster:
         pid = alive_from_pid_file(self.paths.slurmd_pid(node), "slurmd")
         if pid is not None:
             os.kill(pid, sig)
+            if sig == signal.SIGKILL:
+                # Callers check the effect right away; SIGKILL is not instant.
+                wait_for(f"slurmd of {node} to die", lambda: not pid_matches(pid, "slurmd"), 10.0, 0.02)
         if with_jobs:
             for p in netns.netns_pids(node):
                 try:

@@ -78,11 +78,11 @@ def hostlist(nodes: tuple[str, ...]) -> str:
     return f"node[1-{len(nodes)}]"
 
 
-def index_range(first: int, count: int) -> str:
-    """Bracket range for gres.conf, e.g. ``0-3`` or ``2``."""
+def numbered_files(prefix: str, first: int, count: int) -> str:
+    """gres.conf file list: ``/dev/nvidia[0-3]``, or ``/dev/nvidia2`` for one."""
     if count == 1:
-        return str(first)
-    return f"{first}-{first + count - 1}"
+        return f"{prefix}{first}"
+    return f"{prefix}[{first}-{first + count - 1}]"
 
 
 @dataclass(frozen=True)
@@ -225,11 +225,11 @@ class ClusterSpec:
         g = self.gpus_per_node
         if self.gpu_mode == "fake":
             # The same char devices serve every node: only their existence matters.
-            return f"{self.paths.dev}/gpu[{index_range(0, g)}]"
+            return numbered_files(f"{self.paths.dev}/gpu", 0, g)
         # With enough physical GPUs every node gets its own; otherwise they
         # overlap and concurrent jobs on different nodes may share a GPU.
         first = g * node_index if self.real_gpu_count >= g * self.nodes else 0
-        return f"/dev/nvidia[{index_range(first, g)}]"
+        return numbered_files("/dev/nvidia", first, g)
 
 
 def render_slurm_conf(spec: ClusterSpec) -> str:

@@ -1,0 +1,194 @@
+"""The test cluster behaves like a real multi-node GPU Slurm cluster.
+
+These run real jobs through srun, sbatch and submitit; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
+import pytest
+import submitit
+from submitit.core.utils import UncompletedJobError
+
+from pytest_gpucluster.testcluster import ClusterInfo, TestCluster
+
+pytestmark = pytest.mark.integration
+
+# pytest imports this file under a name the job's Python cannot import, so
+# the job functions travel by value instead of by reference.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+JOB_TIMEOUT_S = 60.0
+
+
+# --- functions run inside jobs (module level, so they pickle) ---------------
+
+
+def whoami() -> tuple[str, str]:
+    import os
+    import socket
+
+    return socket.gethostname(), os.environ.get("SLURM_PROCID", "")
+
+
+def gpu_slot(hold_s: float) -> dict[str, Any]:
+    import os
+    import socket
+    import time
+
+    start = time.time()
+    time.sleep(hold_s)
+    return {
+        "host": socket.gethostname(),
+        "job_gpus": os.environ.get("SLURM_JOB_GPUS", ""),
+        "start": start,
+        "end": time.time(),
+    }
+
+
+def sleep_long() -> None:
+    import time
+
+    time.sleep(600)
+
+
+# --- helpers -------------------------------------------------------------------
+
+
+def slurm(info: ClusterInfo, *argv: str, timeout: float = JOB_TIMEOUT_S) -> str:
+    proc = subprocess.run(list(argv), env=info.env(), capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"{argv} failed: {proc.stderr}"
+    return proc.stdout
+
+
+def wait_done(job: submitit.Job[Any], timeout: float = JOB_TIMEOUT_S) -> None:
+    """Bounded wait: job.results() alone would block forever on a stuck job."""
+    deadline = time.monotonic() + timeout
+    while not job.done():
+        if time.monotonic() > deadline:
+            job.cancel(check=False)
+            pytest.fail(f"job {job.job_id} not done after {timeout:.0f}s (state {job.state})")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def cluster(slurm_cluster: ClusterInfo, monkeypatch: pytest.MonkeyPatch) -> ClusterInfo:
+    # submitit calls sbatch/sacct/scancel with the inherited environment.
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.slurm_conf))
+    return slurm_cluster
+
+
+@pytest.fixture
+def job_folder(slurm_cluster: ClusterInfo) -> Iterator[Path]:
+    # Every node sees the shared dir; a fresh folder per test, because job ids
+    # restart at 1 with a fresh cluster and an old result pickle would be read.
+    folder = slurm_cluster.shared_dir / f"test-{uuid.uuid4().hex[:12]}"
+    folder.mkdir()
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def executor(folder: Path, **params: Any) -> submitit.AutoExecutor:
+    ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    ex.update_parameters(slurm_partition="debug", timeout_min=2, **params)
+    return ex
+
+
+# --- tests -------------------------------------------------------------------------
+
+
+def test_cluster_is_up_and_env_points_at_it(cluster: ClusterInfo) -> None:
+    running = TestCluster.from_running(cluster.state_dir)
+    assert running is not None
+    assert running.is_up()
+    assert running.env()["SLURM_CONF"] == str(cluster.slurm_conf)
+    assert cluster.partition == "debug"
+    assert cluster.shared_dir.stat().st_mode & 0o7777 == 0o1777
+
+
+def test_srun_two_nodes_have_distinct_hostnames(cluster: ClusterInfo) -> None:
+    out = slurm(cluster, "srun", "-N2", "hostname")
+    names = out.split()
+    assert len(names) == 2
+    assert set(names) == set(cluster.nodes[:2])
+
+
+def test_submitit_job_runs_on_two_hosts(cluster: ClusterInfo, job_folder: Path) -> None:
+    job = executor(job_folder, nodes=2, tasks_per_node=1).submit(whoami)
+    wait_done(job)
+    results = job.results()
+    assert len(results) == 2
+    assert len({host for host, _ in results}) == 2
+    assert sorted(rank for _, rank in results) == ["0", "1"]
+
+
+def test_gpus_per_node_sets_cuda_visible_devices(cluster: ClusterInfo) -> None:
+    out = slurm(cluster, "srun", "-N1", "--gpus-per-node=2", "printenv", "CUDA_VISIBLE_DEVICES")
+    assert out.strip() == "0,1"
+
+
+def test_concurrent_gpu_jobs_get_disjoint_gpus(cluster: ClusterInfo, job_folder: Path) -> None:
+    node = cluster.nodes[0]
+    ex = executor(
+        job_folder, nodes=1, tasks_per_node=1, gpus_per_node=2, slurm_additional_parameters={"nodelist": node}
+    )
+    jobs = [ex.submit(gpu_slot, 4.0) for _ in range(2)]
+    for job in jobs:
+        wait_done(job)
+    a, b = (job.result() for job in jobs)
+    assert a["host"] == b["host"] == node
+    # Both held their GPUs at the same time, so the split is real, not sequential.
+    assert a["start"] < b["end"]
+    assert b["start"] < a["end"]
+    gpus_a, gpus_b = set(a["job_gpus"].split(",")), set(b["job_gpus"].split(","))
+    assert len(gpus_a) == len(gpus_b) == 2
+    assert not gpus_a & gpus_b
+
+
+def test_scancel_makes_submitit_raise(cluster: ClusterInfo, job_folder: Path) -> None:
+    job = executor(job_folder, nodes=1, tasks_per_node=1).submit(sleep_long)
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while slurm(cluster, "squeue", "-h", "-j", job.job_id, "-o", "%T").strip() != "RUNNING":
+        assert time.monotonic() < deadline, "job never started"
+        time.sleep(0.2)
+    slurm(cluster, "scancel", job.job_id)
+    t0 = time.monotonic()
+    wait_done(job, timeout=30.0)
+    with pytest.raises(UncompletedJobError):
+        job.results()
+    assert time.monotonic() - t0 < 30.0
+
+
+def test_sacct_shows_job(cluster: ClusterInfo) -> None:
+    out = slurm(cluster, "sbatch", "--parsable", "-N1", "--wrap", "true")
+    job_id = out.strip().split(";")[0]
+    deadline = time.monotonic() + 30.0
+    state = ""
+    while time.monotonic() < deadline:
+        lines = slurm(cluster, "sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State").split()
+        if lines and lines[0].split("|")[1] == "COMPLETED":
+            state = "COMPLETED"
+            break
+        time.sleep(0.5)
+    assert state == "COMPLETED", f"sacct never showed job {job_id} completed"
+
+
+def test_restart_killed_slurmd(cluster: ClusterInfo) -> None:
+    running = TestCluster.from_running(cluster.state_dir)
+    assert running is not None
+    node = cluster.nodes[-1]
+    running.kill_slurmd(node)
+    assert not running.is_up()
+    running.start_slurmd(node)
+    assert running.is_up()
+    out = slurm(cluster, "srun", "-N1", "-w", node, "hostname")
+    assert out.strip() == node
