@@ -169,7 +169,7 @@ def test_scancel_makes_submitit_raise(cluster: ClusterInfo, job_folder: Path) ->
 
 
 def test_sacct_shows_job(cluster: ClusterInfo) -> None:
-    out = slurm(cluster, "sbatch", "--parsable", "-N1", "--wrap", "true")
+    out = slurm(cluster, "sbatch", "--parsable", "-N1", "--output=/dev/null", "--wrap", "true")
     job_id = out.strip().split(";")[0]
     deadline = time.monotonic() + 30.0
     state = ""

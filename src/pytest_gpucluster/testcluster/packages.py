@@ -68,12 +68,12 @@ def ensure_installed(*, want_accounting: bool, log: bool = True) -> None:
         raise ClusterError(f"still missing after apt-get install: {', '.join(still)}")
 
 
-def install_debs(deb_dir: Path, *, log: bool = True) -> list[Path]:
+def install_debs(deb_dir: Path, *, root: Path = Path("/"), log: bool = True) -> list[Path]:
     """Unpack Debian .debs and add only the files the system lacks.
 
     Meant for the GPU machine (another distribution, no registry): its own
     libraries must never be replaced, so existing paths are skipped. Returns
-    the paths that were created.
+    the paths that were created. ``root`` other than ``/`` is for trying it out.
     """
     debs = sorted(deb_dir.glob("*.deb"))
     if not debs:
@@ -85,17 +85,17 @@ def install_debs(deb_dir: Path, *, log: bool = True) -> list[Path]:
         staging = Path(tmp)
         for deb in debs:
             run(["dpkg", "-x", deb, staging], timeout=120)
-        for root, dirs, files in os.walk(staging):
-            rel_root = Path(root).relative_to(staging)
+        for cur, dirs, files in os.walk(staging):
+            rel_root = Path(cur).relative_to(staging)
             for name in sorted(dirs):
-                src = Path(root) / name
+                src = Path(cur) / name
                 # Symlinked directories are entries to copy, not to descend into.
                 if src.is_symlink():
                     files.append(name)
-            dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
+            dirs[:] = [d for d in dirs if not (Path(cur) / d).is_symlink()]
             for name in files:
-                src = Path(root) / name
-                dst = Path("/") / rel_root / name
+                src = Path(cur) / name
+                dst = root / rel_root / name
                 if os.path.lexists(dst):
                     continue
                 dst.parent.mkdir(parents=True, exist_ok=True)
@@ -105,15 +105,16 @@ def install_debs(deb_dir: Path, *, log: bool = True) -> list[Path]:
                     shutil.copy2(src, dst)
                 created.append(dst)
     for name in WLM_LINKS:
-        link = Path("/usr/sbin") / name
-        target = Path("/usr/sbin") / f"{name}-wlm"
+        link = root / "usr/sbin" / name
+        target = root / "usr/sbin" / f"{name}-wlm"
         if not os.path.lexists(link) and target.exists():
             link.symlink_to(target.name)
             created.append(link)
-    run(["ldconfig"], timeout=120)
     if log:
         print(f"installed {len(created)} files from {len(debs)} .debs", file=sys.stderr)
-    _check_loadable()
+    if root == Path("/"):
+        run(["ldconfig"], timeout=120)
+        _check_loadable()
     return created
 
 
