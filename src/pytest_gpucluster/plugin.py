@@ -18,7 +18,9 @@ pytest_plugins = ["pytest_gpucluster.fixtures"]
 
 MARKERS = {
     "multinode": "needs at least 2 nodes; skipped with the reason on smaller profiles",
-    "gpu(count=1, gres_only=False)": "needs `count` GPUs per node (real devices unless gres_only=True); skipped with the reason otherwise",
+    "gpu(count=1, gres_only=False)": (
+        "needs `count` GPUs per node (real devices unless gres_only=True); skipped with the reason otherwise"
+    ),
     "slurm": "needs the Slurm executor (not the local one)",
     "slow": "minutes of load (burn tests); deselect with -m 'not slow'",
     "quick": "the quick acceptance subset (about a minute on one node)",

@@ -259,7 +259,11 @@ class GpuClusterSession:
     def _jobs_of_current(self) -> Iterator[dict[str, Any]]:
         if self.current_item is None:
             return iter(())
-        return (v for k, v in self.current_item.user_properties if k == PROPERTY and v.get("kind") == "job")
+        return (
+            v
+            for k, v in self.current_item.user_properties
+            if k == PROPERTY and isinstance(v, dict) and v.get("kind") == "job"
+        )
 
     def record(self, entry: dict[str, Any]) -> None:
         """Attach ``entry`` to the running test; it travels to the results file (also from xdist
@@ -356,7 +360,7 @@ class GpuClusterSession:
                 elif e.get("kind") == "inventory":
                     self.results.inventory.update(e.get("nodes", {}))
         if report.when == "call" or report.outcome != "passed":
-            outcome = report.outcome
+            outcome: str = report.outcome
             if hasattr(report, "wasxfail"):
                 outcome = "xfailed" if report.skipped else "xpassed"
             elif report.when != "call" and report.failed:
@@ -366,8 +370,8 @@ class GpuClusterSession:
             if report.skipped and isinstance(report.longrepr, tuple):
                 rec.message = str(report.longrepr[2])
             elif report.failed:
-                rec.message = str(getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message
-                                  or report.longreprtext)[-4000:]  # fmt: skip
+                crash = getattr(report.longrepr, "reprcrash", None)
+                rec.message = str(getattr(crash, "message", "") or report.longreprtext)[-4000:]
         if report.when == "teardown" and self.settings.results_path is not None:
             self.results.write(self.settings.results_path)
 

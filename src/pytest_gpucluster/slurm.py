@@ -136,7 +136,8 @@ def partition_nodes(partition: str | None) -> list[NodeInfo]:
 def cancel_by_name_prefix(prefix: str) -> list[str]:
     """Cancel this user's jobs whose name starts with ``prefix``; returns their ids."""
     out = run(["squeue", "--me", "-h", "-o", "%i|%j"])
-    ids = [line.split("|", 1)[0] for line in out.splitlines() if "|" in line and line.split("|", 1)[1].startswith(prefix)]
+    rows = [line.split("|", 1) for line in out.splitlines() if "|" in line]
+    ids = [job_id for job_id, name in rows if name.startswith(prefix)]
     if ids:
         run(["scancel", *ids])
     return ids

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 R = TypeVar("R")
-R_co = TypeVar("R_co", covariant=True)
 
 
 @dataclass(frozen=True)
@@ -46,14 +45,14 @@ class TaskResult(Generic[R]):
 StatusCallback = Callable[[str, str, str], None]
 
 
-class Job(Protocol[R_co]):
+class Job(Protocol):
     """A submitted job."""
 
     @property
     def job_id(self) -> str:
         """The scheduler's id."""
 
-    def results(self) -> list[TaskResult[R_co]]:  # type: ignore[misc]
+    def results(self) -> list[TaskResult[Any]]:
         """Wait (bounded) and return one result per task, ordered by rank."""
 
     def cancel(self) -> None:
@@ -63,7 +62,7 @@ class Job(Protocol[R_co]):
 class Launcher(Protocol):
     """Runs workloads on the cluster."""
 
-    def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> Job[R]:
+    def submit(self, fn: Callable[..., Any], spec: JobSpec, /, **kwargs: Any) -> Job:
         """Start ``fn(ctx, **kwargs)`` on every task of ``spec`` without waiting."""
 
     def cancel_all(self) -> list[str]:

@@ -1,0 +1,139 @@
+"""The plugin as pytest sees it: options, markers, skips with reasons, usage errors, xdist."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+PLACEMENT = """
+import pytest
+from pytest_gpucluster.workloads.placement import placement_problems, report_placement
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_placement(gpucluster, judge, tasks):
+    results = gpucluster.run(report_placement, gpucluster.spec("p", tasks_per_node=tasks, gpus_per_node=0))
+    judge.problems(placement_problems([r.value for r in results], 1, tasks), "bad placement")
+    assert {r.rank for r in results} == set(range(tasks))
+
+@pytest.mark.multinode
+def test_two_nodes():
+    pass
+
+@pytest.mark.gpu(2)
+def test_two_gpus():
+    pass
+"""
+
+
+def test_help_shows_the_option_group(gpc):
+    result = gpc.runpytest("--help")
+    result.stdout.fnmatch_lines(
+        ["*GPU cluster acceptance*", "*--cluster=NAME*", "*--thresholds=PATH*", "*--results=PATH*"]
+    )
+
+
+def test_markers_are_registered(gpc):
+    result = gpc.runpytest("--markers")
+    assert "@pytest.mark.multinode: needs at least 2 nodes" in result.stdout.str()
+    assert "@pytest.mark.gpu(count=1, gres_only=False): needs `count` GPUs per node" in result.stdout.str()
+    gpc.makepyfile("import pytest\n@pytest.mark.multinode\n@pytest.mark.gpu\ndef test_x():\n    pass\n")
+    assert gpc.runpytest("--strict-markers", "--collect-only").ret == 0
+
+
+def test_unmet_needs_are_skipped_with_the_reason(gpc):
+    gpc.makepyfile(PLACEMENT)
+    result = gpc.runpytest("-rs", "--cluster=local")
+    result.assert_outcomes(passed=2, skipped=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*profile 'local' has 1 node; this test needs 2*",
+            "*profile 'local' has 0 GPUs per node (NVML found none on this machine); this test needs 2*",
+        ]
+    )
+
+
+def test_unknown_cluster_is_a_usage_error_listing_profiles(gpc):
+    gpc.makepyfile("def test_x():\n    pass\n")
+    result = gpc.runpytest("--cluster=nebuis")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert (
+        f"ERROR: --cluster=nebuis: no profile [profiles.nebuis] in {gpc.path / 'thresholds.toml'}; profiles are: "
+        "ci, local, nebius, nebius-h200, testbox. Perhaps you meant 'nebius'?"
+    ) in result.stderr.str()
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_bad_thresholds_key_is_a_usage_error_naming_file_and_key(gpc):
+    text = (gpc.path / "thresholds.toml").read_text().replace('job_timeout_min = 15', 'job_timout_min = 15', 1)
+    (gpc.path / "bad.toml").write_text(text)
+    gpc.makepyfile("def test_x():\n    pass\n")
+    result = gpc.runpytest("--thresholds=bad.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*bad.toml: profiles.local.job_timout_min: unknown key. Perhaps you meant 'job_timeout_min'?"]
+    )
+
+
+def test_missing_thresholds_file_names_the_path_tried(gpc):
+    gpc.makepyfile("def test_x():\n    pass\n")
+    result = gpc.runpytest("--thresholds=nowhere.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*nowhere.toml: no such file (from --thresholds).*"])
+
+
+def test_results_json_under_xdist_is_written_by_the_controller(gpc):
+    gpc.makepyfile(PLACEMENT)
+    result = gpc.runpytest_subprocess("-n", "2", "--results=out.json")
+    result.assert_outcomes(passed=2, skipped=2)
+    doc = json.loads((gpc.path / "out.json").read_text())
+    assert doc["schema_version"] == 1 and doc["status"] == "complete" and doc["profile"] == "local"
+    outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in doc["tests"]}
+    assert outcomes == {
+        "test_placement[1]": "passed",
+        "test_placement[2]": "passed",
+        "test_two_nodes": "skipped",
+        "test_two_gpus": "skipped",
+    }
+    placed = next(t for t in doc["tests"] if t["nodeid"].endswith("test_placement[2]"))
+    assert len(placed["job_ids"]) == 1 and placed["duration_s"] > 0
+
+
+def test_interrupted_run_keeps_what_was_measured(gpc):
+    gpc.makepyfile(
+        """
+        from pytest_gpucluster.verdict import Measurement
+
+        def test_first(judge):
+            judge(Measurement("gpu.temperature", 40.0, "C", where="n1:gpu0"))
+
+        def test_second():
+            raise KeyboardInterrupt
+        """
+    )
+    result = gpc.runpytest_subprocess("--results=out.json")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    doc = json.loads((gpc.path / "out.json").read_text())
+    assert doc["status"] == "interrupted"
+    first = doc["tests"][0]
+    assert first["outcome"] == "passed"
+    assert first["measurements"][0]["value"] == 40.0 and first["measurements"][0]["status"] == "pass"
+
+
+def test_failed_judgement_names_value_bound_and_place(gpc):
+    gpc.makepyfile(
+        """
+        from pytest_gpucluster.verdict import Measurement
+
+        def test_hot(judge):
+            judge.all([Measurement("gpu.temperature", t, "C", where=f"n1:gpu{i}") for i, t in enumerate([40, 91, 95])])
+        """
+    )
+    result = gpc.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*n1:gpu1: gpu.temperature = 91 C is above the fail line 85 C*",
+            "*n1:gpu2: gpu.temperature = 95 C is above the fail line 85 C*",
+        ]
+    )
