@@ -84,13 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _status(state_dir: Path) -> int:
     running = TestCluster.from_running(state_dir)
     if running is None:
-        # Report what is there, if anything, to help with a broken cluster.
         probe = TestCluster(state_dir=state_dir, install=False)
-        states = probe.node_states()
-        for s in states:
-            flag = "" if s.responding else " (not responding)"
-            print(f"{s.name} {s.state}{flag}")
-        print("test cluster is not healthy" if states else "test cluster is not running")
+        for s in probe.node_states():
+            print(f"{s.name} {s.state}{'' if s.responding else ' (not responding)'}")
+        for problem in probe.problems():
+            print(f"problem: {problem}")
+        print("test cluster is not healthy")
         return 1
     for s in running.node_states():
         print(f"{s.name} {s.state}")

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import config, daemons, netns, packages
 from .config import ClusterSpec, GpuMode, Paths
-from .proc import ClusterError, alive_from_pid_file, pid_matches, run, terminate, wait_for
+from .proc import ClusterError, alive_from_pid_file, exclusive, pid_matches, run, terminate, wait_for
 
 HEALTHY_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
 
@@ -171,7 +171,18 @@ class TestCluster:
         return self._healthy(record)
 
     def up(self) -> ClusterInfo:
+        """Start the cluster, or reuse it when it already runs healthy with these parameters."""
         _require_root()
+        with exclusive():
+            return self._up()
+
+    def down(self, keep_logs: bool | None = None) -> None:
+        """Stop everything ``up`` started and undo its changes; safe to repeat."""
+        _require_root()
+        with exclusive():
+            self._down(keep_logs)
+
+    def _up(self) -> ClusterInfo:
         t0 = time.monotonic()
         self._ensure_software()
         spec = self._spec()
@@ -181,21 +192,20 @@ class TestCluster:
                 self._say(f"cluster already up ({time.monotonic() - t0:.1f}s)")
                 return self.info()
             self._say("cluster is half-up or differs from the request: restarting")
-            self.down(keep_logs=True)
+            self._down(keep_logs=True)
         elif netns.leftover_veths() or Path("/sys/class/net", config.BRIDGE).exists():
             self._say("leftovers of an earlier cluster found: cleaning up")
-            self.down(keep_logs=True)
+            self._down(keep_logs=True)
         try:
             self._bring_up(spec)
         except BaseException:
             self._say(f"bring-up failed; logs in {self.paths.log}; cleaning up")
-            self.down(keep_logs=True)
+            self._down(keep_logs=True)
             raise
         self._say(f"up in {time.monotonic() - t0:.1f}s")
         return self.info()
 
-    def down(self, keep_logs: bool | None = None) -> None:
-        _require_root()
+    def _down(self, keep_logs: bool | None) -> None:
         keep = self.keep_logs if keep_logs is None else keep_logs
         paths = self.paths
         record = _read_record(paths) or {}
@@ -290,6 +300,9 @@ class TestCluster:
         )
 
     def _healthy(self, record: dict[str, Any]) -> bool:
+        return not self._problems(record)
+
+    def _problems(self, record: dict[str, Any]) -> list[str]:
         paths = self.paths
         nodes = list(record.get("nodes", []))
         checks = [
@@ -299,10 +312,25 @@ class TestCluster:
         ]
         if record["spec"]["accounting"]:
             checks += [(paths.mysql_pid, "mariadbd"), (paths.slurmdbd_pid, "slurmdbd")]
-        if any(alive_from_pid_file(f, name) is None for f, name in checks):
-            return False
-        states = self.node_states()
-        return [s.name for s in states] == nodes and all(s.healthy for s in states)
+        problems = [f"{f.name}: {name} not running" for f, name in checks if alive_from_pid_file(f, name) is None]
+        if alive_from_pid_file(paths.slurmctld_pid, "slurmctld") is None:
+            return problems
+        states = {s.name: s for s in self.node_states()}
+        for node in nodes:
+            st = states.get(node)
+            if st is None:
+                problems.append(f"{node}: unknown to slurmctld")
+            elif not st.healthy:
+                problems.append(f"{node}: {st.state}{'' if st.responding else ', not responding'}")
+        return problems
+
+    def problems(self) -> list[str]:
+        """What keeps the cluster from being healthy; empty when ``is_up()``."""
+        record = _read_record(self.paths)
+        if record is None:
+            return ["not running (no cluster record)"]
+        problems = [] if record.get("complete") else ["bring-up did not complete"]
+        return problems + self._problems(record)
 
     def _cancel_all_jobs(self) -> None:
         env = self.env()

@@ -28,10 +28,8 @@ def ensure_bridge() -> None:
     br = config.BRIDGE
     if not _link_exists(br):
         run(["ip", "link", "add", br, "type", "bridge"])
-    addr = f"{config.CONTROLLER_ADDR}/{config.SUBNET.prefixlen}"
-    shown = run(["ip", "-o", "-4", "addr", "show", "dev", br]).stdout
-    if addr not in shown:
-        run(["ip", "addr", "add", addr, "dev", br])
+    # `replace` is idempotent where `add` fails on an existing address.
+    run(["ip", "addr", "replace", f"{config.CONTROLLER_ADDR}/{config.SUBNET.prefixlen}", "dev", br])
     run(["ip", "link", "set", br, "up"])
 
 

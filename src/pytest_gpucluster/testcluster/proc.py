@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 
@@ -127,3 +129,27 @@ def wait_for(what: str, predicate: Callable[[], bool], timeout: float, interval:
         if time.monotonic() >= deadline:
             raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+# Outside the state dir, which `down` deletes.
+LOCK_FILE = Path("/run/lock/gpucluster-testcluster.lock")
+
+
+@contextlib.contextmanager
+def exclusive(timeout: float = 600.0) -> Iterator[None]:
+    """Serialize up/down across processes (parallel CI jobs, pytest-xdist workers)."""
+    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"another up/down holds {LOCK_FILE} for over {timeout:.0f}s") from None
+                time.sleep(0.2)
+        yield
+    finally:
+        os.close(fd)
