@@ -231,6 +231,8 @@ class TestCluster:
             netns.delete_node(node)
         netns.delete_bridge()
         netns.remove_hosts(paths.hosts_file)
+        # Slurm's per-node cgroups first: they may sit inside one we created.
+        daemons.remove_cgroup_dirs(daemons.slurm_cgroup_dirs(node_list))
         daemons.remove_cgroup_dirs(record.get("cgroup_created", []))
         for created in record.get("created_dirs", []):
             shutil.rmtree(created, ignore_errors=True)

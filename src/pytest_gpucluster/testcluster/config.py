@@ -168,8 +168,13 @@ class Paths:
         return self.mysql_run / "mysqld.pid"
 
     @property
+    def mysql_log_dir(self) -> Path:
+        # Under log/ so that `down --keep-logs` keeps it; owned by mysql.
+        return self.log / "mariadb"
+
+    @property
     def mysql_log(self) -> Path:
-        return self.mysql_run / "mysqld.err"
+        return self.mysql_log_dir / "mysqld.err"
 
     @property
     def slurmdbd_pid(self) -> Path:

@@ -136,7 +136,7 @@ def _mysql_account() -> tuple[str, int, int]:
 
 def start_mariadb(paths: Paths, storage_password: str) -> None:
     user, uid, gid = _mysql_account()
-    for d in (paths.mysql_dir, paths.mysql_data, paths.mysql_run):
+    for d in (paths.mysql_dir, paths.mysql_data, paths.mysql_run, paths.mysql_log_dir):
         d.mkdir(mode=0o750, parents=True, exist_ok=True)
         # mariadbd exits without a word if it cannot write here.
         os.chown(d, uid, gid)
@@ -287,6 +287,22 @@ def prepare_cgroup_v2() -> list[str]:
                 except OSError as exc:
                     raise ClusterError(f"cannot enable {ctl} in {d}: {exc}") from exc
     return created
+
+
+def slurm_cgroup_dirs(nodes: Sequence[str]) -> list[str]:
+    """Cgroup directories slurmd makes for our nodes (it never removes them).
+
+    A multiple-slurmd build names them after the node, so a system Slurm's
+    own directories are never among them.
+    """
+    found: list[str] = []
+    for node in nodes:
+        config.validate_node_name(node)
+        found += [str(p) for p in CGROUP_ROOT.glob(f"*/slurm_{node}")]
+        v2_scope = CGROUP_ROOT / "system.slice" / f"{node}_slurmstepd.scope"
+        if v2_scope.exists():
+            found.append(str(v2_scope))
+    return found
 
 
 def remove_cgroup_dirs(created: Sequence[str]) -> None:
