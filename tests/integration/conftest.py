@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,3 +36,39 @@ def slurm_cluster() -> Iterator[ClusterInfo]:
         yield info
     finally:
         cluster.down()
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class AcceptanceRun:
+    """One run of the acceptance suite as an operator would start it, and what it wrote."""
+
+    returncode: int
+    output: str
+    results: dict[str, Any]
+
+    def outcome(self, name_part: str) -> str:
+        """The outcome of the single test whose id contains ``name_part``."""
+        found = [t for t in self.results["tests"] if name_part in t["nodeid"]]
+        assert len(found) == 1, f"{name_part!r} matches {[t['nodeid'] for t in found]}"
+        return str(found[0]["outcome"])
+
+
+@pytest.fixture
+def run_acceptance(slurm_cluster: ClusterInfo, tmp_path: Path) -> Callable[..., AcceptanceRun]:
+    """``run_acceptance("tests/acceptance/test_x.py", "--cluster=ci", ...)``: a real pytest process
+    against the real Slurm test cluster, bounded in time, with its results file parsed."""
+
+    def run(*args: str, timeout_s: float = 600) -> AcceptanceRun:
+        results = tmp_path / f"results-{len(list(tmp_path.glob('results-*')))}.json"
+        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--results={results}", *args]
+        if not any(a.startswith("--cluster") for a in args):
+            argv.append("--cluster=ci")
+        env = {**os.environ, "SLURM_CONF": slurm_cluster.slurm_conf}
+        proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+        document = json.loads(results.read_text()) if results.exists() else {"tests": []}
+        return AcceptanceRun(proc.returncode, proc.stdout + proc.stderr, document)
+
+    return run
