@@ -27,10 +27,12 @@ def slurm_cluster() -> Iterator[ClusterInfo]:
     if os.geteuid() != 0:
         pytest.skip("the Slurm test cluster needs root")
     running = TestCluster.from_running()
-    if running is not None and running.nodes >= 2 and running.gpus_per_node >= 4:
+    if running is not None and running.nodes >= 4 and running.gpus_per_node >= 4:
         yield running.info()
         return
-    cluster = TestCluster()
+    # Four nodes: the ci profile tests node1 and node2; fault-injection tests drain or kill node3
+    # and node4, so the other checks are not disturbed.
+    cluster = TestCluster(nodes=4)
     info = cluster.up()
     try:
         yield info
