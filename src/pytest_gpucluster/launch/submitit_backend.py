@@ -83,6 +83,7 @@ class SubmititJob(Generic[R]):
         self.spec = spec
         self._launcher = launcher
         self._done = False
+        self._queue_state = ""
         self.submitted_at = time.monotonic()
 
     @property
@@ -103,13 +104,26 @@ class SubmititJob(Generic[R]):
         if self._launcher.executor == "local":
             return str(self._job.state).upper()
         mode = "force" if force else "cache"
-        return str(self._job.watcher.get_state(self.job_id, mode=mode)).upper()
+        state = str(self._job.watcher.get_state(self.job_id, mode=mode)).upper()
+        if state == "UNKNOWN" and force:
+            # No accounting (sacct fails) or not recorded yet: ask the queue instead. A job the
+            # queue no longer knows has ended, so the wait cannot outlive it.
+            try:
+                queued = slurm.queue_state(self.job_id)
+            except Exception:
+                return state
+            self._queue_state = queued or "GONE"
+        if state == "UNKNOWN" and self._queue_state:
+            return self._queue_state
+        return state
 
     def _finished(self, state: str) -> bool:
         if all(t.paths.result_pickle.exists() for t in self._tasks()):
             return True
         if self._launcher.executor == "local":
             return state != "RUNNING"
+        if state == "GONE":
+            return True
         return bool(self._job.watcher.is_done(self.job_id, mode="cache"))
 
     def cancel(self) -> None:
