@@ -254,6 +254,8 @@ class Profile:
     device_cgroups: bool = True
     min_driver: str | None = None
     min_cuda: str | None = None
+    expect_kernel: str | None = None  # every node must run exactly this kernel (uname -r)
+    expect_memory_gib: float | None = None  # host RAM per node; judged by inventory.memory_spread
     dcgm_level: int = 1
     job_timeout_min: int = 30
     queue_timeout_s: int = 300

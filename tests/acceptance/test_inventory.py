@@ -1,0 +1,68 @@
+"""Node inventory and homogeneity (seed 000: environment discovery, "workers are identical").
+
+One job inventories every node; each per-node test judges that node against the others (majority
+vs minority), against the profile, and against the CPU/RAM sizing per GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpucluster.verdict import Measurement
+from pytest_gpucluster.workloads import homogeneity
+from pytest_gpucluster.workloads.inventory import node_inventory
+
+
+@pytest.fixture
+def inventory(gpucluster, record):
+    """node → summary facts, from one job for the whole run; the full inventory is recorded."""
+
+    def produce():
+        spec = gpucluster.spec("inventory", all_nodes=True)
+        results = gpucluster.run(node_inventory, spec, shared_fs=gpucluster.profile.shared_fs)
+        return {r.value.node: r.value for r in results if r.value is not None}
+
+    found = gpucluster.once("inventory", produce)
+    record("inventory", nodes={n: inv.to_json() for n, inv in found.items()})
+    return {n: inv.summary for n, inv in found.items()}
+
+
+def _of(inventory, node):
+    if node not in inventory:
+        pytest.fail(f"no inventory came back from {node} (nodes that answered: {', '.join(inventory)})", pytrace=False)
+    return inventory[node]
+
+
+@pytest.mark.quick
+@pytest.mark.multinode
+def test_node_matches_the_others(inventory, judge, node):
+    _of(inventory, node)
+    found = homogeneity.mismatches(inventory)
+    judge.problems(homogeneity.sentences_for(found, node), f"{node} differs from the other nodes")
+
+
+@pytest.mark.quick
+def test_node_matches_the_profile(inventory, profile, judge, node):
+    problems = homogeneity.profile_problems(
+        node, _of(inventory, node), gpu_model=profile.gpu_model, gpus_per_node=profile.gpus_per_node,
+        gpus_are_real=profile.gpus_are_real, min_driver=profile.min_driver, min_cuda=profile.min_cuda,
+        expect_kernel=profile.expect_kernel,
+    )  # fmt: skip
+    judge.problems(problems, f"{node} is not what profile {profile.name!r} describes")
+
+
+def test_node_memory(inventory, profile, judge, node):
+    deviation = homogeneity.memory_deviation(inventory, profile.expect_memory_gib).get(node)
+    if deviation is None:
+        pytest.fail(f"{node}: RAM could not be read ({_of(inventory, node).get('memory_gib')})", pytrace=False)
+    judge(Measurement("inventory.memory_spread", deviation.percent, "%", where=node, detail=deviation.detail))
+
+
+def test_cpus_and_memory_per_gpu(inventory, judge, node):
+    sizing = homogeneity.per_gpu_sizing(_of(inventory, node))
+    if sizing is None:
+        pytest.skip(f"{node} has no GPU visible to NVML: CPUs and RAM per GPU do not apply")
+    judge.all([
+        Measurement("inventory.cpus_per_gpu", sizing.cpus_per_gpu, "count", where=node),
+        Measurement("inventory.memory_per_gpu", sizing.memory_gib_per_gpu, "GiB", where=node),
+    ])  # fmt: skip
