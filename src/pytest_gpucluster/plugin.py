@@ -14,7 +14,7 @@ from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.profile import load
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
 
-pytest_plugins = ["pytest_gpucluster.fixtures"]
+pytest_plugins = ["pytest_gpucluster.fixtures", "pytest_gpucluster.report.hooks"]
 
 MARKERS = {
     "multinode": "needs at least 2 nodes; skipped with the reason on smaller profiles",

@@ -1,14 +1,11 @@
 """The machine-readable results file: one JSON document, rewritten atomically after every test so
 an interrupted run keeps everything it measured.
 
-Schema (``schema_version`` 1)::
+The schema is documented in ``docs/results-schema.md`` (``schema_version`` 1). Fields are only
+ever added within a version; renaming or removing one bumps the version.
 
-    {"schema_version": 1, "status": "running" | "complete" | "interrupted",
-     "profile": str, "started": iso8601, "finished": iso8601 | null,
-     "environment": {name: value}, "thresholds_file": str, "thresholds_sha256": str,
-     "nodes": [str], "inventory": {node: {...}},
-     "tests": [{"nodeid", "outcome", "duration_s", "job_ids", "measurements": [...],
-                "series": [...], "message", "verdict"}]}
+This module is pure: it folds pytest reports into records by duck typing (``nodeid``, ``when``,
+``outcome``, ``duration``, ``user_properties``, ``longrepr``) and never imports pytest.
 """
 
 from __future__ import annotations
@@ -16,12 +13,18 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
+PROPERTY = "gpucluster"  # key of every user_properties entry the plugin adds
+LOG_TAIL_LINES = 30
+LOG_TAIL_CHARS = 4000
+LOG_FILES_PER_JOB = 4
 
 
 def now_iso() -> str:
@@ -37,10 +40,70 @@ def atomic_write_json(path: Path, document: Any) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump(document, out, indent=1, sort_keys=False, default=str)
             out.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a results file is for sharing
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def entries_of(user_properties: Iterable[Any]) -> list[dict[str, Any]]:
+    """The plugin's data entries among a report's ``user_properties``."""
+    out = []
+    for prop in user_properties:
+        if len(prop) == 2 and prop[0] == PROPERTY and isinstance(prop[1], dict):
+            out.append(prop[1])
+    return out
+
+
+def split_nodeid(nodeid: str) -> tuple[str, str, str]:
+    """``tests/acceptance/test_nccl.py::test_x[node1]`` → (area ``nccl``, ``test_x``, ``node1``)."""
+    path, _, rest = nodeid.partition("::")
+    stem = Path(path).stem
+    area = stem[5:] if stem.startswith("test_") else stem
+    func = rest.split("::")[-1] if rest else stem
+    match = re.match(r"^([^\[]*)(?:\[(.*)\])?$", func, re.DOTALL)
+    name, params = (match.group(1), match.group(2) or "") if match else (func, "")
+    return area or "tests", name, params
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = text.rstrip().splitlines()[-LOG_TAIL_LINES:]
+    return "\n".join(lines)[-LOG_TAIL_CHARS:]
+
+
+def job_log_tails(folder: str | Path, job_id: str) -> list[dict[str, str]]:
+    """The end of a submitit job's logs (``<folder>/<job_id>_<task>_log.err`` and ``.out``):
+    every task's non-empty stderr first, else task 0's stdout; at most a few files."""
+    base = Path(folder)
+    found: list[dict[str, str]] = []
+
+    def task_of(p: Path) -> int:
+        middle = p.name[len(job_id) + 1 :].split("_", 1)[0]
+        return int(middle) if middle.isdigit() else 0
+
+    for suffix in ("err", "out"):
+        paths = sorted(base.glob(f"{glob_escape(job_id)}_*_log.{suffix}"), key=task_of)
+        for path in paths:
+            tail = _tail(path)
+            if tail and len(found) < LOG_FILES_PER_JOB:
+                found.append({"kind": "log", "job_id": job_id, "path": str(path), "tail": tail})
+        if found:
+            break
+    return found
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob metacharacters bracketed, for a literal match."""
+    return re.sub(r"([\[\]*?])", r"[\1]", text)
 
 
 @dataclass
@@ -52,32 +115,62 @@ class TestRecord:
     duration_s: float = 0.0
     message: str = ""
     job_ids: list[str] = field(default_factory=list)
+    jobs: list[dict[str, Any]] = field(default_factory=list)
     measurements: list[dict[str, Any]] = field(default_factory=list)
     series: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    logs: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
-        """pass / warn / fail / skip / xfail / error, warn when any judged measurement warned."""
+        """pass / warn / fail / skip / xfail / xpass / error, warn when a judged measurement warned."""
         if self.outcome == "passed":
             return "warn" if any(m.get("status") == "warn" for m in self.measurements) else "pass"
-        return {"failed": "fail", "skipped": "skip", "xfailed": "xfail", "error": "error"}.get(
+        return {"failed": "fail", "skipped": "skip", "xfailed": "xfail", "xpassed": "xpass", "error": "error"}.get(
             self.outcome, self.outcome
         )
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict in schema order."""
+        area, name, params = split_nodeid(self.nodeid)
         return {
             "nodeid": self.nodeid,
+            "area": area,
+            "name": name,
+            "params": params,
             "outcome": self.outcome,
             "verdict": self.verdict,
             "duration_s": round(self.duration_s, 3),
             "job_ids": self.job_ids,
+            "jobs": self.jobs,
             "message": self.message,
             "measurements": self.measurements,
             "series": self.series,
+            "problems": self.problems,
+            "logs": self.logs,
             **self.extra,
         }
+
+
+def _outcome(report: Any) -> str:
+    outcome = str(report.outcome)
+    if hasattr(report, "wasxfail"):
+        return "xfailed" if report.skipped else "xpassed"
+    if report.when != "call" and report.failed:
+        return "error"
+    return outcome
+
+
+def _message(report: Any) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2])
+    if hasattr(report, "wasxfail") and report.skipped:
+        return str(report.wasxfail)
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        return str(getattr(crash, "message", "") or report.longreprtext)[-4000:]
+    return ""
 
 
 @dataclass
@@ -94,12 +187,49 @@ class ResultsDocument:
     finished: str | None = None
     status: str = "running"
     tests: dict[str, TestRecord] = field(default_factory=dict)
+    cluster: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def record(self, nodeid: str) -> TestRecord:
         """The record for ``nodeid``, created on first use."""
         if nodeid not in self.tests:
             self.tests[nodeid] = TestRecord(nodeid)
         return self.tests[nodeid]
+
+    def fold(self, report: Any) -> TestRecord:
+        """Fold one phase's report (setup, call or teardown) into its test's record.
+
+        ``user_properties`` grow over a test's phases, so the data lists are replaced by the
+        latest phase's; log tails are attached to the failing phase only and accumulate.
+        """
+        rec = self.record(report.nodeid)
+        rec.duration_s += float(report.duration or 0.0)
+        entries = entries_of(report.user_properties)
+        if entries:
+            by_kind: dict[str, list[dict[str, Any]]] = {}
+            for e in entries:
+                by_kind.setdefault(str(e.get("kind")), []).append(e)
+            rec.measurements = by_kind.get("measurement", [])
+            rec.series = by_kind.get("series", [])
+            rec.problems = [str(e.get("text", "")) for e in by_kind.get("problem", [])]
+            jobs = {str(e["job_id"]): e for e in by_kind.get("job", []) if "job_id" in e}
+            rec.jobs = [{k: v for k, v in e.items() if k != "kind"} for e in jobs.values()]
+            rec.job_ids = list(jobs)
+            known = {log["path"] for log in rec.logs}
+            new_logs = [e for e in by_kind.get("log", []) if e.get("path") not in known]
+            rec.logs += [{k: v for k, v in e.items() if k != "kind"} for e in new_logs]
+            for e in by_kind.get("environment", []):
+                self.environment.update(e.get("facts", {}))
+            for e in by_kind.get("inventory", []):
+                self.inventory.update(e.get("nodes", {}))
+        if report.when == "call" or report.outcome != "passed":
+            # A teardown error after a failed call keeps "failed": the call is what was judged.
+            if not (report.when == "teardown" and rec.outcome == "failed"):
+                rec.outcome = _outcome(report)
+            message = _message(report)
+            if message and not (report.when == "teardown" and rec.message):
+                rec.message = message
+        return rec
 
     def to_json(self) -> dict[str, Any]:
         """The document as written to disk."""
@@ -109,12 +239,14 @@ class ResultsDocument:
             "profile": self.profile,
             "started": self.started,
             "finished": self.finished,
+            "cluster": self.cluster,
             "environment": self.environment,
             "thresholds_file": self.thresholds_file,
             "thresholds_sha256": self.thresholds_sha256,
             "nodes": self.nodes,
             "inventory": self.inventory,
             "tests": [t.to_json() for t in self.tests.values()],
+            **self.extra,
         }
 
     def write(self, path: Path) -> None:
@@ -123,6 +255,17 @@ class ResultsDocument:
 
 
 def load_results(path: Path) -> dict[str, Any]:
-    """Read a results file written by this plugin (for --baseline and the report)."""
-    document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    """Read a results file written by this plugin (for --baseline and the report); a file of
+    another schema version, or not a results file at all, raises ValueError saying so."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not a JSON results file ({exc}).") from None
+    if not isinstance(document, dict) or "tests" not in document:
+        raise ValueError(f"{path}: not a pytest-gpucluster results file (no 'tests' list).")
+    version = document.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: results schema_version {version!r}; this plugin reads version {SCHEMA_VERSION}."
+        )
     return document

@@ -18,6 +18,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from pytest_gpucluster.results import ResultsDocument, now_iso
 
 R = TypeVar("R")
 PROPERTY = "gpucluster"  # key of every user_properties entry this plugin adds
+_QUIET_WAIT_S = 20.0  # a job that started within this many seconds of queueing gets no second line
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class GpuClusterSession:
         self._cache_lock = threading.Lock()
         self.current_item: pytest.Item | None = None
         self.status_lines: list[str] = []
+        self._pending_since: dict[str, float] = {}
         self.terminal: Any = None
         self.results: ResultsDocument | None = None
         if settings.is_controller:
@@ -272,10 +275,25 @@ class GpuClusterSession:
             self.current_item.user_properties.append((PROPERTY, entry))
 
     def _on_status(self, job_id: str, state: str, reason: str) -> None:
-        line = f"job {job_id} {state}" + (f" ({reason})" if reason else "")
+        line = f"job {job_id} {state}" + (f" ({reason})" if reason and reason != "None" else "")
         self.status_lines.append(line)
-        # Only what an operator waits on or must know: a queue wait and its reason, a cancel.
-        if self.terminal is not None and (state == "PENDING" or state.startswith(("CANCEL", "TIMEOUT", "NODE_FAIL"))):
+        # Only what an operator waits on or must know: a queue wait, its reason and the test that
+        # waits; the start of a job that queued for a while; a cancel or failure.
+        now = time.monotonic()
+        if state == "PENDING":
+            self._pending_since.setdefault(job_id, now)
+            if self.current_item is not None:
+                line += f" for {self.current_item.name}"
+        elif state.startswith(("CANCEL", "TIMEOUT", "NODE_FAIL", "FAILED", "OUT_OF_ME")):
+            self._pending_since.pop(job_id, None)
+        elif job_id in self._pending_since:
+            waited = now - self._pending_since.pop(job_id)
+            if waited < _QUIET_WAIT_S:
+                return
+            line = f"job {job_id} {state} after {waited:.0f} s in the queue"
+        else:
+            return
+        if self.terminal is not None:
             self.terminal.write_line(f"[gpucluster] {line}")
 
     # ------------------------------------------------------------------ needs
@@ -343,37 +361,8 @@ class GpuClusterSession:
         finally:
             self.current_item = None
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Controller only: fold each phase's report into the results file and rewrite it."""
-        if self.results is None:
-            return
-        rec = self.results.record(report.nodeid)
-        rec.duration_s += report.duration
-        entries = [v for k, v in report.user_properties if k == PROPERTY and isinstance(v, dict)]
-        if entries:
-            rec.measurements = [e for e in entries if e.get("kind") == "measurement"]
-            rec.series = [e for e in entries if e.get("kind") == "series"]
-            rec.job_ids = list(dict.fromkeys(str(e["job_id"]) for e in entries if e.get("kind") == "job"))
-            for e in entries:
-                if e.get("kind") == "environment":
-                    self.results.environment.update(e.get("facts", {}))
-                elif e.get("kind") == "inventory":
-                    self.results.inventory.update(e.get("nodes", {}))
-        if report.when == "call" or report.outcome != "passed":
-            outcome: str = report.outcome
-            if hasattr(report, "wasxfail"):
-                outcome = "xfailed" if report.skipped else "xpassed"
-            elif report.when != "call" and report.failed:
-                outcome = "error"
-            if not (report.when == "teardown" and rec.outcome == "failed"):
-                rec.outcome = outcome
-            if report.skipped and isinstance(report.longrepr, tuple):
-                rec.message = str(report.longrepr[2])
-            elif report.failed:
-                crash = getattr(report.longrepr, "reprcrash", None)
-                rec.message = str(getattr(crash, "message", "") or report.longreprtext)[-4000:]
-        if report.when == "teardown" and self.settings.results_path is not None:
-            self.results.write(self.settings.results_path)
+    # Each test's reports are folded into self.results by report/hooks.py (ResultsHooks), which
+    # also turns the data entries into readable JUnit properties.
 
     def pytest_keyboard_interrupt(self) -> None:
         """Ctrl-C or SIGTERM: cancel every job, keep what was measured."""

@@ -1,0 +1,34 @@
+"""``python -m pytest_gpucluster.report RESULTS.json [-o REPORT.html]``: the acceptance report
+from a results file alone (a CI artifact, a run from another machine), without pytest-html."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pytest_gpucluster.report.html import render_page
+from pytest_gpucluster.report.model import acceptance
+from pytest_gpucluster.results import load_results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Render the page; exit 0 for ACCEPTED, 1 for REJECTED, 2 for INCOMPLETE, 3 for a bad file."""
+    parser = argparse.ArgumentParser(prog="python -m pytest_gpucluster.report", description=__doc__)
+    parser.add_argument("results", type=Path, help="a --results file of pytest-gpucluster")
+    parser.add_argument("-o", "--output", type=Path, default=None, help="HTML file (default: RESULTS with .html)")
+    args = parser.parse_args(argv)
+    try:
+        doc = load_results(args.results)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    out = args.output or args.results.with_suffix(".html")
+    out.write_text(render_page(doc), encoding="utf-8")
+    verdict = acceptance(doc).verdict
+    print(f"{verdict}: {out}")
+    return {"ACCEPTED": 0, "REJECTED": 1}.get(verdict, 2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

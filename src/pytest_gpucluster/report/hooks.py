@@ -1,0 +1,236 @@
+"""pytest hooks of the results file, readable JUnit properties, job log tails, ``--baseline`` and
+``--calibrate``; registers the pytest-html integration when ``--html`` is given.
+
+Data path: tests attach ``("gpucluster", {...})`` entries to ``user_properties``. Where a test
+runs (an xdist worker or the only process), a failed phase gets the end of its jobs' logs
+appended. In the controlling process, each report is first folded into the results document
+(``tryfirst``), then its data entries are replaced by readable ``(name, text)`` pairs, so JUnit
+XML and every later reader see ``nccl.all_reduce.intra_node[node1] = 354.2 GB/s pass (...)``
+instead of a dict's repr. The report and the results file read the folded document, never the
+reports.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gpucluster.baseline import REGRESSION_METRIC, Comparison, compare
+from pytest_gpucluster.calibrate import Fractions, calibrate, set_name_for
+from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.report import model
+from pytest_gpucluster.results import PROPERTY, entries_of, job_log_tails, load_results, now_iso
+from pytest_gpucluster.session import GpuClusterSession
+
+BASELINE_NODEID = "baseline::test_no_regression_against_baseline"
+
+
+class BaselineWarning(UserWarning):
+    """The baseline was measured on a different environment; its comparison may mislead."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Where --calibrate puts the lines it writes."""
+    group = parser.getgroup("gpucluster", "GPU cluster acceptance")
+    group.addoption("--calibrate-fail", type=float, default=0.9, metavar="FRACTION",
+                    help="--calibrate: fail line as a fraction of the worst value measured (default 0.9)")  # fmt: skip
+    group.addoption("--calibrate-warn", type=float, default=0.95, metavar="FRACTION",
+                    help="--calibrate: warn line as a fraction of the worst value measured (default 0.95)")  # fmt: skip
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Build the results hooks on the run's session; add the HTML report when pytest-html writes one."""
+    from pytest_gpucluster.plugin import SESSION_KEY
+
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return
+    try:
+        hooks = ResultsHooks(session, config)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.pluginmanager.register(hooks, "gpucluster-results")
+    if session.results is not None and config.getoption("htmlpath", None) and config.pluginmanager.hasplugin("html"):
+        from pytest_gpucluster.report.pytest_html_hooks import HtmlReportHooks
+
+        config.pluginmanager.register(HtmlReportHooks(session, hooks), "gpucluster-html")
+
+
+class ResultsHooks:
+    """Results folding, JUnit properties, log tails, baseline and calibration for one run."""
+
+    def __init__(self, session: GpuClusterSession, config: pytest.Config) -> None:
+        self.session = session
+        self.config = config
+        self.comparison: Comparison | None = None
+        self.calibrated_path: Path | None = None
+        self.baseline_doc: dict[str, Any] | None = None
+        baseline = config.getoption("baseline", None)
+        self.baseline_path = Path(baseline).resolve() if baseline else None
+        calibrate_to = config.getoption("calibrate", None)
+        self.calibrate_path = Path(calibrate_to).resolve() if calibrate_to else None
+        self.fractions = Fractions(config.getoption("calibrate_fail"), config.getoption("calibrate_warn"))
+        results = session.results
+        if results is None:
+            return  # an xdist worker: only log tails are its business
+        results.cluster = {
+            "profile": session.profile.name,
+            "description": session.profile.description,
+            "executor": session.profile.executor,
+            "gpu_model": session.gpu_model,
+            "gpus_per_node": session.gpus_per_node,
+            "nodes_expected": session.profile.nodes,
+        }
+        if self.baseline_path is not None:
+            try:
+                self.baseline_doc = load_results(self.baseline_path)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"--baseline={baseline}: {exc}") from None
+            session.thresholds[REGRESSION_METRIC]  # a missing bound fails now, not after the run
+
+    # ------------------------------------------------------------------ where tests run
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """A failed phase carries the end of its jobs' logs (read here: the job folder of the
+        local executor is private to the process that ran the test)."""
+        report = yield
+        if report.failed:
+            for e in entries_of(item.user_properties):
+                if e.get("kind") == "job" and e.get("folder"):
+                    for tail in job_log_tails(e["folder"], str(e["job_id"])):
+                        report.user_properties.append((PROPERTY, tail))
+        return report
+
+    # ------------------------------------------------------------------ controller
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Fold the report into the results (rewritten after each test), then give JUnit XML
+        and later readers one readable property per measurement, job and problem."""
+        results = self.session.results
+        if results is None:
+            return
+        results.fold(report)
+        if report.when == "teardown" and self.session.settings.results_path is not None:
+            results.write(self.session.settings.results_path)
+        entries = entries_of(report.user_properties)
+        if entries:
+            kept = [p for p in report.user_properties if not (p[0] == PROPERTY and isinstance(p[1], dict))]
+            report.user_properties = [*kept, *model.junit_properties(entries)]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Iterator[None]:
+        """After the last test, judge regressions against the baseline as one more test, so a
+        regression fails the run, JUnit XML and the report like any failed check."""
+        result = yield
+        if self.baseline_doc is not None and self.session.results is not None and not session.shouldstop:
+            self._report_baseline()
+        return result  # type: ignore[return-value]
+
+    def _report_baseline(self) -> None:
+        assert self.session.results is not None and self.baseline_doc is not None
+        self.comparison = compare(
+            self.session.results.to_json(),
+            self.baseline_doc,
+            self.session.thresholds[REGRESSION_METRIC],
+            baseline_path=str(self.baseline_path),
+        )
+        self.session.results.extra["baseline"] = self.comparison.to_json()
+        props = [(PROPERTY, {"kind": "measurement", **v.to_json()}) for v in self.comparison.verdicts]
+        failed = self.comparison.failed
+        longrepr = None
+        if failed:
+            longrepr = f"{len(failed)} regression(s) against {self.baseline_path}:\n" + "\n".join(
+                c.verdict.sentence for c in failed
+            )
+        location = (str(self.baseline_path), None, BASELINE_NODEID.split("::")[-1])
+        hook = self.config.hook
+        hook.pytest_runtest_logstart(nodeid=BASELINE_NODEID, location=location)
+        for when in ("setup", "call", "teardown"):
+            outcome = "failed" if (when == "call" and failed) else "passed"
+            now = time.time()
+            report = pytest.TestReport(
+                BASELINE_NODEID, location, keywords={BASELINE_NODEID: 1}, outcome=outcome,  # type: ignore[arg-type]
+                longrepr=longrepr if outcome == "failed" else None, when=when, sections=[],
+                duration=0.0, start=now, stop=now, user_properties=list(props),
+            )  # fmt: skip
+            hook.pytest_runtest_logreport(report=report)
+        hook.pytest_runtest_logfinish(nodeid=BASELINE_NODEID, location=location)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Settle the run's status and verdict (before the report and the results file are
+        written), warn about an incomparable baseline and write the calibrated thresholds."""
+        results = self.session.results
+        if results is None:
+            return
+        if results.status == "running":
+            interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, 2) or bool(session.shouldstop)
+            results.status = "interrupted" if interrupted else "complete"
+        for record in results.tests.values():
+            if record.outcome == "unknown":  # started, never reported a result
+                record.outcome = "interrupted"
+                record.message = record.message or "the run was interrupted during this test"
+        results.finished = now_iso()
+        doc = results.to_json()
+        acc = model.acceptance(doc)
+        results.extra["acceptance"] = {"verdict": acc.verdict, "reasons": list(acc.reasons), "counts": dict(acc.counts)}
+        if self.comparison is not None and self.comparison.environment_differences:
+            warnings.warn(
+                BaselineWarning(
+                    f"--baseline={self.baseline_path} was measured on a different environment: "
+                    + "; ".join(self.comparison.environment_differences)
+                ),
+                stacklevel=1,
+            )
+        if self.calibrate_path is not None:
+            text = calibrate(
+                doc,
+                set_name=set_name_for(self.session.profile.name),
+                match=self.session.gpu_model,
+                extends=self.session.thresholds.name,
+                fractions=self.fractions,
+            )
+            self.calibrate_path.parent.mkdir(parents=True, exist_ok=True)
+            self.calibrate_path.write_text(text, encoding="utf-8")
+            self.calibrated_path = self.calibrate_path
+
+    def _speaks_for_a_cluster(self) -> bool:
+        # The verdict line is for acceptance runs: asked for a record, or a test used the cluster.
+        options = ("results", "baseline", "calibrate", "htmlpath")
+        if any(self.config.getoption(o, None) for o in options):
+            return True
+        assert self.session.results is not None
+        return any(t.jobs or t.measurements or t.problems for t in self.session.results.tests.values())
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """The acceptance verdict, regressions and the calibration file, at the end of the run."""
+        results = self.session.results
+        if results is None or "acceptance" not in results.extra or not self._speaks_for_a_cluster():
+            return
+        acc = results.extra["acceptance"]
+        counts = ", ".join(f"{n} {k}" for k, n in acc["counts"].items() if n)
+        colour = {"ACCEPTED": {"green": True}, "REJECTED": {"red": True}}.get(acc["verdict"], {"yellow": True})
+        terminalreporter.write_sep("=", f"gpucluster: {acc['verdict']} ({counts or 'no tests'})", bold=True, **colour)
+        if acc["verdict"] != "ACCEPTED":
+            for reason in acc["reasons"][:20]:
+                terminalreporter.write_line(f"  {reason}")
+        if self.comparison is not None:
+            c = self.comparison
+            terminalreporter.write_line(
+                f"baseline {self.baseline_path}: {len(c.changes)} compared, {len(c.failed)} regression(s) past "
+                f"the fail line, {len(c.warned)} past the warn line"
+            )
+            for change in (c.failed + c.warned)[:20]:
+                terminalreporter.write_line(f"  {change.verdict.status}: {change.verdict.sentence}")
+        if self.calibrated_path is not None:
+            terminalreporter.write_line(f"calibrated thresholds written to {self.calibrated_path}")

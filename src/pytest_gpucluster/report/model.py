@@ -1,0 +1,327 @@
+"""Results document → what the acceptance report shows: overall verdict, counts, node × check
+matrix, per-test summary cells and readable one-line properties. Pure: plain dicts in, frozen
+dataclasses out; no pytest, no HTML.
+
+The verdict rule (also in docs/report.md):
+
+* REJECTED   any test failed or errored (an unexpected pass of a strict xfail counts as a failure);
+* INCOMPLETE otherwise, when the run was interrupted, when no test passed, or when every test of an
+  acceptance area (one ``test_<area>.py`` module) was skipped;
+* ACCEPTED   otherwise; warnings are counted and listed, but do not reject.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pytest_gpucluster.results import PROPERTY
+
+Overall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE"]
+
+# Worst first wins when several results meet in one matrix cell.
+SEVERITY = {"fail": 6, "error": 6, "xpass": 5, "warn": 4, "xfail": 3, "pass": 2, "skip": 1, "none": 0}
+CLUSTER_ROW = "(cluster-wide)"
+
+
+def worst(statuses: Iterable[str]) -> str:
+    """The most severe of ``statuses`` ("none" when empty)."""
+    return max(statuses, key=lambda s: SEVERITY.get(s, 0), default="none")
+
+
+def _fmt(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return str(value)
+    v = float(value)
+    if 1000 <= abs(v) < 1e7:
+        return f"{v:.1f}"
+    return f"{v:.4g}"
+
+
+def describe_threshold(threshold: Mapping[str, Any], unit: str) -> str:
+    """``{"fail_below": 320, "warn_below": 340}`` → ``fail < 320 GB/s, warn < 340 GB/s``."""
+    parts = []
+    for key, sign in (("fail_below", "<"), ("warn_below", "<"), ("fail_above", ">"), ("warn_above", ">")):
+        if threshold.get(key) is not None:
+            parts.append(f"{key.split('_')[0]} {sign} {_fmt(threshold[key])} {unit}".rstrip())
+    if threshold.get("xfail"):
+        parts.append(f"expected to fail: {threshold['xfail']}")
+    return ", ".join(parts) or "no bound"
+
+
+def measurement_label(m: Mapping[str, Any]) -> str:
+    """``nccl.all_reduce.intra_node[node1]`` (plus `` detail`` when there is one)."""
+    label = str(m.get("metric", "?"))
+    if m.get("where"):
+        label += f"[{m['where']}]"
+    if m.get("detail"):
+        label += f" {m['detail']}"
+    return label
+
+
+def measurement_value(m: Mapping[str, Any]) -> str:
+    """``354.2 GB/s``."""
+    return f"{_fmt(m.get('value'))} {m.get('unit', '')}".rstrip()
+
+
+def junit_properties(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """Readable JUnit XML properties for a test's data entries: one per measurement
+    (``nccl.all_reduce.intra_node[node1]`` = ``354.2 GB/s pass (fail < 320 GB/s)``), job and
+    problem. Series, environment and inventory stay in the results file only."""
+    props: list[tuple[str, str]] = []
+    for e in entries:
+        kind = e.get("kind")
+        if kind == "measurement":
+            bounds = describe_threshold(e.get("threshold", {}), str(e.get("unit", "")))
+            props.append((measurement_label(e), f"{measurement_value(e)} {e.get('status', '?')} ({bounds})"))
+        elif kind == "job":
+            props.append((f"{PROPERTY}.job", f"{e.get('job_id')} {e.get('name', '')} {e.get('folder', '')}".strip()))
+        elif kind == "problem":
+            props.append((f"{PROPERTY}.problem", str(e.get("text", ""))))
+    return props
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """The run's overall verdict, the reasons for it and the counts behind it."""
+
+    verdict: Overall
+    reasons: tuple[str, ...]
+    counts: Mapping[str, int]
+
+
+COUNTED = ("pass", "warn", "fail", "error", "skip", "xfail", "xpass")
+
+
+def acceptance(doc: Mapping[str, Any]) -> Acceptance:
+    """Apply the verdict rule of this module's docstring to a results document."""
+    tests = list(doc.get("tests", []))
+    counts = dict.fromkeys(COUNTED, 0)
+    for t in tests:
+        counts[t.get("verdict", "error")] = counts.get(t.get("verdict", "error"), 0) + 1
+    bad = [t for t in tests if t.get("verdict") in ("fail", "error", "xpass")]
+    if bad:
+        reasons = [f"{t['nodeid']}: {first_line(t.get('message', '')) or t.get('verdict')}" for t in bad]
+        return Acceptance("REJECTED", tuple(reasons), counts)
+    reasons = []
+    status = doc.get("status")
+    if status != "complete":
+        reasons.append(f"the run did not finish (status: {status}); results cover only the tests that ran")
+    if not tests or counts["pass"] + counts["warn"] == 0:
+        reasons.append("no acceptance test passed")
+    by_area: dict[str, list[Mapping[str, Any]]] = {}
+    for t in tests:
+        by_area.setdefault(str(t.get("area", "tests")), []).append(t)
+    for area, members in by_area.items():
+        if members and all(t.get("verdict") == "skip" for t in members):
+            why = sorted({first_line(t.get("message", "")) for t in members})
+            reasons.append(f"area '{area}' was not run: {'; '.join(why)}")
+    if reasons:
+        return Acceptance("INCOMPLETE", tuple(reasons), counts)
+    warned = [f"{t['nodeid']}: warnings" for t in tests if t.get("verdict") == "warn"]
+    return Acceptance("ACCEPTED", tuple(warned), counts)
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line of ``text``, without pytest's ``Failed: `` / ``Skipped: `` prefix."""
+    for line in str(text).splitlines():
+        if line.strip():
+            return re.sub(r"^(Failed|Skipped|XFailed): ", "", line.strip())
+    return ""
+
+
+# --------------------------------------------------------------------------- per-test cells
+
+
+@dataclass(frozen=True)
+class TestCells:
+    """The results-table cells of one test: its worst measurement stands for it."""
+
+    measured: str
+    threshold: str
+    verdict: str
+    where: str
+    jobs: str
+    count: int
+
+
+def test_cells(test: Mapping[str, Any]) -> TestCells:
+    """Cells for one test record: the worst measurement (with the number of others), its bounds,
+    the test's verdict, where it was measured and the job ids."""
+    ms = list(test.get("measurements", []))
+    jobs = ", ".join(str(j) for j in test.get("job_ids", []))
+    verdict = str(test.get("verdict", "?"))
+    if not ms:
+        return TestCells("", "", verdict, _node_param(test), jobs, 0)
+
+    def badness(m: Mapping[str, Any]) -> tuple[int, float]:
+        # Among equally judged values, the one closest to (or furthest past) its fail line.
+        higher = any(k in m.get("threshold", {}) for k in ("fail_below", "warn_below"))
+        value = float(m.get("value") or 0.0)
+        return SEVERITY.get(str(m.get("status")), 0), -value if higher else value
+
+    m = max(ms, key=badness)
+    extra = f" (worst of {len(ms)})" if len(ms) > 1 else ""
+    return TestCells(
+        measured=measurement_value(m) + extra,
+        threshold=describe_threshold(m.get("threshold", {}), str(m.get("unit", ""))),
+        verdict=verdict,
+        where=str(m.get("where", "")) or _node_param(test),
+        jobs=jobs,
+        count=len(ms),
+    )
+
+
+def _node_param(test: Mapping[str, Any]) -> str:
+    return str(test.get("params", ""))
+
+
+# --------------------------------------------------------------------------- node × check matrix
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One matrix cell: the worst status met and the lines explaining it."""
+
+    status: str
+    lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Rows are nodes (plus a cluster-wide row), columns are (area, test function)."""
+
+    rows: tuple[str, ...]
+    columns: tuple[tuple[str, str], ...]
+    cells: Mapping[tuple[str, tuple[str, str]], Cell] = field(default_factory=dict)
+
+    def cell(self, row: str, column: tuple[str, str]) -> Cell:
+        """The cell, or an empty one where nothing ran."""
+        return self.cells.get((row, column), Cell("none"))
+
+
+def known_nodes(doc: Mapping[str, Any]) -> list[str]:
+    """Tested nodes, then nodes named by inventory and by ``node:...`` measurement places."""
+    nodes = list(dict.fromkeys(str(n) for n in doc.get("nodes", [])))
+    for n in doc.get("inventory", {}):
+        if n not in nodes:
+            nodes.append(str(n))
+    for t in doc.get("tests", []):
+        for m in t.get("measurements", []):
+            where = str(m.get("where", ""))
+            if ":" in where:
+                head = where.split(":", 1)[0]
+                if head and head not in nodes:
+                    nodes.append(head)
+    return nodes
+
+
+def nodes_in(text: str, nodes: Sequence[str]) -> list[str]:
+    """Known node names that ``text`` (a ``where``, a parameter id, a problem) names as a whole
+    word; ``node1`` does not match inside ``node10``."""
+    found = []
+    for n in nodes:
+        if re.search(rf"(?<![A-Za-z0-9_.\-]){re.escape(n)}(?![A-Za-z0-9_.\-])", text) or text.startswith(n + ":"):
+            found.append(n)
+    return found
+
+
+def matrix(doc: Mapping[str, Any]) -> Matrix:
+    """Attribute every test's result to nodes: a test parametrised by node (its id names the
+    node) colours that node's cell with the test's verdict; each measurement colours the cells
+    of the nodes its ``where`` names; problems naming a node colour it red. What cannot be put on
+    a node (a failure of a whole-cluster test, a test without node data) goes to the cluster-wide
+    row, so nothing is hidden."""
+    nodes = known_nodes(doc)
+    columns: list[tuple[str, str]] = []
+    collected: dict[tuple[str, tuple[str, str]], list[tuple[str, str]]] = {}
+
+    def add(row: str, col: tuple[str, str], status: str, line: str) -> None:
+        collected.setdefault((row, col), []).append((status, line))
+
+    for t in doc.get("tests", []):
+        col = (str(t.get("area", "tests")), str(t.get("name", t.get("nodeid"))))
+        if col not in columns:
+            columns.append(col)
+        verdict = str(t.get("verdict", "error"))
+        label = str(t.get("nodeid", "")).split("::")[-1]
+        param_nodes = nodes_in(str(t.get("params", "")), nodes)
+        attributed_bad = False
+        for n in param_nodes:
+            add(n, col, verdict, f"{label}: {verdict}")
+            attributed_bad = attributed_bad or SEVERITY[verdict] >= SEVERITY["warn"]
+        for m in t.get("measurements", []):
+            status = str(m.get("status", "pass"))
+            on = nodes_in(str(m.get("where", "")), nodes)
+            for n in on:
+                add(n, col, status, str(m.get("sentence", measurement_label(m))))
+            if on and SEVERITY.get(status, 0) >= SEVERITY["warn"]:
+                attributed_bad = True
+        for p in t.get("problems", []):
+            for n in nodes_in(str(p), nodes[:]):
+                add(n, col, "fail", str(p))
+                attributed_bad = True
+        touched = bool(param_nodes) or any(nodes_in(str(m.get("where", "")), nodes) for m in t.get("measurements", []))
+        if not touched or (SEVERITY.get(verdict, 0) >= SEVERITY["warn"] and not attributed_bad):
+            line = f"{label}: {verdict}"
+            if t.get("message"):
+                line += f": {first_line(t['message'])}"
+            add(CLUSTER_ROW, col, verdict, line)
+    rows = [n for n in nodes if any(key[0] == n for key in collected)] or list(nodes)
+    if any(key[0] == CLUSTER_ROW for key in collected):
+        rows.append(CLUSTER_ROW)
+    cells = {key: Cell(worst(s for s, _ in vals), tuple(line for _, line in vals)) for key, vals in collected.items()}
+    return Matrix(tuple(rows), tuple(columns), cells)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+# Display name → keys other checks may record the fact under (first present wins).
+VERSION_FACTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("pytest-gpucluster", ("plugin",)),
+    ("Python", ("python",)),
+    ("PyTorch", ("torch",)),
+    ("NCCL", ("nccl", "nccl_version", "torch_nccl")),
+    ("CUDA", ("cuda", "cuda_version", "torch_cuda")),
+    ("NVIDIA driver", ("driver", "driver_version", "nvidia_driver")),
+    ("Slurm", ("slurm", "slurm_version")),
+    ("submitit", ("submitit",)),
+    ("pytest", ("pytest",)),
+)
+
+
+def versions(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The software versions a customer asks about, in a fixed order; "not recorded" where no
+    check recorded the fact (from the environment, else the same fact found in every node's
+    inventory, else the distinct values across nodes)."""
+    env = doc.get("environment", {})
+    inventory = doc.get("inventory", {})
+    out = []
+    for label, keys in VERSION_FACTS:
+        value: Any = next((env[k] for k in keys if env.get(k) not in (None, "")), None)
+        if value is None and isinstance(inventory, Mapping):
+            seen = sorted(
+                {str(facts[k]) for facts in inventory.values() if isinstance(facts, Mapping)
+                 for k in keys if facts.get(k) not in (None, "")}
+            )  # fmt: skip
+            value = " / ".join(seen) if seen else None
+        out.append((label, "not recorded" if value is None else str(value)))
+    return out
+
+
+def gpu_summary(doc: Mapping[str, Any]) -> str:
+    """``2 nodes × 8 NVIDIA H100 80GB HBM3 = 16 GPUs``."""
+    cluster = doc.get("cluster", {})
+    nodes = len(doc.get("nodes", [])) or int(cluster.get("nodes_expected", 0) or 0)
+    per_node = int(cluster.get("gpus_per_node", 0) or 0)
+    model = str(cluster.get("gpu_model") or "GPU")
+    noun = "node" if nodes == 1 else "nodes"
+    if not per_node:
+        return f"{nodes} {noun}, no GPU devices ({model})"
+    return f"{nodes} {noun} × {per_node} {model} = {nodes * per_node} GPUs"

@@ -1,0 +1,171 @@
+"""Plots for the report, rendered offline with matplotlib's Agg/SVG backends into ``data:`` URIs
+(no file, no network, no font download), so a self-contained HTML report stays one file.
+
+Two generic kinds, driven only by the results document:
+
+* series plots: every ``series`` entry with the same ``name`` is one plot, one line per ``where``,
+  with the ``threshold`` as a dashed line (busbw against message size, throughput against GPUs);
+* spread plots: every metric measured in several places (per GPU, per node) is one dot plot of
+  value by place, coloured by verdict, with the fail and warn lines (TFLOP/s of every GPU).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+STATUS_COLOURS = {"pass": "#2e7d32", "warn": "#ef8f00", "fail": "#c62828", "xfail": "#7b1fa2"}
+MAX_SERIES_LINES = 24  # beyond this a legend is unreadable; the plot says how many were left out
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One rendered plot."""
+
+    title: str
+    caption: str
+    data_uri: str
+
+
+def _figure(width: float = 5.6, height: float = 3.3) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    fig.set_layout_engine("constrained")
+    return fig
+
+
+def _to_uri(fig: Any) -> str:
+    import matplotlib
+
+    buf = io.BytesIO()
+    # Text stays text (smaller files, sharp at any zoom); the browser's sans-serif renders it.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "gpucluster"}):
+        fig.savefig(buf, format="svg")
+    return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _finite(points: Sequence[Sequence[Any]]) -> list[tuple[float, float]]:
+    out = []
+    for p in points:
+        try:
+            x, y = float(p[0]), float(p[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if math.isfinite(x) and math.isfinite(y):
+            out.append((x, y))
+    return sorted(out)
+
+
+def series_plots(doc: Mapping[str, Any]) -> list[Plot]:
+    """One plot per series name, one line per place; the threshold as a dashed red line."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for t in doc.get("tests", []):
+        for s in t.get("series", []):
+            groups.setdefault(str(s.get("name", "series")), []).append(s)
+    plots = []
+    for name, members in groups.items():
+        fig = _figure()
+        ax = fig.add_subplot()
+        drawn = 0
+        for s in members[:MAX_SERIES_LINES]:
+            pts = _finite(s.get("points", []))
+            if not pts:
+                continue
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.4, label=str(s.get("where") or name))
+            drawn += 1
+        if not drawn:
+            continue
+        first = members[0]
+        if first.get("x_log"):
+            ax.set_xscale("log", base=2)
+        thresholds = sorted({float(s["threshold"]) for s in members if isinstance(s.get("threshold"), int | float)})
+        for i, th in enumerate(thresholds):
+            ax.axhline(th, color=STATUS_COLOURS["fail"], linestyle="--", linewidth=1.2,
+                       label="fail line" if i == 0 else None)  # fmt: skip
+        ax.set_xlabel(str(first.get("x_label", "")))
+        ax.set_ylabel(str(first.get("y_label", "")))
+        ax.set_title(name, fontsize=11)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="best", ncol=2 if drawn > 8 else 1)
+        left_out = len(members) - min(len(members), MAX_SERIES_LINES)
+        caption = f"{drawn} line(s) by place" + (f"; {left_out} more not drawn" if left_out else "")
+        if thresholds:
+            caption += "; dashed: fail line " + ", ".join(f"{t:g}" for t in thresholds)
+        plots.append(Plot(name, caption, _to_uri(fig)))
+    return plots
+
+
+def _node_of(where: str) -> str:
+    return where.split(":", 1)[0]
+
+
+def spread_plots(doc: Mapping[str, Any], *, min_places: int = 3) -> list[Plot]:
+    """For each metric measured in at least ``min_places`` places: value by place, coloured by
+    verdict, with the fail and warn lines; places are grouped by node, so a slow GPU or node
+    stands out of its row."""
+    by_metric: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for t in doc.get("tests", []):
+        for m in t.get("measurements", []):
+            where = str(m.get("where", ""))
+            if where and isinstance(m.get("value"), int | float) and m.get("metric") != "baseline.regression":
+                by_metric.setdefault(str(m.get("metric")), {})[where] = m
+    plots = []
+    for metric, places in by_metric.items():
+        if len(places) < min_places:
+            continue
+        ordered = sorted(places.items(), key=lambda kv: _natural(kv[0]))
+        fig = _figure(width=min(12.0, 3.6 + 0.07 * len(ordered)), height=3.3)
+        ax = fig.add_subplot()
+        xs = list(range(len(ordered)))
+        ys = [float(m["value"]) for _, m in ordered]
+        colours = [STATUS_COLOURS.get(str(m.get("status")), "#546e7a") for _, m in ordered]
+        ax.scatter(xs, ys, c=colours, s=22 if len(xs) < 80 else 10, zorder=3)
+        first = ordered[0][1]
+        th = first.get("threshold", {})
+        for key, style in (("fail_below", "--"), ("fail_above", "--"), ("warn_below", ":"), ("warn_above", ":")):
+            if isinstance(th.get(key), int | float):
+                colour = STATUS_COLOURS["fail" if key.startswith("fail") else "warn"]
+                ax.axhline(float(th[key]), color=colour, linestyle=style, linewidth=1.2,
+                           label=f"{key.split('_')[0]} line {th[key]:g}")  # fmt: skip
+        nodes = [_node_of(w) for w, _ in ordered]
+        boundaries = [i for i in range(1, len(nodes)) if nodes[i] != nodes[i - 1]]
+        for b in boundaries:
+            ax.axvline(b - 0.5, color="#b0bec5", linewidth=0.8)
+        if len(ordered) <= 32:
+            ax.set_xticks(xs, [w for w, _ in ordered], rotation=60, ha="right", fontsize=7)
+        else:
+            starts = [0, *boundaries]
+            ends = [*boundaries, len(nodes)]
+            centres = [(s + e - 1) / 2 for s, e in zip(starts, ends, strict=True)]
+            labels = [nodes[s] for s in starts]
+            step = max(1, len(labels) // 32)
+            ax.set_xticks(centres[::step], labels[::step], rotation=60, ha="right", fontsize=7)
+        unit = str(first.get("unit", ""))
+        ax.set_ylabel(unit)
+        ax.set_title(f"{metric} by place", fontsize=11)
+        ax.grid(True, axis="y", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best")
+        low = min(ordered, key=lambda kv: float(kv[1]["value"]))
+        high = max(ordered, key=lambda kv: float(kv[1]["value"]))
+        caption = (
+            f"{len(ordered)} places; lowest {low[0]} = {float(low[1]['value']):.4g} {unit}, "
+            f"highest {high[0]} = {float(high[1]['value']):.4g} {unit}"
+        )
+        plots.append(Plot(f"{metric} by place", caption, _to_uri(fig)))
+    return plots
+
+
+def _natural(text: str) -> list[Any]:
+    # node2 before node10, gpu2 before gpu10
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]

@@ -1,0 +1,77 @@
+"""The one module that speaks to pytest-html (4.x hooks); registered by ``report/hooks.py`` in the
+controlling process only, and only when pytest-html is installed and ``--html`` is given.
+
+Page layout (the style sheet reorders pytest-html's blocks): title; acceptance summary (verdict,
+cluster, nodes, GPUs, counts, failures, skips with reasons); environment and inventory; node ×
+check matrix; plots; baseline comparison; the results table with measured / threshold / verdict /
+node-GPU / job columns, each row expanding to every measurement and, for a failure, the end of
+its jobs' logs; pytest-html's own environment table last.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pytest_html import extras as html_extras
+
+from pytest_gpucluster.report import html, model
+from pytest_gpucluster.report.hooks import ResultsHooks
+from pytest_gpucluster.session import GpuClusterSession
+
+
+class HtmlReportHooks:
+    """pytest-html hook implementations over the run's results document."""
+
+    def __init__(self, session: GpuClusterSession, results_hooks: ResultsHooks) -> None:
+        self.session = session
+        self.results_hooks = results_hooks
+
+    def _doc(self) -> dict[str, Any]:
+        assert self.session.results is not None
+        return self.session.results.to_json()
+
+    def _test(self, nodeid: str) -> dict[str, Any] | None:
+        assert self.session.results is not None
+        record = self.session.results.tests.get(nodeid)
+        return record.to_json() if record is not None else None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_report_title(self, report: Any) -> None:
+        """``GPU cluster acceptance: nebius``."""
+        report.title = f"GPU cluster acceptance: {self.session.profile.name}"
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str],
+                                    session: pytest.Session) -> None:  # fmt: skip
+        """Acceptance summary first; environment, matrix, plots and baseline after pytest-html's counts."""
+        doc = self._doc()
+        prefix.extend([html.style(), html.acceptance_block(doc, model.acceptance(doc))])
+        postfix.extend(
+            [
+                html.environment_block(doc),
+                html.matrix_block(model.matrix(doc)),
+                html.plots_block(doc),
+                html.baseline_block(doc.get("baseline")),
+            ]
+        )
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_header(self, cells: list[str]) -> None:
+        """Measured, threshold, verdict, node/GPU and job columns after the test name."""
+        cells[2:2] = html.TABLE_HEADER
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
+        """The test's worst measurement, its bounds, the verdict, the place and the jobs."""
+        cells[2:2] = html.table_cells(self._test(report.nodeid))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """At a test's last phase, attach its measurements, problems and log tails as an HTML
+        extra (pytest-html renders the extras of all phases when the teardown arrives)."""
+        if report.when != "teardown":
+            return
+        test = self._test(report.nodeid)
+        details = html.details_of_test(test) if test else ""
+        if details:
+            report.extras = [*getattr(report, "extras", []), html_extras.html(details)]  # type: ignore[attr-defined]
