@@ -219,8 +219,8 @@ def matrix_block(m: model.Matrix) -> str:
         '<section class="gc" id="gc-matrix-section"><h2>Nodes × checks</h2>'
         f'<p id="gc-bad-nodes">{verdict_line}</p>'
         f'<p class="gc-note">{legend} "{_e(model.CLUSTER_ROW)}": results that name no single node.</p>'
-        f'<table class="gc-matrix" id="gc-matrix"><tr><th></th>{area_row}</tr>'
-        f"<tr><th>node</th>{col_row}</tr>{body}</table></section>"
+        f'<div style="overflow-x: auto"><table class="gc-matrix" id="gc-matrix"><tr><th></th>{area_row}</tr>'
+        f"<tr><th>node</th>{col_row}</tr>{body}</table></div></section>"
     )
 
 
