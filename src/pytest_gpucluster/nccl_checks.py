@@ -1,0 +1,211 @@
+"""Login side of the collective checks: plan the sweeps, launch them through the session, retry a
+performance miss, isolate a bad node, and turn a sweep into a Measurement and a plot series.
+
+What runs on the nodes is ``workloads/collectives.py`` (torch) or ``workloads/nccl_tests.py``
+(nccl-tests binaries); the arithmetic is ``workloads/busbw.py``; pairing is ``workloads/pairing.py``.
+Rules kept here: a wrong result is never retried and fails whatever its speed; a slow one is
+re-measured up to ``nccl.retries`` times; the verdict uses the lowest busbw over the sizes
+≥ ``nccl.judge_from_bytes``, never the sweep average.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.profile import Threshold
+from pytest_gpucluster.verdict import Measurement, judge
+from pytest_gpucluster.workloads.busbw import SweepResult, describe_judged
+from pytest_gpucluster.workloads.collectives import Groups, collective_sweeps
+from pytest_gpucluster.workloads.nccl_tests import run_nccl_tests
+from pytest_gpucluster.workloads.pairing import Isolation, Pair, isolate
+
+if TYPE_CHECKING:
+    from pytest_gpucluster.session import GpuClusterSession
+
+CPU_TASKS_PER_NODE = 2  # without GPUs, two gloo processes per node still make a communicator
+
+
+@dataclass(frozen=True)
+class Check:
+    """One collective on one communicator, ready to judge."""
+
+    sweep: SweepResult
+    metric: str
+    threshold: Threshold | None
+    measurement: Measurement | None
+    problems: tuple[str, ...]  # wrong results: fail, never retried
+    attempts: tuple[SweepResult, ...] = ()
+    isolation: Isolation | None = None
+    series: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fails(self) -> bool:
+        """The measurement is under its fail line (correctness is judged separately)."""
+        if self.measurement is None or self.threshold is None:
+            return False
+        return judge(self.measurement, self.threshold).status == "fail"
+
+    @property
+    def skip_reason(self) -> str:
+        """Why there is nothing to judge (no threshold for this metric in the set)."""
+        return (f"no threshold for {self.metric} in the thresholds in force; the sweep ran and its results "
+                f"were {'right' if not self.problems else 'WRONG'}; add a bound to judge its speed")  # fmt: skip
+
+
+def metric_name(gc: GpuClusterSession, op: str, scope: str) -> str:
+    """``nccl.<op>.<scope>``; inside a node with NVLS on, ``intra_node_nvls`` where a bound exists."""
+    if scope == "intra_node" and gc.profile.nccl.nvls and gc.thresholds.get(f"nccl.{op}.intra_node_nvls"):
+        return f"nccl.{op}.intra_node_nvls"
+    return f"nccl.{op}.{scope}"
+
+
+def tasks_per_node(gc: GpuClusterSession) -> int:
+    """One process per GPU; two per node where the GPUs are not real (gloo on CPU)."""
+    if gc.profile.gpus_are_real and gc.gpus_per_node:
+        return gc.gpus_per_node
+    return CPU_TASKS_PER_NODE
+
+
+def _intra_env(gc: GpuClusterSession) -> dict[str, str]:
+    # NVLS raises all_reduce busbw by a third: keep it off unless the profile judges it
+    return {} if gc.profile.nccl.nvls else {"NCCL_NVLS_ENABLE": "0"}
+
+
+def run_sweeps(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str],
+               nodelist: tuple[str, ...] | None = None, env: dict[str, str] | None = None,
+               min_bytes: int | None = None, corrupt_rank: int | None = None) -> list[SweepResult]:  # fmt: skip
+    """One job over ``nodelist`` (default: every tested node); every group's sweeps."""
+    s = gc.profile.nccl
+    use_tool = bool(s.nccl_tests_dir) and groups == "node" and gc.profile.gpus_are_real and gc.gpus_per_node > 0
+    if nodelist is None:
+        spec = gc.spec(name, all_nodes=True, tasks_per_node=1 if use_tool else tasks_per_node(gc), env=env)
+    else:
+        spec = gc.spec(name, nodelist=nodelist, tasks_per_node=1 if use_tool else tasks_per_node(gc), env=env)
+    if use_tool:
+        results = gc.run(run_nccl_tests, spec, nccl_tests_dir=s.nccl_tests_dir, ops=tuple(ops),
+                         min_bytes=min_bytes or s.min_bytes, max_bytes=s.max_bytes, warmup_iters=s.warmup_iters,
+                         iters=s.iters, gpus=gc.gpus_per_node, timeout_s=s.timeout_s)  # fmt: skip
+    else:
+        results = gc.run(collective_sweeps, spec, ops=tuple(ops), min_bytes=min_bytes or s.min_bytes,
+                         max_bytes=s.max_bytes, warmup_iters=s.warmup_iters, iters=s.iters, groups=groups,
+                         timeout_s=s.timeout_s, corrupt_rank=corrupt_rank)  # fmt: skip
+    return [sweep for r in results for sweep in r.value]
+
+
+def _find(sweeps: Sequence[SweepResult], nodes: tuple[str, ...], op: str) -> SweepResult:
+    for sweep in sweeps:
+        if sweep.op == op and set(sweep.nodes) == set(nodes):
+            return sweep
+    seen = sorted({"+".join(s.nodes) for s in sweeps})
+    raise GpuClusterError(
+        f"no {op} result for {'+'.join(nodes)} (results came from {seen or 'no node'}); "
+        "the node names Slurm gave the job differ from the tested nodes, or the job returned nothing"
+    )
+
+
+def measurement_of(sweep: SweepResult, metric: str, judge_from_bytes: int,
+                   attempts: Sequence[SweepResult] = ()) -> Measurement | None:  # fmt: skip
+    """The value a verdict uses: the lowest busbw over sizes ≥ ``judge_from_bytes`` (both
+    placements), with where, size and placement in the detail; None for a sweep with no row."""
+    row = sweep.judged_row(judge_from_bytes)
+    if row is None:
+        return None
+    sizes = sorted({r.size_bytes for r in sweep.rows})
+    detail = describe_judged(row, judge_from_bytes, sizes) + f", {sweep.n_ranks} ranks, {sweep.backend}"
+    earlier = [a.judged_row(judge_from_bytes) for a in attempts[:-1]]
+    if earlier:
+        values = ", ".join(f"{r.busbw:.4g}" for r in earlier if r is not None)
+        detail += f", attempt {len(attempts)} (earlier: {values} GB/s)"
+    return Measurement(metric=metric, value=row.busbw, unit="GB/s", where=sweep.where, detail=detail)
+
+
+def make_check(gc: GpuClusterSession, sweep: SweepResult, metric: str,
+               attempts: Sequence[SweepResult] = ()) -> Check:  # fmt: skip
+    """Judge-ready form of a sweep: its measurement (lowest busbw at the large sizes), its
+    correctness problems and its plot series."""
+    threshold = gc.thresholds.get(metric)
+    measurement = measurement_of(sweep, metric, gc.profile.nccl.judge_from_bytes, attempts)
+    series = {
+        "name": metric, "where": sweep.where, "x_label": "bytes", "y_label": "busbw GB/s",
+        "points": sweep.series_points(), "threshold": threshold.fail_below if threshold else None,
+        "table": sweep.table(), "backend": sweep.backend, "implementation": sweep.implementation,
+        "nccl_version": sweep.nccl_version, "env": dict(sweep.env), "notes": list(sweep.notes),
+        "n_ranks": sweep.n_ranks, "iters": sweep.iters, "warmup_iters": sweep.warmup_iters,
+    }  # fmt: skip
+    return Check(sweep=sweep, metric=metric, threshold=threshold, measurement=measurement,
+                 problems=tuple(sweep.correctness_problems()), attempts=tuple(attempts) or (sweep,),
+                 series=series)  # fmt: skip
+
+
+def _with_retries(gc: GpuClusterSession, first: SweepResult, metric: str, again: Any) -> Check:
+    """Re-measure a performance miss up to ``nccl.retries`` times; a wrong result stops at once."""
+    attempts = [first]
+    check = make_check(gc, first, metric, attempts)
+    while check.fails and not check.problems and len(attempts) <= gc.profile.nccl.retries:
+        attempts.append(again())
+        check = make_check(gc, attempts[-1], metric, attempts)
+    return check
+
+
+def intra_node(gc: GpuClusterSession, node: str, op: str) -> Check:
+    """``op`` inside ``node``: every node measured at once in one job (each its own communicator),
+    shared by all per-node tests of the run; a miss is re-measured on that node alone."""
+    ops = tuple(gc.profile.nccl.ops)
+    if op not in ops:
+        ops = (*ops, op)
+    sweeps = gc.once(("nccl", "intra_node", ops), lambda: run_sweeps(gc, "nccl-intra", groups="node", ops=ops,
+                                                                    env=_intra_env(gc)))  # fmt: skip
+
+    def again() -> SweepResult:
+        redo = run_sweeps(gc, "nccl-intra-retry", groups="node", ops=(op,), env=_intra_env(gc),
+                          nodelist=(node,) if gc.profile.executor == "slurm" else None)  # fmt: skip
+        return _find(redo, (node,), op)
+
+    return _with_retries(gc, _find(sweeps, (node,), op), metric_name(gc, op, "intra_node"), again)
+
+
+RING = {"NCCL_ALGO": "Ring"}
+
+
+def inter_node(gc: GpuClusterSession, op: str) -> Check:
+    """``op`` over every tested node on one communicator with ``NCCL_ALGO=Ring``, so busbw is the
+    network's and not inflated by tree or NVLS algorithms."""
+    ops = tuple(gc.profile.nccl.ops)
+    if op not in ops:
+        ops = (*ops, op)
+    nodes = tuple(gc.nodes)
+    sweeps = gc.once(("nccl", "inter_node", ops),
+                     lambda: run_sweeps(gc, "nccl-inter", groups="world", ops=ops, env=RING))  # fmt: skip
+
+    def again() -> SweepResult:
+        return _find(run_sweeps(gc, "nccl-inter-retry", groups="world", ops=(op,), env=RING), nodes, op)
+
+    return _with_retries(gc, _find(sweeps, nodes, op), metric_name(gc, op, "inter_node"), again)
+
+
+def pair_passes(gc: GpuClusterSession, sweep: SweepResult, metric: str) -> bool:
+    """A pair passes when its results are right and its busbw is not under the fail line."""
+    check = make_check(gc, sweep, metric)
+    return not check.problems and check.measurement is not None and not check.fails
+
+
+def isolate_bad_nodes(gc: GpuClusterSession, check: Check) -> Check:
+    """Pair the nodes (one job per round, every pair its own communicator, all at once) and
+    re-pair failed ones with known-good nodes; the culprit goes into the measurement's detail."""
+    op = check.sweep.op
+    judge_from = min(gc.profile.nccl.judge_from_bytes, gc.profile.nccl.max_bytes)
+
+    def run_round(pairs: list[Pair]) -> dict[Pair, bool]:
+        sweeps = run_sweeps(gc, "nccl-pairs", groups=[list(p) for p in pairs], ops=(op,), env=RING,
+                            min_bytes=judge_from)  # fmt: skip
+        return {p: pair_passes(gc, _find(sweeps, p, op), check.metric) for p in pairs}
+
+    found = isolate(gc.nodes, run_round)
+    measurement = check.measurement
+    if measurement is not None:
+        measurement = dataclasses.replace(measurement, detail=f"{measurement.detail}; isolation: {found.summary()}")
+    return dataclasses.replace(check, isolation=found, measurement=measurement)

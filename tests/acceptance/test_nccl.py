@@ -1,0 +1,38 @@
+"""Collective bus bandwidth (seed phases 4–5), measured and checked the way nccl-tests does it:
+inside every node at once (one test per node and collective, so a slow node is named), and
+across all nodes with NCCL_ALGO=Ring; a miss across nodes is narrowed down to the bad node."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpucluster import nccl_checks
+from pytest_gpucluster.plugin import SESSION_KEY
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One test per collective the profile sweeps (``[profiles.X.nccl] ops``)."""
+    if "op" in metafunc.fixturenames:
+        ops = list(metafunc.config.stash[SESSION_KEY].profile.nccl.ops)
+        metafunc.parametrize("op", ops, ids=ops)
+
+
+def test_busbw_inside_node(gpucluster, judge, record, node, op):
+    check = nccl_checks.intra_node(gpucluster, node, op)
+    record("series", **check.series)
+    judge.problems(list(check.problems), f"{node}: {op} returned wrong results (never retried)")
+    if check.threshold is None:
+        pytest.skip(check.skip_reason)
+    judge(check.measurement, check.threshold)
+
+
+@pytest.mark.multinode
+def test_busbw_across_nodes(gpucluster, judge, record, op):
+    check = nccl_checks.inter_node(gpucluster, op)
+    record("series", **check.series)
+    judge.problems(list(check.problems), f"{op} across nodes returned wrong results (never retried)")
+    if check.threshold is None:
+        pytest.skip(check.skip_reason)
+    if check.fails:
+        check = nccl_checks.isolate_bad_nodes(gpucluster, check)
+    judge(check.measurement, check.threshold)
