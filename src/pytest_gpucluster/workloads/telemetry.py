@@ -280,6 +280,47 @@ class LoadResult:
 _CPU_CAPS = {"matmul_n": 256, "all_reduce_bytes": 2**18, "seconds": 5.0}
 
 
+def _operands(ctx: TaskContext, backend: str, matmul_n: int, all_reduce_bytes: int) -> tuple[Any, ...]:
+    import torch
+
+    from pytest_gpucluster.workloads.distributed import device_for
+
+    device = device_for(ctx, backend)
+    on_cpu = device.type == "cpu"
+    if on_cpu:
+        matmul_n = min(matmul_n, int(_CPU_CAPS["matmul_n"]))
+        all_reduce_bytes = min(all_reduce_bytes, int(_CPU_CAPS["all_reduce_bytes"]))
+    dtype = torch.float32 if on_cpu else torch.bfloat16
+    a = torch.randn(matmul_n, matmul_n, device=device, dtype=dtype)
+    b = torch.randn(matmul_n, matmul_n, device=device, dtype=dtype)
+    buf = torch.zeros(max(2, all_reduce_bytes // 4), device=device, dtype=torch.float32)
+    return device, a, b, buf
+
+
+def _loop(ctx: TaskContext, a: Any, b: Any, buf: Any, *, seconds: float | None, iterations: int | None
+          ) -> tuple[int, float]:  # fmt: skip
+    """GEMM + all_reduce until rank 0's clock passes ``seconds`` (the stop flag rides in the
+    all_reduce, so every rank stops at the same iteration) or for exactly ``iterations``."""
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()
+    start = time.perf_counter()
+    done = 0
+    while True:
+        torch.matmul(a, b)
+        buf[0] = 1.0 if (ctx.rank == 0 and seconds is not None and time.perf_counter() - start >= seconds) else 0.0
+        dist.all_reduce(buf)
+        done += 1
+        if iterations is not None and done >= iterations:
+            break
+        if seconds is not None and float(buf[0].item()) > 0:  # .item() also syncs the GPU
+            break
+    if buf.is_cuda:
+        torch.cuda.synchronize(buf.device)
+    return done, time.perf_counter() - start
+
+
 def matmul_all_reduce(
     ctx: TaskContext,
     *,
@@ -290,43 +331,70 @@ def matmul_all_reduce(
     backend: str | None = None,
     timeout_s: float = 300.0,
 ) -> LoadResult:
-    """Workload: a bf16 GEMM then an all_reduce, repeated for ``seconds`` (rank 0's clock; the
-    stop flag rides in the all_reduce so every rank stops at the same iteration) or for exactly
-    ``iterations``. A stand-in load for the telemetry check and its overhead benchmark."""
-    import torch
-    import torch.distributed as dist
-
-    from pytest_gpucluster.workloads.distributed import device_for, process_group
+    """Workload: a bf16 GEMM then an all_reduce on every rank, repeated for ``seconds`` or for
+    exactly ``iterations``. The stand-in load of the telemetry check."""
+    from pytest_gpucluster.workloads.distributed import process_group
 
     if seconds is None and iterations is None:
         raise ValueError("matmul_all_reduce: give seconds or iterations")
     with process_group(ctx, backend=backend, timeout_s=timeout_s) as used:
-        device = device_for(ctx, used)
-        on_cpu = device.type == "cpu"
-        if on_cpu:
-            matmul_n = min(matmul_n, int(_CPU_CAPS["matmul_n"]))
-            all_reduce_bytes = min(all_reduce_bytes, int(_CPU_CAPS["all_reduce_bytes"]))
-            seconds = min(seconds, _CPU_CAPS["seconds"]) if seconds is not None else None
-        dtype = torch.float32 if on_cpu else torch.bfloat16
-        a = torch.randn(matmul_n, matmul_n, device=device, dtype=dtype)
-        b = torch.randn(matmul_n, matmul_n, device=device, dtype=dtype)
-        buf = torch.zeros(max(2, all_reduce_bytes // 4), device=device, dtype=torch.float32)
-        dist.barrier()
-        start = time.perf_counter()
-        done = 0
-        while True:
-            torch.matmul(a, b)
-            buf[0] = 1.0 if (ctx.rank == 0 and seconds is not None and time.perf_counter() - start >= seconds) else 0.0
-            dist.all_reduce(buf)
-            done += 1
-            if iterations is not None and done >= iterations:
-                break
-            if seconds is not None and float(buf[0].item()) > 0:  # .item() also syncs the GPU
-                break
-        if not on_cpu:
-            torch.cuda.synchronize(device)
-        elapsed = time.perf_counter() - start
-    return LoadResult(used, str(device), done, elapsed, matmul_n, buf.numel() * 4)
+        device, a, b, buf = _operands(ctx, used, matmul_n, all_reduce_bytes)
+        if device.type == "cpu" and seconds is not None:
+            seconds = min(seconds, _CPU_CAPS["seconds"])
+        done, elapsed = _loop(ctx, a, b, buf, seconds=seconds, iterations=iterations)
+    return LoadResult(used, str(device), done, elapsed, a.shape[0], buf.numel() * 4)
+
+
+@dataclass(frozen=True)
+class OverheadResult:
+    """Seconds per GEMM + all_reduce iteration, per round, without sampling ("off") and with a
+    sampler at each interval ("0.5", ...), and how busy the sampler thread was."""
+
+    backend: str
+    device: str
+    world_size: int
+    matmul_n: int
+    all_reduce_bytes: int
+    iterations: int
+    seconds_per_iteration: dict[str, list[float]]
+    sampler_busy_fraction: dict[str, list[float]]
+    gpus_sampled: int
+
+
+def telemetry_overhead(
+    ctx: TaskContext,
+    *,
+    rounds: int = 6,
+    iterations: int = 500,
+    matmul_n: int = 8192,
+    all_reduce_bytes: int = 256 * 2**20,
+    intervals: tuple[float, ...] = (DEFAULT_INTERVAL_S,),
+    backend: str | None = None,
+    timeout_s: float = 300.0,
+) -> OverheadResult:
+    """Workload: the same loop as ``matmul_all_reduce`` with and without the sampler on the
+    node's first task, in alternating order (off, on, on, off, ...) so slow drift cancels."""
+    from pytest_gpucluster.workloads.distributed import process_group
+
+    modes = ["off"] + [f"{i:g}" for i in intervals]
+    per: dict[str, list[float]] = {m: [] for m in modes}
+    busy: dict[str, list[float]] = {m: [] for m in modes[1:]}
+    gpus = 0
+    with process_group(ctx, backend=backend, timeout_s=timeout_s) as used:
+        device, a, b, buf = _operands(ctx, used, matmul_n, all_reduce_bytes)
+        _loop(ctx, a, b, buf, seconds=None, iterations=max(5, iterations // 10))  # warm-up
+        for r in range(rounds):
+            for mode in modes if r % 2 == 0 else modes[::-1]:
+                if mode == "off" or ctx.local_rank != 0:
+                    done, elapsed = _loop(ctx, a, b, buf, seconds=None, iterations=iterations)
+                else:
+                    with Sampler(node_name(ctx), interval_s=float(mode)) as sampler:
+                        done, elapsed = _loop(ctx, a, b, buf, seconds=None, iterations=iterations)
+                    result = sampler.result()
+                    busy[mode].append(round(result.busy_fraction, 5))
+                    gpus = len(result.gpus)
+                per[mode].append(elapsed / done)
+    return OverheadResult(used, str(device), ctx.world_size, a.shape[0], buf.numel() * 4, iterations, per, busy, gpus)
 
 
 # --------------------------------------------------------------------------- analysis (pure)

@@ -1,0 +1,87 @@
+"""What telemetry sampling costs the measured figure: the GEMM + all_reduce loop of the telemetry
+check, timed with and without the sampler (on the node's first task, as in the suite), rounds in
+alternating order, on every GPU of this machine through the suite's launcher (submitit's local
+executor). Prints one JSON object.
+
+    python benchmarks/telemetry_overhead.py                       # every GPU, NCCL, bf16 8192 GEMM + 256 MiB
+    python benchmarks/telemetry_overhead.py --intervals 0.5,0.1   # also a 5x faster sampler
+    python benchmarks/telemetry_overhead.py --tiny                # CPU/gloo check of this script
+
+``overhead_pct`` is (median s/iteration with sampling / median without − 1) × 100 per interval;
+``noise_pct`` is the spread of the unsampled rounds, the floor below which a difference means nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from pytest_gpucluster.launch import JobSpec
+from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.workloads.telemetry import telemetry_overhead
+
+_PASS_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
+
+def summarise(per: dict[str, list[float]], busy: dict[str, list[float]]) -> dict[str, object]:
+    """Medians, overhead per interval against "off", and the noise of the unsampled rounds."""
+    off = statistics.median(per["off"])
+    out: dict[str, object] = {
+        "median_s_per_iteration": {m: statistics.median(v) for m, v in per.items()},
+        "noise_pct": round((max(per["off"]) - min(per["off"])) / off * 100, 3),
+        "overhead_pct": {m: round((statistics.median(v) / off - 1) * 100, 3) for m, v in per.items() if m != "off"},
+        "sampler_busy_pct": {m: round(statistics.median(v) * 100, 4) for m, v in busy.items() if v},
+    }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags, run the comparison on every GPU at once, print JSON."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gpus", type=int, default=None, help="GPUs (ranks) to use (default: all CUDA sees)")
+    p.add_argument("--rounds", type=int, default=8, help="rounds per mode (alternating order)")
+    p.add_argument("--iters", type=int, default=500, help="GEMM + all_reduce iterations per round")
+    p.add_argument("--n", type=int, default=8192, help="GEMM size n (bf16 n×n×n)")
+    p.add_argument("--all-reduce-mib", type=float, default=256.0)
+    p.add_argument("--intervals", default="0.5", help="sampler intervals in s, comma-separated")
+    p.add_argument("--tiny", action="store_true", help="CPU/gloo check of this script (2 ranks, small sizes)")
+    args = p.parse_args(argv)
+    intervals = tuple(float(x) for x in args.intervals.split(","))
+
+    if args.tiny:
+        gpus, tasks, rounds, iters = 0, 2, args.rounds, min(args.iters, 200)
+    else:
+        import torch
+
+        gpus = args.gpus or torch.cuda.device_count()
+        tasks, rounds, iters = max(1, gpus), args.rounds, args.iters
+    env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
+    launcher = SubmititLauncher(executor="local", folder=Path(tempfile.mkdtemp(prefix="gpucluster-bench-")),
+                                env=env, queue_timeout_s=120)  # fmt: skip
+    spec = JobSpec(name="bench-telemetry", tasks_per_node=tasks, gpus_per_node=gpus, timeout_min=20)
+    results = launcher.run(telemetry_overhead, spec, rounds=rounds, iterations=iters, matmul_n=args.n,
+                           all_reduce_bytes=int(args.all_reduce_mib * 2**20), intervals=intervals)  # fmt: skip
+    first = results[0].value
+    print(json.dumps({
+        "benchmark": "telemetry_overhead",
+        "backend": first.backend,
+        "device": first.device,
+        "ranks": first.world_size,
+        "gpus_sampled": first.gpus_sampled,
+        "matmul_n": first.matmul_n,
+        "all_reduce_bytes": first.all_reduce_bytes,
+        "iterations_per_round": first.iterations,
+        "rounds": rounds,
+        **summarise(first.seconds_per_iteration, first.sampler_busy_fraction),
+        "seconds_per_iteration": first.seconds_per_iteration,
+    }))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""NVIDIA DCGM diagnostics where DCGM is installed: ``dcgmi diag -r <profile.dcgm_level>`` on every
+node, every Fail or Warn named with the GPU and DCGM's own message. Skipped, with the reason, on
+nodes without dcgmi.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpucluster.workloads import dcgm
+
+
+@pytest.fixture
+def diag_runs(gpucluster):
+    """node → DiagRun, from one exclusive job on every node for the whole run."""
+    level = gpucluster.profile.dcgm_level
+
+    def produce():
+        spec = gpucluster.spec("dcgm", all_nodes=True, exclusive=True, timeout_min=dcgm.job_minutes(level))
+        return {r.value.node: r.value for r in gpucluster.run(dcgm.run_diag, spec, level=level) if r.value}
+
+    return gpucluster.once("dcgm", produce)
+
+
+@pytest.mark.gpu(gres_only=True)
+def test_dcgm_diagnostics(diag_runs, judge, node):
+    run = diag_runs.get(node)
+    if run is None:
+        pytest.fail(f"no dcgmi result came back from {node} (answered: {', '.join(diag_runs)})", pytrace=False)
+    if not run.found:
+        pytest.skip(f"dcgmi is not installed on {node}: DCGM diagnostics not run")
+    judge.problems(dcgm.diag_problems(run), f"{node}: dcgmi diag -r {run.level} found faults")

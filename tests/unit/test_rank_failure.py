@@ -1,0 +1,76 @@
+"""Teardown time from rank stamp files, for each way survivors can stop (files as the workload
+writes them)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucluster.workloads import rank_failure as rf
+
+T = 1763726400.0
+
+
+def _stamp(folder: Path, rank: int, node: str, events: dict[str, float], heartbeat: float | None = None,
+           world: int = 2, **extra) -> None:  # fmt: skip
+    data = {"rank": rank, "world_size": world, "node": node, "events": {k: T + v for k, v in events.items()},
+            "heartbeat": None if heartbeat is None else T + heartbeat, **extra}  # fmt: skip
+    (folder / f"rank{rank}.json").write_text(json.dumps(data))
+
+
+def test_survivor_that_noticed_through_the_collective(tmp_path):
+    events = {"joined": 0, "after_barrier": 0.1, "entered_collective": 0.1, "noticed": 1.15, "done": 1.2}
+    _stamp(tmp_path, 0, "node1", events, heartbeat=1.1, error="RuntimeError: Connection closed by peer")
+    _stamp(tmp_path, 1, "node2", {"joined": 0, "after_barrier": 0.1, "victim_exit": 1.1}, heartbeat=1.0)
+    td = rf.teardown_from_stamps(tmp_path)
+    assert td.problems == ()
+    assert td.seconds == pytest.approx(0.1)
+    assert td.where == "node1"
+    assert td.detail == ("rank 1 on node2 exited with 17; rank 0 on node1: stopped 0.1 s after the victim's exit, "
+                         "noticed (RuntimeError: Connection closed by peer)")  # fmt: skip
+
+
+def test_survivor_killed_by_the_scheduler_counts_to_one_heartbeat_after_its_last(tmp_path):
+    _stamp(tmp_path, 0, "node1", {"joined": 0, "after_barrier": 0.1, "entered_collective": 0.1}, heartbeat=1.3)
+    _stamp(tmp_path, 1, "node2", {"after_barrier": 0.1, "victim_exit": 1.1}, heartbeat=1.0)
+    td = rf.teardown_from_stamps(tmp_path)
+    assert td.seconds == pytest.approx(0.2 + rf.HEARTBEAT_S)
+    assert "killed (no exception seen" in td.survivors[0]
+
+
+def test_nccl_watchdog_timeout_is_the_worst_survivor(tmp_path):
+    _stamp(tmp_path, 0, "node1", {"entered_collective": 0.1, "noticed": 31.0, "done": 31.5}, world=3,
+           error="DistBackendError: Watchdog caught collective operation timeout")  # fmt: skip
+    _stamp(tmp_path, 1, "node1", {"entered_collective": 0.1}, heartbeat=45.0, world=3)
+    _stamp(tmp_path, 2, "node2", {"victim_exit": 1.0}, heartbeat=0.9, world=3)
+    td = rf.teardown_from_stamps(tmp_path)
+    assert td.seconds == pytest.approx(44.0 + rf.HEARTBEAT_S)
+    assert td.where == "node1"
+    assert len(td.survivors) == 2
+
+
+def test_fault_never_injected(tmp_path):
+    _stamp(tmp_path, 0, "node1", {"joined": 0})
+    td = rf.teardown_from_stamps(tmp_path)
+    assert math.isnan(td.seconds)
+    assert td.problems == ("no rank reached the point of failure (victim_exit); the job failed before the fault "
+                           "could be injected. Stamps: rank 0 on node1: joined",)  # fmt: skip
+
+
+def test_impossible_collective_and_missing_ranks_are_problems(tmp_path):
+    _stamp(tmp_path, 0, "node1", {"collective_returned": 1.2, "done": 1.3}, world=3)
+    _stamp(tmp_path, 2, "node2", {"victim_exit": 1.0}, world=3)
+    td = rf.teardown_from_stamps(tmp_path)
+    assert td.problems == ("rank 0 on node1: all_reduce completed although rank 2 was dead",
+                           f"only 2 of 3 ranks wrote stamps to {tmp_path}")  # fmt: skip
+
+
+def test_job_shape_and_time_limit():
+    assert rf.job_shape(2) == (2, 1)
+    assert rf.job_shape(16) == (2, 1)
+    assert rf.job_shape(1) == (1, 2)
+    assert rf.job_minutes(120) == 4  # 120 s bound + 30 s collective timeout + 60 s start-up
+    assert rf.job_minutes(0) == 2

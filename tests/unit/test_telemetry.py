@@ -1,0 +1,102 @@
+"""Telemetry: /proc parsing on recorded files, GPU selection, and the idle/throttle logic on a
+constructed 2-node x 4-GPU series shaped like NVML's at 0.5 s (tests/data/telemetry_series_*):
+node2:gpu1 idles from 10 s to 25 s while the others work; node1:gpu2 hits HW thermal slowdown."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucluster.workloads import telemetry as tm
+
+DATA = Path(__file__).parent.parent / "data"
+
+
+def _recorded() -> list[tm.NodeTelemetry]:
+    out = []
+    for n in json.loads((DATA / "telemetry_series_2x4_one_idle.json").read_text()):
+        gpus = {g: {m: [tuple(p) for p in pts] for m, pts in s.items()} for g, s in n["gpus"].items()}
+        out.append(tm.NodeTelemetry(node=n["node"], interval_s=n["interval_s"], t0=n["t0"], gpus=gpus,
+                                    node_series={}, samples=61, busy_s=0.1, wall_s=30.0))  # fmt: skip
+    return out
+
+
+def test_cpu_and_memory_from_recorded_proc():
+    proc = DATA / "telemetry_proc"
+    before = tm.read_cpu_times(proc)
+    after = [int(x) for x in (proc / "stat.later").read_text().split()[1:]]
+    # 187 busy jiffies out of 837 between the two recordings.
+    assert tm.cpu_busy_percent(before, after) == pytest.approx(22.3, abs=0.1)
+    assert tm.cpu_busy_percent(before, before) == 0.0
+    assert 0.0 < tm.read_mem_used_percent(proc) < 100.0
+
+
+@pytest.mark.parametrize(
+    ("uuids", "visible", "picked"),
+    [
+        (["GPU-a", "GPU-b", "GPU-c", "GPU-d"], None, [0, 1, 2, 3]),  # no restriction: every GPU
+        (["GPU-a", "GPU-b", "GPU-c", "GPU-d"], "2,3", [2, 3]),  # Slurm without device cgroups
+        (["GPU-c", "GPU-d"], "0,1", [0, 1]),  # device cgroups: NVML sees only the job's GPUs
+        (["GPU-a", "GPU-b", "GPU-c", "GPU-d"], "GPU-c", [2]),  # by UUID
+        (["GPU-a", "GPU-b"], "", []),  # submitit's local executor with 0 GPUs hides them all
+    ],
+)
+def test_select_gpus(uuids, visible, picked):
+    assert tm.select_gpus(uuids, visible) == picked
+
+
+def test_gpu_idle_while_peers_work_is_found():
+    fractions = tm.idle_fractions(tm.absolute_util(_recorded()))
+    odd = fractions["node2:gpu1"]
+    assert odd.percent == pytest.approx(56.6, abs=0.1)  # idle 10 s..25 s of the 2 s..28 s load
+    assert odd.detail == "idle in 30 of 53 samples while its peers were busy"
+    others = {w: f.percent for w, f in fractions.items() if w != "node2:gpu1"}
+    assert set(others.values()) == {0.0}
+
+
+def test_peers_that_never_work_do_not_count_as_idle():
+    flat = {"n:gpu0": [(float(t), 0.0) for t in range(10)], "n:gpu1": [(float(t), 0.0) for t in range(10)]}
+    assert {w: (f.percent, f.peer_busy_samples) for w, f in tm.idle_fractions(flat).items()} == {
+        "n:gpu0": (0.0, 0), "n:gpu1": (0.0, 0)}  # fmt: skip
+
+
+def test_throttle_problems_ignore_power_cap_and_idle():
+    assert tm.throttle_problems(_recorded()) == ["node1:gpu2: HW thermal slowdown in 6 of 61 samples (~3 s)"]
+
+
+def test_series_records_share_one_time_axis():
+    records = tm.series_records(_recorded())
+    util = {r["where"]: r for r in records if r["name"] == "telemetry.gpu_util"}
+    assert sorted(util) == [f"node{n}:gpu{g}" for n in (1, 2) for g in range(4)]
+    assert util["node1:gpu0"]["points"][0] == [0.0, 0.0]
+    assert util["node2:gpu0"]["points"][0][0] == pytest.approx(0.2)  # node2 started 0.2 s later
+    assert util["node1:gpu0"]["y_label"] == "%"
+    long = tm._thin([(float(t), 1.0) for t in range(5000)])
+    assert len(long) <= tm.MAX_POINTS
+
+
+def test_sampler_runs_in_a_side_thread_on_this_machine():
+    with tm.Sampler("here", interval_s=0.05) as sampler:
+        time.sleep(0.4)
+    result = sampler.result()
+    assert result.samples >= 5
+    assert len(result.node_series["cpu_util"]) >= 4
+    assert result.gpus == {}  # no NVIDIA driver here: node series only, and it says why
+    assert any("NVML unavailable" in e for e in result.errors)
+    assert 0.0 < result.busy_fraction < 0.5
+
+
+def test_under_telemetry_wraps_any_workload():
+    from pytest_gpucluster.workloads.context import local_context
+
+    out = tm.under_telemetry(local_context(), fn=_double, interval_s=0.05, x=21)
+    assert out.value == 42
+    assert out.telemetry is not None
+    assert out.telemetry.samples >= 1
+
+
+def _double(ctx, *, x):
+    return 2 * x
