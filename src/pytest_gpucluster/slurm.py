@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +73,7 @@ def _text(value: Any) -> str:
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """One node as ``scontrol show nodes --json`` describes it."""
+    """One node as Slurm's JSON (``sinfo --json`` / ``scontrol --json show nodes``) describes it."""
 
     name: str
     state: str  # e.g. "IDLE", "MIXED", "DOWN+NOT_RESPONDING", "IDLE+DRAIN"
@@ -102,30 +103,46 @@ class NodeInfo:
         return total
 
 
+def _number(value: Any) -> int:
+    """An integer field of Slurm's JSON: a plain number, or ``{"set": true, "number": 4}``
+    (Slurm 23.11 and later)."""
+    if isinstance(value, dict):
+        value = value.get("number", 0) if value.get("set", True) else 0
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def parse_nodes(data: dict[str, Any]) -> list[NodeInfo]:
-    """Nodes from ``scontrol show nodes --json`` (Slurm 22.05 and later)."""
+    """Nodes from ``sinfo --json`` (Slurm 22.05: ``state`` a word plus ``state_flags``) or
+    ``scontrol --json show nodes`` (23.02 and later: ``state`` a list of words)."""
     nodes = []
     for raw in data.get("nodes", []):
         state = raw.get("state", "")
-        flags = raw.get("state_flags", [])
-        state_text = "+".join([_text(state).upper(), *[str(f).upper() for f in flags]]).strip("+")
+        words = [str(w).upper() for w in state] if isinstance(state, list) else [_text(state).upper()]
+        words += [str(f).upper() for f in raw.get("state_flags", []) or [] if str(f).upper() not in words]
         nodes.append(
             NodeInfo(
                 name=str(raw.get("name", "")),
-                state=state_text,
+                state="+".join(w for w in words if w),
                 reason=_text(raw.get("reason", "")),
                 partitions=tuple(raw.get("partitions", []) or []),
                 gres=_text(raw.get("gres", "")),
-                cpus=int(raw.get("cpus", 0) or 0),
-                real_memory_mb=int(raw.get("real_memory", 0) or 0),
+                cpus=_number(raw.get("cpus")),
+                real_memory_mb=_number(raw.get("real_memory")),
             )
         )
     return nodes
 
 
 def nodes() -> list[NodeInfo]:
-    """Every node the controller knows."""
-    return parse_nodes(run_json(["scontrol", "show", "nodes", "--json"]))
+    """Every node the controller knows. Slurm 22.05's scontrol has no ``--json`` but its
+    ``sinfo --json`` lists nodes; from 23.02 sinfo groups nodes and ``scontrol --json`` answers."""
+    data = run_json(["sinfo", "--json"])
+    if "nodes" not in data:
+        data = run_json(["scontrol", "--json", "show", "nodes"])
+    return parse_nodes(data)
 
 
 def partition_nodes(partition: str | None) -> list[NodeInfo]:
@@ -141,3 +158,187 @@ def cancel_by_name_prefix(prefix: str) -> list[str]:
     if ids:
         run(["scancel", *ids])
     return ids
+
+
+# --------------------------------------------------------------------------- cluster health
+# Questions of the Slurm health check (seed 000, phase 1). Each ``*_problems`` function returns
+# one sentence per fault, naming the node or partition, so the test lists them all at once.
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition as ``scontrol -o show partition`` prints it."""
+
+    name: str
+    state: str  # UP, DOWN, DRAIN, INACTIVE
+    default: bool
+    nodes: str  # Slurm hostlist, e.g. "node[1-2]"
+    total_nodes: int
+
+
+def parse_partitions(text: str) -> list[PartitionInfo]:
+    """Partitions from ``scontrol -o show partition`` (one ``Key=Value`` line each). Text, not
+    JSON: Slurm 22.05 prints partition state in no JSON form."""
+    out = []
+    for line in text.splitlines():
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        if "PartitionName" not in fields:
+            continue
+        out.append(
+            PartitionInfo(
+                name=fields["PartitionName"],
+                state=fields.get("State", "UNKNOWN").upper(),
+                default=fields.get("Default", "NO").upper() == "YES",
+                nodes=fields.get("Nodes", ""),
+                total_nodes=_number(fields.get("TotalNodes")),
+            )
+        )
+    return out
+
+
+def partitions() -> list[PartitionInfo]:
+    """Every partition the controller knows."""
+    return parse_partitions(run(["scontrol", "-o", "show", "partition"]))
+
+
+def controller_problems() -> list[str]:
+    """Empty when every configured slurmctld answers ``scontrol ping`` with UP."""
+    try:
+        out = run(["scontrol", "ping"])
+    except SlurmQueryError as exc:
+        return [str(exc)]
+    return parse_ping(out)
+
+
+def parse_ping(text: str) -> list[str]:
+    """Problems in ``scontrol ping`` output (``Slurmctld(primary) at HOST is UP``): a backup
+    controller that is DOWN is a problem too, since failover would not work."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ["`scontrol ping` printed nothing; is slurmctld configured (SlurmctldHost)?"]
+    return [f"{line} (scontrol ping)" for line in lines if not line.endswith(" is UP")]
+
+
+def partition_problems(name: str | None, found: list[PartitionInfo]) -> list[str]:
+    """The partition ``name`` (the default one when None) exists and is UP."""
+    if name is None:
+        defaults = [p for p in found if p.default]
+        if not defaults:
+            return ["no default partition and the profile names none; set partition in the profile"]
+        chosen = defaults[0]
+    else:
+        matches = [p for p in found if p.name == name]
+        if not matches:
+            known = ", ".join(p.name for p in found) or "none"
+            return [f"partition {name!r} does not exist (partitions: {known})"]
+        chosen = matches[0]
+    if chosen.state != "UP":
+        return [f"partition {chosen.name!r} is {chosen.state}, not UP (scontrol update partitionname="
+                f"{chosen.name} state=up)"]  # fmt: skip
+    return []
+
+
+def default_partition(found: list[PartitionInfo]) -> str | None:
+    """The name of the partition jobs go to when none is named."""
+    return next((p.name for p in found if p.default), None)
+
+
+def node_state_problems(
+    known: list[NodeInfo], *, partition: str | None, expected: int, nodelist: tuple[str, ...] = ()
+) -> list[str]:
+    """Every node of the partition (or of ``nodelist``) that is not usable, with its state and
+    Slurm's reason, and a shortfall of usable nodes against ``expected``."""
+    where = f"partition {partition!r}" if partition else "the cluster"
+    members = [n for n in known if partition is None or partition in n.partitions]
+    problems: list[str] = []
+    if nodelist:
+        by_name = {n.name: n for n in members}
+        problems += [f"{name}: not in {where}" for name in nodelist if name not in by_name]
+        members = [by_name[name] for name in nodelist if name in by_name]
+    for n in members:
+        if not n.usable:
+            why = f", reason: {n.reason!r}" if n.reason else ""
+            problems.append(f"{n.name}: state {n.state}{why}")
+    usable = [n for n in members if n.usable]
+    if len(usable) < expected:
+        problems.append(f"{where} has {len(usable)} usable node(s) of {expected} expected")
+    return problems
+
+
+def node_resource_problems(
+    known: list[NodeInfo], *, gpus: int | None, min_cpus: int | None = None, min_memory_mb: int | None = None
+) -> list[str]:
+    """Nodes advertising a GRES GPU count other than ``gpus``, fewer CPUs than ``min_cpus`` or
+    less RealMemory than ``min_memory_mb`` (each bound skipped when None)."""
+    problems = []
+    for n in known:
+        if gpus is not None and n.gpus != gpus:
+            problems.append(f"{n.name}: advertises {n.gpus} GPU(s) (Gres={n.gres or 'none'}), expected {gpus}")
+        if min_cpus is not None and n.cpus < min_cpus:
+            problems.append(f"{n.name}: advertises {n.cpus} CPUs, the profile's jobs need {min_cpus}")
+        if min_memory_mb is not None and n.real_memory_mb < min_memory_mb:
+            problems.append(
+                f"{n.name}: advertises RealMemory={n.real_memory_mb} MB, the profile's jobs need {min_memory_mb} MB"
+            )
+    return problems
+
+
+def node_spread(known: list[NodeInfo]) -> list[str]:
+    """Nodes whose CPUs, memory or GRES differ from most of their peers: a configuration drift
+    worth a warning (a partition may be mixed on purpose, so it is not a failure)."""
+    if len(known) < 2:
+        return []
+    shapes = Counter((n.cpus, n.real_memory_mb, n.gpus) for n in known)
+    common, _ = shapes.most_common(1)[0]
+    return [
+        f"{n.name}: CPUs={n.cpus} RealMemory={n.real_memory_mb} MB GPUs={n.gpus}, most nodes have "
+        f"CPUs={common[0]} RealMemory={common[1]} MB GPUs={common[2]}"
+        for n in known
+        if (n.cpus, n.real_memory_mb, n.gpus) != common
+    ]
+
+
+def accounting_problems() -> list[str]:
+    """Empty when ``sacct`` answers (slurmdbd reachable): without accounting, job ends cannot be
+    told apart and a job that dies without a result would be waited on until its time limit."""
+    try:
+        run(["sacct", "-X", "-n", "-P", "-S", "now-1hours", "-o", "JobID"])
+    except SlurmQueryError as exc:
+        return [f"{exc} Check slurmdbd and AccountingStorageType in slurm.conf."]
+    return []
+
+
+def queue_state(job_id: str) -> str | None:
+    """The job's state as the queue sees it (``PENDING``, ``RUNNING``, ...), or None once the
+    queue no longer lists it. Works without accounting, unlike sacct."""
+    try:
+        out = run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+    except SlurmQueryError as exc:
+        if "Invalid job id" in str(exc):
+            return None
+        raise
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    return lines[0].upper() if lines else None
+
+
+# --------------------------------------------------------------------------- nodes under a job
+# The launcher asks these while a job runs: Slurm notices a dead node only after SlurmdTimeout
+# (300 s on many clusters), but marks it NOT_RESPONDING at its first failed ping.
+
+_LOST = {"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "UNKNOWN"}
+
+
+def lost_nodes(found: list[NodeInfo], names: tuple[str, ...]) -> dict[str, str]:
+    """Of ``names``, the nodes in ``found`` that are down, failing or not responding (a job on
+    them is lost even if Slurm still calls it RUNNING): name → ``"STATE (reason)"``. A node
+    that Slurm no longer lists at all counts as lost too."""
+    by_name = {n.name: n for n in found}
+    out: dict[str, str] = {}
+    for name in names:
+        node = by_name.get(name)
+        if node is None:
+            out[name] = "not known to slurmctld"
+        elif set(node.state.upper().split("+")) & _LOST:
+            out[name] = node.state + (f" ({node.reason})" if node.reason else "")
+    return out
+

@@ -1,0 +1,253 @@
+"""GPU isolation inside Slurm jobs (seed 000, phase 4): a job sees exactly the GPUs it was
+allotted, two jobs on one node get disjoint GPUs, each ``--gpus-per-task=1`` task gets its own,
+and no foreign process holds memory on them.
+
+``gpu_view`` runs in the job and reads what the task can see three ways: the scheduler's
+variables, NVML and (on real GPUs) torch. The ``*_problems`` functions judge on the login node and
+return (problems, warnings): missing device cgroups is a warning, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_gpucluster.workloads.context import TaskContext
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU as NVML shows it inside the job."""
+
+    index: int  # NVML index in the job's view
+    uuid: str
+    minor: int  # /dev/nvidiaN: the number gres.conf files name
+    processes: tuple[tuple[int, int], ...] = ()  # (pid, MiB used) of compute processes
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """What one task of a job can see of the node's GPUs."""
+
+    node: str
+    rank: int
+    job_id: str
+    cuda_visible_devices: str | None
+    job_gpus: str | None  # SLURM_JOB_GPUS: absolute GRES indices of the job on this node
+    step_gpus: str | None  # SLURM_STEP_GPUS: those of the step (per task with --gpus-per-task)
+    nvml: tuple[Device, ...] | None = None  # None: not read (GRES-only) or NVML unavailable
+    nvml_error: str = ""
+    torch_count: int | None = None
+    torch_uuids: tuple[str, ...] = ()
+    pid: int = 0
+    peer_seen: bool | None = None  # with a hold barrier: did the other job run at the same time
+
+    @property
+    def where(self) -> str:
+        """``node`` or ``node rank N`` for multi-task jobs."""
+        return f"{self.node} (job {self.job_id}, task {self.rank})"
+
+
+def parse_list(text: str | None) -> tuple[str, ...]:
+    """``"0,1"`` / ``"GPU-ab,GPU-cd"`` / ``""`` → entries (Slurm writes ``NoDevFiles`` when the GRES
+    has no device files)."""
+    if not text or text.strip() in ("NoDevFiles", "(null)"):
+        return ()
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _nvml_devices() -> tuple[tuple[Device, ...] | None, str]:
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py is not installed on the node"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return None, f"NVML: {exc}"
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = pynvml.nvmlDeviceGetUUID(h)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            try:
+                procs = tuple(
+                    (int(p.pid), int((p.usedGpuMemory or 0) // 2**20))
+                    for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                )
+            except pynvml.NVMLError:
+                procs = ()
+            out.append(Device(i, uuid, int(pynvml.nvmlDeviceGetMinorNumber(h)), procs))
+        return tuple(out), ""
+    except pynvml.NVMLError as exc:
+        return None, f"NVML: {exc}"
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _torch_view() -> tuple[int, tuple[str, ...]]:
+    import torch
+
+    count = torch.cuda.device_count()
+    uuids = []
+    for i in range(count):
+        raw = getattr(torch.cuda.get_device_properties(i), "uuid", None)
+        if raw is not None:
+            uuids.append(str(raw))
+    return count, tuple(uuids)
+
+
+def _hold(directory: str, mine: str, peer: str, timeout_s: float) -> bool:
+    """Leave ``mine`` and wait (bounded) for ``peer``: two jobs prove they ran at the same time."""
+    Path(directory, mine).touch()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if peer in os.listdir(directory):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def gpu_view(
+    ctx: TaskContext,
+    *,
+    real: bool = True,
+    hold_dir: str | None = None,
+    hold_as: str = "",
+    hold_for: str = "",
+    timeout_s: float = 120.0,
+) -> GpuView:
+    """Read this task's GPU view. NVML is read before torch so that the only processes on the
+    job's GPUs are foreign ones. With ``hold_dir``, announce ``hold_as`` and wait for ``hold_for``
+    (file names per node) before returning, so two jobs overlap in time."""
+    node = ctx.hostname or socket.gethostname()
+    nvml, nvml_error = _nvml_devices() if real else (None, "")
+    torch_count, torch_uuids = _torch_view() if real else (None, ())
+    peer_seen = None
+    if hold_dir:
+        tag = f"{node}-{ctx.local_rank}"
+        peer_seen = _hold(hold_dir, f"{hold_as}-{tag}", f"{hold_for}-{tag}", timeout_s)
+    return GpuView(
+        node=node, rank=ctx.rank, job_id=ctx.job_id, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        job_gpus=os.environ.get("SLURM_JOB_GPUS"), step_gpus=os.environ.get("SLURM_STEP_GPUS"),
+        nvml=nvml, nvml_error=nvml_error, torch_count=torch_count, torch_uuids=torch_uuids, pid=os.getpid(),
+        peer_seen=peer_seen,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- judging (login node)
+
+
+def _norm(uuid: str) -> str:
+    # NVML writes "GPU-<uuid>", torch the bare uuid.
+    return uuid.lower().removeprefix("gpu-")
+
+
+def allotted(view: GpuView) -> tuple[Device, ...]:
+    """The NVML devices Slurm gave the task: all of them when NVML sees only the allotment (device
+    cgroups), else those whose /dev/nvidiaN minor is in the allotted GRES indices."""
+    if view.nvml is None:
+        return ()
+    indices = parse_list(view.step_gpus) or parse_list(view.job_gpus)
+    if len(view.nvml) <= len(indices) or not indices:
+        return view.nvml
+    return tuple(d for d in view.nvml if str(d.minor) in indices)
+
+
+def view_problems(view: GpuView, asked: int, *, device_cgroups: bool) -> tuple[list[str], list[str]]:
+    """(problems, warnings) for one task that asked for ``asked`` GPUs."""
+    problems: list[str] = []
+    warns: list[str] = []
+    w = view.where
+    cvd = view.cuda_visible_devices
+    if cvd is None:
+        problems.append(f"{w}: CUDA_VISIBLE_DEVICES is not set; Slurm did not bind the job's GPUs")
+    elif len(parse_list(cvd)) != asked:
+        problems.append(
+            f"{w}: CUDA_VISIBLE_DEVICES={cvd!r} lists {len(parse_list(cvd))} GPU(s), the job asked for {asked}"
+        )
+    slurm = parse_list(view.step_gpus) or parse_list(view.job_gpus)
+    if len(slurm) != asked:
+        problems.append(
+            f"{w}: Slurm allotted GPU(s) {list(slurm)} (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for {asked}"
+        )
+    if view.torch_count is not None and view.torch_count != asked:
+        problems.append(f"{w}: torch.cuda.device_count() = {view.torch_count}, the job asked for {asked}")
+    if view.nvml is None:
+        if view.nvml_error:
+            problems.append(f"{w}: NVML could not be read ({view.nvml_error})")
+        elif not device_cgroups:
+            warns.append(f"{w}: device cgroups are off on this cluster (profile device_cgroups = false): a job can "
+                         "open GPUs it was not given; only Slurm's view was checked")  # fmt: skip
+        return problems, warns
+    mine = allotted(view)
+    if len(view.nvml) > asked:
+        text = (f"{w}: NVML inside the job sees {len(view.nvml)} GPUs, the job was allotted {asked}: devices are not "
+                "constrained (ConstrainDevices=yes in cgroup.conf)")  # fmt: skip
+        (problems if device_cgroups else warns).append(text)
+    else:
+        minors = sorted(str(d.minor) for d in mine)
+        if slurm and all(s.isdigit() for s in slurm) and minors != sorted(slurm):
+            warns.append(f"{w}: the job holds /dev/nvidia{{{','.join(minors)}}} but Slurm names GRES indices "
+                         f"{list(slurm)}; gres.conf may not list devices in minor-number order")  # fmt: skip
+    if view.torch_uuids:
+        seen = {_norm(u) for u in view.torch_uuids}
+        given = {_norm(d.uuid) for d in mine}
+        if seen != given:
+            problems.append(f"{w}: CUDA sees GPU(s) {sorted(seen - given) or sorted(seen)} outside the allotment "
+                            f"{sorted(given)}")  # fmt: skip
+    return problems, warns
+
+
+def foreign_process_problems(view: GpuView) -> list[str]:
+    """Processes other than the task itself holding memory on the task's GPUs."""
+    if view.nvml is None:
+        return [f"{view.where}: NVML could not be read ({view.nvml_error or 'not measured'})"]
+    return [
+        f"{view.node}:gpu{d.minor} ({d.uuid}): process {pid} holds {mib} MiB (job {view.job_id} was given this GPU)"
+        for d in allotted(view)
+        for pid, mib in d.processes
+        if pid != view.pid
+    ]
+
+
+def _identities(view: GpuView) -> set[str]:
+    if view.nvml is not None:
+        return {d.uuid for d in allotted(view)}
+    return {f"gres index {i}" for i in parse_list(view.step_gpus) or parse_list(view.job_gpus)}
+
+
+def disjoint_problems(first: Sequence[GpuView], second: Sequence[GpuView]) -> list[str]:
+    """Two jobs that ran at the same time share no GPU on any node."""
+    problems = [f"{v.where}: the other job never ran alongside it (it waited in the queue?); overlap not tested"
+                for v in (*first, *second) if v.peer_seen is False]  # fmt: skip
+    for a in first:
+        for b in second:
+            if a.node == b.node and (shared := _identities(a) & _identities(b)):
+                problems.append(f"{a.node}: jobs {a.job_id} and {b.job_id} ran at the same time on {sorted(shared)}")
+    return problems
+
+
+def per_task_problems(views: Sequence[GpuView]) -> list[str]:
+    """With ``--gpus-per-task=1``: each task sees exactly one GPU, and tasks of a node differ."""
+    problems: list[str] = []
+    by_node: dict[str, list[tuple[GpuView, set[str]]]] = {}
+    for v in views:
+        ids = _identities(v)
+        visible = len(v.nvml) if v.nvml is not None and len(v.nvml) <= 1 else len(parse_list(v.cuda_visible_devices))
+        if len(ids) != 1 or visible != 1:
+            problems.append(f"{v.where}: sees {visible} GPU(s) {sorted(ids)} (CUDA_VISIBLE_DEVICES="
+                            f"{v.cuda_visible_devices!r}), expected exactly 1")  # fmt: skip
+        by_node.setdefault(v.node, []).append((v, ids))
+    for node, entries in by_node.items():
+        owners: dict[str, list[int]] = {}
+        for v, ids in entries:
+            for i in ids:
+                owners.setdefault(i, []).append(v.rank)
+        problems += [f"{node}: tasks {ranks} share {gpu}" for gpu, ranks in owners.items() if len(ranks) > 1]
+    return problems

@@ -1,0 +1,373 @@
+"""Shared filesystem (seed 000, phase 2): one task per node, all nodes in one allocation.
+
+The login node makes a fresh private (0700) directory on the shared filesystem and writes a
+marker into it (``prepare``); every node then checks it sees that marker, writes and reads back
+its neighbour's file, appends to one shared file and publishes a file by atomic rename. The nodes
+meet at barriers made of files in that same directory, each wait bounded, so a filesystem that is
+not shared ends in a report instead of a hang. ``problems`` turns the reports into sentences on
+the login node; ``cleanup`` removes the directory.
+
+``shared_fs`` may contain ``$VARS`` (``/scratch/$USER``): each side expands them in its own
+environment, as a shell on that node would.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import secrets
+import shutil
+import socket
+import stat
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from string import Template
+
+from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.workloads.context import TaskContext
+
+MARKER = "login-marker"
+APPEND_FILE = "append.log"
+GiB = 2**30
+
+
+def expand(template: str, env: Mapping[str, str]) -> Path:
+    """``template`` with ``$VAR``/``${VAR}`` from ``env`` and a leading ``~`` expanded; unknown
+    variables stay as written."""
+    text = Template(template).safe_substitute(env)
+    if text.startswith("~"):
+        text = os.path.expanduser(text)
+    return Path(text)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """The mount that holds a path: where it is mounted, its type and its source."""
+
+    mount_point: str
+    fstype: str
+    source: str
+
+    def describe(self) -> str:
+        """``nfs4 10.0.0.5:/export at /mnt/sharedfs``."""
+        return f"{self.fstype} {self.source} at {self.mount_point}"
+
+
+def _unescape(text: str) -> str:
+    # mountinfo writes space, tab, newline and backslash as octal escapes.
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        text = text.replace(code, char)
+    return text
+
+
+def mount_of(path: str, mountinfo: str) -> Mount | None:
+    """The mount (from ``/proc/self/mountinfo`` text) whose mount point is the longest prefix of
+    the resolved ``path``."""
+    best: Mount | None = None
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 5 or len(tail) < 2:
+            continue
+        point = _unescape(fields[4])
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best.mount_point)):
+            best = Mount(point, tail[0], _unescape(tail[1]))
+    return best
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the login node made: the private directory and the marker's token."""
+
+    root_template: str
+    root: str  # as the login node resolved it
+    name: str  # the private directory's name under ``root``
+    token: str
+
+    @property
+    def directory(self) -> Path:
+        """The private directory as the login node sees it."""
+        return Path(self.root) / self.name
+
+
+def prepare(root_template: str, env: Mapping[str, str] | None = None) -> Prepared:
+    """On the login node: make ``<root>/.pytest-gpucluster-sharedfs-<random>`` with mode 0700 and
+    write the marker every node must find. GpuClusterError names the path when ``root`` is unusable."""
+    root = expand(root_template, os.environ if env is None else env)
+    token = secrets.token_hex(16)
+    name = f".pytest-gpucluster-sharedfs-{token[:12]}"
+    directory = root / name
+    try:
+        directory.mkdir(mode=0o700)
+        directory.chmod(0o700)  # mkdir's mode is filtered by the umask; the check wants exactly 0700
+        _write(directory / MARKER, token.encode())
+    except OSError as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise GpuClusterError(
+            f"login node: cannot make a private directory in {root} ({exc.strerror or exc}); is the "
+            f"shared filesystem ({root_template}) mounted and writable on the login node?"
+        ) from exc
+    return Prepared(root_template, str(root), name, token)
+
+
+def cleanup(prepared: Prepared) -> None:
+    """Remove the private directory (also after a failed or cancelled job)."""
+    shutil.rmtree(prepared.directory, ignore_errors=True)
+
+
+def _write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What one node saw of the shared filesystem."""
+
+    node: str
+    rank: int
+    path: str  # the private directory as this node resolved it
+    root_exists: bool
+    mount: Mount | None = None
+    fsid: int = 0
+    capacity_bytes: int = 0
+    free_bytes: int = 0
+    marker: str = "missing"  # "ok", "missing", "different"
+    mode: int = 0  # permission bits of the private directory as this node sees them
+    wrote: Mapping[str, str] = field(default_factory=dict)  # file name → sha256 this node wrote
+    read: Mapping[str, str] = field(default_factory=dict)  # file name → sha256 read ("" if absent)
+    appended: int = 0  # lines this node appended
+    append_lines: Mapping[int, int] = field(default_factory=dict)  # rank → lines seen afterwards
+    append_garbled: int = 0  # lines of the shared file that are not whole lines of any node
+    barrier_timeout: str = ""  # "<barrier>: ranks [..] missing after N s", when a wait ran out
+    errors: tuple[str, ...] = ()
+
+
+def _barrier(directory: Path, name: str, rank: int, world: int, timeout_s: float) -> list[int]:
+    """Announce this rank at ``name`` and wait (bounded) for all others; returns the ranks still
+    missing when the wait ran out. Lists the directory each round: on NFS a fresh listing
+    revalidates the directory, where a lookup of a missing name may hit a cached negative entry."""
+    (directory / f".barrier-{name}-{rank}").touch()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        present = set(os.listdir(directory))
+        missing = [r for r in range(world) if f".barrier-{name}-{r}" not in present]
+        if not missing or time.monotonic() > deadline:
+            return missing
+        time.sleep(0.2)
+
+
+def check_node(
+    ctx: TaskContext,
+    *,
+    root_template: str,
+    name: str,
+    token: str,
+    file_bytes: int = 2**20,
+    append_lines: int = 50,
+    timeout_s: float = 90.0,
+) -> NodeReport:
+    """Run on every node (one task each): identity, capacity, cross-node read-back, concurrent
+    appends and an atomic rename, all inside the private directory ``name`` under the root."""
+    root = expand(root_template, os.environ)
+    directory = root / name
+    report = NodeReport(node=ctx.hostname or socket.gethostname(), rank=ctx.rank, path=str(directory),
+                        root_exists=root.is_dir())  # fmt: skip
+    if not report.root_exists:
+        return report
+    try:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        mountinfo = ""
+    vfs = os.statvfs(root)
+    report = replace(
+        report,
+        mount=mount_of(os.path.realpath(root), mountinfo),
+        fsid=vfs.f_fsid,
+        capacity_bytes=vfs.f_blocks * vfs.f_frsize,
+        free_bytes=vfs.f_bavail * vfs.f_frsize,
+    )
+    try:
+        seen = (directory / MARKER).read_text()
+    except OSError:
+        return report
+    report = replace(report, marker="ok" if seen == token else "different", mode=stat.S_IMODE(directory.stat().st_mode))
+    if report.marker != "ok":
+        return report
+    return _exchange(report, directory, ctx.world_size, token, file_bytes, append_lines, timeout_s)
+
+
+def _exchange(
+    report: NodeReport, directory: Path, world: int, token: str, file_bytes: int, append_lines: int, timeout_s: float
+) -> NodeReport:
+    rank = report.rank
+    wrote: dict[str, str] = {}
+    read: dict[str, str] = {}
+    errors: list[str] = []
+    neighbour = (rank + 1) % world  # a ring: every node is read by one other node, and reads one
+
+    def done(timeout: str = "", appended: int = 0, counts: Mapping[int, int] | None = None,
+             garbled: int = 0) -> NodeReport:  # fmt: skip
+        return replace(report, wrote=wrote, read=read, barrier_timeout=timeout, errors=tuple(errors),
+                       appended=appended, append_lines=dict(counts or {}), append_garbled=garbled)  # fmt: skip
+
+    def meet(barrier: str) -> str:
+        missing = _barrier(directory, barrier, rank, world, timeout_s)
+        return f"{barrier}: rank(s) {missing} missing after {timeout_s:.0f} s" if missing else ""
+
+    if timeout := meet("start"):
+        return done(timeout)
+    # All nodes write their own file at once: concurrent writes to distinct files.
+    data_name = f"data-{rank}.bin"
+    payload = os.urandom(file_bytes)
+    _write(directory / data_name, payload)
+    wrote[data_name] = hashlib.sha256(payload).hexdigest()
+    # Then all append to one file. Each line is one write under a POSIX lock: O_APPEND alone is
+    # not atomic across NFS clients, and applications that share a log lock it the same way.
+    fd = os.open(directory / APPEND_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    appended = 0
+    try:
+        for i in range(append_lines):
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            try:
+                os.write(fd, f"{rank} {i} {token[:8]}\n".encode())
+                os.fsync(fd)
+                appended += 1
+            finally:
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+    except OSError as exc:
+        errors.append(f"append to {APPEND_FILE} failed after {appended} line(s): {exc}")
+    finally:
+        os.close(fd)
+    # Publish by rename: the reader must never see a partial file under the final name.
+    renamed = f"renamed-{rank}.bin"
+    payload = os.urandom(file_bytes)
+    _write(directory / f".{renamed}.tmp", payload)
+    os.replace(directory / f".{renamed}.tmp", directory / renamed)
+    wrote[renamed] = hashlib.sha256(payload).hexdigest()
+    if timeout := meet("written"):
+        return done(timeout, appended)
+    for wanted in (f"data-{neighbour}.bin", f"renamed-{neighbour}.bin"):
+        try:
+            read[wanted] = _sha(directory / wanted)
+        except OSError as exc:
+            read[wanted] = ""
+            errors.append(f"cannot read {wanted}: {exc.strerror or exc}")
+    counts, garbled = _count_lines(directory / APPEND_FILE, token[:8], world)
+    return done("", appended, counts, garbled)
+
+
+def _count_lines(path: Path, tag: str, world: int) -> tuple[dict[int, int], int]:
+    counts = dict.fromkeys(range(world), 0)
+    garbled = 0
+    for line in path.read_bytes().split(b"\n")[:-1]:
+        parts = line.decode(errors="replace").split()
+        if len(parts) == 3 and parts[2] == tag and parts[0].isdigit() and int(parts[0]) in counts:
+            counts[int(parts[0])] += 1
+        else:
+            garbled += 1
+    return counts, garbled
+
+
+# --------------------------------------------------------------------------- judging (login node)
+
+
+def visibility_problems(reports: Sequence[NodeReport], prepared: Prepared, expected_nodes: int) -> list[str]:
+    """The filesystem is mounted on every node, is the same filesystem, and is the login node's."""
+    problems = []
+    if len(reports) != expected_nodes:
+        problems.append(f"{len(reports)} node(s) reported, {expected_nodes} expected")
+    for r in reports:
+        if not r.root_exists:
+            problems.append(f"{r.node}: {Path(r.path).parent} does not exist (shared filesystem not mounted?)")
+        elif r.marker == "missing":
+            problems.append(
+                f"{r.node}: does not see {MARKER} that the login node wrote in {prepared.directory}: "
+                f"{Path(r.path).parent} on {r.node} is not the login node's filesystem (not shared: "
+                "the node sees its own copy, or the shared filesystem is not mounted there)"
+            )
+        elif r.marker == "different":
+            problems.append(f"{r.node}: {r.path}/{MARKER} holds another run's token: not the same directory")
+        elif r.mode != 0o700:
+            problems.append(f"{r.node}: the private directory reads as mode {r.mode:04o}, the login node made 0700")
+    mounted = [r for r in reports if r.mount is not None and r.marker == "ok"]
+    kinds = {(r.mount.fstype, r.mount.source) for r in mounted if r.mount}
+    if len(kinds) > 1:
+        for r in mounted:
+            assert r.mount is not None
+            problems.append(f"{r.node}: {r.path} lies on {r.mount.describe()}")
+    sizes = [r.capacity_bytes for r in reports if r.marker == "ok"]
+    if sizes and max(sizes) > 1.01 * min(sizes):
+        for r in reports:
+            if r.marker == "ok":
+                problems.append(f"{r.node}: the filesystem's size reads {r.capacity_bytes / GiB:.1f} GiB")
+    return problems
+
+
+def space(reports: Sequence[NodeReport], root: str) -> list[tuple[str, str, float]]:
+    """(metric, ``node:path``, GiB) for the smallest capacity and free space any node reads; NaN
+    (never a pass) when no node has the path."""
+    seen = [r for r in reports if r.root_exists]
+    if not seen:
+        return [("sharedfs.capacity", root, float("nan")), ("sharedfs.free", root, float("nan"))]
+    small = min(seen, key=lambda r: r.capacity_bytes)
+    tight = min(seen, key=lambda r: r.free_bytes)
+    return [("sharedfs.capacity", f"{small.node}:{root}", small.capacity_bytes / GiB),
+            ("sharedfs.free", f"{tight.node}:{root}", tight.free_bytes / GiB)]  # fmt: skip
+
+
+def _not_measured(reports: Sequence[NodeReport], expected_nodes: int) -> list[str]:
+    """Why the exchange could not be measured on every node (never a silent pass)."""
+    problems = [f"{r.node}: took no part (it does not see the login node's directory)"
+                for r in reports if r.marker != "ok"]  # fmt: skip
+    if len(reports) < expected_nodes:
+        problems.append(f"only {len(reports)} of {expected_nodes} node(s) reported")
+    problems += [f"{r.node}: gave up waiting at barrier {r.barrier_timeout}" for r in reports if r.barrier_timeout]
+    return problems + [f"{r.node}: {e}" for r in reports for e in r.errors]
+
+
+def readback_problems(reports: Sequence[NodeReport], expected_nodes: int, *, renamed: bool = False) -> list[str]:
+    """Each node read its neighbour's file byte-identical (sha256); with ``renamed``, the file the
+    neighbour published by atomic rename, complete under its final name."""
+    problems = _not_measured(reports, expected_nodes)
+    if problems:
+        return problems
+    by_rank = {r.rank: r for r in reports}
+    prefix = "renamed-" if renamed else "data-"
+    what = "the file published by rename" if renamed else "the file"
+    for r in reports:
+        writer = by_rank[(r.rank + 1) % len(reports)]
+        for name, sha in r.read.items():
+            expected = writer.wrote.get(name)
+            if name.startswith(prefix) and sha != expected:
+                problems.append(
+                    f"{r.node}: read {what} {name} written by {writer.node} with sha256 {sha[:12]}…, "
+                    f"{writer.node} wrote {(expected or '')[:12]}…"
+                )
+    return problems
+
+
+def append_problems(reports: Sequence[NodeReport], expected_nodes: int) -> list[str]:
+    """Every node finds every line every node appended to the shared file, once and whole."""
+    problems = _not_measured(reports, expected_nodes)
+    if problems:
+        return problems
+    by_rank = {r.rank: r for r in reports}
+    for r in reports:
+        short = [f"{by_rank[k].node} appended {by_rank[k].appended}, {n} found"
+                 for k, n in r.append_lines.items() if k in by_rank and n != by_rank[k].appended]  # fmt: skip
+        if short:
+            problems.append(f"{r.node}: the shared {APPEND_FILE} lost or doubled lines ({'; '.join(short)})")
+        if r.append_garbled:
+            problems.append(f"{r.node}: the shared {APPEND_FILE} has {r.append_garbled} torn or mixed line(s)")
+    return problems

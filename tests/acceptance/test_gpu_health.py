@@ -1,0 +1,59 @@
+"""GPU health per node (NVML, one job holding every GPU of every node): inventory, driver/CUDA
+versions, ECC and row remapping, NVLink, PCIe, clock-event reasons, temperatures and memory in
+use at rest. Each failure names ``node:gpuN``; every bad GPU is listed, not only the first."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from pytest_gpucluster.fixtures import ThresholdWarning
+from pytest_gpucluster.metrics import METRICS
+from pytest_gpucluster.verdict import Measurement
+from pytest_gpucluster.workloads import gpu_health
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def nodes_gpus(gpucluster):
+    """Every node's NVML readings, measured once per run."""
+    spec = gpucluster.spec("gpu-health", all_nodes=True)
+
+    def produce():
+        return {r.node: r.value for r in gpucluster.run(gpu_health.read_node, spec)}
+
+    return gpucluster.once(("gpu-health",), produce)
+
+
+def _of(nodes_gpus, node):
+    if node not in nodes_gpus:
+        pytest.fail(f"{node}: no NVML report came back (nodes that reported: {', '.join(nodes_gpus)})")
+    return nodes_gpus[node]
+
+
+def test_gpu_count_and_model(nodes_gpus, node, gpucluster, judge):
+    problems = gpu_health.inventory_problems(_of(nodes_gpus, node), count=gpucluster.gpus_per_node,
+                                             model=gpucluster.profile.gpu_model)  # fmt: skip
+    judge.problems(problems, f"{node}: GPUs are not what the profile expects")
+
+
+def test_driver_and_cuda_versions_agree(nodes_gpus, profile, judge):
+    problems = gpu_health.version_problems(list(nodes_gpus.values()), min_driver=profile.min_driver,
+                                           min_cuda=profile.min_cuda)  # fmt: skip
+    judge.problems(problems, "driver / CUDA versions")
+
+
+def test_memory_errors_temperatures_and_memory_at_rest(nodes_gpus, node, judge):
+    readings, unsupported = gpu_health.health_readings(_of(nodes_gpus, node))
+    for line in unsupported:
+        warnings.warn(ThresholdWarning(line), stacklevel=1)
+    judge.all(Measurement(metric, value, METRICS[metric].unit, where) for metric, where, value in readings)
+
+
+def test_nvlink_pcie_and_clocks(nodes_gpus, node, judge):
+    problems, warns = gpu_health.link_problems(_of(nodes_gpus, node))
+    for line in warns:
+        warnings.warn(ThresholdWarning(line), stacklevel=1)
+    judge.problems(problems, f"{node}: GPU links or clocks degraded")

@@ -1,0 +1,67 @@
+"""GPU isolation (seed 000, phase 4): inside a Slurm job the task sees exactly the GPUs it was
+allotted, concurrent jobs on one node get disjoint GPUs, --gpus-per-task=1 gives each task its
+own GPU, and nothing foreign holds memory on them. Without device cgroups: a warning, not a pass."""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+
+import pytest
+
+from pytest_gpucluster.fixtures import ThresholdWarning
+from pytest_gpucluster.workloads import isolation
+
+pytestmark = pytest.mark.slurm
+
+
+def _warn(lines):
+    for line in lines:
+        warnings.warn(ThresholdWarning(line), stacklevel=2)
+
+
+@pytest.fixture(scope="module")
+def half_node_views(gpucluster):
+    """Every node, a job holding half of the node's GPUs (so there are GPUs it must not see)."""
+    asked = max(1, gpucluster.gpus_per_node // 2)
+    spec = gpucluster.spec("isolation-view", all_nodes=True, gpus_per_node=asked)
+    real = gpucluster.profile.gpus_are_real
+
+    def produce():
+        return [r.value for r in gpucluster.run(isolation.gpu_view, spec, real=real)]
+
+    return asked, gpucluster.once(("isolation-view",), produce)
+
+
+@pytest.mark.gpu(2, gres_only=True)
+def test_job_sees_exactly_its_gpus(half_node_views, profile, judge):
+    asked, views = half_node_views
+    found = [isolation.view_problems(v, asked, device_cgroups=profile.device_cgroups) for v in views]
+    _warn([w for _, ws in found for w in ws])
+    judge.problems([p for ps, _ in found for p in ps], f"jobs asking for {asked} GPU(s) do not see exactly those")
+
+
+@pytest.mark.gpu
+def test_no_foreign_process_on_the_jobs_gpus(half_node_views, judge):
+    _, views = half_node_views
+    problems = [p for v in views for p in isolation.foreign_process_problems(v)]
+    judge.problems(problems, "foreign processes hold the job's GPUs")
+
+
+@pytest.mark.gpu(2, gres_only=True)
+def test_concurrent_jobs_get_disjoint_gpus(gpucluster, judge):
+    spec = gpucluster.spec("isolation-pair", all_nodes=True, gpus_per_node=gpucluster.gpus_per_node // 2)
+    real = gpucluster.profile.gpus_are_real
+    with tempfile.TemporaryDirectory(prefix="isolation-", dir=gpucluster.job_root) as hold:
+        a = gpucluster.submit(isolation.gpu_view, spec, real=real, hold_dir=hold, hold_as="a", hold_for="b")
+        b = gpucluster.submit(isolation.gpu_view, spec, real=real, hold_dir=hold, hold_as="b", hold_for="a")
+        first, second = [r.value for r in a.results()], [r.value for r in b.results()]
+    judge.problems(isolation.disjoint_problems(first, second), "two jobs running at once share GPUs")
+
+
+@pytest.mark.gpu(2, gres_only=True)
+def test_gpus_per_task_gives_each_task_its_own_gpu(gpucluster, judge):
+    n = gpucluster.gpus_per_node
+    spec = gpucluster.spec("isolation-per-task", all_nodes=True, tasks_per_node=n, gpus_per_task=1)
+    views = [r.value for r in gpucluster.run(isolation.gpu_view, spec, real=gpucluster.profile.gpus_are_real)]
+    judge.problems(isolation.per_task_problems(views), f"{n} tasks with --gpus-per-task=1 do not each get one GPU")

@@ -1,0 +1,114 @@
+"""The infrastructure acceptance checks against the real Slurm test cluster: each passes on the
+healthy cluster and fails, naming the node, on a fault the test really produces."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucluster.testcluster import ClusterInfo
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_TIMEOUT_S = 420
+
+
+def acceptance(info: ClusterInfo, *args: str) -> tuple[int, str]:
+    """Run the acceptance suite as an operator would; (exit status, output)."""
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "-W", "always", *args]
+    proc = subprocess.run(argv, cwd=REPO, env=info.env(), capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, check=False)  # fmt: skip
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def profile_file(tmp_path: Path, name: str, **overrides: object) -> Path:
+    """thresholds.toml plus a profile copied from [profiles.ci] with ``overrides``."""
+    keys = {"executor": "slurm", "partition": "debug", "nodes": 2, "gpus_per_node": 4, "gpus_are_real": False,
+            "shared_fs": "/srv/gpucluster-ci/shared", "slurm_conf": "/var/lib/gpucluster-testcluster/etc/slurm.conf",
+            "device_cgroups": False, "job_timeout_min": 5, "queue_timeout_s": 60, "thresholds": "cpu",
+            **overrides}  # fmt: skip
+    lines = [f"\n[profiles.{name}]"]
+    for key, value in keys.items():
+        text = ("true" if value else "false") if isinstance(value, bool) else value
+        lines.append(f"{key} = {text}" if isinstance(value, int) else f'{key} = "{text}"')
+    path = tmp_path / "thresholds.toml"
+    path.write_text((REPO / "thresholds.toml").read_text() + "\n".join(lines) + "\n")
+    return path
+
+
+def scontrol(info: ClusterInfo, *args: str) -> None:
+    subprocess.run(["scontrol", *args], env=info.env(), check=True, timeout=30, capture_output=True)
+
+
+def test_slurm_health_passes_then_names_a_drained_node(slurm_cluster):
+    rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_slurm_health.py")
+    assert rc == 0, out
+    assert "5 passed" in out
+    scontrol(slurm_cluster, "update", "nodename=node2", "state=drain", "reason=integration test")
+    try:
+        rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_slurm_health.py")
+    finally:
+        scontrol(slurm_cluster, "update", "nodename=node2", "state=resume")
+    assert rc == 1, out
+    assert "FAILED tests/acceptance/test_slurm_health.py::test_nodes_are_usable" in out
+    # IDLE+DRAIN, or MIXED+DRAIN while other jobs still run there
+    assert re.search(r"- node2: state [A-Z]+\+DRAIN, reason: 'integration test'", out), out
+    assert "4 passed" in out
+
+
+def test_sharedfs_passes_on_the_shared_dir(slurm_cluster):
+    rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_sharedfs.py")
+    assert rc == 0, out
+    assert "5 passed" in out
+    assert not list(Path("/srv/gpucluster-ci/shared").glob(".pytest-gpucluster-sharedfs-*")), "left its directory"
+
+
+def test_sharedfs_fails_where_each_node_has_its_own_directory(slurm_cluster, tmp_path):
+    # The test cluster's nodes share one mount namespace, so every path is shared. A root that
+    # each node expands to its own folder ($SLURMD_NODENAME) is a directory truly private to
+    # each node, as on a node where the shared filesystem failed to mount.
+    base = tmp_path / "private"
+    for node in ("node1", "node2", "$SLURMD_NODENAME"):
+        (base / node).mkdir(parents=True)
+    thresholds = profile_file(tmp_path, "ci_private", shared_fs=f"{base}/$SLURMD_NODENAME")
+    rc, out = acceptance(slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_private",
+                         "tests/acceptance/test_sharedfs.py")  # fmt: skip
+    assert rc == 1, out
+    assert "FAILED tests/acceptance/test_sharedfs.py::test_mounted_everywhere_as_one_filesystem" in out
+    for node in ("node1", "node2"):
+        assert f"- {node}: does not see login-marker that the login node wrote in" in out
+        assert f"{base}/{node} on {node} is not the login node's filesystem (not shared" in out
+        assert f"- {node}: took no part (it does not see the login node's directory)" in out
+    assert "4 failed, 1 passed" in out  # capacity is still measured on each node's own folder
+
+
+def test_gpu_isolation_passes_with_gres_and_warns_without_cgroups(slurm_cluster):
+    rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_gpu_isolation.py")
+    assert rc == 0, out
+    assert "3 passed, 1 skipped" in out
+    assert "ThresholdWarning: node1 (job" in out and "device cgroups are off on this cluster" in out
+    assert "this test needs real GPUs" in out
+
+
+def test_infiniband_passes_without_hcas_and_fails_where_some_are_expected(slurm_cluster, tmp_path):
+    rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_infiniband.py")
+    assert rc == 0, out
+    assert "PASSED tests/acceptance/test_infiniband.py::test_infiniband_ports[node1]" in out
+    thresholds = profile_file(tmp_path, "ci_ib", ib_hcas=8)
+    rc, out = acceptance(slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_ib",
+                         "tests/acceptance/test_infiniband.py")  # fmt: skip
+    assert rc == 1, out
+    for node in ("node1", "node2"):
+        assert f"- {node}: no RDMA device under /sys/class/infiniband" in out
+
+
+def test_gpu_health_skips_with_a_reason_on_gres_only_gpus(slurm_cluster):
+    rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_gpu_health.py")
+    assert rc == 0, out
+    assert "has GRES-only GPUs (no devices); this test needs real GPUs" in out
+    assert "passed" not in out and "failed" not in out

@@ -1,0 +1,134 @@
+"""GPU health judging on readings of sick GPUs, written as the dataclasses the workload returns."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from pytest_gpucluster.workloads import gpu_health as gh
+from pytest_gpucluster.workloads.context import local_context
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _gpu(i: int, **sick) -> gh.GpuHealth:
+    healthy = gh.GpuHealth(
+        index=i, name=H100, uuid=f"GPU-{i:08d}", pci_bus_id=f"00000000:{i:02X}:00.0", temperature_c=31.0,
+        memory_temperature_c=29.0, memory_used_mib=0.5, ecc_volatile_uncorrectable=0, retired_pages_pending=None,
+        remapped_rows_pending=0, remapped_rows_failed=0, nvlinks=(True,) * 18, pcie_gen=(1, 5, 5),
+        pcie_width=(16, 16), clock_reasons=0x1, unsupported=("retired pages",),
+    )  # fmt: skip
+    return replace(healthy, **sick)
+
+
+def _node(*gpus: gh.GpuHealth, **kw) -> gh.NodeGpus:
+    return gh.NodeGpus(**{"node": "w0", "driver": "550.54.15", "cuda": "12.4", "gpus": gpus, **kw})
+
+
+def test_decode_clock_reasons():
+    assert gh.decode_clock_reasons(0x0) == ()
+    assert gh.decode_clock_reasons(0x1) == ("GpuIdle",)
+    assert gh.decode_clock_reasons(0x4 | 0x40) == ("SwPowerCap", "HwThermalSlowdown")
+    assert gh.decode_clock_reasons(0x88) == ("HwSlowdown", "HwPowerBrakeSlowdown")
+    assert gh.decode_clock_reasons(0x1 | 0x1000) == ("GpuIdle", "0x1000")
+
+
+def test_healthy_node_passes_everything():
+    node = _node(*(_gpu(i) for i in range(8)))
+    assert gh.inventory_problems(node, count=8, model="H100") == []
+    assert gh.link_problems(node) == ([], [])
+    readings, unsupported = gh.health_readings(node)
+    assert unsupported == []  # retired pages are not supported, row remapping stands in for them
+    assert ("gpu.temperature", "w0:gpu3", 31.0) in readings
+    assert not any(metric == "gpu.retired_pages_pending" for metric, _, _ in readings)
+
+
+def test_every_bad_gpu_is_listed():
+    node = _node(
+        _gpu(0),
+        _gpu(1, nvlinks=(True,) * 16 + (False, False)),
+        _gpu(2, pcie_width=(8, 16)),
+        _gpu(3, clock_reasons=0x1 | 0x40),
+        _gpu(4, nvlinks=None),
+        _gpu(5, pcie_gen=(4, 4, 5)),  # slot limits the link: a warning, not a failure
+        _gpu(6, pcie_gen=(1, 5, 5)),  # idle downshift: nothing
+    )
+    problems, warns = gh.link_problems(node)
+    assert problems == [
+        "w0:gpu1: NVLink(s) [16, 17] down (16 of 18 up)",
+        "w0:gpu2: PCIe link x8, the link supports x16 (lanes lost)",
+        "w0:gpu3: clocks held down by HwThermalSlowdown (reasons 0x41)",
+        "w0:gpu4: reports no NVLink while other GPUs of the node have 18 links",
+    ]
+    assert warns == ["w0:gpu5: PCIe link can reach Gen4 only, the GPU supports Gen5"]
+
+
+def test_sick_memory_readings_are_judged_values():
+    node = _node(_gpu(0, ecc_volatile_uncorrectable=3, remapped_rows_pending=1, temperature_c=91.0), _gpu(1))
+    readings, _ = gh.health_readings(node)
+    assert ("gpu.ecc_volatile_uncorrectable", "w0:gpu0", 3.0) in readings
+    assert ("gpu.remapped_rows_pending", "w0:gpu0", 1.0) in readings
+    assert ("gpu.temperature", "w0:gpu0", 91.0) in readings
+
+
+def test_not_supported_is_never_a_pass():
+    gpu = _gpu(0, memory_temperature_c=None, remapped_rows_pending=None, remapped_rows_failed=None,
+               unsupported=("memory temperature", "remapped rows", "retired pages"))  # fmt: skip
+    readings, unsupported = gh.health_readings(_node(gpu))
+    assert unsupported == [
+        "w0:gpu0: gpu.memory_temperature not supported by NVML; not measured",
+        "w0:gpu0: gpu.retired_pages_pending not supported by NVML; not measured",
+        "w0:gpu0: gpu.remapped_rows_pending not supported by NVML; not measured",
+        "w0:gpu0: gpu.remapped_rows_failed not supported by NVML; not measured",
+    ]
+    measured = {m for m, _, _ in readings}
+    assert measured == {"gpu.temperature", "gpu.memory_used_at_rest", "gpu.ecc_volatile_uncorrectable"}
+    no_clocks = _gpu(1, clock_reasons=None, unsupported=("clock event reasons",))
+    assert gh.link_problems(_node(no_clocks))[1] == ["w0:gpu1: clock event reasons not supported by NVML; not checked"]
+
+
+def test_node_without_nvml_fails_every_metric():
+    node = _node(error="NVML unusable: Driver Not Loaded")
+    readings, _ = gh.health_readings(node)
+    assert len(readings) == len(gh.HEALTH_METRICS)
+    assert all(math.isnan(v) and w == "w0 (NVML unusable: Driver Not Loaded)" for _, w, v in readings)
+    assert gh.inventory_problems(node, count=8, model=None) == ["w0: NVML unusable: Driver Not Loaded"]
+    assert gh.link_problems(node)[0] == ["w0: NVML unusable: Driver Not Loaded; links and clocks not checked"]
+
+
+def test_inventory_and_versions():
+    node = _node(_gpu(0), _gpu(1, name="NVIDIA A100-SXM4-80GB"), _gpu(2, errors=("temperature: Unknown Error",)))
+    assert gh.inventory_problems(node, count=8, model="H100") == [
+        "w0: 3 GPU(s) visible to NVML, expected 8",
+        "w0:gpu1: is 'NVIDIA A100-SXM4-80GB', expected 'H100'",
+        "w0:gpu2: temperature: Unknown Error",
+    ]
+    other = replace(_node(_gpu(0)), node="w1", driver="535.104.05", cuda="12.2")
+    assert gh.version_problems([node, other], min_driver="550", min_cuda="12.3") == [
+        "driver versions differ: 550.54.15 on w0; 535.104.05 on w1",
+        "w1: driver 535.104.05 is older than the profile's minimum 550",
+        "CUDA versions differ: 12.4 on w0; 12.2 on w1",
+        "w1: CUDA 12.2 is older than the profile's minimum 12.3",
+    ]
+
+
+def test_read_node_without_a_driver_reports_instead_of_crashing():
+    node = gh.read_node(local_context())
+    assert node.error.startswith(("NVML unusable", "NVML:")) or node.gpus
+
+
+def test_nvml_errors_are_sorted_into_not_supported_and_errors():
+    import pynvml
+
+    def fail(code):
+        def call():
+            raise pynvml.NVMLError(code)
+
+        return call
+
+    reader = gh._Reader(pynvml)
+    assert reader.get("remapped rows", fail(pynvml.NVML_ERROR_NOT_SUPPORTED)) is None
+    assert reader.get("temperature", fail(pynvml.NVML_ERROR_UNKNOWN)) is None
+    assert reader.get("memory info", lambda: 7) == 7
+    assert reader.unsupported == ["remapped rows"]
+    assert len(reader.errors) == 1 and reader.errors[0].startswith("temperature: ")

@@ -1,0 +1,100 @@
+"""GPU isolation judging on what tasks saw, as the GpuView dataclasses the workload returns.
+The GRES-only views are those recorded from the project's Slurm test cluster."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pytest_gpucluster.workloads import isolation as iso
+from pytest_gpucluster.workloads.context import local_context
+
+
+def _view(rank=0, node="node1", job="10", cvd="0,1", job_gpus="0,1", step=None, **kw) -> iso.GpuView:
+    return iso.GpuView(node=node, rank=rank, job_id=job, cuda_visible_devices=cvd, job_gpus=job_gpus,
+                       step_gpus=job_gpus if step is None else step, pid=100, **kw)  # fmt: skip
+
+
+def _devices(minors, procs=None) -> tuple[iso.Device, ...]:
+    return tuple(iso.Device(i, f"GPU-{m}aaa", m, (procs or {}).get(m, ())) for i, m in enumerate(minors))
+
+
+def test_gres_only_view_passes_with_a_warning_when_cgroups_are_off():
+    problems, warns = iso.view_problems(_view(), 2, device_cgroups=False)
+    assert problems == []
+    assert warns == [
+        "node1 (job 10, task 0): device cgroups are off on this cluster (profile device_cgroups = false): a job "
+        "can open GPUs it was not given; only Slurm's view was checked"
+    ]
+
+
+def test_wrong_counts_are_named():
+    problems, _ = iso.view_problems(_view(cvd="0,1,2", job_gpus="0"), 2, device_cgroups=False)
+    assert problems == [
+        "node1 (job 10, task 0): CUDA_VISIBLE_DEVICES='0,1,2' lists 3 GPU(s), the job asked for 2",
+        "node1 (job 10, task 0): Slurm allotted GPU(s) ['0'] (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for 2",
+    ]
+    problems, _ = iso.view_problems(_view(cvd=None), 2, device_cgroups=True)
+    assert problems[0] == "node1 (job 10, task 0): CUDA_VISIBLE_DEVICES is not set; Slurm did not bind the job's GPUs"
+
+
+def test_real_gpus_with_device_cgroups():
+    view = _view(job_gpus="2,3", nvml=_devices([2, 3]), torch_count=2, torch_uuids=("2aaa", "3aaa"))
+    assert iso.view_problems(view, 2, device_cgroups=True) == ([], [])
+
+
+def test_nvml_seeing_every_gpu_is_a_failure_or_a_warning():
+    view = _view(cvd="2,3", job_gpus="2,3", nvml=_devices([0, 1, 2, 3]), torch_count=2, torch_uuids=("2aaa", "3aaa"))
+    text = ("node1 (job 10, task 0): NVML inside the job sees 4 GPUs, the job was allotted 2: devices are not "
+            "constrained (ConstrainDevices=yes in cgroup.conf)")  # fmt: skip
+    assert iso.view_problems(view, 2, device_cgroups=True) == ([text], [])
+    assert iso.view_problems(view, 2, device_cgroups=False) == ([], [text])
+    wrong = replace(view, torch_uuids=("0aaa", "3aaa"))  # CUDA's index 0 is not a GPU Slurm gave
+    assert iso.view_problems(wrong, 2, device_cgroups=False)[0] == [
+        "node1 (job 10, task 0): CUDA sees GPU(s) ['0aaa'] outside the allotment ['2aaa', '3aaa']"
+    ]
+
+
+def test_foreign_process():
+    view = _view(job_gpus="0,1", nvml=_devices([0, 1], {1: ((4242, 30000), (100, 500))}))
+    assert iso.foreign_process_problems(view) == [
+        "node1:gpu1 (GPU-1aaa): process 4242 holds 30000 MiB (job 10 was given this GPU)"
+    ]
+    assert iso.foreign_process_problems(_view()) == ["node1 (job 10, task 0): NVML could not be read (not measured)"]
+
+
+def test_concurrent_jobs_recorded_on_the_test_cluster_are_disjoint():
+    # Two 2-GPU jobs on the CI cluster's nodes: SLURM_JOB_GPUS 0,1 and 2,3 (jobs 10 and 11).
+    a = [_view(0, "node1", "10", peer_seen=True), _view(1, "node2", "10", peer_seen=True)]
+    b = [_view(0, "node1", "11", cvd="2,3", job_gpus="2,3", peer_seen=True),
+         _view(1, "node2", "11", cvd="2,3", job_gpus="2,3", peer_seen=True)]  # fmt: skip
+    assert iso.disjoint_problems(a, b) == []
+    clash = [replace(b[0], job_gpus="1,2", step_gpus="1,2"), b[1]]
+    assert iso.disjoint_problems(a, clash) == ["node1: jobs 10 and 11 ran at the same time on ['gres index 1']"]
+    late = [replace(b[0], peer_seen=False), b[1]]
+    assert iso.disjoint_problems(a, late) == [
+        "node1 (job 11, task 0): the other job never ran alongside it (it waited in the queue?); overlap not tested"
+    ]
+
+
+def test_gpus_per_task_recorded_on_the_test_cluster():
+    # --gpus-per-task=1, 4 tasks: CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS 0..3, SLURM_JOB_GPUS 0,1,2,3.
+    views = [_view(r, cvd=str(r), job_gpus="0,1,2,3", step=str(r)) for r in range(4)]
+    assert iso.per_task_problems(views) == []
+    views[3] = _view(3, cvd="2", job_gpus="0,1,2,3", step="2")
+    assert iso.per_task_problems(views) == ["node1: tasks [2, 3] share gres index 2"]
+    views[3] = _view(3, cvd="2,3", job_gpus="0,1,2,3", step="2,3")
+    assert iso.per_task_problems(views)[0] == (
+        "node1 (job 10, task 3): sees 2 GPU(s) ['gres index 2', 'gres index 3'] (CUDA_VISIBLE_DEVICES='2,3'), "
+        "expected exactly 1"
+    )
+
+
+def test_gpu_view_reads_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv("SLURM_JOB_GPUS", "1")
+    monkeypatch.delenv("SLURM_STEP_GPUS", raising=False)
+    (tmp_path / f"b-{local_context().hostname}-0").touch()
+    view = iso.gpu_view(local_context(), real=False, hold_dir=str(tmp_path), hold_as="a", hold_for="b", timeout_s=1)
+    assert (view.cuda_visible_devices, view.job_gpus, view.step_gpus) == ("1", "1", None)
+    assert (view.nvml, view.peer_seen) == (None, True)
+    assert iso.parse_list("NoDevFiles") == ()

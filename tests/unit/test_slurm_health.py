@@ -1,0 +1,97 @@
+"""Slurm health decisions on outputs recorded from the project's Slurm 22.05 test cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pytest_gpucluster import slurm
+
+DATA = Path(__file__).parent.parent / "data" / "slurm"
+
+
+def _nodes(name: str) -> list[slurm.NodeInfo]:
+    return slurm.parse_nodes(json.loads((DATA / name).read_text()))
+
+
+def test_parse_nodes_reads_sinfo_json_of_22_05():
+    nodes = _nodes("sinfo-22.05-healthy.json")
+    assert [n.name for n in nodes] == ["node1", "node2"]
+    n = nodes[0]
+    assert (n.state, n.partitions, n.gres, n.gpus) == ("IDLE", ("debug",), "gpu:4", 4)
+    assert (n.cpus, n.real_memory_mb) == (4, 4000)
+    assert all(n.usable for n in nodes)
+
+
+def test_drained_node_is_named_with_state_and_reason():
+    nodes = _nodes("sinfo-22.05-node2-drained.json")
+    assert nodes[1].state == "IDLE+DRAIN"
+    assert not nodes[1].usable
+    problems = slurm.node_state_problems(nodes, partition="debug", expected=2)
+    assert problems == [
+        "node2: state IDLE+DRAIN, reason: 'integration test'",
+        "partition 'debug' has 1 usable node(s) of 2 expected",
+    ]
+
+
+def test_healthy_partition_has_no_problems():
+    assert slurm.node_state_problems(_nodes("sinfo-22.05-healthy.json"), partition="debug", expected=2) == []
+
+
+def test_nodelist_names_missing_nodes():
+    problems = slurm.node_state_problems(
+        _nodes("sinfo-22.05-healthy.json"), partition="debug", expected=2, nodelist=("node1", "node9")
+    )
+    assert problems == ["node9: not in partition 'debug'", "partition 'debug' has 1 usable node(s) of 2 expected"]
+
+
+def test_parse_nodes_reads_the_23_02_shape():
+    # From 23.02, `scontrol --json show nodes`: state is a list and numbers may be {"set", "number"}.
+    data = {"nodes": [{"name": "gpu-7", "state": ["DOWN", "NOT_RESPONDING"], "reason": "Not responding",
+                       "partitions": ["gpu"], "gres": "gpu:h100:8(S:0-1)",
+                       "cpus": 128, "real_memory": {"set": True, "infinite": False, "number": 1600000}}]}  # fmt: skip
+    (n,) = slurm.parse_nodes(data)
+    assert (n.state, n.gpus, n.real_memory_mb, n.usable) == ("DOWN+NOT_RESPONDING", 8, 1600000, False)
+    assert slurm.node_state_problems([n], partition="gpu", expected=1)[0] == (
+        "gpu-7: state DOWN+NOT_RESPONDING, reason: 'Not responding'"
+    )
+
+
+def test_resources_against_the_profile():
+    nodes = _nodes("sinfo-22.05-healthy.json")
+    assert slurm.node_resource_problems(nodes, gpus=4, min_cpus=4, min_memory_mb=4000) == []
+    problems = slurm.node_resource_problems(nodes[:1], gpus=8, min_cpus=16, min_memory_mb=8192)
+    assert problems == [
+        "node1: advertises 4 GPU(s) (Gres=gpu:4), expected 8",
+        "node1: advertises 4 CPUs, the profile's jobs need 16",
+        "node1: advertises RealMemory=4000 MB, the profile's jobs need 8192 MB",
+    ]
+
+
+def test_node_spread_names_the_odd_node():
+    a, b = _nodes("sinfo-22.05-healthy.json")
+    odd = slurm.NodeInfo("node3", "IDLE", "", ("debug",), "gpu:3", 4, 4000)
+    assert slurm.node_spread([a, b]) == []
+    assert slurm.node_spread([a, b, odd]) == [
+        "node3: CPUs=4 RealMemory=4000 MB GPUs=3, most nodes have CPUs=4 RealMemory=4000 MB GPUs=4"
+    ]
+
+
+def test_partition_state_from_scontrol_text():
+    found = slurm.parse_partitions((DATA / "scontrol-show-partition-debug.txt").read_text())
+    assert found == [slurm.PartitionInfo("debug", "UP", True, "node[1-2]", 2)]
+    assert slurm.partition_problems("debug", found) == []
+    assert slurm.partition_problems(None, found) == []
+    assert slurm.default_partition(found) == "debug"
+    assert slurm.partition_problems("gpu", found) == ["partition 'gpu' does not exist (partitions: debug)"]
+    down = [slurm.PartitionInfo("debug", "DOWN", True, "node[1-2]", 2)]
+    assert slurm.partition_problems("debug", down) == [
+        "partition 'debug' is DOWN, not UP (scontrol update partitionname=debug state=up)"
+    ]
+
+
+def test_ping_output():
+    assert slurm.parse_ping((DATA / "scontrol-ping-up.txt").read_text()) == []
+    text = "Slurmctld(primary) at ctl1 is UP\nSlurmctld(backup) at ctl2 is DOWN\n"
+    assert slurm.parse_ping(text) == ["Slurmctld(backup) at ctl2 is DOWN (scontrol ping)"]
+    assert slurm.parse_ping("") == ["`scontrol ping` printed nothing; is slurmctld configured (SlurmctldHost)?"]
