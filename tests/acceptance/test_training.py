@@ -1,0 +1,151 @@
+"""Training (seed 001 phases 4–6, seed 003): a GPT-style decoder trains correctly and fast enough
+on one GPU, on every node's GPUs under DDP and FSDP2, and across all nodes.
+
+Correct: loss finite and falling, DDP replicas bit-identical, DDP and FSDP reaching the same loss.
+Fast: tokens/s per GPU, MFU and scaling efficiency (per-GPU throughput at scale ÷ one GPU alone)
+against thresholds.toml. Sizes come from the profile's [training] table; on nodes without GPUs
+the tiny CPU model stands in (the rule is in workloads/training.py: plan_training).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.verdict import Measurement
+from pytest_gpucluster.workloads.training import TrainingSummary, loss_agreement, plan_training, summarise, train
+
+MODES = ["ddp", "fsdp"]
+
+
+def _plan(gpucluster):
+    return plan_training(gpucluster.profile.training, gpus_per_node=gpucluster.gpus_per_node,
+                         real_gpus=gpucluster.profile.gpus_are_real)  # fmt: skip
+
+
+def _summaries(gpucluster, plan, results, modes):
+    return {m: summarise([r.value[i] for r in results], plan.config) for i, m in enumerate(modes)}, results[0].job_id
+
+
+def _baseline(gpucluster):
+    """One GPU, no wrapper: the run's baseline, measured once."""
+
+    def produce():
+        plan = _plan(gpucluster)
+        spec = gpucluster.spec("train-1gpu", nodes=1, tasks_per_node=1, gpus_per_node=min(1, plan.gpus_per_node),
+                               timeout_min=plan.timeout_min)  # fmt: skip
+        results = gpucluster.run(train, spec, config=plan.config, modes=("single",), timeout_s=plan.timeout_s)
+        summaries, job = _summaries(gpucluster, plan, results, ["single"])
+        return summaries["single"], job
+
+    return gpucluster.once("train.baseline", produce)
+
+
+def _per_node(gpucluster, node):
+    """DDP then FSDP on all GPUs of each node: one job per node, all submitted at once."""
+
+    def produce():
+        plan = _plan(gpucluster)
+        specs = {n: gpucluster.spec(f"train-{n}", nodelist=(n,), tasks_per_node=plan.ranks_per_node,
+                                    gpus_per_node=plan.gpus_per_node, timeout_min=plan.timeout_min)
+                 for n in gpucluster.nodes}  # fmt: skip
+        jobs = {n: gpucluster.submit(train, spec, config=plan.config, modes=tuple(MODES), timeout_s=plan.timeout_s)
+                for n, spec in specs.items()}  # fmt: skip
+        out = {}
+        for n, job in jobs.items():
+            try:
+                out[n] = _summaries(gpucluster, plan, job.results(), MODES)
+            except GpuClusterError as exc:  # one node's failure is that node's verdict only
+                out[n] = exc
+        return out
+
+    got = gpucluster.once("train.per_node", produce).get(node)
+    if isinstance(got, Exception) or got is None:
+        pytest.fail(f"{node}: training job failed: {got}", pytrace=False)
+    return got
+
+
+def _across_nodes(gpucluster):
+    def produce():
+        plan = _plan(gpucluster)
+        spec = gpucluster.spec("train-all", all_nodes=True, tasks_per_node=plan.ranks_per_node,
+                               gpus_per_node=plan.gpus_per_node, timeout_min=plan.timeout_min)  # fmt: skip
+        results = gpucluster.run(train, spec, config=plan.config, modes=tuple(MODES), timeout_s=plan.timeout_s)
+        return _summaries(gpucluster, plan, results, MODES)
+
+    return gpucluster.once("train.all_nodes", produce)
+
+
+def _detail(run: TrainingSummary, gpucluster) -> str:
+    note = " (tiny CPU model: no GPUs)" if _plan(gpucluster).note else ""
+    return f"{run.world_size} × {run.device_name}, {run.dtype}{note}"
+
+
+def _record(record, run: TrainingSummary, where: str) -> None:
+    record("series", name=f"train.{run.mode}.loss", where=where, x_label="step", y_label="loss",
+           points=[[i, v] for i, v in enumerate(run.losses)])  # fmt: skip
+    record("training", mode=run.mode, where=where, gpus=run.world_size, tokens_per_s_per_gpu=run.tokens_per_s_per_gpu,
+           mfu_percent=run.mfu_percent, step_p50_s=run.step_p50_s, step_p95_s=run.step_p95_s,
+           peak_memory_gib=run.peak_memory_gib, params=run.n_params)  # fmt: skip
+
+
+def _speed(run, base, where, job, gpucluster, thresholds, record):
+    """tokens/s per GPU and scaling efficiency of ``run`` as measurements (scaling series recorded)."""
+    eff = 100.0 * run.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu
+    record("series", name=f"train.{run.mode}.scaling", where=where, x_label="GPUs", y_label="tokens/s per GPU",
+           points=[[1, base.tokens_per_s_per_gpu], [run.world_size, run.tokens_per_s_per_gpu]],
+           threshold=thresholds[f"train.{run.mode}.tokens_per_s_per_gpu"].fail_below)  # fmt: skip
+    detail = _detail(run, gpucluster)
+    tps = run.tokens_per_s_per_gpu
+    return [Measurement(f"train.{run.mode}.tokens_per_s_per_gpu", tps, "tokens/s", where, detail, job),
+            Measurement(f"train.{run.mode}.scaling_efficiency", eff, "%", where,
+                        f"{detail}; 1 GPU alone: {base.tokens_per_s_per_gpu:.0f} tokens/s", job)]  # fmt: skip
+
+
+def test_training_one_gpu(gpucluster, judge, record):
+    base, job = _baseline(gpucluster)
+    _record(record, base, base.nodes[0])
+    record("environment", facts={"training_model": _plan(gpucluster).note or
+                                 f"{base.n_params / 1e6:.0f} M parameters, {base.dtype} on {base.device_name}"})
+    judge.problems(list(base.problems), f"job {job}: training on one GPU of {base.nodes[0]} is not correct")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_training_on_node(gpucluster, judge, record, thresholds, node, mode):
+    runs, job = _per_node(gpucluster, node)
+    base, _ = _baseline(gpucluster)
+    _record(record, runs[mode], node)
+    judge.problems(list(runs[mode].problems), f"job {job}: {mode} training on {node} is not correct")
+    judge.all(_speed(runs[mode], base, node, job, gpucluster, thresholds, record))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_training_mfu_on_node(gpucluster, judge, node, mode):
+    runs, job = _per_node(gpucluster, node)
+    run = runs[mode]
+    if run.mfu_percent is None:
+        why = "an fp32 CPU run" if run.dtype != "bf16" else f"no bf16 peak is known for {run.device_name!r}"
+        pytest.skip(f"{node}: MFU not judged: {why} (workloads/flops.py PEAK_BF16_TFLOPS)")
+    judge(Measurement(f"train.{mode}.mfu", run.mfu_percent, "%", node,
+                      f"{_detail(run, gpucluster)}, peak {run.peak_tflops:g} TFLOP/s", job))  # fmt: skip
+
+
+def test_ddp_and_fsdp_agree(gpucluster, judge, node):
+    runs, job = _per_node(gpucluster, node)
+    ddp, fsdp = runs["ddp"], runs["fsdp"]
+    rel, tol = loss_agreement(ddp, fsdp)
+    problems = [] if rel <= tol else [f"final losses DDP {ddp.losses[-1]:.5f} and FSDP {fsdp.losses[-1]:.5f} differ "
+                                      f"by {rel:.2e} relative; {ddp.dtype} allows {tol:g}"]  # fmt: skip
+    judge.problems(problems, f"job {job}: on {node}, DDP and FSDP trained from the same weights and data disagree")
+
+
+@pytest.mark.multinode
+@pytest.mark.parametrize("mode", MODES)
+def test_training_across_nodes(gpucluster, judge, record, thresholds, mode):
+    runs, job = _across_nodes(gpucluster)
+    base, _ = _baseline(gpucluster)
+    where = f"{len(runs[mode].nodes)} nodes"
+    _record(record, runs[mode], where)
+    nodes = ", ".join(runs[mode].nodes)
+    judge.problems(list(runs[mode].problems), f"job {job}: {mode} training across {nodes} is not correct")
+    judge.all(_speed(runs[mode], base, where, job, gpucluster, thresholds, record))

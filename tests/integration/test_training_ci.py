@@ -1,0 +1,36 @@
+"""Training and per-GPU compute against the real Slurm test cluster: the tiny model trains under
+DDP and FSDP2 over gloo on each namespaced node and across both, replicas stay bit-identical, and
+the compute probe names every CPU rank standing in for a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_tiny_model_trains_with_ddp_and_fsdp_on_and_across_both_nodes(run_acceptance):
+    run = run_acceptance("tests/acceptance/test_training.py", timeout_s=300)
+    assert run.returncode == 0, run.output
+    for name in ("test_training_one_gpu", "across_nodes[ddp]", "across_nodes[fsdp]", "test_training_on_node[node1-ddp]",
+                 "test_training_on_node[node2-fsdp]", "agree[node1]", "agree[node2]"):  # fmt: skip
+        assert run.outcome(name) == "passed", name
+    assert run.outcome("mfu_on_node[node1-ddp]") == "skipped"
+    across = next(t for t in run.results["tests"] if "across_nodes[ddp]" in t["nodeid"])
+    metrics = {m["metric"]: m for m in across["measurements"]}
+    assert metrics["train.ddp.scaling_efficiency"]["where"] == "2 nodes"
+    assert metrics["train.ddp.tokens_per_s_per_gpu"]["value"] > 0
+    assert metrics["train.ddp.tokens_per_s_per_gpu"]["detail"] == "4 × cpu, fp32"  # ci sets its own sizes
+    losses = next(s for s in across["series"] if s["name"] == "train.ddp.loss")["points"]
+    assert losses[-1][1] < losses[0][1]
+    assert len(across["job_ids"]) == 2  # the across-nodes job and the cached one-GPU baseline
+
+
+def test_compute_probe_names_each_rank_of_each_node(run_acceptance):
+    run = run_acceptance("tests/acceptance/test_compute.py", timeout_s=180)
+    assert run.returncode == 0, run.output
+    assert run.outcome("compute_and_memory[node1]") == "passed"
+    assert run.outcome("burn_without_throttling[node1]") == "skipped"  # GRES-only GPUs: no NVML
+    node2 = next(t for t in run.results["tests"] if "compute_and_memory[node2]" in t["nodeid"])
+    wheres = {m["where"] for m in node2["measurements"]}
+    assert wheres == {"node2:cpu0", "node2:cpu1"}

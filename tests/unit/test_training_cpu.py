@@ -1,0 +1,103 @@
+"""The training workload on the CPU, in-process: a tiny model trains (loss falls), and the pure
+summary finds non-finite losses, flat losses and diverged DDP replicas, naming node and GPU."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucluster.profile import TrainingSettings
+from pytest_gpucluster.workloads.context import local_context
+from pytest_gpucluster.workloads.training import (
+    CPU_RANKS_PER_NODE,
+    TINY,
+    RunStats,
+    TrainConfig,
+    loss_agreement,
+    percentile,
+    plan_training,
+    summarise,
+    train,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stats(rank: int, losses, *, node="n1", mismatches=(), name="NVIDIA H200", dtype="bf16") -> RunStats:
+    return RunStats(mode="ddp", rank=rank, world_size=2, node=node, gpu=f"gpu{rank}", device_name=name, dtype=dtype,
+                    compiled=False, n_params=940_640_256, tokens_per_step=8192, step_times_s=(0.1, 0.1, 0.12),
+                    elapsed_s=0.32, losses=tuple(losses), peak_memory_bytes=2**30 * (rank + 1),
+                    replica_mismatches=tuple(mismatches))  # fmt: skip
+
+
+def test_tiny_model_trains_on_cpu_and_loss_falls():
+    (run,) = train(local_context(), config=TINY, modes=("single",))
+    assert run.mode == "single" and run.dtype == "fp32" and run.gpu == "cpu0"
+    assert len(run.losses) == TINY.warmup_steps + TINY.steps and len(run.step_times_s) == TINY.steps
+    assert all(math.isfinite(v) for v in run.losses)
+    summary = summarise([run], TINY)
+    assert summary.problems == ()
+    assert summary.losses[-1] < 0.9 * summary.losses[0]
+    assert summary.tokens_per_s_per_gpu > 0 and summary.mfu_percent is None  # no bf16 peak for a CPU
+
+
+def test_same_seed_same_losses():
+    cfg = replace(TINY, steps=2, warmup_steps=1)
+    (a,) = train(local_context(), config=cfg, modes=("single",))
+    (b,) = train(local_context(), config=cfg, modes=("single",))
+    assert a.losses == b.losses
+
+
+def test_tiny_sizes_are_the_ci_profile_sizes():
+    ci = tomllib.loads((ROOT / "thresholds.toml").read_text())["profiles"]["ci"]["training"]
+    sizes = {k: v for k, v in ci.items() if k != "timeout_s"}
+    assert {k: getattr(TINY, k) for k in sizes} == sizes
+
+
+def test_cpu_rule_replaces_only_the_gpu_default():
+    plan = plan_training(TrainingSettings(), gpus_per_node=0, real_gpus=False)
+    assert plan.config == TINY and plan.ranks_per_node == CPU_RANKS_PER_NODE and plan.gpus_per_node == 0
+    assert "tiny CPU model" in plan.note
+    own = plan_training(TrainingSettings(d_model=32, n_heads=2), gpus_per_node=4, real_gpus=False)
+    assert own.config.d_model == 32 and own.note == ""
+    gpu = plan_training(TrainingSettings(), gpus_per_node=8, real_gpus=True)
+    assert gpu.config == TrainConfig.from_settings(TrainingSettings()) and gpu.ranks_per_node == 8 and not gpu.note
+
+
+def test_summary_means_ranks_and_computes_mfu():
+    s = summarise([_stats(0, [10.8, 9.0, 7.0]), _stats(1, [10.8, 9.2, 7.2])], TrainConfig())
+    assert s.problems == ()
+    assert s.losses == pytest.approx((10.8, 9.1, 7.1))
+    assert s.tokens_per_s_per_gpu == pytest.approx(8192 * 3 / 0.32)
+    assert s.peak_memory_gib == 2.0
+    assert s.mfu_percent == pytest.approx(100 * (8192 * 3 / 0.32) * (6 * 940_640_256 + 12 * 16 * 2048 * 2048) / 989e12)
+
+
+def test_summary_names_rank_and_gpu_of_a_nan_and_a_diverged_replica():
+    s = summarise([_stats(0, [10.8, 9.0, 7.0], mismatches=[(1, 3, "blocks.0.qkv.weight")]),
+                   _stats(1, [10.8, math.nan, 7.0], node="n2")], TrainConfig())  # fmt: skip
+    assert any("rank 1 (n2:gpu1): loss is nan at step 1" in p for p in s.problems)
+    assert any("rank 1 (n2:gpu1): 3 parameter tensor(s) differ from rank 0 (n1:gpu0)" in p for p in s.problems)
+
+
+def test_flat_loss_is_a_problem():
+    s = summarise([_stats(0, [10.4, 10.4, 10.39, 10.4])], TrainConfig())
+    assert any("loss did not fall" in p for p in s.problems)
+
+
+def test_unknown_gpu_has_no_mfu():
+    assert summarise([_stats(0, [10.8, 7.0], name="Tesla V100-SXM2-32GB")], TrainConfig()).mfu_percent is None
+
+
+def test_loss_agreement_and_percentile():
+    a = summarise([_stats(0, [10.8, 8.0, 7.0, 6.9])], TrainConfig())
+    b = summarise([_stats(0, [10.8, 8.0, 7.0, 6.9005])], TrainConfig())
+    rel, tol = loss_agreement(a, b)
+    assert rel < tol == 1e-2
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([5.0], 95) == 5.0
+    assert math.isnan(percentile([], 50))
