@@ -38,7 +38,7 @@ def test_survivor_killed_by_the_scheduler_counts_to_one_heartbeat_after_its_last
     _stamp(tmp_path, 1, "node2", {"after_barrier": 0.1, "victim_exit": 1.1}, heartbeat=1.0)
     td = rf.teardown_from_stamps(tmp_path)
     assert td.seconds == pytest.approx(0.2 + rf.HEARTBEAT_S)
-    assert "killed (no exception seen" in td.survivors[0]
+    assert "ended without a Python exception (killed by the scheduler" in td.survivors[0]
 
 
 def test_nccl_watchdog_timeout_is_the_worst_survivor(tmp_path):

@@ -406,10 +406,12 @@ def _nvml_facts(nvml: Any, sys_root: Path) -> dict[str, Any]:
 
 
 def _one_or_mixed(values: Iterable[Any]) -> Any:
-    distinct = sorted({str(v) for v in values})
+    """The value all items share (its own type kept), else ``"mixed: a, b"``."""
+    items = list(values)
+    distinct = sorted({str(v) for v in items})
     if not distinct:
         return NA
-    return distinct[0] if len(distinct) == 1 else "mixed: " + ", ".join(distinct)
+    return items[0] if len(distinct) == 1 else "mixed: " + ", ".join(distinct)
 
 
 def summarise(details: Mapping[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ PG_TIMEOUT_S = 30.0
 HEARTBEAT_S = 0.25
 EXIT_CODE = 17
 VICTIM_DELAY_S = 1.0  # lets the survivors enter the all_reduce before the victim dies
+NCCL_DUMP_WAIT_MS = 500
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,10 @@ def rank_failure(
     stamps.beat()
     threading.Thread(target=heartbeat, name="rank-failure-heartbeat", daemon=True).start()
     used = pick_backend(backend)
+    # After a collective times out, torch's NCCL watchdog waits 4 x this (default 15 s: a minute)
+    # for debug dumps before it ends the process; that minute says nothing about the cluster, so
+    # it is cut short unless the profile's env sets it.
+    os.environ.setdefault("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", str(NCCL_DUMP_WAIT_MS))
     device = device_for(ctx, used)
     kwargs: dict[str, Any] = {}
     if used == "nccl":
@@ -203,7 +208,8 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
             how = f"noticed ({str(r.get('error') or 'no error text')[:120]})" if "noticed" in ev else "finished"
         elif r.get("heartbeat") is not None:
             stop = r["heartbeat"] + heartbeat_s
-            how = "killed (no exception seen; stopped within one heartbeat of its last)"
+            how = ("ended without a Python exception (killed by the scheduler, or ended by the NCCL watchdog "
+                   "after the collective timeout); stopped within one heartbeat of its last")
         else:
             problems.append(f"{where}: wrote no heartbeat")
             continue
