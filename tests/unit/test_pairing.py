@@ -74,6 +74,7 @@ def test_two_nodes_one_bad_cannot_tell_which():
     found = isolate(nodes, run_round)
     assert found.undetermined == ("n0", "n1")
     assert len(jobs) == 1  # no other partner exists; no pointless second round
+    assert "with two nodes a failed pair cannot tell which node is bad" in found.summary()
 
 
 def test_pairs_never_repeat_and_rounds_are_bounded():

@@ -33,7 +33,12 @@ class Isolation:
         parts = []
         if self.bad:
             parts.append(f"bad node(s): {', '.join(self.bad)} (failed when paired with a known-good node)")
-        if self.undetermined:
+        if len(self.undetermined) == 2 and not self.good and not self.bad:
+            parts.append(
+                f"could not isolate {', '.join(self.undetermined)}: with two nodes a failed pair cannot "
+                "tell which node is bad (add a known-good node to the profile's nodelist to tell)"
+            )
+        elif self.undetermined:
             parts.append(
                 f"could not isolate {', '.join(self.undetermined)}: every pairing of them failed and no "
                 "known-good partner was left (a fault common to all, e.g. fabric or configuration, "
