@@ -50,3 +50,12 @@ class WallTimeoutError(LaunchError):
 
 class SlurmQueryError(GpuClusterError):
     """A login-node Slurm command (sinfo, scontrol, sacct) failed or timed out."""
+
+
+class NodeLostError(LaunchError):
+    """A node under a job went down or stopped answering Slurm; the job has been cancelled.
+    ``lost`` maps each such node to Slurm's state and reason."""
+
+    def __init__(self, message: str, *, lost: dict[str, str], **kwargs: object) -> None:
+        self.lost = dict(lost)
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]

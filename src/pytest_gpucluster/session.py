@@ -99,6 +99,7 @@ class GpuClusterSession:
         self._launcher: SubmititLauncher | None = None
         self._nodes: tuple[str, ...] | None = None
         self.excluded_nodes: dict[str, str] = {}
+        self._lost_recorded: dict[str, str] = {}
         self.node_error: str | None = None
         self._cache: dict[Any, Any] = {}
         self._cache_lock = threading.Lock()
@@ -147,13 +148,20 @@ class GpuClusterSession:
         p = self.profile
         if p.executor == "local":
             return (socket.gethostname(),)
-        if p.nodelist:
-            return tuple(p.nodelist)
         try:
             known = slurm.partition_nodes(p.partition)
         except SlurmQueryError as exc:
             self.node_error = str(exc)
-            return ()
+            return tuple(p.nodelist)  # the jobs will say what is wrong with them
+        if p.nodelist:
+            # The operator named these nodes; one Slurm will not run jobs on is still left out (a
+            # job pinned to it would only queue until queue_timeout_s), and said why.
+            by_name = {n.name: n for n in known}
+            for name in p.nodelist:
+                n = by_name.get(name)
+                if n is not None and not n.usable:
+                    self.excluded_nodes[name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
+            return tuple(name for name in p.nodelist if name not in self.excluded_nodes)
         usable = [n.name for n in known if n.usable]
         for n in known:
             if not n.usable:
@@ -161,6 +169,17 @@ class GpuClusterSession:
         if not known:
             self.node_error = f"partition {p.partition!r} has no nodes (scontrol show nodes)"
         return tuple(usable[: p.nodes])
+
+    @property
+    def lost_nodes(self) -> dict[str, str]:
+        """Nodes that failed under a job of this run (name → Slurm's state and reason)."""
+        return dict(self._launcher.lost_nodes) if self._launcher is not None else {}
+
+    @property
+    def live_nodes(self) -> tuple[str, ...]:
+        """The tested nodes less those lost during the run: what later jobs run on."""
+        lost = self.lost_nodes
+        return tuple(n for n in self.nodes if n not in lost)
 
     # ------------------------------------------------------------------ launching
 
@@ -170,9 +189,21 @@ class GpuClusterSession:
         must read it), a private temporary folder for the local executor."""
         if self._job_root is None:
             if self.profile.executor == "slurm":
-                base = Path(self.profile.shared_fs or Path.home()) / ".pytest-gpucluster" / "jobs"
-                self._job_root = base / self.settings.run_id / uuid.uuid4().hex[:6]
-                self._job_root.mkdir(parents=True, exist_ok=True)
+                shared = Path(self.profile.shared_fs or Path.home())
+                if not shared.is_dir():
+                    raise GpuClusterError(
+                        f"shared_fs {str(shared)!r} of profile {self.profile.name!r} is not a directory on this "
+                        "login node; mount the shared filesystem or fix shared_fs (jobs keep their files there)."
+                    )
+                root = shared / ".pytest-gpucluster" / "jobs" / self.settings.run_id / uuid.uuid4().hex[:6]
+                try:
+                    root.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise GpuClusterError(
+                        f"cannot create the job folder {root} on shared_fs {str(shared)!r}: {exc.strerror or exc}; "
+                        "it must be writable and not full."
+                    ) from None
+                self._job_root = root
             else:
                 self._job_root = Path(tempfile.mkdtemp(prefix="pytest-gpucluster-jobs-"))
                 self._owns_job_root = True
@@ -213,12 +244,15 @@ class GpuClusterSession:
         """A job shape within this profile. ``all_nodes`` pins the job to every tested node, so
         per-node results come from one allocation."""
         if all_nodes:
-            nodelist = self.nodes
+            nodelist = self.live_nodes
             if not nodelist:
-                raise GpuClusterError(self.node_error or "no usable node to run on")
+                lost = "; ".join(f"{n}: {why}" for n, why in self.lost_nodes.items())
+                raise GpuClusterError(
+                    self.node_error or "no usable node to run on" + (f" (lost: {lost})" if lost else "")
+                )
         count = len(nodelist) if nodelist else (nodes or 1)
-        if not nodelist and self.profile.executor == "slurm" and len(self.nodes) >= count:
-            nodelist = self.nodes[:count]  # stay on the tested nodes; drained ones were excluded
+        if not nodelist and self.profile.executor == "slurm" and len(self.live_nodes) >= count:
+            nodelist = self.live_nodes[:count]  # stay on the tested nodes; drained and lost ones excluded
         return JobSpec(
             name=f"{self.settings.run_id}-{name}",
             nodes=count,
@@ -335,8 +369,13 @@ class GpuClusterSession:
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Tests taking ``node`` run once per tested node; the test id is the node name."""
         if "node" in metafunc.fixturenames:
-            nodes = list(self.nodes) or ["no-usable-node"]
-            metafunc.parametrize("node", nodes, ids=nodes)
+            nodes = list(self.nodes) or ([] if self.excluded_nodes else ["no-usable-node"])
+            params = [pytest.param(n, id=n) for n in nodes]
+            params += [
+                pytest.param(n, id=n, marks=pytest.mark.skip(reason=f"{n} is excluded: Slurm reports it {why}"))
+                for n, why in self.excluded_nodes.items()
+            ]
+            metafunc.parametrize("node", params)
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         """Skip, with the reason, every test whose needs the profile cannot meet."""
@@ -360,6 +399,27 @@ class GpuClusterSession:
             return (yield)
         finally:
             self.current_item = None
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """Skip, with the reason, a test on a node lost earlier in the run, or a multinode test
+        once fewer than 2 nodes are left."""
+        lost = self.lost_nodes
+        if not lost:
+            return
+        callspec = getattr(item, "callspec", None)
+        node = callspec.params.get("node") if callspec is not None else None
+        if node in lost:
+            pytest.skip(f"{node} was lost earlier in this run ({lost[node]}); not tested")
+        if item.get_closest_marker("multinode") and len(self.live_nodes) < 2:
+            gone = "; ".join(f"{n}: {why}" for n, why in lost.items())
+            pytest.skip(f"{len(self.live_nodes)} node(s) left after losing {gone}; this test needs 2")
+
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        """Nodes lost during this test go to the results (also from xdist workers)."""
+        lost = self.lost_nodes
+        if lost and lost != self._lost_recorded:
+            self._lost_recorded = lost
+            item.user_properties.append((PROPERTY, {"kind": "environment", "facts": {"lost_nodes": lost}}))
 
     # Each test's reports are folded into self.results by report/hooks.py (ResultsHooks), which
     # also turns the data entries into readable JUnit properties.
@@ -386,6 +446,16 @@ class GpuClusterSession:
         self.cancel_everything()
         if self._owns_job_root and self._job_root is not None:
             shutil.rmtree(self._job_root, ignore_errors=True)
+        elif self._job_root is not None and self.profile.shared_fs:
+            # Folders no job wrote into (every submission refused, shared_fs full) go again, up to
+            # shared_fs itself; a folder with any job's logs stays for the operator.
+            folder, top = self._job_root, Path(self.profile.shared_fs)
+            while folder != top and top in folder.parents:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+                folder = folder.parent
 
     def cancel_everything(self) -> list[str]:
         """Cancel the jobs this process submitted and, for Slurm, any job still queued under this

@@ -3,12 +3,17 @@ through submitit's local executor. The only module that imports submitit.
 
 Every wait here is bounded: a job may stay PENDING for ``queue_timeout_s`` and RUN for its time
 limit plus a grace period; past either it is cancelled and a LaunchError names the job, its state,
-its nodes, its logs and the end of its stderr.
+its nodes, its logs and the end of its stderr. While a job runs, the wait also ends early (job
+cancelled, error naming the node) when a node under it goes down or stops answering Slurm, when
+Slurm puts it back in the queue (requeue after a node failure), or when one task failed and the
+others are still running well after (a hung rank); a job that ended without results is reported
+at once instead of after submitit's own per-task grace period.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import threading
 import time
@@ -21,7 +26,7 @@ from typing import Any, Generic, Literal, TypeVar
 import submitit
 
 from pytest_gpucluster import slurm
-from pytest_gpucluster.errors import LaunchError, QueueTimeoutError, WallTimeoutError
+from pytest_gpucluster.errors import LaunchError, NodeLostError, QueueTimeoutError, WallTimeoutError
 from pytest_gpucluster.launch import JobSpec, StatusCallback, TaskResult
 from pytest_gpucluster.workloads.context import TaskContext, master_port_for
 
@@ -32,6 +37,17 @@ _WAITING = {"PENDING", "REQUEUED", "UNKNOWN", "CONFIGURING", "READY"}
 # Past the job's own time limit, Slurm needs a moment to kill it and submitit to notice.
 _GRACE_S = 90.0
 _SACCT_EVERY_S = 3.0
+# Back in the queue after it ran: Slurm requeued it (after a node failure, by default).
+_REQUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
+# How often the nodes under a running job are checked, and how long one may stay NOT_RESPONDING
+# (a busy slurmd misses a ping now and then) before the job is given up; DOWN ends it at once.
+_NODE_CHECK_S = 5.0
+_NOT_RESPONDING_GRACE_S = 10.0
+# After one task failed, how long the others may go on (they may be failing too, just slower)
+# before the job is cancelled: a rank that hangs outside a collective would hold it to its limit.
+_FAILED_TASK_GRACE_S = 20.0
+# How long results may lag behind the end of the job on a shared filesystem.
+_RESULT_LAG_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,9 @@ class SubmititJob(Generic[R]):
         self._done = False
         self._queue_state = ""
         self.submitted_at = time.monotonic()
+        self._failed_tasks: dict[int, str] = {}  # task index → its error's last line, seen while running
+        self._checked_pickles: set[int] = set()
+        self._first_failure: float | None = None
 
     @property
     def job_id(self) -> str:
@@ -136,7 +155,7 @@ class SubmititJob(Generic[R]):
             self._done = True
         self._launcher._forget(self)
 
-    def _error(self, cls: type[LaunchError], message: str, state: str) -> LaunchError:
+    def _error(self, cls: type[LaunchError], message: str, state: str, **extra: Any) -> LaunchError:
         nodes = self._launcher._job_nodes(self.job_id)
         logs = tuple(str(p) for t in self._tasks()[:2] for p in (t.paths.stdout, t.paths.stderr))
         tail = ""
@@ -146,7 +165,7 @@ class SubmititJob(Generic[R]):
                 break
         where = f" on {', '.join(nodes)}" if nodes else ""
         return cls(f"job {self.job_id} ({self.spec.name}){where}: {message}", job_id=self.job_id,
-                   state=state, nodes=nodes, log_paths=logs, stderr_tail=tail)  # fmt: skip
+                   state=state, nodes=nodes, log_paths=logs, stderr_tail=tail, **extra)  # fmt: skip
 
     def wait(self) -> str:
         """Block until the job ends, within the queue and wall-time bounds; returns its state."""
@@ -155,17 +174,20 @@ class SubmititJob(Generic[R]):
         started: float | None = None
         last_state = ""
         last_sacct = 0.0
+        last_node_check = 0.0
+        pending_reason = ""
+        not_responding_since: dict[str, float] = {}
         while True:
             now = time.monotonic()
             force = now - last_sacct >= _SACCT_EVERY_S
             if force:
                 last_sacct = now
             state = self._state(force)
+            if state == "PENDING" and self._launcher.executor == "slurm" and (force or state != last_state):
+                # Kept fresh while it waits: at the timeout the controller may be too busy to answer.
+                pending_reason = self._launcher._pending_reason(self.job_id) or pending_reason
             if state != last_state:
-                reason = ""
-                if state == "PENDING" and self._launcher.executor == "slurm":
-                    reason = self._launcher._pending_reason(self.job_id)
-                self._launcher._status(self.job_id, state, reason)
+                self._launcher._status(self.job_id, state, pending_reason if state == "PENDING" else "")
                 last_state = state
             if self._finished(state):
                 self._done = True
@@ -173,7 +195,7 @@ class SubmititJob(Generic[R]):
                 return state
             if state in _WAITING and started is None:
                 if now - self.submitted_at > queue_limit:
-                    reason = self._launcher._pending_reason(self.job_id) or "reason unknown"
+                    reason = self._launcher._pending_reason(self.job_id) or pending_reason or "reason unknown"
                     self.cancel()
                     raise self._error(
                         QueueTimeoutError,
@@ -181,7 +203,9 @@ class SubmititJob(Generic[R]):
                         "Check the partition's nodes (sinfo) or raise queue_timeout_s.",
                         state,
                     )
-            else:
+            elif state in _REQUEUED and self._launcher.executor == "slurm":
+                self._give_up(state, {}, requeued=True)
+            elif state not in _WAITING:
                 started = started or now
                 if now - started > run_limit:
                     self.cancel()
@@ -191,31 +215,108 @@ class SubmititJob(Generic[R]):
                         f"{self.spec.timeout_min} min limit; cancelled (a hung or suspended job).",
                         state,
                     )
+                if self._launcher.executor == "slurm" and now - last_node_check >= _NODE_CHECK_S:
+                    last_node_check = now
+                    self._check_nodes(state, now, not_responding_since)
+                if self._a_task_failed_long_ago(now):
+                    self.cancel()
+                    return "CANCELLED"
             time.sleep(self._launcher.poll_s)
+
+    def _check_nodes(self, state: str, now: float, since: dict[str, float]) -> None:
+        """Give up on the job when a node under it is DOWN, or NOT_RESPONDING for a while."""
+        lost = self._launcher._lost_nodes(self._launcher._job_nodes(self.job_id))
+        for node in [n for n in since if n not in lost]:
+            del since[node]
+        for node in lost:
+            since.setdefault(node, now)
+        hard = [w for w in lost.values() if w.startswith("not known") or {"DOWN", "FAIL"} & _words(w)]
+        if hard or any(now - t >= _NOT_RESPONDING_GRACE_S for t in since.values()):
+            self._give_up(state, lost)
+
+    def _give_up(self, state: str, lost: dict[str, str], requeued: bool = False) -> None:
+        """Cancel the job and raise NodeLostError naming the nodes and Slurm's view of them."""
+        lost = lost or self._launcher._lost_nodes(self._launcher._job_nodes(self.job_id))
+        self.cancel()
+        names = ", ".join(f"{n} is {why}" for n, why in lost.items())
+        if requeued:
+            what = f"was put back in the queue ({state}) after it had started" + (f": {names}" if names else "")
+        else:
+            what = f"lost its node(s) while {state}: {names}"
+        raise self._node_lost(f"{what}; cancelled. Check slurmd there (scontrol show node).", state, lost)
+
+    def _node_lost(self, message: str, state: str, lost: dict[str, str]) -> NodeLostError:
+        self._launcher.lost_nodes.update(lost)
+        self._launcher._status(self.job_id, "NODE_FAIL", "; ".join(f"{n} is {why}" for n, why in lost.items()))
+        err = self._error(NodeLostError, message, state, lost=lost)
+        assert isinstance(err, NodeLostError)
+        return err
+
+    def _a_task_failed_long_ago(self, now: float) -> bool:
+        """True when a task failed over ``failed_task_grace_s`` ago and another one still runs."""
+        tasks = self._tasks()
+        if len(tasks) < 2:
+            return False
+        for index, task in enumerate(tasks):
+            if index in self._checked_pickles or not task.paths.result_pickle.exists():
+                continue
+            try:
+                outcome, payload = submitit.core.utils.pickle_load(task.paths.result_pickle)
+            except Exception:  # still being written; look again next round
+                continue
+            self._checked_pickles.add(index)
+            if outcome == "error":
+                self._failed_tasks[index] = _last_error_line(str(payload).strip().splitlines())
+                self._first_failure = self._first_failure or now
+        first = self._first_failure
+        grace = self._launcher.failed_task_grace_s
+        return first is not None and now - first > grace and len(self._checked_pickles) < len(tasks)
 
     def results(self) -> list[TaskResult[R]]:
         """One result per task, ordered by rank; a failed task raises LaunchError naming it."""
         state = self.wait()
+        tasks = self._tasks()
+        # Results may lag the job's end on a shared filesystem: wait for them once, not per task,
+        # and briefly for a job that was cancelled or killed (no task of it will write one now).
+        lag = _RESULT_LAG_S if state in ("COMPLETED", "FINISHED", "GONE") else 3.0
+        deadline = time.monotonic() + lag
+        while not all(t.paths.result_pickle.exists() for t in tasks) and time.monotonic() < deadline:
+            time.sleep(0.5)
         out: list[TaskResult[R]] = []
         failures: list[str] = []
         nodes = self._launcher._job_nodes(self.job_id)
-        for index, task in enumerate(self._tasks()):
+        for index, task in enumerate(tasks):
+            node = nodes[index // self.spec.tasks_per_node] if len(nodes) == self.spec.nodes else "?"
+            if not task.paths.result_pickle.exists():
+                why = "no result"
+                if self._failed_tasks:
+                    first = min(self._failed_tasks)
+                    grace = self._launcher.failed_task_grace_s
+                    why += f" (still running {grace:.0f} s after task {first} failed; cancelled)"
+                failures.append(f"task {index} on {node}: {why}")
+                continue
             try:
                 output = task.result()
             except submitit.core.utils.UncompletedJobError as exc:
-                node = nodes[index // self.spec.tasks_per_node] if len(nodes) == self.spec.nodes else "?"
-                first = str(exc).strip().splitlines()
-                failures.append(f"task {index} on {node}: {_last_error_line(first)}")
+                failures.append(f"task {index} on {node}: {_last_error_line(str(exc).strip().splitlines())}")
                 continue
             ctx = output.context
             out.append(TaskResult(self.job_id, ctx.hostname, ctx.rank, ctx.local_rank,
                                   ctx.node_rank, output.value))  # fmt: skip
         if failures:
             final = self._state(force=True) if self._launcher.executor == "slurm" else state
-            raise self._error(
-                LaunchError, f"ended {final} with {len(failures)} failed task(s): " + "; ".join(failures), final
-            )
+            message = f"ended {final} with {len(failures)} failed task(s): " + "; ".join(failures)
+            lost = self._launcher._lost_nodes(nodes) if self._launcher.executor == "slurm" else {}
+            if lost:
+                message += "; " + ", ".join(f"{n} is {why}" for n, why in lost.items())
+                raise self._node_lost(message, final, lost)
+            raise self._error(LaunchError, message, final)
         return sorted(out, key=lambda r: r.rank)
+
+
+def _words(why: str) -> set[str]:
+    """The state words of ``"DOWN+NOT_RESPONDING (reason)"``, without the reason."""
+    return set(why.split(" (")[0].split("+"))
 
 
 def _last_error_line(lines: list[str]) -> str:
@@ -257,6 +358,9 @@ class SubmititLauncher:
         self._live: dict[str, SubmititJob[Any]] = {}
         self._lock = threading.Lock()
         self._nodes_cache: dict[str, tuple[str, ...]] = {}
+        self.failed_task_grace_s = _FAILED_TASK_GRACE_S
+        # Nodes seen to fail under a job (name → Slurm's state and reason): not used again.
+        self.lost_nodes: dict[str, str] = {}
 
     def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> SubmititJob[R]:
         """Start ``fn(ctx, **kwargs)`` on every task of ``spec``; returns at once."""
@@ -298,7 +402,14 @@ class SubmititLauncher:
         env = {**self.env, **(spec.env or {})}
         try:
             job = executor.submit(_run_on_node, fn, env, kwargs)
+        except OSError as exc:  # the job folder: read-only, full or gone
+            shutil.rmtree(folder, ignore_errors=True)
+            raise LaunchError(
+                f"{spec.name}: cannot write the job's files to {folder}: {exc.strerror or exc}. Every node "
+                "reads them from there: the shared filesystem must be mounted, writable and not full."
+            ) from exc
         except Exception as exc:  # sbatch refused: bad partition, account, GRES...
+            shutil.rmtree(folder, ignore_errors=True)
             raise LaunchError(f"{spec.name}: submission refused: {exc}".rstrip()) from exc
         handle = SubmititJob(job, spec, self)
         with self._lock:
@@ -333,9 +444,18 @@ class SubmititLauncher:
 
     def _pending_reason(self, job_id: str) -> str:
         try:
-            return slurm.pending_reason(job_id)
+            reason = slurm.pending_reason(job_id)
         except Exception:  # a reason is a nicety; never let it mask the real error
             return ""
+        return "" if reason in ("None", "(null)") else reason  # not evaluated by the scheduler yet
+
+    def _lost_nodes(self, nodes: tuple[str, ...]) -> dict[str, str]:
+        if not nodes:
+            return {}
+        try:
+            return slurm.lost_nodes(slurm.nodes(), nodes)
+        except Exception:  # cannot tell; the job's own state and time limit still bound the wait
+            return {}
 
     def _job_nodes(self, job_id: str) -> tuple[str, ...]:
         if self.executor == "local":
