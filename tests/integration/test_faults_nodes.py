@@ -1,0 +1,169 @@
+"""Jobs that vanish under a running suite, on node3/node4 of the test cluster: a node that dies
+(slurmd and the job's processes killed, as in a power loss), a job cancelled from outside, and a
+rank that hangs outside a collective. Each fails its test within a bound, naming the job and the
+node; the rest of the suite goes on without the lost node; nothing is left in the queue."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import cloudpickle  # type: ignore[import-untyped]
+import pytest
+from faults_support import (
+    REPO,
+    SLURM_CONF,
+    cluster_handle,
+    fault_profile,
+    pytest_argv,
+    restore_nodes,
+    slurm_cmd,
+    wait_until,
+    write_long_test,
+)
+
+from pytest_gpucluster.errors import LaunchError
+from pytest_gpucluster.launch import JobSpec
+from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.workloads import sleep as sleep_workload
+
+pytestmark = pytest.mark.integration
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def start_suite(profile, tmp_path, *tests):
+    """Start pytest on the fault profile in the background; returns (process, results path)."""
+    results = tmp_path / "results.json"
+    argv = pytest_argv(profile, results, *tests)
+    env = {**os.environ, "SLURM_CONF": SLURM_CONF}
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, results
+
+
+def running_job(profile, proc):
+    """The id of the fault profile's job once Slurm runs it (the suite must still be alive)."""
+
+    def found():
+        assert proc.poll() is None, proc.communicate()[0]
+        return next((j["id"] for j in profile.jobs() if j["state"] == "RUNNING" and j["name"].endswith("-long")), None)
+
+    return wait_until("the long job RUNNING", found, 60)
+
+
+def finish(proc, timeout):
+    """Wait (bounded) for the suite to end; its output."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"pytest still running {timeout:.0f} s later:\n{out[-4000:]}") from None
+    return out
+
+
+def by_name(results, part):
+    found = [t for t in results["tests"] if part in t["nodeid"]]
+    assert len(found) == 1, [t["nodeid"] for t in results["tests"]]
+    return found[0]
+
+
+def test_a_node_dying_mid_job_fails_that_test_naming_the_node_and_the_suite_goes_on(slurm_cluster, tmp_path):
+    profile = fault_profile(tmp_path)
+    long_test = write_long_test(tmp_path, seconds=120)
+    proc, results = start_suite(profile, tmp_path, str(long_test),
+                                "tests/acceptance/test_inventory.py::test_node_matches_the_profile")  # fmt: skip
+    cluster = cluster_handle(slurm_cluster)
+    try:
+        job_id = running_job(profile, proc)
+        killed_at = time.monotonic()
+        cluster.kill_slurmd("node4", with_jobs=True)
+        out = finish(proc, timeout=120)
+        ended_after = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        restore_nodes(slurm_cluster)
+        profile.cancel_all()
+    doc = json.loads(results.read_text())
+    long = by_name(doc, "test_long_job_on_every_node")
+    assert long["outcome"] == "failed", out
+    assert re.match(
+        rf"pytest_gpucluster.errors.NodeLostError: job {job_id} \(\w+-long\) on node3, node4: "
+        r"lost its node\(s\) while RUNNING: "
+        r"node4 is [A-Z_+]*(NOT_RESPONDING|DOWN)[A-Z_+]*( \([^)]*\))?; cancelled\. "
+        r"Check slurmd there \(scontrol show node\)\.",
+        long["message"],
+    ), long["message"]
+    # SlurmdTimeout is 20 s here; the launcher gives up within one node check after Slurm's
+    # first failed ping, well before the job's own 1-minute limit.
+    assert ended_after < 60, f"pytest ended {ended_after:.0f} s after the node died"
+    assert by_name(doc, "[node3]")["outcome"] == "passed", out[-4000:]
+    skipped = by_name(doc, "[node4]")
+    assert skipped["outcome"] == "skipped"
+    assert re.match(r"Skipped: node4 was lost earlier in this run \([A-Z_+]+( \([^)]*\))?\); not tested$",
+                    skipped["message"]), skipped["message"]  # fmt: skip
+    assert "node4" in doc["environment"]["lost_nodes"]
+    assert doc["status"] == "complete"
+    wait_until("the dead node's job to leave the queue", lambda: profile.jobs() == [], 30)
+
+
+def test_a_job_cancelled_from_outside_fails_its_test_at_once(slurm_cluster, tmp_path):
+    profile = fault_profile(tmp_path)
+    proc, results = start_suite(profile, tmp_path, str(write_long_test(tmp_path, seconds=120)))
+    try:
+        job_id = running_job(profile, proc)
+        cancelled_at = time.monotonic()
+        slurm_cmd("scancel", job_id)
+        out = finish(proc, timeout=60)
+        ended_after = time.monotonic() - cancelled_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        profile.cancel_all()
+    long = by_name(json.loads(results.read_text()), "test_long_job_on_every_node")
+    assert long["outcome"] == "failed", out
+    assert re.match(
+        rf"pytest_gpucluster.errors.LaunchError: job {job_id} \(\w+-long\) on node3, node4: ended CANCELLED BY 0 "
+        r"with 2 failed task\(s\): task 0 on node3: no result; task 1 on node4: no result\nlogs: ",
+        long["message"],
+    ), long["message"]
+    assert ended_after < 20, f"pytest ended {ended_after:.0f} s after scancel"
+    assert profile.jobs() == []
+
+
+def test_a_hung_rank_ends_the_job_through_the_collective_timeout(slurm_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", SLURM_CONF)
+    folder = slurm_cluster.shared_dir / f"faults-hang-{uuid.uuid4().hex[:8]}"
+    tag = f"faults-{uuid.uuid4().hex[:8]}"
+    launcher = SubmititLauncher(executor="slurm", folder=folder, partition="debug",
+                                sbatch_extra={"comment": tag}, queue_timeout_s=30)  # fmt: skip
+    launcher.failed_task_grace_s = 5.0
+    spec = JobSpec("hang", nodes=2, nodelist=("node3", "node4"), timeout_min=2)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(LaunchError) as info:
+            launcher.run(sleep_workload.hang_one_rank, spec, hung_rank=1, timeout_s=5.0, hang_s=300.0)
+    finally:
+        launcher.cancel_all()
+        shutil.rmtree(folder, ignore_errors=True)
+    took = time.monotonic() - t0
+    headline = str(info.value).splitlines()[0]
+    assert re.match(
+        r"job \d+ \(hang\) on node3, node4: ended CANCELLED( BY 0)? with 2 failed task\(s\): "
+        r"task 0 on node3: .*(Timed out|timed out|Timeout|timeout).*; "
+        r"task 1 on node4: no result \(still running 5 s after task 0 failed; cancelled\)$",
+        headline,
+    ), headline
+    assert took < 60, f"{took:.0f} s"  # not the job's 2-minute limit
+
+    def gone() -> bool:
+        return not [r for r in slurm_cmd("squeue", "-h", "-o", "%i|%k").splitlines() if r.endswith("|" + tag)]
+
+    wait_until("the cancelled job to leave the queue", gone, 15)
