@@ -130,7 +130,7 @@ def make_check(gc: GpuClusterSession, sweep: SweepResult, metric: str,
     threshold = gc.thresholds.get(metric)
     measurement = measurement_of(sweep, metric, gc.profile.nccl.judge_from_bytes, attempts)
     series = {
-        "name": metric, "where": sweep.where, "x_label": "bytes", "y_label": "busbw GB/s",
+        "name": metric, "where": sweep.where, "x_label": "bytes", "x_log": True, "y_label": "busbw GB/s",
         "points": sweep.series_points(), "threshold": threshold.fail_below if threshold else None,
         "table": sweep.table(), "backend": sweep.backend, "implementation": sweep.implementation,
         "nccl_version": sweep.nccl_version, "env": dict(sweep.env), "notes": list(sweep.notes),

@@ -306,9 +306,11 @@ def versions(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
     for label, keys in VERSION_FACTS:
         value: Any = next((env[k] for k in keys if env.get(k) not in (None, "")), None)
         if value is None and isinstance(inventory, Mapping):
+            # An inventory keeps the compared facts under "summary" (workloads/inventory.py).
+            nodes = [f.get("summary", f) for f in inventory.values() if isinstance(f, Mapping)]
             seen = sorted(
-                {str(facts[k]) for facts in inventory.values() if isinstance(facts, Mapping)
-                 for k in keys if facts.get(k) not in (None, "")}
+                {str(facts[k]) for facts in nodes if isinstance(facts, Mapping)
+                 for k in keys if facts.get(k) not in (None, "", "n/a")}
             )  # fmt: skip
             value = " / ".join(seen) if seen else None
         out.append((label, "not recorded" if value is None else str(value)))
