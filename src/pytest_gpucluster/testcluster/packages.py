@@ -120,7 +120,7 @@ def install_debs(deb_dir: Path, *, root: Path = Path("/"), log: bool = True) -> 
 
 def _check_loadable() -> None:
     """Fail early, with the missing library named, if a daemon cannot load."""
-    for name in ("slurmd", "slurmctld", "munged"):
+    for name in ("slurmd", "slurmctld", "munged", "ip"):
         path = which(name)
         if path is None:
             raise ClusterError(f"{name} not found after unpacking .debs")
