@@ -156,7 +156,7 @@ class SubmititJob(Generic[R]):
         self._launcher._forget(self)
 
     def _error(self, cls: type[LaunchError], message: str, state: str, **extra: Any) -> LaunchError:
-        nodes = self._launcher._job_nodes(self.job_id)
+        nodes = self._launcher._job_nodes(self.job_id, self.spec.nodes)
         logs = tuple(str(p) for t in self._tasks()[:2] for p in (t.paths.stdout, t.paths.stderr))
         tail = ""
         for t in self._tasks():
@@ -225,7 +225,7 @@ class SubmititJob(Generic[R]):
 
     def _check_nodes(self, state: str, now: float, since: dict[str, float]) -> None:
         """Give up on the job when a node under it is DOWN, or NOT_RESPONDING for a while."""
-        lost = self._launcher._lost_nodes(self._launcher._job_nodes(self.job_id))
+        lost = self._launcher._lost_nodes(self._launcher._job_nodes(self.job_id, self.spec.nodes))
         for node in [n for n in since if n not in lost]:
             del since[node]
         for node in lost:
@@ -236,7 +236,7 @@ class SubmititJob(Generic[R]):
 
     def _give_up(self, state: str, lost: dict[str, str], requeued: bool = False) -> None:
         """Cancel the job and raise NodeLostError naming the nodes and Slurm's view of them."""
-        lost = lost or self._launcher._lost_nodes(self._launcher._job_nodes(self.job_id))
+        lost = lost or self._launcher._lost_nodes(self._launcher._job_nodes(self.job_id, self.spec.nodes))
         self.cancel()
         names = ", ".join(f"{n} is {why}" for n, why in lost.items())
         if requeued:
@@ -284,7 +284,7 @@ class SubmititJob(Generic[R]):
             time.sleep(0.5)
         out: list[TaskResult[R]] = []
         failures: list[str] = []
-        nodes = self._launcher._job_nodes(self.job_id)
+        nodes = self._launcher._job_nodes(self.job_id, self.spec.nodes)
         for index, task in enumerate(tasks):
             node = nodes[index // self.spec.tasks_per_node] if len(nodes) == self.spec.nodes else "?"
             if not task.paths.result_pickle.exists():
@@ -457,7 +457,7 @@ class SubmititLauncher:
         except Exception:  # cannot tell; the job's own state and time limit still bound the wait
             return {}
 
-    def _job_nodes(self, job_id: str) -> tuple[str, ...]:
+    def _job_nodes(self, job_id: str, expected: int | None = None) -> tuple[str, ...]:
         if self.executor == "local":
             return (socket.gethostname(),)
         if job_id not in self._nodes_cache:
@@ -465,7 +465,8 @@ class SubmititLauncher:
                 nodes = slurm.job_nodes(job_id)
             except Exception:
                 return ()
-            if nodes:
+            # Accounting may list part of the allocation while the job starts: keep only a full one.
+            if nodes and (expected is None or len(nodes) == expected):
                 self._nodes_cache[job_id] = nodes
             return nodes
         return self._nodes_cache[job_id]
