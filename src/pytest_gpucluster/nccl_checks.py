@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.profile import Threshold
+from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
 from pytest_gpucluster.verdict import Measurement, judge
 from pytest_gpucluster.workloads.busbw import SweepResult, describe_judged
 from pytest_gpucluster.workloads.collectives import Groups, collective_sweeps
@@ -80,6 +81,11 @@ def run_sweeps(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequenc
                min_bytes: int | None = None, corrupt_rank: int | None = None) -> list[SweepResult]:  # fmt: skip
     """One job over ``nodelist`` (default: every tested node); every group's sweeps."""
     s = gc.profile.nccl
+    memory = gpu_memory_bytes(gc.gpu_model) if gc.profile.gpus_are_real and gc.gpus_per_node else None
+    if memory is not None:
+        # Out of place: input and output buffers, plus the reference the result is checked against.
+        check_fits(3 * s.max_bytes, memory, f"[profiles.{gc.profile.name}.nccl] max_bytes = {s.max_bytes} "
+                   f"(3 buffers of that size on each {gc.gpu_model})")  # fmt: skip
     use_tool = bool(s.nccl_tests_dir) and groups == "node" and gc.profile.gpus_are_real and gc.gpus_per_node > 0
     if nodelist is None:
         spec = gc.spec(name, all_nodes=True, tasks_per_node=1 if use_tool else tasks_per_node(gc), env=env)

@@ -42,3 +42,25 @@ def check_fits(
             f"({_gib(max(usable, 0))} usable after a {_gib(reserve_bytes)} reserve); lower the size "
             "so the job is not launched only to run out of memory on every node."
         )
+
+
+# Device memory by NVML model-name fragment, most specific first (what `nvidia-smi` reports as
+# total memory; the usable part is smaller, hence the reserve above).
+_GPU_MEMORY_MIB: tuple[tuple[str, int], ...] = (
+    ("H200", 143771),
+    ("H100 NVL", 95830),
+    ("H100", 81559),
+    ("A100-SXM4-80GB", 81920),
+    ("A100 80GB", 81920),
+    ("A100", 40960),
+)
+
+
+def gpu_memory_bytes(model: str | None) -> int | None:
+    """Device memory of a GPU model by its NVML name, or None when the model is not known."""
+    if not model:
+        return None
+    for fragment, mib in _GPU_MEMORY_MIB:
+        if fragment.lower() in model.lower():
+            return mib * 2**20
+    return None

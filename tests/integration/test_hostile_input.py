@@ -154,3 +154,20 @@ def test_a_broken_shared_filesystem_fails_clearly_and_leaves_nothing(slurm_clust
     assert run.returncode == 1
     assert (sorted(os.listdir(path)) if path.exists() else None) == before  # nothing created, nothing left
     assert profile.jobs() == []
+
+
+def test_collective_size_larger_than_gpu_memory_is_refused_before_launch(slurm_cluster, tmp_path):
+    profile = fault_profile(
+        tmp_path,
+        gpus_are_real=True,
+        gpu_model="NVIDIA H100 80GB HBM3",
+        extra_text='[profiles.faults.nccl]\nmax_bytes = "64GiB"\n',
+    )
+    run = run_pytest(profile, tmp_path, "tests/acceptance/test_nccl.py", "-k", "inside_node", timeout=120)
+    assert run.returncode == 1
+    assert (
+        "[profiles.faults.nccl] max_bytes = 68719476736 (3 buffers of that size on each NVIDIA H100 80GB HBM3): "
+        "needs 192.00 GiB per GPU but a GPU has 79.65 GiB"
+    ) in run.output
+    assert run.results["tests"] and all(not t["job_ids"] for t in run.results["tests"])
+    assert profile.jobs() == []

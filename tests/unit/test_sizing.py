@@ -42,3 +42,13 @@ def test_nonsense_numbers_are_refused(bad: object) -> None:
 def test_unknown_gpu_memory_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"GPU memory size unknown \(0 bytes\)"):
         check_fits(GiB, 0, "what")
+
+
+def test_gpu_memory_by_model_name():
+    from pytest_gpucluster.sizing import gpu_memory_bytes
+
+    assert gpu_memory_bytes("NVIDIA H200") == 143771 * 2**20
+    assert gpu_memory_bytes("NVIDIA H100 80GB HBM3") == 81559 * 2**20
+    assert gpu_memory_bytes("NVIDIA H100 NVL") == 95830 * 2**20
+    assert gpu_memory_bytes("cpu") is None
+    assert gpu_memory_bytes(None) is None
