@@ -25,14 +25,6 @@ def _node(*gpus: gh.GpuHealth, **kw) -> gh.NodeGpus:
     return gh.NodeGpus(**{"node": "w0", "driver": "550.54.15", "cuda": "12.4", "gpus": gpus, **kw})
 
 
-def test_decode_clock_reasons():
-    assert gh.decode_clock_reasons(0x0) == ()
-    assert gh.decode_clock_reasons(0x1) == ("GpuIdle",)
-    assert gh.decode_clock_reasons(0x4 | 0x40) == ("SwPowerCap", "HwThermalSlowdown")
-    assert gh.decode_clock_reasons(0x88) == ("HwSlowdown", "HwPowerBrakeSlowdown")
-    assert gh.decode_clock_reasons(0x1 | 0x1000) == ("GpuIdle", "0x1000")
-
-
 def test_healthy_node_passes_everything():
     node = _node(*(_gpu(i) for i in range(8)))
     assert gh.inventory_problems(node, count=8, model="H100") == []
@@ -57,7 +49,7 @@ def test_every_bad_gpu_is_listed():
     assert problems == [
         "w0:gpu1: NVLink(s) [16, 17] down (16 of 18 up)",
         "w0:gpu2: PCIe link x8, the link supports x16 (lanes lost)",
-        "w0:gpu3: clocks held down by HwThermalSlowdown (reasons 0x41)",
+        "w0:gpu3: clocks held down by hw_thermal_slowdown (reasons 0x41)",
         "w0:gpu4: reports no NVLink while other GPUs of the node have 18 links",
     ]
     assert warns == ["w0:gpu5: PCIe link can reach Gen4 only, the GPU supports Gen5"]

@@ -16,32 +16,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.nvml_util import decode_throttle_reasons
 
 T = TypeVar("T")
 
-# NVML clocks-event (formerly "throttle") reason bits, from nvml.h.
-CLOCK_REASONS = {
-    0x1: "GpuIdle",
-    0x2: "ApplicationsClocksSetting",
-    0x4: "SwPowerCap",
-    0x8: "HwSlowdown",
-    0x10: "SyncBoost",
-    0x20: "SwThermalSlowdown",
-    0x40: "HwThermalSlowdown",
-    0x80: "HwPowerBrakeSlowdown",
-    0x100: "DisplayClockSetting",
-}
 # Reasons that do not slow a healthy GPU at rest: idle itself, clocks an admin chose, boost sync.
-BENIGN_REASONS = frozenset({"GpuIdle", "ApplicationsClocksSetting", "SyncBoost", "DisplayClockSetting"})
-
-
-def decode_clock_reasons(mask: int) -> tuple[str, ...]:
-    """Bitmask → reason names, lowest bit first; unknown bits as ``0x...``."""
-    names = [name for bit, name in CLOCK_REASONS.items() if mask & bit]
-    unknown = mask & ~sum(CLOCK_REASONS)
-    if unknown:
-        names.append(f"0x{unknown:x}")
-    return tuple(names)
+BENIGN_REASONS = frozenset({"gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"})
 
 
 @dataclass(frozen=True)
@@ -232,7 +212,7 @@ def link_problems(n: NodeGpus) -> tuple[list[str], list[str]]:
             # Current gen drops at idle by design; only the link's own maximum says something.
             warns.append(f"{where}: PCIe link can reach Gen{g.pcie_gen[1]} only, the GPU supports Gen{g.pcie_gen[2]}")
         if g.clock_reasons is not None:
-            bad = [r for r in decode_clock_reasons(g.clock_reasons) if r not in BENIGN_REASONS]
+            bad = [r for r in decode_throttle_reasons(g.clock_reasons) if r not in BENIGN_REASONS]
             if bad:
                 problems.append(f"{where}: clocks held down by {', '.join(bad)} (reasons 0x{g.clock_reasons:x})")
         for what in ("clock event reasons", "PCIe width"):
