@@ -148,9 +148,12 @@ def restore_nodes(info: ClusterInfo) -> None:
         slurm_cmd("scontrol", "update", f"nodename={node}", "state=resume", check=False)
 
     def usable() -> bool:
-        return all(n.healthy for n in cluster.node_states() if n.name in FAULT_NODES)
+        # Healthy and empty: a job Slurm requeued after the fault must be gone too, or the next
+        # test's job queues behind it.
+        busy = slurm_cmd("squeue", "-h", "-w", ",".join(FAULT_NODES), "-o", "%i", check=False).split()
+        return not busy and all(n.healthy for n in cluster.node_states() if n.name in FAULT_NODES)
 
-    wait_until("node3 and node4 usable again", usable, 60)
+    wait_until("node3 and node4 usable and empty again", usable, 60)
 
 
 LONG_TEST = """

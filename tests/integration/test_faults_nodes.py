@@ -13,11 +13,13 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import cloudpickle  # type: ignore[import-untyped]
 import pytest
 from faults_support import (
     REPO,
+    SHARED,
     SLURM_CONF,
     cluster_handle,
     fault_profile,
@@ -47,14 +49,25 @@ def start_suite(profile, tmp_path, *tests):
     return proc, results
 
 
+def tasks_started(job_id: str, since: float, tasks: int = 2) -> bool:
+    """Every task of ``job_id`` is inside the workload: submitit logged its start. RUNNING in the
+    queue is not enough: a node killed while srun still launches the step fails the launch
+    instead, and that is a different fault."""
+    logs = [p for p in Path(SHARED, ".pytest-gpucluster", "jobs").glob(f"*/*/*/{job_id}_*_log.out")
+            if p.stat().st_mtime >= since]  # fmt: skip
+    return sum("Starting with JobEnvironment" in p.read_text(errors="replace") for p in logs) >= tasks
+
+
 def running_job(profile, proc):
-    """The id of the fault profile's job once Slurm runs it (the suite must still be alive)."""
+    """The id of the fault profile's job once every task of it runs (the suite must still be alive)."""
+    since = time.time() - 1
 
     def found():
         assert proc.poll() is None, proc.communicate()[0]
-        return next((j["id"] for j in profile.jobs() if j["state"] == "RUNNING" and j["name"].endswith("-long")), None)
+        job = next((j["id"] for j in profile.jobs() if j["state"] == "RUNNING" and j["name"].endswith("-long")), None)
+        return job if job is not None and tasks_started(job, since) else None
 
-    return wait_until("the long job RUNNING", found, 60)
+    return wait_until("the long job's tasks running", found, 60)
 
 
 def finish(proc, timeout):
@@ -89,8 +102,8 @@ def test_a_node_dying_mid_job_fails_that_test_naming_the_node_and_the_suite_goes
     finally:
         if proc.poll() is None:
             proc.kill()
-        restore_nodes(slurm_cluster)
         profile.cancel_all()
+        restore_nodes(slurm_cluster)
     doc = json.loads(results.read_text())
     long = by_name(doc, "test_long_job_on_every_node")
     assert long["outcome"] == "failed", out
@@ -135,7 +148,8 @@ def test_a_job_cancelled_from_outside_fails_its_test_at_once(slurm_cluster, tmp_
         long["message"],
     ), long["message"]
     assert ended_after < 20, f"pytest ended {ended_after:.0f} s after scancel"
-    assert profile.jobs() == []
+    # Slurm may still show the cancelled job COMPLETING for a moment while node3 kills its step.
+    wait_until("the cancelled job to leave the queue", lambda: profile.jobs() == [], 30)
 
 
 def test_a_hung_rank_ends_the_job_through_the_collective_timeout(slurm_cluster, tmp_path, monkeypatch):
