@@ -23,6 +23,7 @@ from pytest_gpucluster.workloads.busbw import SweepResult, describe_judged
 from pytest_gpucluster.workloads.collectives import Groups, collective_sweeps
 from pytest_gpucluster.workloads.nccl_tests import run_nccl_tests
 from pytest_gpucluster.workloads.pairing import Isolation, Pair, isolate
+from pytest_gpucluster.workloads.telemetry import NodeTelemetry, under_telemetry
 
 if TYPE_CHECKING:
     from pytest_gpucluster.session import GpuClusterSession
@@ -80,6 +81,15 @@ def run_sweeps(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequenc
                nodelist: tuple[str, ...] | None = None, env: dict[str, str] | None = None,
                min_bytes: int | None = None, corrupt_rank: int | None = None) -> list[SweepResult]:  # fmt: skip
     """One job over ``nodelist`` (default: every tested node); every group's sweeps."""
+    sweeps, _ = _run(gc, name, groups=groups, ops=ops, nodelist=nodelist, env=env, min_bytes=min_bytes,
+                     corrupt_rank=corrupt_rank, sampled=False)  # fmt: skip
+    return sweeps
+
+
+def _run(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str],
+         nodelist: tuple[str, ...] | None, env: dict[str, str] | None, min_bytes: int | None,
+         corrupt_rank: int | None, sampled: bool) -> tuple[list[SweepResult], list[NodeTelemetry]]:  # fmt: skip
+    """``run_sweeps``; with ``sampled`` the job runs under the telemetry sampler (one per node)."""
     s = gc.profile.nccl
     memory = gpu_memory_bytes(gc.gpu_model) if gc.profile.gpus_are_real and gc.gpus_per_node else None
     if memory is not None:
@@ -92,14 +102,22 @@ def run_sweeps(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequenc
     else:
         spec = gc.spec(name, nodelist=nodelist, tasks_per_node=1 if use_tool else tasks_per_node(gc), env=env)
     if use_tool:
-        results = gc.run(run_nccl_tests, spec, nccl_tests_dir=s.nccl_tests_dir, ops=tuple(ops),
-                         min_bytes=min_bytes or s.min_bytes, max_bytes=s.max_bytes, warmup_iters=s.warmup_iters,
-                         iters=s.iters, gpus=gc.gpus_per_node, timeout_s=s.timeout_s)  # fmt: skip
+        fn: Any = run_nccl_tests
+        kwargs: dict[str, Any] = dict(
+            nccl_tests_dir=s.nccl_tests_dir, ops=tuple(ops), min_bytes=min_bytes or s.min_bytes,
+            max_bytes=s.max_bytes, warmup_iters=s.warmup_iters, iters=s.iters, gpus=gc.gpus_per_node,
+            timeout_s=s.timeout_s,
+        )
     else:
-        results = gc.run(collective_sweeps, spec, ops=tuple(ops), min_bytes=min_bytes or s.min_bytes,
-                         max_bytes=s.max_bytes, warmup_iters=s.warmup_iters, iters=s.iters, groups=groups,
-                         timeout_s=s.timeout_s, corrupt_rank=corrupt_rank)  # fmt: skip
-    return [sweep for r in results for sweep in r.value]
+        fn = collective_sweeps
+        kwargs = dict(ops=tuple(ops), min_bytes=min_bytes or s.min_bytes, max_bytes=s.max_bytes,
+                      warmup_iters=s.warmup_iters, iters=s.iters, groups=groups, timeout_s=s.timeout_s,
+                      corrupt_rank=corrupt_rank)  # fmt: skip
+    if not sampled:
+        return [sweep for r in gc.run(fn, spec, **kwargs) for sweep in r.value], []
+    wrapped = gc.run(under_telemetry, spec, fn=fn, **kwargs)
+    sweeps = [sweep for r in wrapped for sweep in r.value.value]
+    return sweeps, [r.value.telemetry for r in wrapped if r.value.telemetry is not None]
 
 
 def _find(sweeps: Sequence[SweepResult], nodes: tuple[str, ...], op: str) -> SweepResult:
@@ -163,8 +181,7 @@ def intra_node(gc: GpuClusterSession, node: str, op: str) -> Check:
     ops = tuple(gc.profile.nccl.ops)
     if op not in ops:
         ops = (*ops, op)
-    sweeps = gc.once(("nccl", "intra_node", ops), lambda: run_sweeps(gc, "nccl-intra", groups="node", ops=ops,
-                                                                    env=_intra_env(gc)))  # fmt: skip
+    sweeps, _ = _intra_node_job(gc, ops)
 
     def again() -> SweepResult:
         redo = run_sweeps(gc, "nccl-intra-retry", groups="node", ops=(op,), env=_intra_env(gc),
@@ -172,6 +189,19 @@ def intra_node(gc: GpuClusterSession, node: str, op: str) -> Check:
         return _find(redo, (node,), op)
 
     return _with_retries(gc, _find(sweeps, (node,), op), metric_name(gc, op, "intra_node"), again)
+
+
+def _intra_node_job(gc: GpuClusterSession, ops: tuple[str, ...]) -> tuple[list[SweepResult], list[NodeTelemetry]]:
+    """The run's one intra-node job: every node's sweeps, sampled by telemetry while they run."""
+    return gc.once(("nccl", "intra_node", ops), lambda: _run(
+        gc, "nccl-intra", groups="node", ops=ops, nodelist=None, env=_intra_env(gc), min_bytes=None,
+        corrupt_rank=None, sampled=True))  # fmt: skip
+
+
+def intra_node_telemetry(gc: GpuClusterSession) -> list[NodeTelemetry]:
+    """What the telemetry sampler saw on every node while the intra-node sweeps ran (runs them
+    if no test has yet): the load the telemetry checks judge is the collective workload itself."""
+    return _intra_node_job(gc, tuple(gc.profile.nccl.ops))[1]
 
 
 RING = {"NCCL_ALGO": "Ring"}

@@ -1,31 +1,22 @@
-"""Telemetry under load (seed 001, the monitoring harness): while every GPU of every node works,
-no GPU idles while its peers work and no GPU slows down for heat or power faults.
-
-The load is ``telemetry.matmul_all_reduce`` (GEMM + all_reduce on every GPU) run under
-``under_telemetry``; any other workload can be wrapped the same way (docs/inventory-telemetry.md).
+"""Telemetry under load (seed 001, the monitoring harness): while the intra-node NCCL sweeps run
+on every GPU of every node, no GPU idles while its peers work and no GPU slows down for heat or
+power faults. The sampler rides along the collective job itself (``nccl_checks``), so watching
+costs no extra load and no extra time.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster import nccl_checks
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import telemetry
 
 
 @pytest.fixture
 def node_telemetry(gpucluster, record):
-    """node → NodeTelemetry, from one loaded job for the whole run; series are recorded."""
-
-    def produce():
-        p, gpus = gpucluster.profile, gpucluster.gpus_per_node
-        spec = gpucluster.spec("telemetry", all_nodes=True, tasks_per_node=gpus if p.gpus_are_real and gpus else 1)
-        results = gpucluster.run(telemetry.under_telemetry, spec, fn=telemetry.matmul_all_reduce,
-                                 seconds=p.compute.burn_s, matmul_n=p.compute.matmul_n,
-                                 all_reduce_bytes=p.nccl.judge_from_bytes)  # fmt: skip
-        return {r.value.telemetry.node: r.value.telemetry for r in results if r.value.telemetry}
-
-    found = gpucluster.once("telemetry", produce)
+    """node → NodeTelemetry of the run's intra-node collective job; series are recorded."""
+    found = {t.node: t for t in nccl_checks.intra_node_telemetry(gpucluster)}
     for series in telemetry.series_records(list(found.values())):
         record("series", **series)
     return found

@@ -277,12 +277,15 @@ def slurm_version(env: Mapping[str, str], timeout_s: float = _SUBPROCESS_TIMEOUT
     return NA
 
 
-def read_versions(env: Mapping[str, str]) -> dict[str, Any]:
-    """Python, torch and NCCL (NCCL only where CUDA is usable: the CPU wheel has none) and Slurm."""
+def read_versions(env: Mapping[str, str], *, gpus: bool = True) -> dict[str, Any]:
+    """Python, torch and NCCL (NCCL only where CUDA is usable: the CPU wheel has none) and Slurm.
+    Without GPUs torch is not imported at all: its import costs seconds of CPU on every node."""
     versions: dict[str, Any] = {"python": platform.python_version(), "torch": NA, "nccl": NA}
     with contextlib.suppress(importlib.metadata.PackageNotFoundError):
         versions["torch"] = importlib.metadata.version("torch")
     with contextlib.suppress(Exception):  # a broken CUDA install must not lose the inventory
+        if not gpus:
+            raise LookupError("no GPU: no NCCL to ask")
         import torch
 
         if torch.cuda.is_available():
@@ -478,14 +481,16 @@ def collect(
         "numa": read_numa(sys_root),
         "infiniband": read_infiniband(sys_root),
         "filesystems": read_mounts(proc_root, fs_paths, os.statvfs if with_tools else None),
-        "versions": read_versions(env) if with_tools else {"python": platform.python_version(),
-                                                            "torch": NA, "nccl": NA, "slurm": NA},
         "gpus": [],
         "gpu_system": {},
         "gpu_topology": {},
     }
     if with_nvml:
         details.update(nvml_inventory(sys_root))
+    details["versions"] = (
+        read_versions(env, gpus=bool(details["gpus"])) if with_tools
+        else {"python": platform.python_version(), "torch": NA, "nccl": NA, "slurm": NA}
+    )  # fmt: skip
     return NodeInventory(node=node, summary=summarise(details), details=details)
 
 

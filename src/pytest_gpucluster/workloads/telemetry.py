@@ -11,6 +11,7 @@ throttling for reasons an operator must act on.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
@@ -208,6 +209,10 @@ class Sampler:
         if self._want_gpus:
             self._open_nvml()
         self._t0 = time.time()
+        # A CPU baseline now, so the first sample already has a CPU figure: a workload shorter
+        # than one interval still yields two points of every series (start and end).
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            self._prev_cpu = read_cpu_times(self.proc_root)
         self._thread = threading.Thread(target=self._loop, name="gpucluster-telemetry", daemon=True)
         self._thread.start()
         return self
