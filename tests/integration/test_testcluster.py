@@ -99,7 +99,9 @@ def job_folder(slurm_cluster: ClusterInfo) -> Iterator[Path]:
 
 def executor(folder: Path, **params: Any) -> submitit.AutoExecutor:
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
-    ex.update_parameters(slurm_partition="debug", timeout_min=2, **params)
+    # 5 min: submitit asks Slurm for its timeout signal 90 s before the limit; a 2-min limit would
+    # signal a job that is merely slow to start on a loaded 2-core machine after 30 s.
+    ex.update_parameters(slurm_partition="debug", timeout_min=5, **params)
     return ex
 
 
