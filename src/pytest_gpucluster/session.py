@@ -167,7 +167,7 @@ class GpuClusterSession:
             if not n.usable:
                 self.excluded_nodes[n.name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
         if not known:
-            self.node_error = f"partition {p.partition!r} has no nodes (scontrol show nodes)"
+            self.node_error = f"partition {p.partition!r} has no nodes (sinfo -p {p.partition})"
         return tuple(usable[: p.nodes])
 
     @property
