@@ -395,8 +395,8 @@ class SubmititLauncher:
                 params["slurm_exclusive"] = True
             if self.sbatch_extra:
                 params["slurm_additional_parameters"] = dict(self.sbatch_extra)
-            # Tasks of one job must start together for collectives; a shorter signal delay keeps
-            # submitit's pre-timeout signal inside short test jobs.
+            # submitit asks Slurm for a signal this long before the limit (90 s by default); a
+            # quarter of a short job's limit keeps that signal from arriving almost at its start.
             params["slurm_signal_delay_s"] = min(90, max(10, spec.timeout_min * 60 // 4))
         executor.update_parameters(**params)
         env = {**self.env, **(spec.env or {})}
