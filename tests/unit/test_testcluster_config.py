@@ -142,6 +142,26 @@ def test_hosts_block_roundtrip() -> None:
     assert config.strip_hosts_block(original) == original
 
 
+def test_host_network_puts_every_node_on_loopback_with_its_own_port() -> None:
+    s = spec(nodes=2, network="host")
+    text = config.render_slurm_conf(s)
+    assert conf_lines(text)["SlurmctldHost"] == "ctl(127.0.0.1)"
+    node_lines = [line for line in text.splitlines() if line.startswith("NodeName=")]
+    assert node_lines[0].startswith("NodeName=node1 NodeAddr=127.0.0.1 NodeHostname=node1 Port=16830 ")
+    assert node_lines[1].startswith("NodeName=node2 NodeAddr=127.0.0.1 NodeHostname=node2 Port=16831 ")
+    hosts = config.add_hosts_block("", s.node_names, (s.node_addr(0), s.node_addr(1)))
+    assert "127.0.0.1 node1\n127.0.0.1 node2\n" in hosts
+    # The namespaced default keeps one address per node and the global SlurmdPort.
+    assert " Port=" not in config.render_slurm_conf(spec(nodes=2))
+    with pytest.raises(ValueError, match="network must be"):
+        spec(network="bridge")
+
+
+def test_cli_takes_the_network_mode() -> None:
+    assert cli.build_parser().parse_args(["up", "--network", "host"]).network == "host"
+    assert cli.build_parser().parse_args(["up"]).network == "netns"
+
+
 def test_invalid_spec_rejected() -> None:
     with pytest.raises(ValueError):
         spec(gpu_mode="virtual")

@@ -38,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="real mode: do not confine jobs to their GPUs (ConstrainDevices=no)",
     )
+    parser.add_argument(
+        "--network",
+        choices=("netns", "host"),
+        default="netns",
+        help="netns: a network namespace per node on a private bridge (needs iproute2); host: all "
+        "nodes on 127.0.0.1 in the host's network, a slurmd port each",
+    )
     parser.add_argument("--no-install", action="store_true", help="never call apt-get")
     parser.add_argument("--keep-logs", action="store_true", help="down: keep <state>/log")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for idle nodes")
@@ -58,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shared_dir=args.shared_dir,
         keep_logs=args.keep_logs,
         timeout=args.timeout,
+        network=args.network,
     )
     try:
         if args.command == "up":

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import config, daemons, netns, packages
-from .config import ClusterSpec, GpuMode, Paths
+from .config import ClusterSpec, GpuMode, Network, Paths
 from .proc import ClusterError, alive_from_pid_file, exclusive, pid_matches, run, terminate, wait_for
 
 HEALTHY_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
@@ -100,6 +100,7 @@ class TestCluster:
         keep_logs: bool = False,
         timeout: float = 60.0,
         verbose: bool = True,
+        network: Network = "netns",
     ) -> None:
         """``accounting=None`` means: on when slurmdbd and MariaDB are available."""
         config.node_names(nodes)
@@ -114,6 +115,7 @@ class TestCluster:
         self.keep_logs = keep_logs
         self.timeout = timeout
         self.verbose = verbose
+        self.network: Network = network
 
     # --- public API ---------------------------------------------------------
 
@@ -134,6 +136,7 @@ class TestCluster:
             state_dir=state_dir,
             shared_dir=record["shared_dir"],
             install=False,
+            network=spec.get("network", "netns"),
         )
         return cluster if cluster.is_up() else None
 
@@ -260,7 +263,7 @@ class TestCluster:
         if node not in config.node_names(self.nodes):
             raise ValueError(f"no such node: {node}")
         if alive_from_pid_file(self.paths.slurmd_pid(node), "slurmd") is None:
-            daemons.start_slurmd(self.paths, node)
+            daemons.start_slurmd(self.paths, node, self.network)
         if wait:
             wait_for(
                 f"{node} to be usable",
@@ -298,6 +301,7 @@ class TestCluster:
             controller_host=host,
             real_gpu_count=daemons.real_gpu_count() if self.gpu_mode == "real" else 0,
             cgroup_plugin="cgroup/v2" if unified else "cgroup/v1",
+            network=self.network,
             paths=self.paths,
         )
 
@@ -389,11 +393,12 @@ class TestCluster:
             _write_record(paths, record)
 
         t = time.monotonic()
-        netns.ensure_bridge()
-        for i, node in enumerate(nodes):
-            netns.add_node(node, i)
-        netns.write_hosts(paths.hosts_file, nodes)
-        self._say(f"network: {time.monotonic() - t:.1f}s")
+        if spec.network == "netns":
+            netns.ensure_bridge()
+            for i, node in enumerate(nodes):
+                netns.add_node(node, i)
+        netns.write_hosts(paths.hosts_file, spec)
+        self._say(f"network ({spec.network}): {time.monotonic() - t:.1f}s")
 
         t = time.monotonic()
         daemons.start_munge(paths)
@@ -411,7 +416,7 @@ class TestCluster:
             t = time.monotonic()
         daemons.start_slurmctld(paths)
         for node in nodes:
-            daemons.start_slurmd(paths, node)
+            daemons.start_slurmd(paths, node, spec.network)
         wait_for(
             "all nodes idle",
             lambda: _all_idle(self.node_states(), nodes),

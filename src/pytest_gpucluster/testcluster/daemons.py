@@ -231,14 +231,17 @@ def start_slurmctld(paths: Paths) -> None:
     )
 
 
-def start_slurmd(paths: Paths, node: str) -> int:
-    """Start one node's slurmd inside its network namespace and a fresh UTS one."""
+def start_slurmd(paths: Paths, node: str, network: config.Network = "netns") -> int:
+    """Start one node's slurmd inside its network namespace (or the host's, with
+    ``network="host"``) and a fresh UTS one, so that it has its own hostname."""
     config.validate_node_name(node)
     # Not `ip netns exec`: it remounts /sys, hides the cgroup fs, and slurmd
     # then fails to load its cgroup plugin.
+    enter: list[str | os.PathLike[str]] = (
+        [_binary("nsenter"), f"--net=/run/netns/{node}"] if network == "netns" else []
+    )
     argv: list[str | os.PathLike[str]] = [
-        _binary("nsenter"),
-        f"--net=/run/netns/{node}",
+        *enter,
         _binary("unshare"),
         "--uts",
         sys.executable,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import config
-from .proc import run
+from . import config, packages
+from .proc import ClusterError, run
 
 NETNS_DIR = Path("/run/netns")
 
@@ -25,6 +25,11 @@ def netns_exists(node: str) -> bool:
 
 
 def ensure_bridge() -> None:
+    if packages.which("ip") is None:
+        raise ClusterError(
+            "no `ip` command (iproute2) on this machine, needed for the nodes' network namespaces: "
+            "install iproute2, carry it in --debs (tools/fetch-gpu-debs does), or use --network host"
+        )
     br = config.BRIDGE
     if not _link_exists(br):
         run(["ip", "link", "add", br, "type", "bridge"])
@@ -79,9 +84,10 @@ def leftover_veths() -> list[str]:
     return sorted(n for n in names if n.startswith("gcv-"))
 
 
-def write_hosts(hosts_file: Path, nodes: tuple[str, ...]) -> None:
+def write_hosts(hosts_file: Path, spec: config.ClusterSpec) -> None:
     text = hosts_file.read_text() if hosts_file.exists() else ""
-    new = config.add_hosts_block(text, nodes)
+    nodes = spec.node_names
+    new = config.add_hosts_block(text, nodes, tuple(spec.node_addr(i) for i in range(len(nodes))))
     if new != text:
         _rewrite_in_place(hosts_file, new)
 
