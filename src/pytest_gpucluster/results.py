@@ -15,6 +15,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,6 +174,52 @@ def _message(report: Any) -> str:
     return ""
 
 
+def union_s(spans: Iterable[tuple[float, float]]) -> float:
+    """Seconds covered by the union of ``(start, end)`` intervals (overlaps counted once)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end <= reach:
+            continue
+        total += end - max(start, reach)
+        reach = end
+    return total
+
+
+def timing_summary(tests: Iterable[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """Where the run's time went: per area the tests' own durations (setup + call + teardown)
+    and the time its workloads ran on the nodes (first task's start to last task's end of each
+    job, overlaps counted once); overall, the harness's share, i.e. wall time minus the time
+    any workload was running (submission, queueing, start-up, collection, pytest itself)."""
+    areas: dict[str, dict[str, Any]] = {}
+    spans: dict[str, tuple[float, float]] = {}
+    for test in tests:
+        area = areas.setdefault(str(test.get("area", "tests")), {"tests": 0, "duration_s": 0.0, "spans": {}})
+        area["tests"] += 1
+        area["duration_s"] += float(test.get("duration_s") or 0.0)
+        for job in test.get("jobs", []):
+            if "ran_from" in job and "ran_to" in job:
+                span = (float(job["ran_from"]), float(job["ran_to"]))
+                area["spans"][str(job.get("job_id"))] = span
+                spans[str(job.get("job_id"))] = span
+    workload = union_s(spans.values())
+    return {
+        "wall_s": round(wall_s, 1),
+        "workload_s": round(workload, 1),
+        "harness_s": round(wall_s - workload, 1),
+        "harness_fraction": round((wall_s - workload) / wall_s, 3) if wall_s > 0 else None,
+        "jobs": len(spans),
+        "areas": {
+            name: {
+                "tests": a["tests"],
+                "duration_s": round(a["duration_s"], 1),
+                "workload_s": round(union_s(a["spans"].values()), 1),
+                "jobs": len(a["spans"]),
+            }
+            for name, a in areas.items()
+        },
+    }
+
+
 @dataclass
 class ResultsDocument:
     """The whole results file, held in memory by the controlling process."""
@@ -189,6 +236,17 @@ class ResultsDocument:
     tests: dict[str, TestRecord] = field(default_factory=dict)
     cluster: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic, repr=False)
+    wall_s: float | None = None  # frozen once the run finished
+
+    def elapsed_s(self) -> float:
+        """Seconds since the run started; fixed at the value it had when ``finished`` was set."""
+        if self.wall_s is not None:
+            return self.wall_s
+        elapsed = time.monotonic() - self.t0
+        if self.finished is not None:
+            self.wall_s = elapsed
+        return elapsed
 
     def record(self, nodeid: str) -> TestRecord:
         """The record for ``nodeid``, created on first use."""
@@ -245,7 +303,8 @@ class ResultsDocument:
             "thresholds_sha256": self.thresholds_sha256,
             "nodes": self.nodes,
             "inventory": self.inventory,
-            "tests": [t.to_json() for t in self.tests.values()],
+            "tests": (tests := [t.to_json() for t in self.tests.values()]),
+            "timing": timing_summary(tests, self.elapsed_s()),
             **self.extra,
         }
 

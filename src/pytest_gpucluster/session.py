@@ -269,7 +269,14 @@ class GpuClusterSession:
     def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> SubmititJob[R]:
         """Submit without waiting; the job id is recorded on the running test."""
         job = self.launcher.submit(fn, spec, **kwargs)
-        self.record({"kind": "job", "job_id": job.job_id, "name": spec.name, "folder": str(job.folder)})
+        entry: dict[str, Any] = {"kind": "job", "job_id": job.job_id, "name": spec.name, "folder": str(job.folder)}
+        self.record(entry)
+
+        def ran(start: float, end: float) -> None:
+            # The same dict sits in the test's user_properties: the results file sees the update.
+            entry.update(ran_from=round(start, 3), ran_to=round(end, 3), workload_s=round(end - start, 3))
+
+        job.on_ran = ran
         return job
 
     def run(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> list[TaskResult[R]]:

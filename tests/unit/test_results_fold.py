@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from pytest_gpucluster.results import SCHEMA_VERSION, job_log_tails, load_results, split_nodeid
+from pytest_gpucluster.results import (
+    SCHEMA_VERSION,
+    job_log_tails,
+    load_results,
+    split_nodeid,
+    timing_summary,
+    union_s,
+)
 
 
 def test_nodeid_names_area_function_and_parameters():
@@ -40,3 +47,26 @@ def test_load_results_rejects_other_files(tmp_path):
     path.write_text("{")
     with pytest.raises(ValueError, match="not a JSON results file"):
         load_results(path)
+
+
+def test_union_counts_overlapping_workloads_once():
+    assert union_s([]) == 0.0
+    assert union_s([(0.0, 10.0), (5.0, 12.0), (20.0, 21.0), (20.5, 20.7)]) == pytest.approx(13.0)
+
+
+def test_timing_summary_splits_wall_time_into_workloads_and_harness():
+    tests = [
+        {"area": "nccl", "duration_s": 12.0,
+         "jobs": [{"job_id": "7", "ran_from": 100.0, "ran_to": 110.0}]},
+        # A cached job judged by a second test is counted once.
+        {"area": "nccl", "duration_s": 0.5, "jobs": [{"job_id": "7", "ran_from": 100.0, "ran_to": 110.0}]},
+        {"area": "compute", "duration_s": 6.0, "jobs": [{"job_id": "8", "ran_from": 111.0, "ran_to": 116.0},
+                                                          {"job_id": "9"}]},  # no timing: not counted
+        {"area": "slurm_health", "duration_s": 1.0, "jobs": []},
+    ]  # fmt: skip
+    t = timing_summary(tests, wall_s=20.0)
+    overall = (t["wall_s"], t["workload_s"], t["harness_s"], t["harness_fraction"], t["jobs"])
+    assert overall == (20.0, 15.0, 5.0, 0.25, 2)
+    assert t["areas"]["nccl"] == {"tests": 2, "duration_s": 12.5, "workload_s": 10.0, "jobs": 1}
+    assert t["areas"]["compute"]["workload_s"] == 5.0
+    assert t["areas"]["slurm_health"] == {"tests": 1, "duration_s": 1.0, "workload_s": 0.0, "jobs": 0}

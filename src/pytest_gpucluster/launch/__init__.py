@@ -39,6 +39,10 @@ class TaskResult(Generic[R]):
     local_rank: int
     node_rank: int
     value: R
+    # When the workload function ran on its node (epoch seconds; 0 when unknown): the time the
+    # workload itself took, as against the launcher's (submission, queue, start-up, collection).
+    started: float = 0.0
+    ended: float = 0.0
 
 
 # A status callback receives (job id, state, reason or "") whenever a job's state changes.

@@ -54,6 +54,8 @@ _RESULT_LAG_S = 10.0
 class _TaskOutput(Generic[R]):
     context: TaskContext
     value: R
+    started: float = 0.0
+    ended: float = 0.0
 
 
 def _run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[str, Any]) -> _TaskOutput[R]:
@@ -75,7 +77,9 @@ def _run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[s
         master_addr=hostnames[0],
         master_port=master_port_for(job_id),
     )
-    return _TaskOutput(ctx, fn(ctx, **kwargs))
+    started = time.time()
+    value = fn(ctx, **kwargs)
+    return _TaskOutput(ctx, value, started, time.time())
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -104,6 +108,8 @@ class SubmititJob(Generic[R]):
         self._failed_tasks: dict[int, str] = {}  # task index → its error's last line, seen while running
         self._checked_pickles: set[int] = set()
         self._first_failure: float | None = None
+        # Called with (first task's start, last task's end), epoch seconds, once results are in.
+        self.on_ran: Callable[[float, float], None] | None = None
 
     @property
     def job_id(self) -> str:
@@ -302,7 +308,10 @@ class SubmititJob(Generic[R]):
                 continue
             ctx = output.context
             out.append(TaskResult(self.job_id, ctx.hostname, ctx.rank, ctx.local_rank,
-                                  ctx.node_rank, output.value))  # fmt: skip
+                                  ctx.node_rank, output.value, output.started, output.ended))  # fmt: skip
+        spans = [(r.started, r.ended) for r in out if r.started and r.ended]
+        if spans and self.on_ran is not None:
+            self.on_ran(min(a for a, _ in spans), max(b for _, b in spans))
         if failures:
             final = self._state(force=True) if self._launcher.executor == "slurm" else state
             message = f"ended {final} with {len(failures)} failed task(s): " + "; ".join(failures)

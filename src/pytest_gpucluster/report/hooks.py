@@ -224,6 +224,13 @@ class ResultsHooks:
         if acc["verdict"] != "ACCEPTED":
             for reason in acc["reasons"][:20]:
                 terminalreporter.write_line(f"  {reason}")
+        timing = results.to_json()["timing"]
+        if timing["jobs"]:
+            terminalreporter.write_line(
+                f"time: {timing['wall_s']:.0f} s in all, workloads ran {timing['workload_s']:.0f} s "
+                f"({timing['jobs']} jobs), harness {timing['harness_s']:.0f} s "
+                f"({100 * (timing['harness_fraction'] or 0):.0f} %)"
+            )
         if self.comparison is not None:
             c = self.comparison
             terminalreporter.write_line(

@@ -323,6 +323,30 @@ TABLE_HEADER = [
 ]
 
 
+def timing_block(doc: Mapping[str, Any]) -> str:
+    """Where the run's time went, per area, and the harness's share of it."""
+    timing = doc.get("timing")
+    if not isinstance(timing, Mapping) or not timing.get("areas"):
+        return ""
+    rows = "".join(
+        f"<tr><th>{_e(area)}</th><td>{_e(a.get('tests'))}</td><td>{float(a.get('duration_s', 0)):.1f}</td>"
+        f"<td>{float(a.get('workload_s', 0)):.1f}</td><td>{_e(a.get('jobs'))}</td></tr>"
+        for area, a in sorted(timing["areas"].items(), key=lambda kv: -float(kv[1].get("duration_s", 0)))
+    )
+    share = timing.get("harness_fraction")
+    note = (
+        f"{float(timing.get('wall_s', 0)):.1f} s in all; workloads ran on the nodes for "
+        f"{float(timing.get('workload_s', 0)):.1f} s; the rest, {float(timing.get('harness_s', 0)):.1f} s"
+        + (f" ({100 * float(share):.0f} %)" if share is not None else "")
+        + ", went to submission, queueing, job start-up, collecting results and pytest itself."
+    )
+    return (
+        f'<section class="gc" id="gc-timing"><h2>Time</h2><p class="gc-note">{_e(note)}</p>'
+        "<table><tr><th>area</th><th>tests</th><th>tests' time (s)</th><th>workloads ran (s)</th>"
+        f"<th>jobs</th></tr>{rows}</table></section>"
+    )
+
+
 def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance") -> str:
     """A standalone page from a results document alone (no pytest-html): the same summary,
     environment, matrix, plots and baseline, then every test with its details."""
@@ -350,6 +374,7 @@ def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance"
             matrix_block(model.matrix(doc)),
             plots_block(doc),
             baseline_block(doc.get("baseline")),
+            timing_block(doc),
             table,
         ]
     )

@@ -53,6 +53,7 @@ class HtmlReportHooks:
                 html.matrix_block(model.matrix(doc)),
                 html.plots_block(doc),
                 html.baseline_block(doc.get("baseline")),
+                html.timing_block(doc),
             ]
         )
 
