@@ -19,6 +19,9 @@ import pytest
 import submitit
 from submitit.core.utils import UncompletedJobError
 
+from pytest_gpucluster.errors import LaunchError
+from pytest_gpucluster.launch import JobSpec
+from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.testcluster import ClusterInfo, TestCluster
 
 pytestmark = pytest.mark.integration
@@ -194,3 +197,21 @@ def test_restart_killed_slurmd(cluster: ClusterInfo) -> None:
     assert running.is_up()
     out = slurm(cluster, "srun", "-N1", "-w", node, "hostname")
     assert out.strip() == node
+
+
+def _never_runs(ctx: object) -> None:
+    raise AssertionError("a refused job never runs")
+
+
+def test_a_job_no_node_can_hold_is_refused_naming_what_the_nodes_offer(cluster: ClusterInfo, job_folder: Path) -> None:
+    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug")
+    with pytest.raises(LaunchError) as refused:
+        launcher.submit(_never_runs, JobSpec("toobig", nodes=1, gpus_per_node=cluster.gpus_per_node + 1))
+    want = cluster.gpus_per_node + 1
+    message = str(refused.value)
+    assert message.startswith("toobig: submission refused: sbatch: error: Batch job submission failed: Requested "
+                              "node configuration is not available"), message  # fmt: skip
+    assert f"; the job asked for 1 node(s) with {want} GPU(s) and 1 CPU(s) each; in partition debug: " in message
+    assert f"node1 offers {cluster.gpus_per_node} GPU(s) (Gres=gpu:{cluster.gpus_per_node}) and 4 CPUs" in message
+    assert launcher.live_job_ids() == []
+    assert list(job_folder.iterdir()) == []  # nothing left behind

@@ -419,12 +419,33 @@ class SubmititLauncher:
             ) from exc
         except Exception as exc:  # sbatch refused: bad partition, account, GRES...
             shutil.rmtree(folder, ignore_errors=True)
-            raise LaunchError(f"{spec.name}: submission refused: {exc}".rstrip()) from exc
+            why = f"{spec.name}: submission refused: {exc}".rstrip()
+            if self.executor == "slurm" and "node configuration is not available" in str(exc):
+                why += self._shape_hint(spec)
+            raise LaunchError(why) from exc
         handle = SubmititJob(job, spec, self)
         with self._lock:
             self._live[handle.job_id] = handle
         self._status(handle.job_id, "SUBMITTED", spec.name)
         return handle
+
+    def _shape_hint(self, spec: JobSpec) -> str:
+        """Why Slurm cannot place ``spec``: the nodes of the partition that offer too little."""
+        gpus = spec.gpus_per_node or (spec.gpus_per_task or 0) * spec.tasks_per_node
+        cpus = spec.tasks_per_node * (spec.cpus_per_task or 1)
+        try:
+            known = slurm.partition_nodes(self.partition)
+        except Exception:  # only an explanation; the refusal itself is the error
+            return ""
+        short = [f"{n.name} offers {n.gpus} GPU(s) (Gres={n.gres or 'none'}) and {n.cpus} CPUs"
+                 for n in known if n.gpus < gpus or n.cpus < cpus]  # fmt: skip
+        where = f"partition {self.partition}" if self.partition else "the cluster"
+        ask = f"; the job asked for {spec.nodes} node(s) with {gpus} GPU(s) and {cpus} CPU(s) each"
+        if not known:
+            return f"{ask}; {where} has no nodes"
+        if not short:
+            return f"{ask}; {len(known)} node(s) in {where} offer that, {spec.nodes} asked for"
+        return f"{ask}; in {where}: " + ", ".join(short[:8]) + (f" and {len(short) - 8} more" if len(short) > 8 else "")
 
     def run(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> list[TaskResult[R]]:
         """Submit and wait: one result per task."""
