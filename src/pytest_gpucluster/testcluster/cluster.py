@@ -302,6 +302,7 @@ class TestCluster:
             real_gpu_count=daemons.real_gpu_count() if self.gpu_mode == "real" else 0,
             cgroup_plugin="cgroup/v2" if unified else "cgroup/v1",
             network=self.network,
+            **(_machine_share(self.nodes) if self.gpu_mode == "real" else {}),
             paths=self.paths,
         )
 
@@ -426,6 +427,21 @@ class TestCluster:
         self._say(f"slurmctld + {len(nodes)} slurmd to all idle: {time.monotonic() - t:.1f}s")
         record["complete"] = True
         _write_record(paths, record)
+
+
+def _machine_share(nodes: int) -> dict[str, int]:
+    """Real mode: each node advertises its share of this machine's CPUs and memory (a tenth of
+    the memory held back for the system), as a GPU node's slurm.conf line would."""
+    cpus = max(1, (os.cpu_count() or config.NODE_CPUS) // nodes)
+    memory_mb = config.NODE_REAL_MEMORY_MB
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    memory_mb = max(memory_mb, int(line.split()[1]) // 1024 * 9 // 10 // nodes)
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"node_cpus": cpus, "node_memory_mb": memory_mb}
 
 
 def _all_idle(states: list[NodeState], nodes: tuple[str, ...]) -> bool:

@@ -218,6 +218,9 @@ class ClusterSpec:
     real_gpu_count: int = 0
     cgroup_plugin: Literal["cgroup/v2", "cgroup/v1"] = "cgroup/v2"
     network: Network = "netns"
+    # What each node advertises; real mode gives each node its share of the machine.
+    node_cpus: int = NODE_CPUS
+    node_memory_mb: int = NODE_REAL_MEMORY_MB
     paths: Paths = field(default_factory=Paths)
 
     def __post_init__(self) -> None:
@@ -330,7 +333,7 @@ def render_slurm_conf(spec: ClusterSpec) -> str:
         port = f" Port={HOST_SLURMD_PORT + i}" if spec.network == "host" else ""
         lines.append(
             f"NodeName={node} NodeAddr={spec.node_addr(i)} NodeHostname={node}{port}"
-            f" CPUs={NODE_CPUS} RealMemory={NODE_REAL_MEMORY_MB}{gres} State=UNKNOWN"
+            f" CPUs={spec.node_cpus} RealMemory={spec.node_memory_mb}{gres} State=UNKNOWN"
         )
     lines.append(
         f"PartitionName={PARTITION} Nodes={hostlist(nodes)} Default=YES MaxTime={PARTITION_MAX_TIME_MIN} State=UP"
