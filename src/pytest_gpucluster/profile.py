@@ -252,6 +252,7 @@ class Profile:
     ib_rate_gbps: float = 400.0
     ib_link_layer: str = "InfiniBand"
     device_cgroups: bool = True
+    accounting: bool = True  # false: the cluster runs without slurmdbd (sacct is not judged)
     min_driver: str | None = None
     min_cuda: str | None = None
     expect_kernel: str | None = None  # every node must run exactly this kernel (uname -r)
