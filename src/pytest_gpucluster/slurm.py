@@ -5,6 +5,7 @@ JSON output is preferred to parsing text.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -53,10 +54,32 @@ def expand_hostlist(hostlist: str) -> tuple[str, ...]:
 
 
 def job_nodes(job_id: str) -> tuple[str, ...]:
-    """The nodes a job ran or runs on, from accounting."""
-    out = run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "NodeList"])
+    """The nodes a job ran or runs on, from accounting, else from the controller's memory of it."""
+    try:
+        out = run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "NodeList"])
+    except SlurmQueryError:
+        record = controller_job(job_id) or {}
+        return expand_hostlist(record.get("NodeList", ""))
     lines = [line.strip() for line in out.splitlines() if line.strip()]
     return expand_hostlist(lines[0]) if lines else ()
+
+
+def parse_controller_job(text: str) -> dict[str, str]:
+    """``JobState``, ``ExitCode``, ``NodeList`` and ``Reason`` from ``scontrol show job -o ID``."""
+    return {key: m.group(1) for key in ("JobState", "ExitCode", "NodeList", "Reason")
+            if (m := re.search(rf"(?:^|\s){key}=(\S+)", text))}  # fmt: skip
+
+
+def controller_job(job_id: str) -> dict[str, str] | None:
+    """What slurmctld still holds about a job (it keeps ended jobs for MinJobAge, 300 s by
+    default): works without accounting. None once it forgot the job."""
+    try:
+        out = run(["scontrol", "show", "job", "-o", job_id])
+    except SlurmQueryError as exc:
+        if "Invalid job id" in str(exc):
+            return None
+        raise
+    return parse_controller_job(out) or None
 
 
 def pending_reason(job_id: str) -> str:
@@ -318,7 +341,11 @@ def queue_state(job_id: str) -> str | None:
             return None
         raise
     lines = [line.strip() for line in out.splitlines() if line.strip()]
-    return lines[0].upper() if lines else None
+    if lines:
+        return lines[0].upper()
+    # squeue lists no ended job; the controller still knows how it ended.
+    record = controller_job(job_id)
+    return record["JobState"].upper() if record and "JobState" in record else None
 
 
 # --------------------------------------------------------------------------- nodes under a job

@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucluster.errors import LaunchError
+from pytest_gpucluster.launch import JobSpec
+from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.testcluster import ClusterInfo, TestCluster
 from pytest_gpucluster.testcluster import config as tc_config
+from pytest_gpucluster.workloads import rank_failure
 
 pytestmark = pytest.mark.integration
 
@@ -68,3 +72,38 @@ def test_down_cleans_up_and_up_restores(slurm_cluster: ClusterInfo) -> None:
     ).stdout
     assert set(out.split()) == set(slurm_cluster.nodes[:2])
     print(f"down {down_s:.1f}s, up {up_s:.1f}s")
+
+
+def test_host_network_cluster_without_accounting_runs_jobs_and_reports_a_dead_task(
+    slurm_cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    # How the GPU test machine runs it when it cannot make namespaces: every node on 127.0.0.1, and
+    # no slurmdbd, so the launcher follows jobs through squeue and the controller's memory alone.
+    running = TestCluster.from_running(slurm_cluster.state_dir)
+    assert running is not None
+    running.down()
+    plain = TestCluster(nodes=2, gpus_per_node=4, accounting=False, network="host", install=False)
+    try:
+        info = plain.up()
+        out = subprocess.run(["srun", "-N2", "hostname"], env=info.env(), capture_output=True, text=True,
+                             timeout=60, check=True).stdout  # fmt: skip
+        assert sorted(out.split()) == ["node1", "node2"]
+        sacct = subprocess.run(["sacct", "-X", "-n"], env=info.env(), capture_output=True, text=True, timeout=30)
+        assert sacct.returncode != 0  # really no accounting
+
+        os.environ["SLURM_CONF"] = str(info.slurm_conf)
+        folder = info.shared_dir / f"hostnet-{os.getpid()}-{time.monotonic_ns()}"
+        launcher = SubmititLauncher(executor="slurm", folder=folder, partition="debug")
+        t0 = time.monotonic()
+        stamps = rank_failure.new_stamp_dir(folder)
+        with pytest.raises(LaunchError) as failed:  # rank 1 exits with 17 after a gloo barrier
+            launcher.run(rank_failure.rank_failure, JobSpec("dies", nodes=1, tasks_per_node=2, timeout_min=5),
+                         stamp_dir=str(stamps))  # fmt: skip
+        took = time.monotonic() - t0
+        assert " ended FAILED with 1 failed task(s): task 1 on node1: no result" in str(failed.value), failed.value
+        assert took < 20, f"took {took:.1f} s"
+    finally:
+        os.environ["SLURM_CONF"] = str(slurm_cluster.slurm_conf)
+        plain.down()
+        running.up()
+    assert running.is_up()

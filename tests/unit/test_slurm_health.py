@@ -95,3 +95,10 @@ def test_ping_output():
     text = "Slurmctld(primary) at ctl1 is UP\nSlurmctld(backup) at ctl2 is DOWN\n"
     assert slurm.parse_ping(text) == ["Slurmctld(backup) at ctl2 is DOWN (scontrol ping)"]
     assert slurm.parse_ping("") == ["`scontrol ping` printed nothing; is slurmctld configured (SlurmctldHost)?"]
+
+
+def test_controller_job_record_says_how_an_ended_job_ended():
+    # Recorded on the test cluster without accounting: a 2-task job whose rank 1 exited with 17.
+    record = slurm.parse_controller_job((DATA / "scontrol-show-job-failed.txt").read_text())
+    assert record == {"JobState": "FAILED", "ExitCode": "17:0", "NodeList": "node1", "Reason": "NonZeroExitCode"}
+    assert slurm.parse_controller_job("") == {}

@@ -34,6 +34,8 @@ R = TypeVar("R")
 
 # States in which a job has not started to run yet.
 _WAITING = {"PENDING", "REQUEUED", "UNKNOWN", "CONFIGURING", "READY"}
+# Slurm's final job states (as squeue/scontrol say them; "CANCELLED by 0" included).
+_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 # Past the job's own time limit, Slurm needs a moment to kill it and submitit to notice.
 _GRACE_S = 90.0
 _SACCT_EVERY_S = 3.0
@@ -147,7 +149,7 @@ class SubmititJob(Generic[R]):
             return True
         if self._launcher.executor == "local":
             return state != "RUNNING"
-        if state == "GONE":
+        if state == "GONE" or state.startswith(_ENDED):
             return True
         return bool(self._job.watcher.is_done(self.job_id, mode="cache"))
 
@@ -351,7 +353,7 @@ class SubmititLauncher:
         env: Mapping[str, str] | None = None,
         queue_timeout_s: float = 300.0,
         mem_gb: int | None = None,
-        poll_s: float = 0.5,
+        poll_s: float = 0.25,
         on_status: StatusCallback | None = None,
     ) -> None:
         self.executor = executor
