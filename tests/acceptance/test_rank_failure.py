@@ -25,6 +25,8 @@ def test_a_dead_rank_ends_the_job(gpucluster, thresholds, judge):
     with pytest.raises(LaunchError):  # the victim rank has no result: the launcher must say so
         job.results()
     teardown = rf.teardown_from_stamps(stamps)
+    if teardown.ran_from and job.on_ran is not None:  # the job's run time, for the run's timing
+        job.on_ran(teardown.ran_from, teardown.ran_to)
     judge.problems(list(teardown.problems), f"job {job.job_id}: the rank failure was not injected as planned")
     judge(Measurement("robustness.rank_failure_teardown", teardown.seconds, "s", where=teardown.where,
                       detail=teardown.detail, job_id=job.job_id))  # fmt: skip

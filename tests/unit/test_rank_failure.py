@@ -33,6 +33,15 @@ def test_survivor_that_noticed_through_the_collective(tmp_path):
                          "noticed (RuntimeError: Connection closed by peer)")  # fmt: skip
 
 
+def test_the_jobs_run_time_spans_first_start_to_last_stop(tmp_path):
+    events = {"joined": 0.5, "after_barrier": 0.6, "entered_collective": 0.6, "noticed": 1.15, "done": 1.2}
+    _stamp(tmp_path, 0, "node1", events, heartbeat=1.1, started=T - 2.0)
+    _stamp(tmp_path, 1, "node2", {"joined": 0.5, "victim_exit": 1.1}, heartbeat=1.0, started=T - 1.5)
+    td = rf.teardown_from_stamps(tmp_path)
+    # The end is the latest sign of life: rank 0's last heartbeat (1.1 s) plus one heartbeat.
+    assert (td.ran_from, td.ran_to) == (pytest.approx(T - 2.0), pytest.approx(T + 1.1 + rf.HEARTBEAT_S))
+
+
 def test_survivor_killed_by_the_scheduler_counts_to_one_heartbeat_after_its_last(tmp_path):
     _stamp(tmp_path, 0, "node1", {"joined": 0, "after_barrier": 0.1, "entered_collective": 0.1}, heartbeat=1.3)
     _stamp(tmp_path, 1, "node2", {"after_barrier": 0.1, "victim_exit": 1.1}, heartbeat=1.0)

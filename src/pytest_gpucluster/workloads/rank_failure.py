@@ -50,7 +50,7 @@ class _Stamps:
     def __init__(self, folder: Path, ctx: TaskContext) -> None:
         self.path = folder / f"rank{ctx.rank}.json"
         self.data: dict[str, Any] = {"rank": ctx.rank, "world_size": ctx.world_size, "node": node_name(ctx),
-                                     "events": {}, "heartbeat": None}  # fmt: skip
+                                     "events": {}, "heartbeat": None, "started": time.time()}  # fmt: skip
         self._lock = threading.Lock()
 
     def event(self, name: str, **extra: Any) -> None:
@@ -174,6 +174,10 @@ class Teardown:
     detail: str
     survivors: tuple[str, ...]  # one line per survivor
     problems: tuple[str, ...]  # the injection did not happen as planned
+    # When the workload ran (epoch s): the first rank's start to the last stop seen. The job
+    # returns no result by design, so this is where its run time comes from.
+    ran_from: float = 0.0
+    ran_to: float = 0.0
 
 
 def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Teardown:
@@ -224,4 +228,7 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
     if not lines:
         problems.append("no survivor left a stop time")
     detail = f"rank {victim['rank']} on {victim['node']} exited with {EXIT_CODE}; " + "; ".join(lines)
-    return Teardown(round(worst, 2), worst_where, detail, tuple(lines), tuple(problems))
+    starts = [float(r["started"]) for r in ranks if r.get("started")]
+    stops = [exit_t, *(max([*r["events"].values(), (r.get("heartbeat") or 0.0) + heartbeat_s]) for r in ranks)]
+    return Teardown(round(worst, 2), worst_where, detail, tuple(lines), tuple(problems),
+                    min(starts) if starts else 0.0, max(stops))  # fmt: skip
