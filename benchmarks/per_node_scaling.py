@@ -59,8 +59,11 @@ def run_once(thresholds: Path, profile: str, tests: list[str], timeout_s: float)
     for t in doc["tests"]:
         outcomes[t["outcome"]] = outcomes.get(t["outcome"], 0) + 1
         jobs.update(str(j) for j in t.get("job_ids", []))
+    timing = doc.get("timing") or {}
     return {"profile": profile, "nodes": len(doc.get("nodes", [])), "wall_s": round(wall, 2),
-            "returncode": proc.returncode, "outcomes": outcomes, "jobs": len(jobs)}  # fmt: skip
+            "returncode": proc.returncode, "outcomes": outcomes, "jobs": len(jobs),
+            # the results file's split: the time workloads ran on the nodes, and the rest
+            "workload_s": timing.get("workload_s"), "harness_s": timing.get("harness_s")}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,9 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     one = statistics.median(r["wall_s"] for r in runs["scale1"])
     n = statistics.median(r["wall_s"] for r in runs[many])
     ratio = n / one if one else float("inf")
+    def median_of(key: str, profile: str) -> float | None:
+        values = [r[key] for r in runs[profile] if r.get(key) is not None]
+        return round(statistics.median(values), 2) if values else None
+
     summary = {
         "summary": True, "tests": args.tests, "nodes": args.nodes, "repeat": args.repeat,
         "median_wall_s": {"scale1": one, many: n}, "ratio": round(ratio, 3),
+        "median_workload_s": {p: median_of("workload_s", p) for p in runs},
+        "median_harness_s": {p: median_of("harness_s", p) for p in runs},
         "jobs_per_run": {"scale1": runs["scale1"][0]["jobs"], many: runs[many][0]["jobs"]},
         "max_ratio": args.max_ratio, "ok": ratio <= args.max_ratio,
         "host": os.uname().nodename,
