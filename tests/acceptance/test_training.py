@@ -9,10 +9,14 @@ the tiny CPU model stands in (the rule is in workloads/training.py: plan_trainin
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.verdict import Measurement
+from pytest_gpucluster.workloads import telemetry
+from pytest_gpucluster.workloads.telemetry import under_telemetry
 from pytest_gpucluster.workloads.training import TrainingSummary, loss_agreement, plan_training, summarise, train
 
 MODES = ["ddp", "fsdp"]
@@ -41,28 +45,51 @@ def _baseline(gpucluster):
     return gpucluster.once("train.baseline", produce)
 
 
-def _per_node(gpucluster, node):
-    """DDP then FSDP on all GPUs of each node: one job per node, all submitted at once."""
+def _per_node_jobs(gpucluster, node):
+    """DDP then FSDP on all GPUs of each node: one job per node, all submitted at once, each
+    watched by the telemetry sampler (its first task samples the node while it trains)."""
 
     def produce():
         plan = _plan(gpucluster)
         specs = {n: gpucluster.spec(f"train-{n}", nodelist=(n,), tasks_per_node=plan.ranks_per_node,
                                     gpus_per_node=plan.gpus_per_node, timeout_min=plan.timeout_min)
                  for n in gpucluster.nodes}  # fmt: skip
-        jobs = {n: gpucluster.submit(train, spec, config=plan.config, modes=tuple(MODES), timeout_s=plan.timeout_s)
+        jobs = {n: gpucluster.submit(under_telemetry, spec, fn=train, config=plan.config, modes=tuple(MODES),
+                                     timeout_s=plan.timeout_s)
                 for n, spec in specs.items()}  # fmt: skip
         out = {}
         for n, job in jobs.items():
             try:
-                out[n] = _summaries(gpucluster, plan, job.results(), MODES)
+                results = job.results()
             except GpuClusterError as exc:  # one node's failure is that node's verdict only
                 out[n] = exc
+                continue
+            runs = [dataclasses.replace(r, value=r.value.value) for r in results]
+            sampled = [r.value.telemetry for r in results if r.value.telemetry is not None]
+            out[n] = (*_summaries(gpucluster, plan, runs, MODES), sampled)
         return out
 
     got = gpucluster.once("train.per_node", produce).get(node)
     if isinstance(got, Exception) or got is None:
         pytest.fail(f"{node}: training job failed: {got}", pytrace=False)
     return got
+
+
+def _per_node(gpucluster, node):
+    """(mode → summary, job id) of the node's DDP and FSDP runs."""
+    runs, job, _ = _per_node_jobs(gpucluster, node)
+    return runs, job
+
+
+def _training_telemetry(gpucluster, node, record):
+    """What the sampler saw on ``node`` while it trained; its series are recorded."""
+    _, job, sampled = _per_node_jobs(gpucluster, node)
+    mine = [t for t in sampled if t.node == node]
+    if not mine:
+        pytest.fail(f"job {job}: no telemetry came back from {node} while it trained", pytrace=False)
+    for series in telemetry.series_records(mine, prefix="telemetry.training"):
+        record("series", **series)
+    return mine[0], job
 
 
 def _across_nodes(gpucluster):
@@ -128,6 +155,27 @@ def test_training_mfu_on_node(gpucluster, judge, node, mode):
         pytest.skip(f"{node}: MFU not judged: {why} (workloads/flops.py PEAK_BF16_TFLOPS)")
     judge(Measurement(f"train.{mode}.mfu", run.mfu_percent, "%", node,
                       f"{_detail(run, gpucluster)}, peak {run.peak_tflops:g} TFLOP/s", job))  # fmt: skip
+
+
+def test_node_was_watched_while_training(gpucluster, judge, record, node):
+    nt, job = _training_telemetry(gpucluster, node, record)
+    problems = [f"{node}: {len(s)} {name} samples in {nt.wall_s:.1f} s at {nt.interval_s} s intervals"
+                for name, s in nt.node_series.items() if len(s) < 2]  # fmt: skip
+    judge.problems(problems, f"job {job}: the telemetry sampler did not run while {node} trained")
+
+
+@pytest.mark.gpu
+def test_no_gpu_idles_while_its_peers_train(gpucluster, judge, record, node):
+    nt, job = _training_telemetry(gpucluster, node, record)
+    fractions = telemetry.idle_fractions(telemetry.absolute_util([nt]))
+    judge.all([Measurement("telemetry.gpu_idle_fraction", f.percent, "%", where=w, detail=f"training; {f.detail}",
+                           job_id=job) for w, f in sorted(fractions.items())])  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_no_gpu_throttles_while_training(gpucluster, judge, record, node):
+    nt, job = _training_telemetry(gpucluster, node, record)
+    judge.problems(telemetry.throttle_problems([nt]), f"job {job}: on {node}, GPU clocks slowed down while training")
 
 
 def test_ddp_and_fsdp_agree(gpucluster, judge, node):

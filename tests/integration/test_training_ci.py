@@ -24,6 +24,15 @@ def test_tiny_model_trains_with_ddp_and_fsdp_on_and_across_both_nodes(run_accept
     losses = next(s for s in across["series"] if s["name"] == "train.ddp.loss")["points"]
     assert losses[-1][1] < losses[0][1]
     assert len(across["job_ids"]) == 2  # the across-nodes job and the cached one-GPU baseline
+    # Each node's training job was watched by the telemetry sampler (node CPU and memory on CPU nodes).
+    for node in ("node1", "node2"):
+        watched = next(t for t in run.results["tests"] if f"watched_while_training[{node}]" in t["nodeid"])
+        assert watched["outcome"] == "passed", watched["message"]
+        names = {s["name"]: s for s in watched["series"]}
+        assert {"telemetry.training.cpu_util", "telemetry.training.mem_used_pct"} <= set(names)
+        assert len(names["telemetry.training.cpu_util"]["points"]) >= 2
+        assert all(s["where"] == node for s in watched["series"])
+    assert run.outcome("idles_while_its_peers_train[node1]") == "skipped"  # GRES-only GPUs
 
 
 def test_compute_probe_names_each_rank_of_each_node(run_acceptance):

@@ -76,6 +76,10 @@ def test_series_records_share_one_time_axis():
     assert util["node1:gpu0"]["y_label"] == "%"
     long = tm._thin([(float(t), 1.0) for t in range(5000)])
     assert len(long) <= tm.MAX_POINTS
+    # Each watched workload names its own series (the training job's beside the collectives').
+    training = {r["name"] for r in tm.series_records(_recorded(), prefix="telemetry.training")}
+    assert "telemetry.training.gpu_util" in training
+    assert not any(name.startswith("telemetry.gpu_") for name in training)
 
 
 def test_sampler_runs_in_a_side_thread_on_this_machine():

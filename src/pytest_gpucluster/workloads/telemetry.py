@@ -482,9 +482,10 @@ def _thin(points: Sequence[tuple[float, float]], limit: int = MAX_POINTS) -> lis
     return [[round(t, 2), v] for t, v in points[::step]]
 
 
-def series_records(telemetry: Sequence[NodeTelemetry]) -> list[dict[str, Any]]:
+def series_records(telemetry: Sequence[NodeTelemetry], prefix: str = "telemetry") -> list[dict[str, Any]]:
     """``record("series", ...)`` payloads: every GPU metric per ``node:gpuN`` and the node's CPU
-    and memory use, on one time axis (seconds after the earliest node's first sample)."""
+    and memory use, on one time axis (seconds after the earliest node's first sample), named
+    ``<prefix>.gpu_<metric>`` and ``<prefix>.<metric>`` (one prefix per watched workload)."""
     if not telemetry:
         return []
     origin = min(nt.t0 for nt in telemetry)
@@ -494,10 +495,10 @@ def series_records(telemetry: Sequence[NodeTelemetry]) -> list[dict[str, Any]]:
         for gpu, series in sorted(nt.gpus.items()):
             for metric in GPU_METRICS:
                 points = [(t + shift, v) for t, v in series.get(metric, [])]
-                out.append({"name": f"telemetry.gpu_{metric}", "where": f"{nt.node}:{gpu}", "x_label": "s",
+                out.append({"name": f"{prefix}.gpu_{metric}", "where": f"{nt.node}:{gpu}", "x_label": "s",
                             "y_label": UNITS[metric], "points": _thin(points)})  # fmt: skip
         for metric, series_ in sorted(nt.node_series.items()):
             points = [(t + shift, v) for t, v in series_]
-            out.append({"name": f"telemetry.{metric}", "where": nt.node, "x_label": "s",
+            out.append({"name": f"{prefix}.{metric}", "where": nt.node, "x_label": "s",
                         "y_label": UNITS[metric], "points": _thin(points)})  # fmt: skip
     return out
