@@ -185,6 +185,7 @@ class SubmititJob(Generic[R]):
         last_node_check = 0.0
         pending_reason = ""
         not_responding_since: dict[str, float] = {}
+        last_requeue_check = 0.0
         while True:
             now = time.monotonic()
             force = now - last_sacct >= _SACCT_EVERY_S
@@ -212,17 +213,18 @@ class SubmititJob(Generic[R]):
                         state,
                     )
             elif state in _REQUEUED and self._launcher.executor == "slurm":
-                self._give_up(state, {}, requeued=True)
+                # Accounting can lag the controller: right after the start, sacct may still say
+                # PENDING for a job squeue already showed running. Only slurmctld's own word
+                # that the job is back in the queue makes it a requeue.
+                if now - last_requeue_check >= 1.0:
+                    last_requeue_check = now
+                    if self._controller_state() in _REQUEUED:
+                        self._give_up(state, {}, requeued=True)
+                started = started or now  # a job is only ever requeued after it started
+                self._within_limit(state, now - started, run_limit)
             elif state not in _WAITING:
                 started = started or now
-                if now - started > run_limit:
-                    self.cancel()
-                    raise self._error(
-                        WallTimeoutError,
-                        f"still {state} {now - started:.0f} s after it started, past its "
-                        f"{self.spec.timeout_min} min limit; cancelled (a hung or suspended job).",
-                        state,
-                    )
+                self._within_limit(state, now - started, run_limit)
                 if self._launcher.executor == "slurm" and now - last_node_check >= _NODE_CHECK_S:
                     last_node_check = now
                     self._check_nodes(state, now, not_responding_since)
@@ -230,6 +232,24 @@ class SubmititJob(Generic[R]):
                     self.cancel()
                     return "CANCELLED"
             time.sleep(self._launcher.poll_s)
+
+    def _within_limit(self, state: str, running_s: float, limit_s: float) -> None:
+        """Cancel and raise WallTimeoutError once the job ran past its limit and Slurm's grace."""
+        if running_s > limit_s:
+            self.cancel()
+            raise self._error(
+                WallTimeoutError,
+                f"still {state} {running_s:.0f} s after it started, past its "
+                f"{self.spec.timeout_min} min limit; cancelled (a hung or suspended job).",
+                state,
+            )
+
+    def _controller_state(self) -> str | None:
+        """The job's state as slurmctld has it (squeue, else scontrol); None when unknown."""
+        try:
+            return slurm.queue_state(self.job_id)
+        except Exception:
+            return None
 
     def _check_nodes(self, state: str, now: float, since: dict[str, float]) -> None:
         """Give up on the job when a node under it is DOWN, or NOT_RESPONDING for a while."""
