@@ -248,6 +248,11 @@ class ResultsDocument:
             self.wall_s = elapsed
         return elapsed
 
+    def timing(self, tests: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Where the run's time went (``timing_summary``), from the tests' records."""
+        return timing_summary(tests if tests is not None else [t.to_json() for t in self.tests.values()],
+                              self.elapsed_s())  # fmt: skip
+
     def record(self, nodeid: str) -> TestRecord:
         """The record for ``nodeid``, created on first use."""
         if nodeid not in self.tests:
@@ -304,7 +309,7 @@ class ResultsDocument:
             "nodes": self.nodes,
             "inventory": self.inventory,
             "tests": (tests := [t.to_json() for t in self.tests.values()]),
-            "timing": timing_summary(tests, self.elapsed_s()),
+            "timing": self.timing(tests),
             **self.extra,
         }
 

@@ -224,7 +224,7 @@ class ResultsHooks:
         if acc["verdict"] != "ACCEPTED":
             for reason in acc["reasons"][:20]:
                 terminalreporter.write_line(f"  {reason}")
-        timing = results.to_json()["timing"]
+        timing = results.timing()
         if timing["jobs"]:
             terminalreporter.write_line(
                 f"time: {timing['wall_s']:.0f} s in all, workloads ran {timing['workload_s']:.0f} s "
