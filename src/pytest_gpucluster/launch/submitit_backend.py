@@ -112,6 +112,7 @@ class SubmititJob(Generic[R]):
         self._failed_tasks: dict[int, str] = {}  # task index → its error's last line, seen while running
         self._checked_pickles: set[int] = set()
         self._first_failure: float | None = None
+        self._final_state: str | None = None  # once wait() has seen the job end
         # Called with (first task's start, last task's end), epoch seconds, once results are in.
         self.on_ran: Callable[[float, float], None] | None = None
 
@@ -179,6 +180,8 @@ class SubmititJob(Generic[R]):
 
     def wait(self) -> str:
         """Block until the job ends, within the queue and wall-time bounds; returns its state."""
+        if self._final_state is not None:
+            return self._final_state
         queue_limit = self._launcher.queue_timeout_s
         run_limit = self.spec.timeout_min * 60 + _GRACE_S
         started: float | None = None
@@ -202,6 +205,7 @@ class SubmititJob(Generic[R]):
                 last_state = state
             if self._finished(state):
                 self._done = True
+                self._final_state = state
                 self._launcher._forget(self)
                 return state
             if state in _WAITING and started is None:
@@ -316,26 +320,29 @@ class SubmititJob(Generic[R]):
         while not all(t.paths.result_pickle.exists() for t in tasks) and time.monotonic() < deadline:
             time.sleep(0.5)
         out: list[TaskResult[R]] = []
-        failures: list[str] = []
-        nodes = self._launcher._job_nodes(self.job_id, self.spec.nodes)
+        failed: list[tuple[int, str]] = []  # (task index, why)
         for index, task in enumerate(tasks):
-            node = nodes[index // self.spec.tasks_per_node] if len(nodes) == self.spec.nodes else "?"
             if not task.paths.result_pickle.exists():
                 why = "no result"
                 if self._failed_tasks:
                     first = min(self._failed_tasks)
                     grace = self._launcher.failed_task_grace_s
                     why += f" (still running {grace:.0f} s after task {first} failed; cancelled)"
-                failures.append(f"task {index} on {node}: {why}")
+                failed.append((index, why))
                 continue
             try:
                 output = task.result()
             except submitit.core.utils.UncompletedJobError as exc:
-                failures.append(f"task {index} on {node}: {_last_error_line(str(exc).strip().splitlines())}")
+                failed.append((index, _last_error_line(str(exc).strip().splitlines())))
                 continue
             ctx = output.context
             out.append(TaskResult(self.job_id, ctx.hostname, ctx.rank, ctx.local_rank,
                                   ctx.node_rank, output.value, output.started, output.ended))  # fmt: skip
+        # A task's result names its node; Slurm is asked only for the tasks that failed.
+        nodes = self._launcher._job_nodes(self.job_id, self.spec.nodes) if failed else ()
+        per_node = self.spec.tasks_per_node
+        where = [nodes[i // per_node] if len(nodes) == self.spec.nodes else "?" for i, _ in failed]
+        failures = [f"task {index} on {node}: {why}" for (index, why), node in zip(failed, where, strict=True)]
         spans = [(r.started, r.ended) for r in out if r.started and r.ended]
         if spans and self.on_ran is not None:
             self.on_ran(min(a for a, _ in spans), max(b for _, b in spans))
