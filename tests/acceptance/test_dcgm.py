@@ -7,18 +7,27 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.probe_checks import readings
 from pytest_gpucluster.workloads import dcgm
 
 
 @pytest.fixture
 def diag_runs(gpucluster):
-    """node → DiagRun, from one exclusive job on every node for the whole run."""
+    """node → DiagRun, from one exclusive job on every node for the whole run. When the node-probe
+    job found no dcgmi on any node, no diagnostic job is submitted."""
     level = gpucluster.profile.dcgm_level
 
     def produce():
         spec = gpucluster.spec("dcgm", all_nodes=True, exclusive=True, timeout_min=dcgm.job_minutes(level))
         return {r.value.node: r.value for r in gpucluster.run(dcgm.run_diag, spec, level=level) if r.value}
 
+    try:
+        where = readings(gpucluster, "dcgmi")
+    except GpuClusterError:
+        where = {}  # the probe job could not run: the diagnostic job finds out for itself
+    if where and set(where) >= set(gpucluster.live_nodes) and all(path is None for path in where.values()):
+        return {node: dcgm.DiagRun(node=node, found=False, level=level) for node in where}
     return gpucluster.once("dcgm", produce)
 
 

@@ -1,6 +1,7 @@
-"""GPU health per node (NVML, one job holding every GPU of every node): inventory, driver/CUDA
-versions, ECC and row remapping, NVLink, PCIe, clock-event reasons, temperatures and memory in
-use at rest. Each failure names ``node:gpuN``; every bad GPU is listed, not only the first."""
+"""GPU health per node (NVML, read in the node-probe job that holds every GPU of every node):
+count and model, driver/CUDA versions, ECC and row remapping, NVLink, PCIe, clock-event reasons,
+temperatures and memory in use at rest. Each failure names ``node:gpuN``; every bad GPU is listed,
+not only the first."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from pytest_gpucluster.fixtures import ThresholdWarning
 from pytest_gpucluster.metrics import METRICS
+from pytest_gpucluster.probe_checks import good, reading_of, readings
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import gpu_health
 
@@ -18,19 +20,12 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture
 def nodes_gpus(gpucluster):
-    """Every node's NVML readings, measured once per run."""
-    spec = gpucluster.spec("gpu-health", all_nodes=True)
-
-    def produce():
-        return {r.node: r.value for r in gpucluster.run(gpu_health.read_node, spec)}
-
-    return gpucluster.once(("gpu-health",), produce)
+    """Every node's NVML readings, measured once per run (the node-probe job)."""
+    return readings(gpucluster, "gpu_health")
 
 
 def _of(nodes_gpus, node):
-    if node not in nodes_gpus:
-        pytest.fail(f"{node}: no NVML report came back (nodes that reported: {', '.join(nodes_gpus)})")
-    return nodes_gpus[node]
+    return reading_of(nodes_gpus, node, "an NVML report")
 
 
 def test_gpu_count_and_model(nodes_gpus, node, gpucluster, judge):
@@ -40,7 +35,7 @@ def test_gpu_count_and_model(nodes_gpus, node, gpucluster, judge):
 
 
 def test_driver_and_cuda_versions_agree(nodes_gpus, profile, judge):
-    problems = gpu_health.version_problems(list(nodes_gpus.values()), min_driver=profile.min_driver,
+    problems = gpu_health.version_problems(list(good(nodes_gpus).values()), min_driver=profile.min_driver,
                                            min_cuda=profile.min_cuda)  # fmt: skip
     judge.problems(problems, "driver / CUDA versions")
 

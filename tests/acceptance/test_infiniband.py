@@ -5,24 +5,25 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster.probe_checks import reading_of, readings
 from pytest_gpucluster.workloads import infiniband
 
 
 @pytest.fixture
 def ib_nodes(gpucluster):
-    """Every node's IB ports, read once per run in one job."""
-    spec = gpucluster.spec("infiniband", all_nodes=True, gpus_per_node=0)
+    """Every node's IB ports, read once per run in the node-probe job; if that job cannot run
+    (it holds every GPU), in a job of their own that asks for none."""
 
-    def produce():
+    def own_job():
+        spec = gpucluster.spec("infiniband", all_nodes=True, gpus_per_node=0)
         return {r.node: r.value for r in gpucluster.run(infiniband.read_node, spec)}
 
-    return gpucluster.once(("infiniband",), produce)
+    return readings(gpucluster, "infiniband", fallback=own_job)
 
 
 @pytest.mark.quick
 def test_infiniband_ports(ib_nodes, node, profile, judge):
-    if node not in ib_nodes:
-        pytest.fail(f"{node}: no report came back (nodes that reported: {', '.join(ib_nodes)})")
-    problems = infiniband.problems(ib_nodes[node], hcas=profile.ib_hcas, rate_gbps=profile.ib_rate_gbps,
+    ports = reading_of(ib_nodes, node, "InfiniBand report")
+    problems = infiniband.problems(ports, hcas=profile.ib_hcas, rate_gbps=profile.ib_rate_gbps,
                                    link_layer=profile.ib_link_layer)  # fmt: skip
     judge.problems(problems, f"{node}: InfiniBand not as the profile expects")

@@ -1,43 +1,37 @@
 """Node inventory and homogeneity (seed 000: environment discovery, "workers are identical").
 
-One job inventories every node; each per-node test judges that node against the others (majority
-vs minority), against the profile, and against the CPU/RAM sizing per GPU.
+One job (the node-probe job, shared with GPU health and InfiniBand) inventories every node; each
+per-node test judges that node against the others (majority vs minority), against the profile,
+and against the CPU/RAM sizing per GPU.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster.probe_checks import good, reading_of, readings
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import homogeneity
-from pytest_gpucluster.workloads.inventory import node_inventory
 
 
 @pytest.fixture
 def inventory(gpucluster, record):
-    """node → summary facts, from one job for the whole run; the full inventory is recorded."""
-
-    def produce():
-        spec = gpucluster.spec("inventory", all_nodes=True)
-        results = gpucluster.run(node_inventory, spec, shared_fs=gpucluster.profile.shared_fs)
-        return {r.value.node: r.value for r in results if r.value is not None}
-
-    found = gpucluster.once("inventory", produce)
-    record("inventory", nodes={n: inv.to_json() for n, inv in found.items()})
-    return {n: inv.summary for n, inv in found.items()}
+    """node → summary facts (or why there are none), from one job for the whole run; the full
+    inventory is recorded."""
+    found = readings(gpucluster, "inventory")
+    record("inventory", nodes={n: inv.to_json() for n, inv in good(found).items()})
+    return {n: v.summary if n in good(found) else v for n, v in found.items()}
 
 
 def _of(inventory, node):
-    if node not in inventory:
-        pytest.fail(f"no inventory came back from {node} (nodes that answered: {', '.join(inventory)})", pytrace=False)
-    return inventory[node]
+    return reading_of(inventory, node, "inventory")
 
 
 @pytest.mark.quick
 @pytest.mark.multinode
 def test_node_matches_the_others(inventory, judge, node):
     _of(inventory, node)
-    found = homogeneity.mismatches(inventory)
+    found = homogeneity.mismatches(good(inventory))
     judge.problems(homogeneity.sentences_for(found, node), f"{node} differs from the other nodes")
 
 
@@ -52,7 +46,7 @@ def test_node_matches_the_profile(inventory, profile, judge, node):
 
 
 def test_node_memory(inventory, profile, judge, node):
-    deviation = homogeneity.memory_deviation(inventory, profile.expect_memory_gib).get(node)
+    deviation = homogeneity.memory_deviation(good(inventory), profile.expect_memory_gib).get(node)
     if deviation is None:
         pytest.fail(f"{node}: RAM could not be read ({_of(inventory, node).get('memory_gib')})", pytrace=False)
     judge(Measurement("inventory.memory_spread", deviation.percent, "%", where=node, detail=deviation.detail))

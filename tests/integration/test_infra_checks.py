@@ -112,3 +112,16 @@ def test_gpu_health_skips_with_a_reason_on_gres_only_gpus(slurm_cluster):
     assert rc == 0, out
     assert "has GRES-only GPUs (no devices); this test needs real GPUs" in out
     assert "passed" not in out and "failed" not in out
+
+
+def test_a_node_short_of_gpus_fails_the_node_probe_but_infiniband_is_still_read(slurm_cluster, tmp_path):
+    # The profile expects 5 GPUs per node, the nodes have 4: Slurm cannot place the node-probe job
+    # (it holds every GPU). The inventory says why, naming the nodes; IB ports need no GPU and are
+    # read in a job of their own.
+    thresholds = profile_file(tmp_path, "ci_short", gpus_per_node=5)
+    rc, out = acceptance(slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_short",
+                         "tests/acceptance/test_inventory.py", "tests/acceptance/test_infiniband.py")  # fmt: skip
+    assert rc == 1, out
+    assert "PASSED tests/acceptance/test_infiniband.py::test_infiniband_ports[node1]" in out
+    assert "ERROR tests/acceptance/test_inventory.py::test_node_matches_the_profile[node1]" in out
+    assert re.search(r"node-probe: submission refused: .*node1 offers 4 GPU\(s\) \(Gres=gpu:4\)", out), out

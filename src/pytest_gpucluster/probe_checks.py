@@ -1,0 +1,59 @@
+"""Login side of the shared node probe (``workloads/node_probe.py``): one job per run reads GPU
+health, InfiniBand, the inventory and dcgmi's presence on every node; each area takes its part.
+
+If that job cannot run at all (a node offers fewer GPUs than the profile says, so Slurm cannot
+place a job asking for all of them), an area that does not need GPUs may fall back to a job of
+its own, so one fault does not hide the readings it does not touch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.workloads.node_probe import NodeProbe, PartError, probe_node
+
+if TYPE_CHECKING:
+    from pytest_gpucluster.session import GpuClusterSession
+
+
+def _probes(gc: GpuClusterSession) -> dict[str, NodeProbe]:
+    def produce() -> dict[str, NodeProbe]:
+        spec = gc.spec("node-probe", all_nodes=True)
+        return {r.value.node: r.value for r in gc.run(probe_node, spec, shared_fs=gc.profile.shared_fs)}
+
+    return gc.once(("node-probe",), produce)
+
+
+Fallback = Callable[[], dict[str, Any]]
+
+
+def readings(gc: GpuClusterSession, part: str, *, fallback: Fallback | None = None) -> dict[str, Any]:
+    """node → ``part``'s reading (a PartError where it raised on that node). When the probe job
+    failed as a whole, ``fallback`` (once per run) produces the readings instead, if given."""
+    try:
+        probes = _probes(gc)
+    except GpuClusterError:
+        if fallback is None:
+            raise
+        return gc.once(("node-probe-fallback", part), fallback)
+    return {node: probe.parts[part] for node, probe in probes.items() if part in probe.parts}
+
+
+def good(found: Mapping[str, Any]) -> dict[str, Any]:
+    """Only the nodes whose reading came back."""
+    return {n: v for n, v in found.items() if v is not None and not isinstance(v, PartError)}
+
+
+def reading_of(found: Mapping[str, Any], node: str, what: str) -> Any:
+    """``node``'s reading, or the test fails saying why there is none."""
+    value = found.get(node)
+    if isinstance(value, PartError):
+        pytest.fail(f"{node}: reading {what} failed there: {value.error}", pytrace=False)
+    if value is None:
+        answered = ", ".join(good(found)) or "none"
+        pytest.fail(f"{node}: no {what} came back (nodes that answered: {answered})", pytrace=False)
+    return value
