@@ -41,7 +41,8 @@ def _bools(text: str) -> list[bool]:
 def _line(cfg: TrainConfig, s: TrainingSummary, base: TrainingSummary | None, gpus: int, job: str) -> dict[str, Any]:
     eff = 100.0 * s.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu if base and s.mode != "single" else None
     return {
-        "mode": s.mode, "gpus": gpus, "micro_batch": cfg.micro_batch, "compile": cfg.compile,
+        "mode": s.mode, "gpus": gpus, "micro_batch": cfg.micro_batch, "grad_accum": cfg.grad_accum,
+        "compile": cfg.compile,
         "ddp_bucket_mb": cfg.ddp_bucket_mb, "reduce_dtype": cfg.grad_reduce_dtype,
         "fsdp_param_dtype": cfg.fsdp_param_dtype, "device": s.device_name, "dtype": s.dtype, "params": s.n_params,
         "tokens_per_s_per_gpu": round(s.tokens_per_s_per_gpu, 1),
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--micro-batch", default="4", help="micro-batch sizes, comma-separated (default 4)")
     p.add_argument("--compile", default="off", help="off, on or off,on (torch.compile of each block)")
     p.add_argument("--modes", default="ddp,fsdp", help="wrappings at more than one GPU (default ddp,fsdp)")
+    p.add_argument("--grad-accum", default="1", help="micro-batches per optimiser step, comma-separated (default 1)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--bucket-mb", default=str(TrainConfig.ddp_bucket_mb), help="DDP bucket sizes, comma-separated")
@@ -79,12 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     launcher = SubmititLauncher(executor="local", folder=folder, env=env, queue_timeout_s=120)
     modes = tuple(m for m in args.modes.split(",") if m)
     status = 0
-    for mb in _ints(args.micro_batch):
+    for mb, accum in [(m, a) for m in _ints(args.micro_batch) for a in _ints(args.grad_accum)]:
         for compiled in _bools(args.compile):
             base: TrainingSummary | None = None
             shapes = [(g, c) for g in sorted(_ints(args.gpus)) for c in (comm[:1] if g == 1 else comm)]
             for gpus, (bucket, reduce_dtype, param_dtype) in shapes:
-                cfg = replace(base_cfg, micro_batch=mb, compile=compiled, ddp_bucket_mb=bucket,
+                cfg = replace(base_cfg, micro_batch=mb, grad_accum=accum, compile=compiled, ddp_bucket_mb=bucket,
                               grad_reduce_dtype=reduce_dtype, fsdp_param_dtype=param_dtype)  # fmt: skip
                 spec = JobSpec(name=f"bench-train-{gpus}gpu", tasks_per_node=gpus, gpus_per_node=gpus,
                                timeout_min=args.timeout_min)  # fmt: skip
@@ -92,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     results = launcher.run(train, spec, config=cfg, modes=run_modes)
                 except Exception as exc:  # one failed configuration must not hide the others
-                    print(json.dumps({"gpus": gpus, "micro_batch": mb, "compile": compiled, "error": str(exc)[-2000:]}),
-                          flush=True)  # fmt: skip
+                    print(json.dumps({"gpus": gpus, "micro_batch": mb, "grad_accum": accum, "compile": compiled,
+                                      "error": str(exc)[-2000:]}), flush=True)  # fmt: skip
                     status = 1
                     continue
                 for i, mode in enumerate(run_modes):

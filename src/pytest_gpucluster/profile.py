@@ -214,6 +214,7 @@ class TrainingSettings:
     seq_len: int = 2048
     vocab: int = 32000
     micro_batch: int = 12  # 55 GiB peak under DDP (fits 80 GB); 4 left an H200 at 51 % MFU
+    grad_accum: int = 1  # micro-batches per optimiser step (gradients reduced once per step)
     steps: int = 20
     warmup_steps: int = 5
     compile: bool = False
@@ -436,6 +437,13 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
             raise bad("nccl.ops", f"unknown collective {op!r}; known: {', '.join(known)}.")
     if n.iters < 1 or n.warmup_iters < 0 or n.retries < 0 or n.timeout_s < 1:
         raise bad("nccl", "iters ≥ 1, warmup_iters ≥ 0, retries ≥ 0 and timeout_s ≥ 1 are required.")
+    t = p.training
+    sizes = ("d_model", "n_layers", "n_heads", "seq_len", "vocab", "micro_batch", "grad_accum", "steps", "timeout_s")
+    for key in sizes:
+        if getattr(t, key) < 1:
+            raise bad(f"training.{key}", f"must be at least 1, got {getattr(t, key)}.")
+    if t.warmup_steps < 0:
+        raise bad("training.warmup_steps", f"must be 0 or more, got {t.warmup_steps}.")
 
 
 def _resolve_extends(raw: Mapping[str, Any], file: str) -> dict[str, dict[str, Any]]:

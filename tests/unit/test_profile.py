@@ -179,3 +179,13 @@ def test_nccl_sizes_must_be_ordered(tmp_path):
     assert error_of(tmp_path, text) == (
         "T: profiles.lab.nccl: need 0 < min_bytes ≤ judge_from_bytes ≤ max_bytes."
     )
+
+
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("grad_accum", 0, "must be at least 1, got 0."),
+    ("micro_batch", -2, "must be at least 1, got -2."),
+    ("warmup_steps", -1, "must be 0 or more, got -1."),
+])  # fmt: skip
+def test_training_sizes_must_be_positive(tmp_path, key, value, why):
+    text = BASE + f"\n[profiles.lab.training]\n{key} = {value}\n"
+    assert error_of(tmp_path, text) == f"T: profiles.lab.training.{key}: {why}"

@@ -101,3 +101,14 @@ def test_loss_agreement_and_percentile():
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert percentile([5.0], 95) == 5.0
     assert math.isnan(percentile([], 50))
+
+
+@pytest.mark.parametrize("mode", ["single", "ddp", "fsdp"])
+def test_gradient_accumulation_counts_every_micro_batch(mode):
+    cfg = replace(TINY, grad_accum=2, steps=4, warmup_steps=1)
+    (run,) = train(local_context(), config=cfg, modes=(mode,))
+    assert run.tokens_per_step == 2 * TINY.micro_batch * TINY.seq_len
+    assert len(run.losses) == cfg.warmup_steps + cfg.steps and len(run.step_times_s) == cfg.steps
+    summary = summarise([run], cfg)
+    assert summary.problems == ()
+    assert summary.losses[-1] < summary.losses[0]

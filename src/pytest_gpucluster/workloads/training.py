@@ -52,6 +52,7 @@ class TrainConfig:
     seq_len: int = 2048
     vocab: int = 32000
     micro_batch: int = 12
+    grad_accum: int = 1  # micro-batches per optimiser step; gradients are reduced on the last one only
     steps: int = 20
     warmup_steps: int = 5
     compile: bool = False
@@ -203,14 +204,14 @@ def _run(ctx: TaskContext, cfg: TrainConfig, mode: str, device: Any) -> RunStats
                             fused=on_gpu)  # fmt: skip
     batches = synthetic_batches(cfg.model, micro_batch=cfg.micro_batch, pool=cfg.data_pool,
                                 seed=cfg.seed * 100003 + rank, device=device)  # fmt: skip
-    losses, times, elapsed = _loop(wrapped, opt, batches, cfg, device)
+    losses, times, elapsed = _loop(wrapped, opt, batches, cfg, device, mode)
     mismatches = _replica_mismatches(model, rank, world) if mode == "ddp" else ()
     peak = int(torch.cuda.max_memory_allocated(device)) if on_gpu else 0
     stats = RunStats(
         mode=mode, rank=rank, world_size=world, node=ctx.hostname, gpu=gpu_label(device, ctx.local_rank),
         device_name=torch.cuda.get_device_name(device) if on_gpu else "cpu",
         dtype="bf16" if on_gpu else "fp32", compiled=cfg.compile, n_params=n_params,
-        tokens_per_step=cfg.micro_batch * cfg.seq_len, step_times_s=times, elapsed_s=elapsed,
+        tokens_per_step=cfg.micro_batch * cfg.seq_len * cfg.grad_accum, step_times_s=times, elapsed_s=elapsed,
         losses=losses, peak_memory_bytes=peak, replica_mismatches=mismatches,
     )  # fmt: skip
     del wrapped, model, opt, batches
@@ -224,11 +225,12 @@ def _wrap(model: Any, mode: str, device: Any, cfg: TrainConfig) -> Any:
         from torch.nn.parallel import DistributedDataParallel
 
         # Gradients live in the all-reduce buckets (no copy in or out); a static graph lets DDP
-        # skip the per-step search for unused parameters; larger buckets mean fewer, more
-        # efficient collectives while backward still overlaps them.
+        # skip the per-step search for unused parameters (but its reducer does not accept
+        # no_sync, so not with gradient accumulation); larger buckets mean fewer, more efficient
+        # collectives while backward still overlaps them.
         ddp = DistributedDataParallel(
-            model, device_ids=[device] if device.type == "cuda" else None,
-            gradient_as_bucket_view=True, static_graph=True, bucket_cap_mb=cfg.ddp_bucket_mb,
+            model, device_ids=[device] if device.type == "cuda" else None, gradient_as_bucket_view=True,
+            static_graph=cfg.grad_accum == 1, bucket_cap_mb=cfg.ddp_bucket_mb,
         )  # fmt: skip
         if cfg.grad_reduce_dtype == "bf16" and device.type == "cuda":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -256,8 +258,12 @@ def _wrap(model: Any, mode: str, device: Any, cfg: TrainConfig) -> Any:
     return model
 
 
-def _loop(model: Any, opt: Any, batches: list[Any], cfg: TrainConfig,
-          device: Any) -> tuple[tuple[float, ...], tuple[float, ...], float]:  # fmt: skip
+def _loop(model: Any, opt: Any, batches: list[Any], cfg: TrainConfig, device: Any,
+          mode: str = "single") -> tuple[tuple[float, ...], tuple[float, ...], float]:  # fmt: skip
+    """Each step: ``grad_accum`` micro-batches (the gradient is reduced across ranks on the last
+    only: DDP's ``no_sync``, FSDP2's ``set_requires_gradient_sync``), then the optimiser."""
+    import contextlib
+
     import torch
 
     on_gpu = device.type == "cuda"
@@ -273,13 +279,22 @@ def _loop(model: Any, opt: Any, batches: list[Any], cfg: TrainConfig,
                 events[0].record()
             else:
                 host_marks.append(time.perf_counter())
-        tokens, targets = batches[step % len(batches)]
-        with autocast:
-            loss = model(tokens, targets)
-        loss.backward()
+        accum = cfg.grad_accum
+        step_loss: Any = 0.0
+        for micro in range(accum):
+            last = micro == accum - 1
+            if mode == "fsdp" and accum > 1:
+                model.set_requires_gradient_sync(last)
+            no_sync = model.no_sync() if mode == "ddp" and not last else contextlib.nullcontext()
+            tokens, targets = batches[(step * accum + micro) % len(batches)]
+            with no_sync:
+                with autocast:
+                    loss = model(tokens, targets) / accum
+                loss.backward()
+            step_loss = step_loss + loss.detach()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
+        losses.append(step_loss)
         if timed >= 0:
             if on_gpu:
                 events[timed + 1].record()
