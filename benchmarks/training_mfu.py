@@ -62,9 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--micro-batch", default="4", help="micro-batch sizes, comma-separated (default 4)")
     p.add_argument("--compile", default="off", help="off, on or off,on (torch.compile of each block)")
     p.add_argument("--modes", default="ddp,fsdp", help="wrappings at more than one GPU (default ddp,fsdp)")
-    p.add_argument("--grad-accum", default="1", help="micro-batches per optimiser step, comma-separated (default 1)")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--grad-accum", default=str(TrainConfig.grad_accum),
+                   help="micro-batches per optimiser step, comma-separated")  # fmt: skip
+    p.add_argument("--steps", type=int, default=TrainConfig.steps)
+    p.add_argument("--warmup", type=int, default=TrainConfig.warmup_steps)
     p.add_argument("--bucket-mb", default=str(TrainConfig.ddp_bucket_mb), help="DDP bucket sizes, comma-separated")
     p.add_argument("--reduce-dtype", default="fp32", help="gradient reduction dtype(s): fp32, bf16 or fp32,bf16")
     p.add_argument("--fsdp-param-dtype", default="fp32", help="FSDP parameter dtype(s): fp32, bf16 or fp32,bf16")

@@ -214,9 +214,9 @@ class TrainingSettings:
     seq_len: int = 2048
     vocab: int = 32000
     micro_batch: int = 12  # 55 GiB peak under DDP (fits 80 GB); 4 left an H200 at 51 % MFU
-    grad_accum: int = 1  # micro-batches per optimiser step (gradients reduced once per step)
-    steps: int = 20
-    warmup_steps: int = 5
+    grad_accum: int = 2  # micro-batches per optimiser step (gradients reduced once per step)
+    steps: int = 10
+    warmup_steps: int = 3
     compile: bool = False
     timeout_s: int = 900
 
