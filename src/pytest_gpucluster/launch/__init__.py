@@ -56,8 +56,9 @@ class Job(Protocol):
     def job_id(self) -> str:
         """The scheduler's id."""
 
-    def results(self) -> list[TaskResult[Any]]:
-        """Wait (bounded) and return one result per task, ordered by rank."""
+    def results(self, *, lag_s: float | None = None) -> list[TaskResult[Any]]:
+        """Wait (bounded) and return one result per task, ordered by rank; ``lag_s`` bounds the
+        wait for results still missing once the job ended."""
 
     def cancel(self) -> None:
         """Cancel the job; a no-op once it ended."""

@@ -12,9 +12,11 @@ at once instead of after submitit's own per-task grace period.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -39,6 +41,9 @@ _ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_ME
 # Past the job's own time limit, Slurm needs a moment to kill it and submitit to notice.
 _GRACE_S = 90.0
 _SACCT_EVERY_S = 3.0
+# Once some tasks of a job have their results, the job is about to end (or a task failed): its
+# state is asked for this often instead, so its end is seen without waiting out _SACCT_EVERY_S.
+_ENDING_CHECK_S = 0.5
 # Back in the queue after it ran: Slurm requeued it (after a node failure, by default).
 _REQUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
 # How often the nodes under a running job are checked, and how long one may stay NOT_RESPONDING
@@ -113,6 +118,7 @@ class SubmititJob(Generic[R]):
         self._checked_pickles: set[int] = set()
         self._first_failure: float | None = None
         self._final_state: str | None = None  # once wait() has seen the job end
+        self._some_results = False  # some, not all, tasks have written their result
         # Called with (first task's start, last task's end), epoch seconds, once results are in.
         self.on_ran: Callable[[float, float], None] | None = None
 
@@ -148,8 +154,10 @@ class SubmititJob(Generic[R]):
         return state
 
     def _finished(self, state: str) -> bool:
-        if all(t.paths.result_pickle.exists() for t in self._tasks()):
+        written = [t.paths.result_pickle.exists() for t in self._tasks()]
+        if all(written):
             return True
+        self._some_results = any(written)
         if self._launcher.executor == "local":
             return state != "RUNNING"
         if state == "GONE" or state.startswith(_ENDED):
@@ -193,7 +201,7 @@ class SubmititJob(Generic[R]):
         last_requeue_check = 0.0
         while True:
             now = time.monotonic()
-            force = now - last_sacct >= _SACCT_EVERY_S
+            force = now - last_sacct >= (_ENDING_CHECK_S if self._some_results else _SACCT_EVERY_S)
             if force:
                 last_sacct = now
             state = self._state(force)
@@ -309,13 +317,17 @@ class SubmititJob(Generic[R]):
         grace = self._launcher.failed_task_grace_s
         return first is not None and now - first > grace and len(self._checked_pickles) < len(tasks)
 
-    def results(self) -> list[TaskResult[R]]:
-        """One result per task, ordered by rank; a failed task raises LaunchError naming it."""
+    def results(self, *, lag_s: float | None = None) -> list[TaskResult[R]]:
+        """One result per task, ordered by rank; a failed task raises LaunchError naming it.
+        ``lag_s``: how long missing results are waited for after the job ended (by default
+        10 s after a completed job, 3 s after a failed one), for a caller that knows a task
+        will not write one."""
         state = self.wait()
         tasks = self._tasks()
         # Results may lag the job's end on a shared filesystem: wait for them once, not per task,
         # and briefly for a job that was cancelled or killed (no task of it will write one now).
         lag = _RESULT_LAG_S if state in ("COMPLETED", "FINISHED", "GONE") else 3.0
+        lag = lag if lag_s is None else lag_s
         deadline = time.monotonic() + lag
         while not all(t.paths.result_pickle.exists() for t in tasks) and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -355,6 +367,14 @@ class SubmititJob(Generic[R]):
                 raise self._node_lost(message, final, lost)
             raise self._error(LaunchError, message, final)
         return sorted(out, key=lambda r: r.rank)
+
+
+def submitit_logs_to_stderr() -> None:
+    """submitit logs to stdout (e.g. a warning each time sacct fails on a cluster without
+    accounting); a script whose stdout is JSON lines moves those logs to stderr."""
+    for handler in logging.getLogger("submitit").handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
 
 
 def _words(why: str) -> set[str]:
