@@ -14,11 +14,14 @@ from pytest_gpucluster.workloads import telemetry
 
 
 @pytest.fixture
-def node_telemetry(gpucluster, record):
-    """node → NodeTelemetry of the run's intra-node collective job; series are recorded."""
+def node_telemetry(gpucluster, record, request):
+    """node → NodeTelemetry of the run's intra-node collective job. Each node's series are
+    recorded once, by the first of its tests that runs (not by every test, for every node)."""
     found = {t.node: t for t in nccl_checks.intra_node_telemetry(gpucluster)}
-    for series in telemetry.series_records(list(found.values())):
-        record("series", **series)
+    node = getattr(request.node, "callspec", None) and request.node.callspec.params.get("node")
+    if node in found:
+        gpucluster.once(("telemetry-series", node),
+                        lambda: [record("series", **s) for s in telemetry.series_records([found[node]])])  # fmt: skip
     return found
 
 
