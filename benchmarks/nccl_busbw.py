@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.submitit_backend import SubmititLauncher, submitit_logs_to_stderr
 from pytest_gpucluster.profile import NcclSettings, load, parse_bytes
 from pytest_gpucluster.workloads.collectives import collective_sweeps
 
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--thresholds", default="thresholds.toml")
     ap.add_argument("--timeout-min", type=int, default=10)
     args = ap.parse_args(argv)
+    submitit_logs_to_stderr()  # stdout is JSON lines only
     min_bytes, max_bytes = parse_bytes(args.min_bytes, "--min-bytes"), parse_bytes(args.max_bytes, "--max-bytes")
 
     folder = Path(tempfile.mkdtemp(prefix="nccl-busbw-"))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.submitit_backend import SubmititLauncher, submitit_logs_to_stderr
 from pytest_gpucluster.workloads.training import TINY, TrainConfig, TrainingSummary, summarise, train
 
 # Keep NVLink SHARP off where the host asks for it (shared 4×H200 test machine).
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="the tiny CPU model (a quick check of this script)")
     p.add_argument("--timeout-min", type=int, default=15)
     args = p.parse_args(argv)
+    submitit_logs_to_stderr()  # stdout is JSON lines only
 
     base_cfg = TINY if args.tiny else TrainConfig()
     base_cfg = replace(base_cfg, steps=args.steps, warmup_steps=args.warmup)
