@@ -4,8 +4,7 @@ NCCL on GPUs, gloo on CPU: the same function runs on an H100 node and on a lapto
 hold several communicators at once (every node its own, or node pairs), so a slow node is named
 by the group it was measured in, not by a global average.
 
-First ``warmup_iters`` calls at every size of the sweep (as nccl-tests does). Then per size
-(``-b``..``-e``, ``-f 2``) and placement: buffers allocated once, ``warmup_iters`` calls,
+Per size (``-b``..``-e``, ``-f 2``) and placement: buffers allocated once, ``warmup_iters`` calls,
 a barrier, then ``iters`` calls issued back to back between two CUDA events (perf_counter on
 CPU); the time is the slowest rank's mean per call. Then, like nccl-tests ``-c 1``, the buffers
 are filled with fresh deterministic data, the collective runs once more and every element is
@@ -234,26 +233,12 @@ def _sweep_one(torch: Any, dist: Any, *, op: str, backend: str, group: Any, size
     call, implementation = _resolve(dist, backend, op, group, device, n, force_fallback)
     rows: list[SizeResult] = []
     wrong_here = 0
-    async_ok = cuda and not implementation.startswith(("all_reduce +", "all_gather("))
-    # Like nccl-tests, warm up at every size before measuring any: the GPU clocks are up and every
-    # connection and protocol NCCL will use is set up, so the first size measured is not a cold
-    # one. (A sweep from 64 MiB with only per-size warm-up measured its first size 3-4 % low.)
     for size in sizes:
         shape = shape_for(op, n, size)
         if shape.count == 0:
             continue
-        case = _case(torch, dist, op, call, group, rank, n, shape.count, shape.total_elements, device, async_ok)
-        warm = case.run_out_of_place or case.run_in_place
-        for _ in range(warmup_iters):
-            w = warm() if warm is not None else None
-            if w is not None:
-                w.wait()
-        del case
-    for size in sizes:
-        shape = shape_for(op, n, size)
-        if shape.count == 0:
-            continue
-        case = _case(torch, dist, op, call, group, rank, n, shape.count, shape.total_elements, device, async_ok)
+        case = _case(torch, dist, op, call, group, rank, n, shape.count, shape.total_elements, device,
+                     async_ok=cuda and not implementation.startswith(("all_reduce +", "all_gather(")))  # fmt: skip
         for in_place, run in ((False, case.run_out_of_place), (True, case.run_in_place)):
             if run is None:
                 continue
