@@ -19,8 +19,9 @@ def inventory(gpucluster, record):
     """node → summary facts (or why there are none), from one job for the whole run; the full
     inventory is recorded."""
     found = readings(gpucluster, "inventory")
-    record("inventory", nodes={n: inv.to_json() for n, inv in good(found).items()})
-    return {n: v.summary if n in good(found) else v for n, v in found.items()}
+    answered = good(found)
+    record("inventory", nodes={n: inv.to_json() for n, inv in answered.items()})
+    return {n: answered[n].summary if n in answered else v for n, v in found.items()}
 
 
 def _of(inventory, node):

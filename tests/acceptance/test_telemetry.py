@@ -14,14 +14,13 @@ from pytest_gpucluster.workloads import telemetry
 
 
 @pytest.fixture
-def node_telemetry(gpucluster, record, request):
+def node_telemetry(gpucluster, record, node):
     """node → NodeTelemetry of the run's intra-node collective job. Each node's series are
     recorded once, by the first of its tests that runs (not by every test, for every node)."""
     found = {t.node: t for t in nccl_checks.intra_node_telemetry(gpucluster)}
-    node = getattr(request.node, "callspec", None) and request.node.callspec.params.get("node")
     if node in found:
-        gpucluster.once(("telemetry-series", node),
-                        lambda: [record("series", **s) for s in telemetry.series_records([found[node]])])  # fmt: skip
+        series = telemetry.series_records([found[node]])
+        gpucluster.once(("telemetry-series", node), lambda: [record("series", **s) for s in series])
     return found
 
 

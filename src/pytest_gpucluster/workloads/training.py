@@ -12,6 +12,7 @@ or other host sync inside the loop, so the host runs ahead and the GPU never wai
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import math
@@ -266,8 +267,6 @@ def _loop(model: Any, opt: Any, batches: list[Any], cfg: TrainConfig, device: An
           mode: str = "single") -> tuple[tuple[float, ...], tuple[float, ...], float]:  # fmt: skip
     """Each step: ``grad_accum`` micro-batches (the gradient is reduced across ranks on the last
     only: DDP's ``no_sync``, FSDP2's ``set_requires_gradient_sync``), then the optimiser."""
-    import contextlib
-
     import torch
 
     on_gpu = device.type == "cuda"
