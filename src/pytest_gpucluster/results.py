@@ -185,6 +185,38 @@ def union_s(spans: Iterable[tuple[float, float]]) -> float:
     return total
 
 
+def _job_phases(job: dict[str, Any], phases: dict[str, list[tuple[float, float]]]) -> None:
+    """A job's harness phases as (start, end) epoch spans: submission to its first process
+    (Slurm's scheduling and the step's launch), that process's start-up until the workload's
+    clock started (interpreter, imports), and the workload's end until its results were read."""
+    ran_from, ran_to = float(job["ran_from"]), float(job["ran_to"])
+    submitted, process, seen = (float(job.get(k) or 0.0) for k in ("submitted_at", "process_from", "seen_at"))
+    if submitted and process and submitted <= process <= ran_from:
+        phases["scheduling"].append((submitted, process))
+        phases["start_up"].append((process, ran_from))
+    elif submitted and submitted <= ran_from:
+        phases["scheduling"].append((submitted, ran_from))
+    if seen and seen >= ran_to:
+        phases["pickup"].append((ran_to, seen))
+
+
+def _harness_parts(
+    workload: list[tuple[float, float]], phases: dict[str, list[tuple[float, float]]], harness_s: float
+) -> dict[str, float]:
+    """The harness time split by what it was spent on: each phase counts only the time no
+    workload and no earlier phase (in the order scheduling, start-up, pickup) already covers, so
+    the parts add up to the harness time; "between_jobs" is the rest (pytest, the login node's
+    own checks, a previous job still ending)."""
+    parts: dict[str, float] = {}
+    covered = list(workload)
+    for name in ("scheduling", "start_up", "pickup"):
+        before = union_s(covered)
+        covered += phases[name]
+        parts[f"{name}_s"] = round(union_s(covered) - before, 1)
+    parts["between_jobs_s"] = round(max(0.0, harness_s - sum(parts.values())), 1)
+    return parts
+
+
 def timing_summary(tests: Iterable[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """Where the run's time went: per area the tests' own durations (setup + call + teardown)
     and the time its workloads ran on the nodes (first task's start to last task's end of each
@@ -192,6 +224,7 @@ def timing_summary(tests: Iterable[dict[str, Any]], wall_s: float) -> dict[str, 
     any workload was running (submission, queueing, start-up, collection, pytest itself)."""
     areas: dict[str, dict[str, Any]] = {}
     spans: dict[str, tuple[float, float]] = {}
+    phases: dict[str, list[tuple[float, float]]] = {"scheduling": [], "start_up": [], "pickup": []}
     for test in tests:
         area = areas.setdefault(str(test.get("area", "tests")), {"tests": 0, "duration_s": 0.0, "spans": {}})
         area["tests"] += 1
@@ -200,6 +233,8 @@ def timing_summary(tests: Iterable[dict[str, Any]], wall_s: float) -> dict[str, 
             if "ran_from" in job and "ran_to" in job:
                 span = (float(job["ran_from"]), float(job["ran_to"]))
                 area["spans"][str(job.get("job_id"))] = span
+                if str(job.get("job_id")) not in spans:
+                    _job_phases(job, phases)
                 spans[str(job.get("job_id"))] = span
     workload = union_s(spans.values())
     return {
@@ -207,6 +242,7 @@ def timing_summary(tests: Iterable[dict[str, Any]], wall_s: float) -> dict[str, 
         "workload_s": round(workload, 1),
         "harness_s": round(wall_s - workload, 1),
         "harness_fraction": round((wall_s - workload) / wall_s, 3) if wall_s > 0 else None,
+        "harness_parts": _harness_parts(list(spans.values()), phases, wall_s - workload),
         "jobs": len(spans),
         "areas": {
             name: {

@@ -70,3 +70,19 @@ def test_timing_summary_splits_wall_time_into_workloads_and_harness():
     assert t["areas"]["nccl"] == {"tests": 2, "duration_s": 12.5, "workload_s": 10.0, "jobs": 1}
     assert t["areas"]["compute"]["workload_s"] == 5.0
     assert t["areas"]["slurm_health"] == {"tests": 1, "duration_s": 1.0, "workload_s": 0.0, "jobs": 0}
+
+
+def test_harness_time_is_split_by_phase_without_counting_any_second_twice():
+    tests = [
+        # Submitted at 98, process at 99, clock from 100 to 110, results read at 110.5.
+        {"area": "nccl", "jobs": [{"job_id": "7", "submitted_at": 98.0, "process_from": 99.0, "ran_from": 100.0,
+                                   "ran_to": 110.0, "seen_at": 110.5}]},
+        # Submitted while job 7 ran (that second is workload time, not scheduling), no process time.
+        {"area": "compute", "jobs": [{"job_id": "8", "submitted_at": 109.0, "ran_from": 112.0, "ran_to": 115.0,
+                                      "seen_at": 115.25}]},
+    ]  # fmt: skip
+    t = timing_summary(tests, wall_s=20.0)
+    assert t["workload_s"] == 13.0 and t["harness_s"] == 7.0
+    # scheduling: 98-99 and 110-112 less 110-110 workload → 1 + 2 = 3; start-up 99-100 = 1;
+    # pickup: 110-110.5 is inside job 8's scheduling span already, 115-115.25 → 0.25 (rounded 0.2).
+    assert t["harness_parts"] == {"scheduling_s": 3.0, "start_up_s": 1.0, "pickup_s": 0.2, "between_jobs_s": 2.8}

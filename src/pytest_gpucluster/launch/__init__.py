@@ -43,6 +43,9 @@ class TaskResult(Generic[R]):
     # workload itself took, as against the launcher's (submission, queue, start-up, collection).
     started: float = 0.0
     ended: float = 0.0
+    # When the task's process started (epoch seconds; 0 when unknown): what lies between this
+    # and ``started`` is the process's start-up (interpreter, imports, unpickling the workload).
+    process_started: float = 0.0
 
 
 # A status callback receives (job id, state, reason or "") whenever a job's state changes.

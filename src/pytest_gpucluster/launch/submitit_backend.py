@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import shutil
 import socket
 import sys
@@ -65,6 +66,18 @@ class _TaskOutput(Generic[R]):
     value: R
     started: float = 0.0
     ended: float = 0.0
+    process_started: float = 0.0
+
+
+def process_start_time() -> float:
+    """When this process started, epoch seconds (Linux /proc, 10 ms resolution; 0 elsewhere)."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, counted after "(comm)"
+        uptime = float(Path("/proc/uptime").read_text().split()[0])  # 10 ms; /proc/stat's btime is whole seconds
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[str, Any]) -> _TaskOutput[R]:
@@ -88,7 +101,7 @@ def _run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[s
     )
     started = time.time()
     value = fn(ctx, **kwargs)
-    return _TaskOutput(ctx, value, started, time.time())
+    return _TaskOutput(ctx, value, started, time.time(), process_start_time())
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -114,6 +127,7 @@ class SubmititJob(Generic[R]):
         self._done = False
         self._queue_state = ""
         self.submitted_at = time.monotonic()
+        self.submitted_epoch = time.time()
         self._failed_tasks: dict[int, str] = {}  # task index → its error's last line, seen while running
         self._checked_pickles: set[int] = set()
         self._first_failure: float | None = None
@@ -121,6 +135,8 @@ class SubmititJob(Generic[R]):
         self._some_results = False  # some, not all, tasks have written their result
         # Called with (first task's start, last task's end), epoch seconds, once results are in.
         self.on_ran: Callable[[float, float], None] | None = None
+        # Epoch seconds the first task's process started, once results are in (0: not known).
+        self.process_started = 0.0
 
     @property
     def job_id(self) -> str:
@@ -140,7 +156,8 @@ class SubmititJob(Generic[R]):
         if self._launcher.executor == "local":
             return str(self._job.state).upper()
         mode = "force" if force else "cache"
-        state = str(self._job.watcher.get_state(self.job_id, mode=mode)).upper()
+        with self._launcher.submitit_lock:
+            state = str(self._job.watcher.get_state(self.job_id, mode=mode)).upper()
         if state == "UNKNOWN" and force:
             # No accounting (sacct fails) or not recorded yet: ask the queue instead. A job the
             # queue no longer knows has ended, so the wait cannot outlive it.
@@ -162,13 +179,15 @@ class SubmititJob(Generic[R]):
             return state != "RUNNING"
         if state == "GONE" or state.startswith(_ENDED):
             return True
-        return bool(self._job.watcher.is_done(self.job_id, mode="cache"))
+        with self._launcher.submitit_lock:
+            return bool(self._job.watcher.is_done(self.job_id, mode="cache"))
 
     def cancel(self) -> None:
         """Cancel the job unless it already ended."""
         if not self._done:
             try:
-                self._job.cancel(check=False)
+                with self._launcher.submitit_lock:
+                    self._job.cancel(check=False)
             except OSError:
                 pass  # scancel missing or the job is gone; nothing left to stop
             self._done = True
@@ -342,20 +361,23 @@ class SubmititJob(Generic[R]):
                     why += f" (still running {grace:.0f} s after task {first} failed; cancelled)"
                 failed.append((index, why))
                 continue
-            try:
-                output = task.result()
-            except submitit.core.utils.UncompletedJobError as exc:
-                failed.append((index, _last_error_line(str(exc).strip().splitlines())))
+            # Read the task's result file directly: submitit's own result() also waits for the
+            # process to exit (a second or more for a local task tearing down torch and CUDA).
+            outcome, output = _read_result(Path(task.paths.result_pickle))
+            if outcome != "success":
+                failed.append((index, _last_error_line(str(output).strip().splitlines())))
                 continue
             ctx = output.context
-            out.append(TaskResult(self.job_id, ctx.hostname, ctx.rank, ctx.local_rank,
-                                  ctx.node_rank, output.value, output.started, output.ended))  # fmt: skip
+            out.append(TaskResult(self.job_id, ctx.hostname, ctx.rank, ctx.local_rank, ctx.node_rank,
+                                  output.value, output.started, output.ended,
+                                  getattr(output, "process_started", 0.0)))  # fmt: skip
         # A task's result names its node; Slurm is asked only for the tasks that failed.
         nodes = self._launcher._job_nodes(self.job_id, self.spec.nodes) if failed else ()
         per_node = self.spec.tasks_per_node
         where = [nodes[i // per_node] if len(nodes) == self.spec.nodes else "?" for i, _ in failed]
         failures = [f"task {index} on {node}: {why}" for (index, why), node in zip(failed, where, strict=True)]
         spans = [(r.started, r.ended) for r in out if r.started and r.ended]
+        self.process_started = min((r.process_started for r in out if r.process_started), default=0.0)
         if spans and self.on_ran is not None:
             self.on_ran(min(a for a, _ in spans), max(b for _, b in spans))
         if failures:
@@ -380,6 +402,20 @@ def submitit_logs_to_stderr() -> None:
 def _words(why: str) -> set[str]:
     """The state words of ``"DOWN+NOT_RESPONDING (reason)"``, without the reason."""
     return set(why.split(" (")[0].split("+"))
+
+
+def _read_result(path: Path) -> tuple[str, Any]:
+    """(outcome, value or error text) from a task's result file; a file still being written is
+    read again after a moment, then reported as unreadable."""
+    for attempt in range(3):
+        try:
+            outcome, payload = submitit.core.utils.pickle_load(path)
+            return str(outcome), payload
+        except (EOFError, pickle.UnpicklingError, OSError, ValueError) as exc:
+            if attempt == 2:
+                return "error", f"result file {path} could not be read: {exc}"
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
 
 
 def _last_error_line(lines: list[str]) -> str:
@@ -420,6 +456,9 @@ class SubmititLauncher:
         self.on_status = on_status
         self._live: dict[str, SubmititJob[Any]] = {}
         self._lock = threading.Lock()
+        # submitit's job-state watcher is shared and not thread-safe: jobs started ahead (see
+        # ahead.py) are waited for from several threads.
+        self.submitit_lock = threading.RLock()
         self._nodes_cache: dict[str, tuple[str, ...]] = {}
         self.failed_task_grace_s = _FAILED_TASK_GRACE_S
         # Nodes seen to fail under a job (name → Slurm's state and reason): not used again.
@@ -464,7 +503,8 @@ class SubmititLauncher:
         executor.update_parameters(**params)
         env = {**self.env, **(spec.env or {})}
         try:
-            job = executor.submit(_run_on_node, fn, env, kwargs)
+            with self.submitit_lock:
+                job = executor.submit(_run_on_node, fn, env, kwargs)
         except OSError as exc:  # the job folder: read-only, full or gone
             shutil.rmtree(folder, ignore_errors=True)
             raise LaunchError(

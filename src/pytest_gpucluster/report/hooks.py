@@ -231,6 +231,13 @@ class ResultsHooks:
                 f"({timing['jobs']} jobs), harness {timing['harness_s']:.0f} s "
                 f"({100 * (timing['harness_fraction'] or 0):.0f} %)"
             )
+            parts = timing.get("harness_parts") or {}
+            if parts:
+                terminalreporter.write_line(
+                    f"harness: {parts['scheduling_s']:.1f} s submission to first process, {parts['start_up_s']:.1f} s "
+                    f"process start-up, {parts['pickup_s']:.1f} s result pickup, {parts['between_jobs_s']:.1f} s "
+                    "between jobs"
+                )
         if self.comparison is not None:
             c = self.comparison
             terminalreporter.write_line(

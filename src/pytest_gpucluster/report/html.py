@@ -340,6 +340,15 @@ def timing_block(doc: Mapping[str, Any]) -> str:
         + (f" ({100 * float(share):.0f} %)" if share is not None else "")
         + ", went to submission, queueing, job start-up, collecting results and pytest itself."
     )
+    parts = timing.get("harness_parts")
+    if isinstance(parts, Mapping) and parts:
+        note += (
+            f" Of that: {float(parts.get('scheduling_s', 0)):.1f} s from submission to a job's first process "
+            f"(scheduling, step launch), {float(parts.get('start_up_s', 0)):.1f} s process start-up before the "
+            f"workload's clock, {float(parts.get('pickup_s', 0)):.1f} s from a workload's end until its results "
+            f"were read, {float(parts.get('between_jobs_s', 0)):.1f} s between jobs (pytest, checks on the login "
+            "node, a previous job still ending)."
+        )
     return (
         f'<section class="gc" id="gc-timing"><h2>Time</h2><p class="gc-note">{_e(note)}</p>'
         "<table><tr><th>area</th><th>tests</th><th>tests' time (s)</th><th>workloads ran (s)</th>"
