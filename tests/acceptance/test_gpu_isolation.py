@@ -1,6 +1,8 @@
 """GPU isolation (seed 000, phase 4): inside a Slurm job the task sees exactly the GPUs it was
 allotted, concurrent jobs on one node get disjoint GPUs, --gpus-per-task=1 gives each task its
-own GPU, and nothing foreign holds memory on them. Without device cgroups: a warning, not a pass."""
+own GPU, and nothing foreign holds memory on them. Without device cgroups: a warning, not a pass.
+Three jobs per run: the two half-node jobs that run at once (read by the first three tests)
+and the one-GPU-per-task job."""
 
 from __future__ import annotations
 
@@ -20,17 +22,42 @@ def _warn(lines):
         warnings.warn(ThresholdWarning(line), stacklevel=2)
 
 
-@pytest.fixture(scope="module")
+def _pair(gpucluster):
+    """Two jobs at once, each holding half of every node's GPUs and waiting (bounded) until the
+    other runs too: (GPUs each asked for, first job's views, second job's views), once per run."""
+    half = gpucluster.gpus_per_node // 2
+    spec = gpucluster.spec("isolation-pair", all_nodes=True, gpus_per_node=half)
+    real = gpucluster.profile.gpus_are_real
+
+    def produce():
+        with tempfile.TemporaryDirectory(prefix="isolation-", dir=gpucluster.job_root) as hold:
+            a = gpucluster.submit(isolation.gpu_view, spec, real=real, hold_dir=hold, hold_as="a", hold_for="b")
+            b = gpucluster.submit(isolation.gpu_view, spec, real=real, hold_dir=hold, hold_as="b", hold_for="a")
+            try:
+                first = [r.value for r in a.results()]
+            except BaseException:
+                b.cancel()
+                raise
+            return first, [r.value for r in b.results()]
+
+    return (half, *gpucluster.once(("isolation-pair",), produce))
+
+
+@pytest.fixture
 def half_node_views(gpucluster):
-    """Every node, a job holding half of the node's GPUs (so there are GPUs it must not see)."""
-    asked = max(1, gpucluster.gpus_per_node // 2)
-    spec = gpucluster.spec("isolation-view", all_nodes=True, gpus_per_node=asked)
+    """Every node, jobs holding half of the node's GPUs (so there are GPUs they must not see):
+    the two jobs of the concurrency test, which between them cover every GPU of every node; on
+    one-GPU nodes, a job of its own with that GPU."""
+    if gpucluster.gpus_per_node >= 2:
+        asked, first, second = _pair(gpucluster)
+        return asked, [*first, *second]
+    spec = gpucluster.spec("isolation-view", all_nodes=True, gpus_per_node=1)
     real = gpucluster.profile.gpus_are_real
 
     def produce():
         return [r.value for r in gpucluster.run(isolation.gpu_view, spec, real=real)]
 
-    return asked, gpucluster.once(("isolation-view",), produce)
+    return 1, gpucluster.once(("isolation-view",), produce)
 
 
 @pytest.mark.gpu(2, gres_only=True)
@@ -50,12 +77,7 @@ def test_no_foreign_process_on_the_jobs_gpus(half_node_views, judge):
 
 @pytest.mark.gpu(2, gres_only=True)
 def test_concurrent_jobs_get_disjoint_gpus(gpucluster, judge):
-    spec = gpucluster.spec("isolation-pair", all_nodes=True, gpus_per_node=gpucluster.gpus_per_node // 2)
-    real = gpucluster.profile.gpus_are_real
-    with tempfile.TemporaryDirectory(prefix="isolation-", dir=gpucluster.job_root) as hold:
-        a = gpucluster.submit(isolation.gpu_view, spec, real=real, hold_dir=hold, hold_as="a", hold_for="b")
-        b = gpucluster.submit(isolation.gpu_view, spec, real=real, hold_dir=hold, hold_as="b", hold_for="a")
-        first, second = [r.value for r in a.results()], [r.value for r in b.results()]
+    _, first, second = _pair(gpucluster)
     judge.problems(isolation.disjoint_problems(first, second), "two jobs running at once share GPUs")
 
 
