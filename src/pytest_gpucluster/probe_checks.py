@@ -25,10 +25,15 @@ def _probes(gc: GpuClusterSession) -> dict[str, NodeProbe]:
         spec = gc.spec("node-probe", all_nodes=True)
         return {r.value.node: r.value for r in gc.run(probe_node, spec, shared_fs=gc.profile.shared_fs)}
 
-    return gc.once(("node-probe",), produce)
+    return gc.once(("node-probe",), produce, light=True)
 
 
 Fallback = Callable[[], dict[str, Any]]
+
+
+def start(gc: GpuClusterSession) -> None:
+    """Submit the probe job ahead (see ahead.py) for a fixture that takes other fixtures too."""
+    readings(gc, "inventory")
 
 
 def readings(gc: GpuClusterSession, part: str, *, fallback: Fallback | None = None) -> dict[str, Any]:
@@ -39,7 +44,7 @@ def readings(gc: GpuClusterSession, part: str, *, fallback: Fallback | None = No
     except GpuClusterError:
         if fallback is None:
             raise
-        return gc.once(("node-probe-fallback", part), fallback)
+        return gc.once(("node-probe-fallback", part), fallback, light=True)
     return {node: probe.parts[part] for node, probe in probes.items() if part in probe.parts}
 
 

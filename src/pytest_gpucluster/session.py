@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import inspect
 import os
 import platform
 import shutil
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pytest_gpucluster import slurm
+from pytest_gpucluster import ahead, slurm
 from pytest_gpucluster.errors import GpuClusterError, SlurmQueryError
 from pytest_gpucluster.launch import JobSpec, TaskResult
 from pytest_gpucluster.launch.submitit_backend import SubmititJob, SubmititLauncher
@@ -101,8 +102,10 @@ class GpuClusterSession:
         self.excluded_nodes: dict[str, str] = {}
         self._lost_recorded: dict[str, str] = {}
         self.node_error: str | None = None
-        self._cache: dict[Any, Any] = {}
+        self._cache: dict[Any, _Slot] = {}
         self._cache_lock = threading.Lock()
+        self._local = threading.local()  # per thread: record sink, early-start label, light depth
+        self._ahead: list[threading.Thread] = []
         self.current_item: pytest.Item | None = None
         self.status_lines: list[str] = []
         self._pending_since: dict[str, float] = {}
@@ -267,14 +270,22 @@ class GpuClusterSession:
         )
 
     def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> SubmititJob[R]:
-        """Submit without waiting; the job id is recorded on the running test."""
+        """Submit without waiting; the job id is recorded on the running test. Outside a light
+        measurement (``once(..., light=True)``), first wait for the jobs started ahead to end."""
+        if not getattr(self._local, "light", 0):
+            self._await_ahead()
         job = self.launcher.submit(fn, spec, **kwargs)
         entry: dict[str, Any] = {"kind": "job", "job_id": job.job_id, "name": spec.name, "folder": str(job.folder)}
         self.record(entry)
 
+        entry["submitted_at"] = round(job.submitted_epoch, 3)
+
         def ran(start: float, end: float) -> None:
             # The same dict sits in the test's user_properties: the results file sees the update.
             entry.update(ran_from=round(start, 3), ran_to=round(end, 3), workload_s=round(end - start, 3))
+            entry.setdefault("seen_at", round(time.time(), 3))
+            if job.process_started:
+                entry["process_from"] = round(job.process_started, 3)
 
         job.on_ran = ran
         return job
@@ -283,22 +294,109 @@ class GpuClusterSession:
         """Submit, wait (bounded) and return one result per task."""
         return self.submit(fn, spec, **kwargs).results()
 
-    def once(self, key: Any, produce: Callable[[], R]) -> R:
+    def once(self, key: Any, produce: Callable[[], R], *, light: bool = False) -> R:
         """Measure once per run, judge many times: per-node tests of one area share one job.
-        A failure is cached too, so every test that depends on it reports it."""
+        A failure is cached too, so every test that depends on it reports it. The first test to
+        take the value gets everything recorded while it was produced; every other one gets its
+        jobs. ``light``: the jobs it submits measure no speed and may run beside the jobs started
+        ahead (see ahead.py); any other submission waits until those have ended."""
         with self._cache_lock:
-            if key not in self._cache:
+            slot = self._cache.get(key)
+            mine = slot is None
+            if slot is None:
+                slot = self._cache[key] = _Slot()
+        if mine:
+            outer = getattr(self._local, "sink", None)
+            self._local.sink = slot.entries
+            self._local.light = getattr(self._local, "light", 0) + int(light)
+            try:
+                slot.value, slot.ok = produce(), True
+            except BaseException as exc:  # every consumer re-raises it, pytest's outcomes too
+                slot.value, slot.ok = exc, False
+            finally:
+                self._local.sink = outer
+                self._local.light -= int(light)
+                slot.done.set()
+        elif not slot.done.wait(self._ahead_limit_s()):
+            raise GpuClusterError(f"{key}: still being measured after {self._ahead_limit_s():.0f} s; gave up waiting")
+        self._attach(slot)
+        if not slot.ok:
+            raise slot.value  # type: ignore[misc]
+        return slot.value  # type: ignore[no-any-return]
+
+    def _attach(self, slot: _Slot) -> None:
+        if getattr(self._local, "sink", None) is not None:  # an early start or a produce within a produce
+            for entry in slot.entries:
+                self.record(entry)
+            return
+        entries = slot.entries if not slot.claimed else [e for e in slot.entries if e.get("kind") == "job"]
+        slot.claimed = True
+        present = list(self._jobs_of_current())
+        for entry in entries:
+            if entry not in present:
+                self.record(entry)
+
+    # ------------------------------------------------------------------ early starts
+
+    def _ahead_limit_s(self) -> float:
+        """Longest a light job may take from submission to its end: queue wait, run time, grace."""
+        return self.profile.queue_timeout_s + self.profile.job_timeout_min * 60 + 120.0
+
+    def start_ahead(self, items: list[pytest.Item]) -> list[str]:
+        """Call, each in a thread of its own, the ``@ahead`` fixture functions the runnable
+        ``items`` will use, so their light jobs are submitted together; returns their names."""
+        started: list[str] = []
+        seen: set[Any] = set()
+        for item in items:
+            if _skipped(item):
+                continue
+            info = getattr(item, "_fixtureinfo", None)
+            params = dict(getattr(getattr(item, "callspec", None), "params", {}))
+            for name in getattr(item, "fixturenames", ()):
+                defs = info.name2fixturedefs.get(name, ()) if info is not None else ()
+                start = ahead.start_for(defs[-1].func) if defs else None
+                if start is None:
+                    continue
+                wanted = list(inspect.signature(start).parameters)[1:]
+                if any(arg not in params for arg in wanted):
+                    continue  # needs fixtures other than the session: it starts when its test runs
+                kwargs = {arg: params[arg] for arg in wanted}
                 try:
-                    self._cache[key] = ("ok", produce(), list(self._jobs_of_current()))
-                except (GpuClusterError, OSError) as exc:
-                    self._cache[key] = ("error", exc, list(self._jobs_of_current()))
-            kind, value, jobs = self._cache[key]
-        for job in jobs:
-            if job not in self._jobs_of_current():
-                self.record(job)
-        if kind == "error":
-            raise value
-        return value  # type: ignore[no-any-return]
+                    key = (start, tuple(sorted(kwargs.items())))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                except TypeError:  # an unhashable parameter: no early start
+                    continue
+                label = name + (f"[{'-'.join(str(v) for v in kwargs.values())}]" if kwargs else "")
+                thread = threading.Thread(target=self._run_ahead, args=(start, kwargs, label), daemon=True,
+                                          name=f"gpucluster-ahead-{label}")  # fmt: skip
+                self._ahead.append(thread)
+                thread.start()
+                started.append(label)
+        return started
+
+    def _run_ahead(self, start: Callable[..., Any], kwargs: dict[str, Any], label: str) -> None:
+        self._local.sink = []  # nothing lands on whatever test the main thread is running
+        self._local.ahead = label
+        self._local.light = 1
+        with contextlib.suppress(BaseException):  # the test that needs it meets the same error
+            start(self, **kwargs)
+
+    def _await_ahead(self) -> None:
+        """Wait (bounded) until every early start has ended."""
+        if not self._ahead:
+            return
+        deadline = time.monotonic() + self._ahead_limit_s()
+        for thread in list(self._ahead):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        still = [t.name for t in self._ahead if t.is_alive()]
+        self._ahead = []
+        if still:
+            line = f"early jobs still running after {self._ahead_limit_s():.0f} s: {', '.join(still)}; going on"
+            self.status_lines.append(line)
+            if self.terminal is not None:
+                self.terminal.write_line(f"[gpucluster] {line}")
 
     def _jobs_of_current(self) -> Iterator[dict[str, Any]]:
         if self.current_item is None:
@@ -311,8 +409,12 @@ class GpuClusterSession:
 
     def record(self, entry: dict[str, Any]) -> None:
         """Attach ``entry`` to the running test; it travels to the results file (also from xdist
-        workers) and to JUnit XML as a property."""
-        if self.current_item is not None:
+        workers) and to JUnit XML as a property. While a ``once`` value is produced, entries go
+        to it first and reach the tests that take the value."""
+        sink = getattr(self._local, "sink", None)
+        if sink is not None:
+            sink.append(entry)
+        elif self.current_item is not None:
             self.current_item.user_properties.append((PROPERTY, entry))
 
     def _on_status(self, job_id: str, state: str, reason: str) -> None:
@@ -323,7 +425,10 @@ class GpuClusterSession:
         now = time.monotonic()
         if state == "PENDING":
             self._pending_since.setdefault(job_id, now)
-            if self.current_item is not None:
+            early = getattr(self._local, "ahead", None)
+            if early:
+                line += f" (started ahead for {early})"
+            elif self.current_item is not None:
                 line += f" for {self.current_item.name}"
         elif state.startswith(("CANCEL", "TIMEOUT", "NODE_FAIL", "FAILED", "OUT_OF_ME")):
             self._pending_since.pop(job_id, None)
@@ -390,6 +495,15 @@ class GpuClusterSession:
             reason = self.unmet_need(item)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """Before the first test: start the light jobs of the selected tests together."""
+        if session.config.option.collectonly or session.testsfailed or self.settings.is_xdist_worker:
+            return
+        started = self.start_ahead(list(session.items))
+        if started:
+            self.status_lines.append("started ahead: " + ", ".join(started))
 
     def pytest_collection_finish(self) -> None:
         """Record the tested nodes (and the excluded ones, with Slurm's reason) in the results."""
@@ -472,6 +586,25 @@ class GpuClusterSession:
             with contextlib.suppress(GpuClusterError):
                 cancelled += slurm.cancel_by_name_prefix(f"gpucluster-{self.settings.run_id}-")
         return cancelled
+
+
+class _Slot:
+    """One ``once`` value: produced by one thread, waited for by the others."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.ok = False
+        self.value: Any = None
+        self.entries: list[dict[str, Any]] = []  # recorded while it was produced
+        self.claimed = False  # a test took everything recorded
+
+
+def _skipped(item: pytest.Item) -> bool:
+    """True when a skip marker (or a skipif whose conditions are plain booleans, all true)
+    already decides that ``item`` will not run."""
+    if item.get_closest_marker("skip") is not None:
+        return True
+    return any(m.args and all(a is True for a in m.args) for m in item.iter_markers("skipif"))
 
 
 def install_sigterm_as_interrupt() -> None:

@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 
+from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.fixtures import ThresholdWarning
 from pytest_gpucluster.metrics import METRICS
 from pytest_gpucluster.probe_checks import good, reading_of, readings
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture
+@ahead
 def nodes_gpus(gpucluster):
     """Every node's NVML readings, measured once per run (the node-probe job)."""
     return readings(gpucluster, "gpu_health")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.probe_checks import reading_of, readings
 from pytest_gpucluster.workloads import infiniband
 
 
 @pytest.fixture
+@ahead
 def ib_nodes(gpucluster):
     """Every node's IB ports, read once per run in the node-probe job; if that job cannot run
     (it holds every GPU), in a job of their own that asks for none."""

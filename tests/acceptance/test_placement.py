@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.workloads.placement import placement_problems, report_placement
+
+
+@pytest.fixture
+@ahead
+def placed(gpucluster, nodes, tasks_per_node):
+    """One job of ``nodes`` × ``tasks_per_node`` tasks, asking for no GPU: where each task ran."""
+    spec = gpucluster.spec("placement", nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=0)
+    return gpucluster.once(("placement", nodes, tasks_per_node), lambda: gpucluster.run(report_placement, spec),
+                           light=True)  # fmt: skip
 
 
 @pytest.mark.quick
@@ -16,8 +26,6 @@ from pytest_gpucluster.workloads.placement import placement_problems, report_pla
         pytest.param(2, 1, id="2nodes-1task-each", marks=pytest.mark.multinode),
     ],
 )
-def test_task_placement(gpucluster, judge, nodes, tasks_per_node):
-    spec = gpucluster.spec("placement", nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=0)
-    results = gpucluster.run(report_placement, spec)
-    problems = placement_problems([r.value for r in results], nodes, tasks_per_node)
-    judge.problems(problems, f"job {results[0].job_id}: tasks are not where Slurm was asked to put them")
+def test_task_placement(placed, judge, nodes, tasks_per_node):
+    problems = placement_problems([r.value for r in placed], nodes, tasks_per_node)
+    judge.problems(problems, f"job {placed[0].job_id}: tasks are not where Slurm was asked to put them")

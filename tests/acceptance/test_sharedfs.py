@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import sharedfs
 
 
-@pytest.fixture(scope="module")
-def shared(gpucluster, tmp_path_factory):
+@pytest.fixture
+@ahead
+def shared(gpucluster):
     """(prepared directory, one report per node, job id), measured once per run."""
     root = gpucluster.profile.shared_fs
     if root is None and gpucluster.profile.executor == "slurm":
         pytest.skip(f"profile {gpucluster.profile.name!r} sets no shared_fs")
-    root = root or str(tmp_path_factory.mktemp("sharedfs"))  # local: one node, a temporary folder
+    root = root or str(gpucluster.job_root)  # local: one node, the run's own temporary folder
 
     def produce():
         prepared = sharedfs.prepare(root)
@@ -28,7 +30,7 @@ def shared(gpucluster, tmp_path_factory):
             sharedfs.cleanup(prepared)
         return prepared, [r.value for r in results], results[0].job_id
 
-    return gpucluster.once(("sharedfs", root), produce)
+    return gpucluster.once(("sharedfs", root), produce, light=True)
 
 
 @pytest.mark.quick
