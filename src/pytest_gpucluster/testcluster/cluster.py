@@ -389,7 +389,8 @@ class TestCluster:
             raise ClusterError(
                 f"--gpu-mode real wants {spec.gpus_per_node} GPUs per node, found {spec.real_gpu_count} /dev/nvidiaN"
             )
-        if spec.gpu_mode == "real" and spec.cgroup_plugin == "cgroup/v2":
+        if spec.cgroup_plugin == "cgroup/v2":
+            # slurmd loads its cgroup plugin in either GPU mode; without systemd it needs this.
             record["cgroup_created"] = daemons.prepare_cgroup_v2()
             _write_record(paths, record)
 
