@@ -5,10 +5,11 @@ hold several communicators at once (every node its own, or node pairs), so a slo
 by the group it was measured in, not by a global average.
 
 Per size (``-b``..``-e``, ``-f 2``) and placement: buffers allocated once, ``warmup_iters`` calls,
-a barrier, then ``iters`` calls issued back to back between two CUDA events (perf_counter on
-CPU); the time is the slowest rank's mean per call. Then, like nccl-tests ``-c 1``, the buffers
-are filled with fresh deterministic data, the collective runs once more and every element is
-compared with its exact expected value (small integers, exact in float32).
+a barrier, one call that aligns the ranks, then ``iters`` calls issued back to back between two
+CUDA events (perf_counter on CPU); the time is the slowest rank's mean per call. Then, like
+nccl-tests ``-c 1``, the buffers are filled with fresh deterministic data, the collective runs
+once more and every element is compared with its exact expected value (small integers, exact in
+float32).
 """
 
 from __future__ import annotations
@@ -204,10 +205,17 @@ def _case(torch: Any, dist: Any, op: str, call: Callable[..., Any], group: Any, 
 
 
 def _timed(torch: Any, dist: Any, run: Callable[[], Any], iters: int, group: Any, cuda: bool) -> float:
-    """Seconds per call on this rank: ``iters`` calls back to back after a barrier."""
+    """Seconds per call on this rank: ``iters`` calls back to back after a barrier. On GPUs the
+    clock starts when one more call, issued first, has completed: that call ends only once every
+    rank has joined it, so the window holds neither the ranks' skew in leaving the barrier nor a
+    host that was late to issue its first calls (one process per GPU, unlike nccl-tests ``-g N``,
+    which issues every GPU's call from one thread), only calls already queued back to back."""
     dist.barrier(group=group)
     if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        first = run()
+        if first is not None:
+            first.wait()  # the current stream, and so the start event, waits for it
         start.record()
         works = [run() for _ in range(iters)]
         for w in works:  # makes the current stream wait for the collective stream
