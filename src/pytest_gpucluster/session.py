@@ -275,10 +275,9 @@ class GpuClusterSession:
         if not getattr(self._local, "light", 0):
             self._await_ahead()
         job = self.launcher.submit(fn, spec, **kwargs)
-        entry: dict[str, Any] = {"kind": "job", "job_id": job.job_id, "name": spec.name, "folder": str(job.folder)}
+        entry: dict[str, Any] = {"kind": "job", "job_id": job.job_id, "name": spec.name, "folder": str(job.folder),
+                                 "submitted_at": round(job.submitted_epoch, 3)}  # fmt: skip
         self.record(entry)
-
-        entry["submitted_at"] = round(job.submitted_epoch, 3)
 
         def ran(start: float, end: float) -> None:
             # The same dict sits in the test's user_properties: the results file sees the update.
