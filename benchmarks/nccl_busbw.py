@@ -47,6 +47,22 @@ def _emit(record: dict[str, Any]) -> None:
     print(json.dumps(record), flush=True)
 
 
+def launcher_for(cluster: str | None, thresholds: Path, env: dict[str, str], *, prefix: str) -> SubmititLauncher:
+    """The local executor, or the Slurm of profile ``cluster`` (job files on its shared_fs)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    if not cluster:
+        return SubmititLauncher(executor="local", folder=folder, env=env, queue_timeout_s=60)
+    profile = load(thresholds).profile(cluster, option="--cluster")
+    if profile.shared_fs:
+        folder = Path(profile.shared_fs) / ".pytest-gpucluster" / "bench" / folder.name
+        folder.mkdir(parents=True, exist_ok=True)
+    if profile.slurm_conf:
+        os.environ["SLURM_CONF"] = profile.slurm_conf
+    return SubmititLauncher(executor=profile.executor, folder=folder, partition=profile.partition,
+                            account=profile.account, env={**profile.env, **env},
+                            queue_timeout_s=profile.queue_timeout_s)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the sweeps, print JSON lines, exit 1 when a target is missed."""
     defaults = NcclSettings()
@@ -64,20 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     submitit_logs_to_stderr()  # stdout is JSON lines only
     min_bytes, max_bytes = parse_bytes(args.min_bytes, "--min-bytes"), parse_bytes(args.max_bytes, "--max-bytes")
 
-    folder = Path(tempfile.mkdtemp(prefix="nccl-busbw-"))
     env = {**NO_NVLS, **{k: os.environ[k] for k in NO_NVLS if k in os.environ}}
-    if args.cluster:
-        profile = load(Path(args.thresholds)).profile(args.cluster, option="--cluster")
-        if profile.shared_fs:
-            folder = Path(profile.shared_fs) / ".pytest-gpucluster" / "bench" / folder.name
-            folder.mkdir(parents=True, exist_ok=True)
-        if profile.slurm_conf:
-            os.environ["SLURM_CONF"] = profile.slurm_conf
-        launcher = SubmititLauncher(executor=profile.executor, folder=folder, partition=profile.partition,
-                                    account=profile.account, env={**profile.env, **env},
-                                    queue_timeout_s=profile.queue_timeout_s)  # fmt: skip
-    else:
-        launcher = SubmititLauncher(executor="local", folder=folder, env=env, queue_timeout_s=60)
+    launcher = launcher_for(args.cluster, Path(args.thresholds), env, prefix="nccl-busbw-")
 
     missed: list[str] = []
     for n in args.gpus:

@@ -22,21 +22,21 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from nccl_busbw import NO_NVLS, launcher_for  # benchmarks/ is on the path when run as a script
+
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher, submitit_logs_to_stderr
-from pytest_gpucluster.profile import load, parse_bytes
+from pytest_gpucluster.launch.submitit_backend import submitit_logs_to_stderr
+from pytest_gpucluster.profile import parse_bytes
 from pytest_gpucluster.workloads.busbw import SweepResult
 from pytest_gpucluster.workloads.collectives import collective_sweeps
 from pytest_gpucluster.workloads.nccl_tests import run_nccl_tests
 
 MiB = 2**20
 TARGET_RATIO = 0.98
-NO_NVLS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 Cell = tuple[str, int, int, str]  # op, GPUs, size, "oop" | "ip"
 
 
@@ -46,21 +46,6 @@ def _emit(record: dict[str, Any]) -> None:
 
 def _cells(sweeps: list[SweepResult], n: int) -> dict[Cell, float]:
     return {(s.op, n, row.size_bytes, "ip" if row.in_place else "oop"): row.busbw for s in sweeps for row in s.rows}
-
-
-def _launcher(args: argparse.Namespace, env: dict[str, str]) -> SubmititLauncher:
-    folder = Path(tempfile.mkdtemp(prefix="nccl-vs-"))
-    if not args.cluster:
-        return SubmititLauncher(executor="local", folder=folder, env=env, queue_timeout_s=60)
-    profile = load(Path(args.thresholds)).profile(args.cluster, option="--cluster")
-    if profile.shared_fs:
-        folder = Path(profile.shared_fs) / ".pytest-gpucluster" / "bench" / folder.name
-        folder.mkdir(parents=True, exist_ok=True)
-    if profile.slurm_conf:
-        os.environ["SLURM_CONF"] = profile.slurm_conf
-    return SubmititLauncher(executor=profile.executor, folder=folder, partition=profile.partition,
-                            account=profile.account, env={**profile.env, **env},
-                            queue_timeout_s=profile.queue_timeout_s)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     submitit_logs_to_stderr()  # stdout is JSON lines only
     lo, hi = parse_bytes(args.min_bytes, "--min-bytes"), parse_bytes(args.max_bytes, "--max-bytes")
     env = {**NO_NVLS, **{k: os.environ[k] for k in (*NO_NVLS, "LD_LIBRARY_PATH") if k in os.environ}}
-    launcher = _launcher(args, env)
+    launcher = launcher_for(args.cluster, Path(args.thresholds), env, prefix="nccl-vs-")
     sweep = {"min_bytes": lo, "max_bytes": hi, "warmup_iters": args.warmup_iters, "iters": args.iters}
     ours: dict[Cell, list[float]] = {}
     theirs: dict[Cell, list[float]] = {}
