@@ -26,6 +26,7 @@ def test_a_dead_rank_ends_the_job(gpucluster, thresholds, judge):
         job.results(lag_s=0.25)  # the survivors' errors are written before the job ends
     teardown = rf.teardown_from_stamps(stamps)
     if teardown.ran_from and job.on_ran is not None:  # the job's run time, for the run's timing
+        job.process_started = teardown.process_from or job.process_started
         job.on_ran(teardown.ran_from, teardown.ran_to)
     judge.problems(list(teardown.problems), f"job {job.job_id}: the rank failure was not injected as planned")
     judge(Measurement("robustness.rank_failure_teardown", teardown.seconds, "s", where=teardown.where,

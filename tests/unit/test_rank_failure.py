@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -35,11 +36,25 @@ def test_survivor_that_noticed_through_the_collective(tmp_path):
 
 def test_the_jobs_run_time_spans_first_start_to_last_stop(tmp_path):
     events = {"joined": 0.5, "after_barrier": 0.6, "entered_collective": 0.6, "noticed": 1.15, "done": 1.2}
-    _stamp(tmp_path, 0, "node1", events, heartbeat=1.1, started=T - 2.0)
-    _stamp(tmp_path, 1, "node2", {"joined": 0.5, "victim_exit": 1.1}, heartbeat=1.0, started=T - 1.5)
+    _stamp(tmp_path, 0, "node1", events, heartbeat=1.1, started=T - 2.0, process_started=T - 2.4)
+    _stamp(tmp_path, 1, "node2", {"joined": 0.5, "victim_exit": 1.1}, heartbeat=1.0, started=T - 1.5,
+           process_started=T - 2.6)  # fmt: skip
     td = rf.teardown_from_stamps(tmp_path)
     # The end is the latest sign of life: rank 0's last heartbeat (1.1 s) plus one heartbeat.
     assert (td.ran_from, td.ran_to) == (pytest.approx(T - 2.0), pytest.approx(T + 1.1 + rf.HEARTBEAT_S))
+    assert td.process_from == pytest.approx(T - 2.6)  # the first process to start, for the time split
+
+
+def test_stamps_written_by_the_workload_carry_its_start_and_process_start(tmp_path):
+    from pytest_gpucluster.workloads.context import local_context, process_start_time
+
+    before = time.time()
+    stamps = rf._Stamps(tmp_path, local_context())
+    stamps.event("joined")
+    data = json.loads((tmp_path / "rank0.json").read_text())
+    assert before <= data["started"] <= time.time()
+    assert 0 < data["process_started"] <= before
+    assert data["process_started"] == pytest.approx(process_start_time(), abs=0.05)
 
 
 def test_survivor_killed_by_the_scheduler_counts_to_one_heartbeat_after_its_last(tmp_path):

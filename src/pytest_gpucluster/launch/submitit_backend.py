@@ -31,7 +31,7 @@ import submitit
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import LaunchError, NodeLostError, QueueTimeoutError, WallTimeoutError
 from pytest_gpucluster.launch import JobSpec, StatusCallback, TaskResult
-from pytest_gpucluster.workloads.context import TaskContext, master_port_for
+from pytest_gpucluster.workloads.context import TaskContext, master_port_for, process_start_time
 
 R = TypeVar("R")
 
@@ -42,6 +42,9 @@ _ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_ME
 # Past the job's own time limit, Slurm needs a moment to kill it and submitit to notice.
 _GRACE_S = 90.0
 _SACCT_EVERY_S = 3.0
+# For a job's first _QUICK_LOOK_S, its state is asked for this often: a short job that ends
+# without results (a task crashed or was killed) is then seen gone within a second, not three.
+_QUICK_STATE_S = 1.0
 # Once some tasks of a job have their results, the job is about to end (or a task failed): its
 # state is asked for this often instead, so its end is seen without waiting out _SACCT_EVERY_S.
 _ENDING_CHECK_S = 0.5
@@ -67,17 +70,6 @@ class _TaskOutput(Generic[R]):
     started: float = 0.0
     ended: float = 0.0
     process_started: float = 0.0
-
-
-def process_start_time() -> float:
-    """When this process started, epoch seconds (Linux /proc, 10 ms resolution; 0 elsewhere)."""
-    try:
-        stat = Path("/proc/self/stat").read_text()
-        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, counted after "(comm)"
-        uptime = float(Path("/proc/uptime").read_text().split()[0])  # 10 ms; /proc/stat's btime is whole seconds
-        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 def _run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[str, Any]) -> _TaskOutput[R]:
@@ -220,7 +212,9 @@ class SubmititJob(Generic[R]):
         last_requeue_check = 0.0
         while True:
             now = time.monotonic()
-            force = now - last_sacct >= (_ENDING_CHECK_S if self._some_results else _SACCT_EVERY_S)
+            quick = now - self.submitted_at < _QUICK_LOOK_S
+            every = _ENDING_CHECK_S if self._some_results else _QUICK_STATE_S if quick else _SACCT_EVERY_S
+            force = now - last_sacct >= every
             if force:
                 last_sacct = now
             state = self._state(force)
@@ -266,7 +260,6 @@ class SubmititJob(Generic[R]):
                     return "CANCELLED"
             # Short jobs are most of a run: look often at first, then back off, since every look
             # stats each task's result file on the shared filesystem (512 files at 64 × 8 tasks).
-            quick = now - self.submitted_at < _QUICK_LOOK_S
             time.sleep(self._launcher.poll_s if quick else max(1.0, self._launcher.poll_s))
 
     def _within_limit(self, state: str, running_s: float, limit_s: float) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -49,3 +51,14 @@ def local_context(rank: int = 0, world_size: int = 1) -> TaskContext:
         num_nodes=1, hostname=host, hostnames=(host,), master_addr="127.0.0.1",
         master_port=master_port_for(str(os.getpid())),
     )  # fmt: skip
+
+
+def process_start_time() -> float:
+    """When this process started, epoch seconds (Linux /proc, 10 ms resolution; 0 elsewhere)."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, counted after "(comm)"
+        uptime = float(Path("/proc/uptime").read_text().split()[0])  # 10 ms; /proc/stat's btime is whole seconds
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0

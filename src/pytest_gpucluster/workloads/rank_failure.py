@@ -15,6 +15,7 @@ import datetime as _dt
 import json
 import math
 import os
+import resource
 import threading
 import time
 import uuid
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.context import TaskContext, process_start_time
 from pytest_gpucluster.workloads.inventory import node_name
 
 # Short on purpose: a survivor that relies on the collective's own timeout stops after this. The
@@ -49,8 +50,11 @@ class _Stamps:
 
     def __init__(self, folder: Path, ctx: TaskContext) -> None:
         self.path = folder / f"rank{ctx.rank}.json"
+        # "started": the workload's start, as the launcher stamps every other workload's (before
+        # torch is imported); "process_started": when the task's process began.
         self.data: dict[str, Any] = {"rank": ctx.rank, "world_size": ctx.world_size, "node": node_name(ctx),
-                                     "events": {}, "heartbeat": None, "started": time.time()}  # fmt: skip
+                                     "events": {}, "heartbeat": None, "started": time.time(),
+                                     "process_started": process_start_time()}  # fmt: skip
         self._lock = threading.Lock()
 
     def event(self, name: str, **extra: Any) -> None:
@@ -98,13 +102,18 @@ def rank_failure(
 ) -> SurvivorReport:
     """Workload: all ranks pass a barrier; the victim (the last rank, so rank 0's rendezvous store
     stays up) then exits with code 17 while the others wait in an all_reduce."""
+    stamps = _Stamps(Path(stamp_dir), ctx)
+    # A survivor may be ended by the NCCL watchdog's abort: that is the expected outcome here, and
+    # a core file of a CUDA process (gigabytes, in the job's folder) would only slow the job's end.
+    _soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+
     import torch
     import torch.distributed as dist
 
     from pytest_gpucluster.workloads.distributed import device_for, pick_backend
 
     victim = ctx.world_size - 1 if victim_rank is None else victim_rank
-    stamps = _Stamps(Path(stamp_dir), ctx)
     done = threading.Event()
 
     def heartbeat() -> None:
@@ -178,6 +187,7 @@ class Teardown:
     # returns no result by design, so this is where its run time comes from.
     ran_from: float = 0.0
     ran_to: float = 0.0
+    process_from: float = 0.0  # the first rank's process start (epoch s; 0 when not known)
 
 
 def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Teardown:
@@ -230,5 +240,6 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
     detail = f"rank {victim['rank']} on {victim['node']} exited with {EXIT_CODE}; " + "; ".join(lines)
     starts = [float(r["started"]) for r in ranks if r.get("started")]
     stops = [exit_t, *(max([*r["events"].values(), (r.get("heartbeat") or 0.0) + heartbeat_s]) for r in ranks)]
+    processes = [float(r["process_started"]) for r in ranks if r.get("process_started")]
     return Teardown(round(worst, 2), worst_where, detail, tuple(lines), tuple(problems),
-                    min(starts) if starts else 0.0, max(stops))  # fmt: skip
+                    min(starts) if starts else 0.0, max(stops), min(processes) if processes else 0.0)  # fmt: skip
