@@ -359,6 +359,10 @@ def collective_sweeps(
         raise ValueError(f"unknown collectives {unknown}; known: {', '.join(OPS)}")
     with process_group(ctx, backend=backend, timeout_s=timeout_s) as be:
         device = device_for(ctx, be)
+        if be != "nccl":
+            # CPU ranks stand in for GPUs: one core each, so a node's ranks (and the nodes sharing
+            # a host in the test cluster) do not crowd each other with a full thread pool apiece.
+            torch.set_num_threads(1)
         members = _members(torch, dist, ctx, device)
         layout = _rank_groups(members, groups)
         if groups == "world":
