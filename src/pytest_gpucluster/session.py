@@ -106,6 +106,9 @@ class GpuClusterSession:
         self._cache_lock = threading.Lock()
         self._local = threading.local()  # per thread: record sink, early-start label, light depth
         self._ahead: list[threading.Thread] = []
+        # Fixture names the selected, runnable tests use (set when the run starts): a check can
+        # fold a measurement into a job that will run anyway instead of a job of its own.
+        self.planned_fixtures: frozenset[str] = frozenset()
         self.current_item: pytest.Item | None = None
         self.status_lines: list[str] = []
         self._pending_since: dict[str, float] = {}
@@ -497,7 +500,11 @@ class GpuClusterSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
-        """Before the first test: start the light jobs of the selected tests together."""
+        """Before the first test: note what the selected tests use, and start their light jobs
+        together."""
+        self.planned_fixtures = frozenset(
+            name for item in session.items if not _skipped(item) for name in getattr(item, "fixturenames", ())
+        )
         if session.config.option.collectonly or session.testsfailed or self.settings.is_xdist_worker:
             return
         started = self.start_ahead(list(session.items))

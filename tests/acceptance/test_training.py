@@ -3,8 +3,10 @@ on one GPU, on every node's GPUs under DDP and FSDP2, and across all nodes.
 
 Correct: loss finite and falling, DDP replicas bit-identical, DDP and FSDP reaching the same loss.
 Fast: tokens/s per GPU, MFU and scaling efficiency (per-GPU throughput at scale ÷ one GPU alone)
-against thresholds.toml. Sizes come from the profile's [training] table; on nodes without GPUs
-the tiny CPU model stands in (the rule is in workloads/training.py: plan_training).
+against thresholds.toml. Each node's job first trains every GPU alone, all at once, then DDP, then
+FSDP: the baseline comes from the same GPUs under the same load, without a job of its own. Sizes
+come from the profile's [training] table; on nodes without GPUs the tiny CPU model stands in (the
+rule is in workloads/training.py: plan_training).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pytest_gpucluster.workloads.telemetry import under_telemetry
 from pytest_gpucluster.workloads.training import TrainingSummary, loss_agreement, plan_training, summarise, train
 
 MODES = ["ddp", "fsdp"]
+NODE_MODES = ("single", *MODES)  # what each node's job trains, in this order
 
 
 def _plan(gpucluster):
@@ -31,8 +34,22 @@ def _summaries(gpucluster, plan, results, modes):
     return {m: summarise([r.value[i] for r in results], plan.config) for i, m in enumerate(modes)}, results[0].job_id
 
 
-def _baseline(gpucluster):
-    """One GPU, no wrapper: the run's baseline, measured once."""
+def _singles_in_node_jobs(gpucluster):
+    """True when the per-node training jobs run in this session: each of them first trains every
+    GPU of its node alone (all at once), and that is the baseline; no job of its own is needed."""
+    return "node_training" in gpucluster.planned_fixtures
+
+
+def _baselines(gpucluster):
+    """node → (one-GPU summary, job id): every GPU of every node alone, from the per-node jobs;
+    or, when no per-node training test runs, one GPU of the first node in a job of its own."""
+    if _singles_in_node_jobs(gpucluster):
+        jobs = _per_node_jobs(gpucluster)
+        found = {n: (got[0]["single"], got[1]) for n, got in jobs.items() if isinstance(got, tuple)}
+        if not found:
+            failed = "; ".join(f"{n}: {got}" for n, got in jobs.items())
+            pytest.fail(f"no node trained on one GPU: every per-node training job failed ({failed})", pytrace=False)
+        return found
 
     def produce():
         plan = _plan(gpucluster)
@@ -40,21 +57,34 @@ def _baseline(gpucluster):
                                timeout_min=plan.timeout_min)  # fmt: skip
         results = gpucluster.run(train, spec, config=plan.config, modes=("single",), timeout_s=plan.timeout_s)
         summaries, job = _summaries(gpucluster, plan, results, ["single"])
-        return summaries["single"], job
+        return {summaries["single"].nodes[0]: (summaries["single"], job)}
 
     return gpucluster.once("train.baseline", produce)
 
 
-def _per_node_jobs(gpucluster, node):
-    """DDP then FSDP on all GPUs of each node: one job per node, all submitted at once, each
-    watched by the telemetry sampler (its first task samples the node while it trains)."""
+def _baseline(gpucluster, node=None):
+    """(summary, job id, what it is) of the one-GPU baseline a scaling efficiency divides by:
+    ``node``'s own GPUs alone where they were measured, else the median node's."""
+    bases = _baselines(gpucluster)
+    alone = "each GPU alone, all at once" if _singles_in_node_jobs(gpucluster) else "1 GPU alone"
+    if node in bases:
+        return (*bases[node], f"{node}, {alone}")
+    ordered = sorted(bases.values(), key=lambda b: b[0].tokens_per_s_per_gpu)
+    base, job = ordered[(len(ordered) - 1) // 2]
+    return base, job, f"{base.nodes[0]}{' (the median node)' if len(ordered) > 1 else ''}, {alone}"
+
+
+def _per_node_jobs(gpucluster):
+    """Each GPU alone, then DDP, then FSDP on all GPUs of each node: one job per node, all
+    submitted at once, each watched by the telemetry sampler (its first task samples the node
+    while it trains). node → (mode → summary, job id, telemetry) or the node's error."""
 
     def produce():
         plan = _plan(gpucluster)
         specs = {n: gpucluster.spec(f"train-{n}", nodelist=(n,), tasks_per_node=plan.ranks_per_node,
                                     gpus_per_node=plan.gpus_per_node, timeout_min=plan.timeout_min)
                  for n in gpucluster.nodes}  # fmt: skip
-        jobs = {n: gpucluster.submit(under_telemetry, spec, fn=train, config=plan.config, modes=tuple(MODES),
+        jobs = {n: gpucluster.submit(under_telemetry, spec, fn=train, config=plan.config, modes=NODE_MODES,
                                      timeout_s=plan.timeout_s)
                 for n, spec in specs.items()}  # fmt: skip
         out = {}
@@ -66,24 +96,24 @@ def _per_node_jobs(gpucluster, node):
                 continue
             runs = [dataclasses.replace(r, value=r.value.value) for r in results]
             sampled = [r.value.telemetry for r in results if r.value.telemetry is not None]
-            out[n] = (*_summaries(gpucluster, plan, runs, MODES), sampled)
+            out[n] = (*_summaries(gpucluster, plan, runs, NODE_MODES), sampled)
         return out
 
-    got = gpucluster.once("train.per_node", produce).get(node)
+    return gpucluster.once("train.per_node", produce)
+
+
+@pytest.fixture
+def node_training(gpucluster, node):
+    """``node``'s training job: (mode → summary, job id, telemetry samples)."""
+    got = _per_node_jobs(gpucluster).get(node)
     if isinstance(got, Exception) or got is None:
         pytest.fail(f"{node}: training job failed: {got}", pytrace=False)
     return got
 
 
-def _per_node(gpucluster, node):
-    """(mode → summary, job id) of the node's DDP and FSDP runs."""
-    runs, job, _ = _per_node_jobs(gpucluster, node)
-    return runs, job
-
-
-def _training_telemetry(gpucluster, node, record):
+def _training_telemetry(gpucluster, node, node_training, record):
     """What the sampler saw on ``node`` while it trained; its series are recorded."""
-    _, job, sampled = _per_node_jobs(gpucluster, node)
+    _, job, sampled = node_training
     mine = [t for t in sampled if t.node == node]
     if not mine:
         pytest.fail(f"job {job}: no telemetry came back from {node} while it trained", pytrace=False)
@@ -117,8 +147,9 @@ def _record(record, run: TrainingSummary, where: str) -> None:
            peak_memory_gib=run.peak_memory_gib, params=run.n_params)  # fmt: skip
 
 
-def _speed(run, base, where, job, gpucluster, thresholds, record):
+def _speed(run, baseline, where, job, gpucluster, thresholds, record):
     """tokens/s per GPU and scaling efficiency of ``run`` as measurements (scaling series recorded)."""
+    base, _, alone = baseline
     eff = 100.0 * run.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu
     record("series", name=f"train.{run.mode}.scaling", where=where, x_label="GPUs", y_label="tokens/s per GPU",
            points=[[1, base.tokens_per_s_per_gpu], [run.world_size, run.tokens_per_s_per_gpu]],
@@ -127,29 +158,31 @@ def _speed(run, base, where, job, gpucluster, thresholds, record):
     tps = run.tokens_per_s_per_gpu
     return [Measurement(f"train.{run.mode}.tokens_per_s_per_gpu", tps, "tokens/s", where, detail, job),
             Measurement(f"train.{run.mode}.scaling_efficiency", eff, "%", where,
-                        f"{detail}; 1 GPU alone: {base.tokens_per_s_per_gpu:.0f} tokens/s", job)]  # fmt: skip
+                        f"{detail}; one GPU ({alone}): {base.tokens_per_s_per_gpu:.0f} tokens/s", job)]  # fmt: skip
 
 
 def test_training_one_gpu(gpucluster, judge, record):
-    base, job = _baseline(gpucluster)
-    _record(record, base, base.nodes[0])
+    bases = _baselines(gpucluster)
+    for node, (base, _) in bases.items():
+        _record(record, base, node)
+    base, _, _ = _baseline(gpucluster)
     record("environment", facts={"training_model": _plan(gpucluster).note or
                                  f"{base.n_params / 1e6:.0f} M parameters, {base.dtype} on {base.device_name}"})
-    judge.problems(list(base.problems), f"job {job}: training on one GPU of {base.nodes[0]} is not correct")
+    problems = [f"{node} (job {job}): {p}" for node, (b, job) in bases.items() for p in b.problems]
+    judge.problems(problems, f"training on one GPU of {', '.join(bases)} is not correct")
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_training_on_node(gpucluster, judge, record, thresholds, node, mode):
-    runs, job = _per_node(gpucluster, node)
-    base, _ = _baseline(gpucluster)
+def test_training_on_node(gpucluster, judge, record, thresholds, node, mode, node_training):
+    runs, job, _ = node_training
     _record(record, runs[mode], node)
     judge.problems(list(runs[mode].problems), f"job {job}: {mode} training on {node} is not correct")
-    judge.all(_speed(runs[mode], base, node, job, gpucluster, thresholds, record))
+    judge.all(_speed(runs[mode], _baseline(gpucluster, node), node, job, gpucluster, thresholds, record))
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_training_mfu_on_node(gpucluster, judge, node, mode):
-    runs, job = _per_node(gpucluster, node)
+def test_training_mfu_on_node(gpucluster, judge, node, mode, node_training):
+    runs, job, _ = node_training
     run = runs[mode]
     if run.mfu_percent is None:
         why = "an fp32 CPU run" if run.dtype != "bf16" else f"no bf16 peak is known for {run.device_name!r}"
@@ -158,29 +191,29 @@ def test_training_mfu_on_node(gpucluster, judge, node, mode):
                       f"{_detail(run, gpucluster)}, peak {run.peak_tflops:g} TFLOP/s", job))  # fmt: skip
 
 
-def test_node_was_watched_while_training(gpucluster, judge, record, node):
-    nt, job = _training_telemetry(gpucluster, node, record)
+def test_node_was_watched_while_training(gpucluster, judge, record, node, node_training):
+    nt, job = _training_telemetry(gpucluster, node, node_training, record)
     problems = [f"{node}: {len(s)} {name} samples in {nt.wall_s:.1f} s at {nt.interval_s} s intervals"
                 for name, s in nt.node_series.items() if len(s) < 2]  # fmt: skip
     judge.problems(problems, f"job {job}: the telemetry sampler did not run while {node} trained")
 
 
 @pytest.mark.gpu
-def test_no_gpu_idles_while_its_peers_train(gpucluster, judge, record, node):
-    nt, job = _training_telemetry(gpucluster, node, record)
+def test_no_gpu_idles_while_its_peers_train(gpucluster, judge, record, node, node_training):
+    nt, job = _training_telemetry(gpucluster, node, node_training, record)
     fractions = telemetry.idle_fractions(telemetry.absolute_util([nt]))
     judge.all([Measurement("telemetry.gpu_idle_fraction", f.percent, "%", where=w, detail=f"training; {f.detail}",
                            job_id=job) for w, f in sorted(fractions.items())])  # fmt: skip
 
 
 @pytest.mark.gpu
-def test_no_gpu_throttles_while_training(gpucluster, judge, record, node):
-    nt, job = _training_telemetry(gpucluster, node, record)
+def test_no_gpu_throttles_while_training(gpucluster, judge, record, node, node_training):
+    nt, job = _training_telemetry(gpucluster, node, node_training, record)
     judge.problems(telemetry.throttle_problems([nt]), f"job {job}: on {node}, GPU clocks slowed down while training")
 
 
-def test_ddp_and_fsdp_agree(gpucluster, judge, node):
-    runs, job = _per_node(gpucluster, node)
+def test_ddp_and_fsdp_agree(judge, node, node_training):
+    runs, job, _ = node_training
     ddp, fsdp = runs["ddp"], runs["fsdp"]
     rel, tol = loss_agreement(ddp, fsdp)
     problems = [] if rel <= tol else [f"final losses DDP {ddp.losses[-1]:.5f} and FSDP {fsdp.losses[-1]:.5f} differ "
@@ -192,9 +225,8 @@ def test_ddp_and_fsdp_agree(gpucluster, judge, node):
 @pytest.mark.parametrize("mode", MODES)
 def test_training_across_nodes(gpucluster, judge, record, thresholds, mode):
     runs, job = _across_nodes(gpucluster)
-    base, _ = _baseline(gpucluster)
     where = f"{len(runs[mode].nodes)} nodes"
     _record(record, runs[mode], where)
     nodes = ", ".join(runs[mode].nodes)
     judge.problems(list(runs[mode].problems), f"job {job}: {mode} training across {nodes} is not correct")
-    judge.all(_speed(runs[mode], base, where, job, gpucluster, thresholds, record))
+    judge.all(_speed(runs[mode], _baseline(gpucluster), where, job, gpucluster, thresholds, record))

@@ -163,8 +163,9 @@ def train(ctx: TaskContext, *, config: TrainConfig, modes: Sequence[str] = ("ddp
           backend: str | None = None, timeout_s: float = 600.0) -> tuple[RunStats, ...]:  # fmt: skip
     """Train ``config`` once per mode on this task's GPU (or CPU); one RunStats per mode.
 
-    "single" trains without a wrapper or process group (one-GPU baseline); "ddp" and "fsdp" join
-    every task of the job in one process group.
+    "single" trains without a wrapper or collectives (the one-GPU baseline; in a job of several
+    tasks, every GPU trains alone at the same time); "ddp" and "fsdp" join every task of the job
+    in one process group.
     """
     import torch
 
@@ -194,6 +195,7 @@ def _run(ctx: TaskContext, cfg: TrainConfig, mode: str, device: Any) -> RunStats
 
     on_gpu = device.type == "cuda"
     world = 1 if mode == "single" else ctx.world_size
+    # Every task of a "single" run trains rank 0's data alone: the same baseline on each GPU.
     rank = 0 if mode == "single" else ctx.rank
     if on_gpu:
         gc.collect()
@@ -213,7 +215,7 @@ def _run(ctx: TaskContext, cfg: TrainConfig, mode: str, device: Any) -> RunStats
     mismatches = _replica_mismatches(model, rank, world) if mode == "ddp" else ()
     peak = int(torch.cuda.max_memory_allocated(device)) if on_gpu else 0
     stats = RunStats(
-        mode=mode, rank=rank, world_size=world, node=ctx.hostname, gpu=gpu_label(device, ctx.local_rank),
+        mode=mode, rank=ctx.rank, world_size=world, node=ctx.hostname, gpu=gpu_label(device, ctx.local_rank),
         device_name=torch.cuda.get_device_name(device) if on_gpu else "cpu",
         dtype="bf16" if on_gpu else "fp32", compiled=cfg.compile, n_params=n_params,
         tokens_per_step=cfg.micro_batch * cfg.seq_len * cfg.grad_accum, step_times_s=times, elapsed_s=elapsed,
