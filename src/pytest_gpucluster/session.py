@@ -34,6 +34,7 @@ from pytest_gpucluster.launch import JobSpec, TaskResult
 from pytest_gpucluster.launch.submitit_backend import SubmititJob, SubmititLauncher
 from pytest_gpucluster.profile import Config, Profile, ThresholdSet
 from pytest_gpucluster.results import ResultsDocument, now_iso
+from pytest_gpucluster.workloads.distributed import BACKEND_ENV
 
 R = TypeVar("R")
 PROPERTY = "gpucluster"  # key of every user_properties entry this plugin adds
@@ -257,6 +258,10 @@ class GpuClusterSession:
                     self.node_error or "no usable node to run on" + (f" (lost: {lost})" if lost else "")
                 )
         count = len(nodelist) if nodelist else (nodes or 1)
+        if not self.profile.gpus_are_real:
+            # The profile says its GPUs are not real (GRES only): workloads take the CPU stand-in
+            # path even on a host that has GPUs, as they would on the nodes the profile describes.
+            env = {BACKEND_ENV: "gloo", **(env or {})}
         if not nodelist and self.profile.executor == "slurm" and len(self.live_nodes) >= count:
             nodelist = self.live_nodes[:count]  # stay on the tested nodes; drained and lost ones excluded
         return JobSpec(

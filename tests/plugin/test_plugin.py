@@ -137,3 +137,28 @@ def test_failed_judgement_names_value_bound_and_place(gpc):
             "*n1:gpu2: gpu.temperature = 95 C is above the fail line 85 C*",
         ]
     )
+
+
+BACKEND = """
+import os
+from pytest_gpucluster.workloads.distributed import BACKEND_ENV, pick_backend
+
+def _backend(ctx):
+    return os.environ.get(BACKEND_ENV), pick_backend()
+
+def test_backend(gpucluster):
+    got = [r.value for r in gpucluster.run(_backend, gpucluster.spec("backend", gpus_per_node=0))]
+    print("BACKEND", got)
+"""
+
+
+def test_a_profile_without_real_gpus_runs_its_workloads_on_the_cpu_path(gpc):
+    # On a host with GPUs, a profile that says its GPUs are GRES only must not take the CUDA path:
+    # its jobs are told to use gloo, and every workload's backend choice follows that.
+    (gpc.path / "fake.toml").write_text((gpc.path / "thresholds.toml").read_text()
+                                        + '\n[profiles.cpuonly]\nextends = "local"\ngpus_are_real = false\n'
+                                        + 'gpus_per_node = 2\n')  # fmt: skip
+    gpc.makepyfile(BACKEND)
+    result = gpc.runpytest("--cluster=cpuonly", "--thresholds=fake.toml", "-s")
+    result.stdout.fnmatch_lines(["*BACKEND [[]('gloo', 'gloo')[]]"])
+    assert result.ret == 0

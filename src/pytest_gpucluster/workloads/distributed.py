@@ -4,17 +4,24 @@ so a dead or hung rank ends the job instead of the suite."""
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from pytest_gpucluster.workloads.context import TaskContext
 
+# Set in a job's environment by the login side to choose the backend for every workload of the
+# job (``gloo`` for a profile whose GPUs are not real, on a host that has some).
+BACKEND_ENV = "PYTEST_GPUCLUSTER_BACKEND"
+
 
 def pick_backend(requested: str | None = None) -> str:
-    """``nccl`` when CUDA is usable here, else ``gloo`` (or what was asked for)."""
+    """What was asked for, else what the job's environment names (``BACKEND_ENV``), else
+    ``nccl`` when CUDA is usable here and ``gloo`` when not."""
     import torch
 
+    requested = requested or os.environ.get(BACKEND_ENV)
     if requested and requested != "auto":
         return requested
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
