@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,8 +45,10 @@ def _profile(name: str, base: str, nodes: list[str]) -> str:
     return f'\n[profiles.{name}]\nextends = "{base}"\nnodes = {len(nodes)}\nnodelist = [{listed}]\n'
 
 
-def run_once(thresholds: Path, profile: str, tests: list[str], timeout_s: float) -> dict[str, Any]:
-    """One pytest process; wall time, outcomes and the jobs it submitted."""
+def run_once(thresholds: Path, profile: str, tests: list[str], timeout_s: float,
+             keep: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """One pytest process; wall time, outcomes and the jobs it submitted. With ``keep``, its
+    results file is kept there (``<profile>-<n>.json``)."""
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "results.json"
         argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--cluster={profile}",
@@ -54,6 +57,10 @@ def run_once(thresholds: Path, profile: str, tests: list[str], timeout_s: float)
         proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False)
         wall = time.monotonic() - t0
         doc = json.loads(results.read_text()) if results.exists() else {"tests": []}
+        if keep is not None and results.exists():
+            keep.mkdir(parents=True, exist_ok=True)
+            n = len(list(keep.glob(f"{profile}-*.json"))) + 1
+            shutil.copy(results, keep / f"{profile}-{n}.json")
     outcomes: dict[str, int] = {}
     jobs: set[str] = set()
     for t in doc["tests"]:
@@ -75,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-ratio", type=float, default=1.2)
     parser.add_argument("--timeout", type=float, default=600.0, help="per pytest run, seconds")
+    parser.add_argument("--keep", type=Path, default=None, help="folder to keep each run's results file in")
     parser.add_argument("tests", nargs="*", default=PER_NODE_TESTS)
     args = parser.parse_args(argv)
     many = f"scale{len(args.nodes)}"
@@ -85,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, list[dict[str, Any]]] = {"scale1": [], many: []}
         for _ in range(args.repeat):
             for profile in runs:  # interleaved, so a busy moment of the machine hits both alike
-                row = run_once(thresholds, profile, args.tests, args.timeout)
+                row = run_once(thresholds, profile, args.tests, args.timeout, args.keep)
                 runs[profile].append(row)
                 print(json.dumps(row), flush=True)
     one = statistics.median(r["wall_s"] for r in runs["scale1"])
