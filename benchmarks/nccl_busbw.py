@@ -63,19 +63,26 @@ def launcher_for(cluster: str | None, thresholds: Path, env: dict[str, str], *, 
                             queue_timeout_s=profile.queue_timeout_s)  # fmt: skip
 
 
+def sweep_arguments(ap: argparse.ArgumentParser, *, min_bytes: str, max_bytes: str, warmup_iters: int,
+                    iters: int) -> None:  # fmt: skip
+    """The options both NCCL benchmarks take: the sweep's shape and where its jobs run."""
+    ap.add_argument("--gpus", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--ops", nargs="+", default=["all_reduce", "all_gather", "reduce_scatter"])
+    ap.add_argument("--min-bytes", default=min_bytes)
+    ap.add_argument("--max-bytes", default=max_bytes)
+    ap.add_argument("--warmup-iters", type=int, default=warmup_iters)
+    ap.add_argument("--iters", type=int, default=iters)
+    ap.add_argument("--cluster", default=None, help="profile in thresholds.toml to submit through (Slurm)")
+    ap.add_argument("--thresholds", default="thresholds.toml")
+    ap.add_argument("--timeout-min", type=int, default=10)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the sweeps, print JSON lines, exit 1 when a target is missed."""
     defaults = NcclSettings()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gpus", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--ops", nargs="+", default=["all_reduce", "all_gather", "reduce_scatter"])
-    ap.add_argument("--min-bytes", default=str(defaults.min_bytes))
-    ap.add_argument("--max-bytes", default=str(defaults.max_bytes))
-    ap.add_argument("--warmup-iters", type=int, default=defaults.warmup_iters)
-    ap.add_argument("--iters", type=int, default=defaults.iters)
-    ap.add_argument("--cluster", default=None, help="profile in thresholds.toml to submit through (Slurm)")
-    ap.add_argument("--thresholds", default="thresholds.toml")
-    ap.add_argument("--timeout-min", type=int, default=10)
+    sweep_arguments(ap, min_bytes=str(defaults.min_bytes), max_bytes=str(defaults.max_bytes),
+                    warmup_iters=defaults.warmup_iters, iters=defaults.iters)  # fmt: skip
     args = ap.parse_args(argv)
     submitit_logs_to_stderr()  # stdout is JSON lines only
     min_bytes, max_bytes = parse_bytes(args.min_bytes, "--min-bytes"), parse_bytes(args.max_bytes, "--max-bytes")

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nccl_busbw import NO_NVLS, launcher_for  # benchmarks/ is on the path when run as a script
+from nccl_busbw import NO_NVLS, launcher_for, sweep_arguments  # benchmarks/ is on the path when run as a script
 
 from pytest_gpucluster.launch import JobSpec
 from pytest_gpucluster.launch.submitit_backend import submitit_logs_to_stderr
@@ -52,16 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     """Alternate the two tools for ``--rounds`` rounds; exit 1 when a median ratio misses."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nccl-tests", required=True, help="nccl-tests build directory (all_reduce_perf, ...)")
-    ap.add_argument("--gpus", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--ops", nargs="+", default=["all_reduce", "all_gather", "reduce_scatter"])
-    ap.add_argument("--min-bytes", default="64MiB")
-    ap.add_argument("--max-bytes", default="4GiB")
-    ap.add_argument("--warmup-iters", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=20)
+    sweep_arguments(ap, min_bytes="64MiB", max_bytes="4GiB", warmup_iters=5, iters=20)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--cluster", default=None, help="profile in thresholds.toml to submit through (Slurm)")
-    ap.add_argument("--thresholds", default="thresholds.toml")
-    ap.add_argument("--timeout-min", type=int, default=10)
     args = ap.parse_args(argv)
     submitit_logs_to_stderr()  # stdout is JSON lines only
     lo, hi = parse_bytes(args.min_bytes, "--min-bytes"), parse_bytes(args.max_bytes, "--max-bytes")

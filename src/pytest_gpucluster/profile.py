@@ -244,7 +244,9 @@ class Profile:
     nodes: int = 1
     nodelist: tuple[str, ...] = ()
     gpus_per_node: int | None = None  # None: as many as NVML finds (local only)
-    gpus_are_real: bool = True  # False: GPUs exist only as Slurm GRES (the project's test cluster)
+    # False: GPUs exist only as Slurm GRES (the project's test cluster); jobs then run every
+    # workload on the CPU path (gloo), also on a host that has GPUs.
+    gpus_are_real: bool = True
     gpu_model: str | None = None
     cpus_per_task: int | None = None
     mem_gb: int | None = None
