@@ -53,15 +53,27 @@ def expand_hostlist(hostlist: str) -> tuple[str, ...]:
     return tuple(run(["scontrol", "show", "hostnames", hostlist]).split())
 
 
-def job_nodes(job_id: str) -> tuple[str, ...]:
-    """The nodes a job ran or runs on, from accounting, else from the controller's memory of it."""
+def job_nodes(job_id: str, expected: int | None = None) -> tuple[str, ...]:
+    """The nodes a job ran or runs on, from accounting, else from the controller's memory of it.
+    When accounting lists fewer than ``expected`` nodes (its record can hold part of the
+    allocation, e.g. for a job cancelled right after it started), the controller is asked too and
+    its list is taken if it is the full one."""
     try:
         out = run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "NodeList"])
     except SlurmQueryError:
         record = controller_job(job_id) or {}
         return expand_hostlist(record.get("NodeList", ""))
     lines = [line.strip() for line in out.splitlines() if line.strip()]
-    return expand_hostlist(lines[0]) if lines else ()
+    nodes = expand_hostlist(lines[0]) if lines else ()
+    if expected is not None and len(nodes) != expected:
+        try:
+            record = controller_job(job_id) or {}
+        except SlurmQueryError:
+            return nodes
+        held = expand_hostlist(record.get("NodeList", ""))
+        if len(held) == expected:
+            return held
+    return nodes
 
 
 def parse_controller_job(text: str) -> dict[str, str]:

@@ -579,10 +579,10 @@ class SubmititLauncher:
             return (socket.gethostname(),)
         if job_id not in self._nodes_cache:
             try:
-                nodes = slurm.job_nodes(job_id)
+                nodes = slurm.job_nodes(job_id, expected)
             except Exception:
                 return ()
-            # Accounting may list part of the allocation while the job starts: keep only a full one.
+            # Neither may list the whole allocation yet while the job starts: keep only a full one.
             if nodes and (expected is None or len(nodes) == expected):
                 self._nodes_cache[job_id] = nodes
             return nodes
