@@ -215,3 +215,41 @@ def test_a_job_no_node_can_hold_is_refused_naming_what_the_nodes_offer(cluster: 
     assert f"node1 offers {cluster.gpus_per_node} GPU(s) (Gres=gpu:{cluster.gpus_per_node}) and 4 CPUs" in message
     assert launcher.live_job_ids() == []
     assert list(job_folder.iterdir()) == []  # nothing left behind
+
+
+def _slow_to_exit(ctx: object, hook_s: float, fail: bool) -> int:
+    import atexit
+    import os
+    import time
+
+    atexit.register(time.sleep, hook_s)  # stands in for torch's and CUDA's own teardown at exit
+    if fail:
+        raise RuntimeError("the workload failed on purpose")
+    return os.getpid()
+
+
+def _final_state(cluster: ClusterInfo, job_id: str, within_s: float) -> tuple[str, str]:
+    """(State, ExitCode) once accounting shows the job ended, within ``within_s``."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within_s:
+        out = slurm(cluster, "sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode").split()
+        if out and out[0].split("|")[0] not in ("PENDING", "RUNNING", "COMPLETING"):
+            state, code = out[0].split("|")
+            return state, code
+        time.sleep(0.25)
+    pytest.fail(f"job {job_id} still not ended after {within_s:.0f} s (sacct: {out})")
+
+
+def test_a_task_ends_once_its_result_is_written_with_the_workloads_exit_status(
+    cluster: ClusterInfo, job_folder: Path
+) -> None:
+    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug")
+    job = launcher.submit(_slow_to_exit, JobSpec("exits", nodes=1), hook_s=120.0, fail=False)
+    assert job.results()[0].value > 0
+    # Within 20 s, not after the 120 s exit hook: that hook never runs.
+    assert _final_state(cluster, job.job_id, within_s=20.0) == ("COMPLETED", "0:0")
+    failing = launcher.submit(_slow_to_exit, JobSpec("fails", nodes=1), hook_s=120.0, fail=True)
+    with pytest.raises(LaunchError, match="the workload failed on purpose"):
+        failing.results()
+    assert _final_state(cluster, failing.job_id, within_s=20.0) == ("FAILED", "1:0")
+    assert launcher.live_job_ids() == []

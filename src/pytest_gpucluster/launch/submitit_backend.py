@@ -12,6 +12,7 @@ at once instead of after submitit's own per-task grace period.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import pickle
@@ -92,8 +93,38 @@ def _run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[s
         master_port=master_port_for(job_id),
     )
     started = time.time()
-    value = fn(ctx, **kwargs)
+    try:
+        value = fn(ctx, **kwargs)
+    except BaseException:
+        _exit_once_written(1)
+        raise
+    _exit_once_written(0)
     return _TaskOutput(ctx, value, started, time.time(), process_start_time())
+
+
+def _exit_once_written(code: int) -> None:
+    """In a job's own process, end it as soon as submitit has written the task's result, with
+    ``code``: without this, Python's shutdown tears down torch, CUDA contexts and communicators
+    one object at a time (0.6–0.8 s on the 4×H200 machine, 0.25–0.35 s when skipped), and the
+    next job cannot start on the node until this one has ended. An exit hook registered now runs
+    before the ones the workload's imports registered (they run last-in, first-out), so none of
+    theirs run. Should writing the result fail after all, submitit raises and Python has set
+    ``sys.last_value`` before exit hooks run: the process then ends with 1. Anywhere else (a test
+    calling this function directly) it does nothing."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", "") != "submitit.core._submit":
+        return
+
+    def now() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        os._exit(1 if uncaught is not None else code)
+
+    atexit.register(now)
 
 
 def _tail(path: Path, lines: int = 25) -> str:
