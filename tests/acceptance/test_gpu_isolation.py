@@ -1,8 +1,10 @@
 """GPU isolation (seed 000, phase 4): inside a Slurm job the task sees exactly the GPUs it was
 allotted, concurrent jobs on one node get disjoint GPUs, --gpus-per-task=1 gives each task its
 own GPU, and nothing foreign holds memory on them. Without device cgroups: a warning, not a pass.
-Three jobs per run: the two half-node jobs that run at once (read by the first three tests)
-and the one-GPU-per-task job."""
+Two jobs per run on nodes of 4 GPUs or more: they run at once, each holding half of every node's
+GPUs; the first as one task per node, the second as one task per GPU (--gpus-per-task=1), so the
+pair also serves the one-GPU-per-task test. With 2 or 3 GPUs per node that test has a job of its
+own."""
 
 from __future__ import annotations
 
@@ -24,66 +26,76 @@ def _warn(lines):
 
 def _pair(gpucluster):
     """Two jobs at once, each holding half of every node's GPUs and waiting (bounded) until the
-    other runs too: (GPUs each asked for, first job's views, second job's views), once per run."""
+    other runs too: (GPUs each job holds per node, first job's views, second job's views, whether
+    the second ran one task per GPU), once per run."""
     half = gpucluster.gpus_per_node // 2
-    spec = gpucluster.spec("isolation-pair", all_nodes=True, gpus_per_node=half)
+    per_task = half >= 2
+    first = gpucluster.spec("isolation-pair", all_nodes=True, gpus_per_node=half)
+    second = (gpucluster.spec("isolation-pair-per-task", all_nodes=True, tasks_per_node=half, gpus_per_task=1)
+              if per_task else first)  # fmt: skip
     real = gpucluster.profile.gpus_are_real
 
     def produce():
         with tempfile.TemporaryDirectory(prefix="isolation-", dir=gpucluster.job_root) as hold:
-            a = gpucluster.submit(isolation.gpu_view, spec, real=real, hold_dir=hold, hold_as="a", hold_for="b")
-            b = gpucluster.submit(isolation.gpu_view, spec, real=real, hold_dir=hold, hold_as="b", hold_for="a")
+            a = gpucluster.submit(isolation.gpu_view, first, real=real, hold_dir=hold, hold_as="a", hold_for="b")
+            b = gpucluster.submit(isolation.gpu_view, second, real=real, hold_dir=hold, hold_as="b", hold_for="a")
             try:
-                first = [r.value for r in a.results()]
+                views_a = [r.value for r in a.results()]
             except BaseException:
                 b.cancel()
                 raise
-            return first, [r.value for r in b.results()]
+            return views_a, [r.value for r in b.results()]
 
-    return (half, *gpucluster.once(("isolation-pair",), produce))
+    return (half, *gpucluster.once(("isolation-pair",), produce), per_task)
 
 
 @pytest.fixture
 def half_node_views(gpucluster):
     """Every node, jobs holding half of the node's GPUs (so there are GPUs they must not see):
-    the two jobs of the concurrency test, which between them cover every GPU of every node; on
-    one-GPU nodes, a job of its own with that GPU."""
+    ``(GPUs per job, [(view, GPUs the task asked for)])`` for the two jobs of the concurrency
+    test, which between them cover every GPU of every node; on one-GPU nodes, a job of its own
+    with that GPU."""
     if gpucluster.gpus_per_node >= 2:
-        asked, first, second = _pair(gpucluster)
-        return asked, [*first, *second]
+        half, first, second, per_task = _pair(gpucluster)
+        return half, [(v, half) for v in first] + [(v, 1 if per_task else half) for v in second]
     spec = gpucluster.spec("isolation-view", all_nodes=True, gpus_per_node=1)
     real = gpucluster.profile.gpus_are_real
 
     def produce():
         return [r.value for r in gpucluster.run(isolation.gpu_view, spec, real=real)]
 
-    return 1, gpucluster.once(("isolation-view",), produce)
+    return 1, [(v, 1) for v in gpucluster.once(("isolation-view",), produce)]
 
 
 @pytest.mark.gpu(2, gres_only=True)
 def test_job_sees_exactly_its_gpus(half_node_views, profile, judge):
-    asked, views = half_node_views
-    found = [isolation.view_problems(v, asked, device_cgroups=profile.device_cgroups) for v in views]
+    holds, views = half_node_views
+    found = [isolation.view_problems(v, asked, device_cgroups=profile.device_cgroups, job_holds=holds)
+             for v, asked in views]  # fmt: skip
     _warn([w for _, ws in found for w in ws])
-    judge.problems([p for ps, _ in found for p in ps], f"jobs asking for {asked} GPU(s) do not see exactly those")
+    judge.problems([p for ps, _ in found for p in ps], f"tasks of jobs holding {holds} GPU(s) per node do not "
+                   "see exactly what they were given")  # fmt: skip
 
 
 @pytest.mark.gpu
 def test_no_foreign_process_on_the_jobs_gpus(half_node_views, judge):
     _, views = half_node_views
-    problems = [p for v in views for p in isolation.foreign_process_problems(v)]
+    problems = [p for v, _ in views for p in isolation.foreign_process_problems(v)]
     judge.problems(problems, "foreign processes hold the job's GPUs")
 
 
 @pytest.mark.gpu(2, gres_only=True)
 def test_concurrent_jobs_get_disjoint_gpus(gpucluster, judge):
-    _, first, second = _pair(gpucluster)
+    _, first, second, _ = _pair(gpucluster)
     judge.problems(isolation.disjoint_problems(first, second), "two jobs running at once share GPUs")
 
 
 @pytest.mark.gpu(2, gres_only=True)
 def test_gpus_per_task_gives_each_task_its_own_gpu(gpucluster, judge):
-    n = gpucluster.gpus_per_node
-    spec = gpucluster.spec("isolation-per-task", all_nodes=True, tasks_per_node=n, gpus_per_task=1)
-    views = [r.value for r in gpucluster.run(isolation.gpu_view, spec, real=gpucluster.profile.gpus_are_real)]
+    if gpucluster.gpus_per_node >= 4:
+        n, _, views, _ = _pair(gpucluster)
+    else:
+        n = gpucluster.gpus_per_node
+        spec = gpucluster.spec("isolation-per-task", all_nodes=True, tasks_per_node=n, gpus_per_task=1)
+        views = [r.value for r in gpucluster.run(isolation.gpu_view, spec, real=gpucluster.profile.gpus_are_real)]
     judge.problems(isolation.per_task_problems(views), f"{n} tasks with --gpus-per-task=1 do not each get one GPU")

@@ -98,3 +98,39 @@ def test_gpu_view_reads_the_environment(monkeypatch, tmp_path):
     assert (view.cuda_visible_devices, view.job_gpus, view.step_gpus) == ("1", "1", None)
     assert (view.nvml, view.peer_seen) == (None, True)
     assert iso.parse_list("NoDevFiles") == ()
+
+
+def test_a_task_of_a_gpus_per_task_job_is_judged_against_its_one_gpu_and_its_jobs_hold():
+    # Second job of the pair: 2 tasks per node, --gpus-per-task=1, the job holds GPUs 2 and 3.
+    # Whether the device cgroup is the step's (NVML shows 2) or the task's (NVML shows 1), the
+    # task sees its one GPU through CUDA; NVML showing all 4 means devices are not constrained.
+    step_cgroup = _view(1, cvd="3", job_gpus="2,3", step="3", nvml=_devices([2, 3]), torch_count=1,
+                        torch_uuids=("3aaa",))  # fmt: skip
+    task_cgroup = replace(step_cgroup, nvml=_devices([3]))
+    for view in (step_cgroup, task_cgroup):
+        assert iso.view_problems(view, 1, device_cgroups=True, job_holds=2) == ([], [])
+    loose = replace(step_cgroup, nvml=_devices([0, 1, 2, 3]))
+    assert iso.view_problems(loose, 1, device_cgroups=True, job_holds=2)[0] == [
+        "node1 (job 10, task 1): NVML inside the job sees 4 GPUs, the job was allotted 2: devices are not "
+        "constrained (ConstrainDevices=yes in cgroup.conf)"
+    ]
+    two = replace(step_cgroup, cuda_visible_devices="2,3", torch_count=2, torch_uuids=("2aaa", "3aaa"))
+    assert iso.view_problems(two, 1, device_cgroups=True, job_holds=2)[0][0] == (
+        "node1 (job 10, task 1): CUDA_VISIBLE_DEVICES='2,3' lists 2 GPU(s), the job asked for 1"
+    )
+    assert iso.foreign_process_problems(replace(step_cgroup, nvml=_devices([2, 3], {2: ((77, 900),)}))) == []
+    assert iso.foreign_process_problems(replace(step_cgroup, nvml=_devices([2, 3], {3: ((77, 900),)}))) == [
+        "node1:gpu3 (GPU-3aaa): process 77 holds 900 MiB (job 10 was given this GPU)"
+    ]
+
+
+def test_the_hold_barrier_meets_any_task_of_the_other_job_on_the_node(tmp_path):
+    # The per-task job's tasks 0 and 1 both wait for the one-task job's task 0, and it for them.
+    host = local_context().hostname
+    (tmp_path / f"a-{host}-0").touch()
+    view = iso.gpu_view(replace(local_context(), local_rank=1), real=False, hold_dir=str(tmp_path), hold_as="b",
+                        hold_for="a", timeout_s=1)  # fmt: skip
+    assert view.peer_seen is True
+    assert (tmp_path / f"b-{host}-1").exists()
+    alone = iso.gpu_view(local_context(), real=False, hold_dir=str(tmp_path), hold_as="a", hold_for="c", timeout_s=0.3)
+    assert alone.peer_seen is False

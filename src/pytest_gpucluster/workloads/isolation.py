@@ -103,11 +103,12 @@ def _torch_view() -> tuple[int, tuple[str, ...]]:
 
 
 def _hold(directory: str, mine: str, peer: str, timeout_s: float) -> bool:
-    """Leave ``mine`` and wait (bounded) for ``peer``: two jobs prove they ran at the same time."""
+    """Leave ``mine`` and wait (bounded) for a file whose name starts with ``peer``: two jobs
+    prove they ran at the same time (a job of one task per GPU has several tasks per node)."""
     Path(directory, mine).touch()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if peer in os.listdir(directory):
+        if any(name.startswith(peer) for name in os.listdir(directory)):
             return True
         time.sleep(0.2)
     return False
@@ -124,14 +125,13 @@ def gpu_view(
 ) -> GpuView:
     """Read this task's GPU view. NVML is read before torch so that the only processes on the
     job's GPUs are foreign ones. With ``hold_dir``, announce ``hold_as`` and wait for ``hold_for``
-    (file names per node) before returning, so two jobs overlap in time."""
+    (a file of any task of that job on this node) before returning, so two jobs overlap in time."""
     node = ctx.hostname or socket.gethostname()
     nvml, nvml_error = _nvml_devices() if real else (None, "")
     torch_count, torch_uuids = _torch_view() if real else (None, ())
     peer_seen = None
     if hold_dir:
-        tag = f"{node}-{ctx.local_rank}"
-        peer_seen = _hold(hold_dir, f"{hold_as}-{tag}", f"{hold_for}-{tag}", timeout_s)
+        peer_seen = _hold(hold_dir, f"{hold_as}-{node}-{ctx.local_rank}", f"{hold_for}-{node}-", timeout_s)
     return GpuView(
         node=node, rank=ctx.rank, job_id=ctx.job_id, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         job_gpus=os.environ.get("SLURM_JOB_GPUS"), step_gpus=os.environ.get("SLURM_STEP_GPUS"),
@@ -159,8 +159,11 @@ def allotted(view: GpuView) -> tuple[Device, ...]:
     return tuple(d for d in view.nvml if str(d.minor) in indices)
 
 
-def view_problems(view: GpuView, asked: int, *, device_cgroups: bool) -> tuple[list[str], list[str]]:
-    """(problems, warnings) for one task that asked for ``asked`` GPUs."""
+def view_problems(view: GpuView, asked: int, *, device_cgroups: bool,
+                  job_holds: int | None = None) -> tuple[list[str], list[str]]:  # fmt: skip
+    """(problems, warnings) for one task that asked for ``asked`` GPUs. ``job_holds``: what the
+    task's job holds on its node, when that is more (a task of a ``--gpus-per-task=1`` job): the
+    device cgroup may be the job's or the step's, so NVML may show that many, not more."""
     problems: list[str] = []
     warns: list[str] = []
     w = view.where
@@ -186,8 +189,9 @@ def view_problems(view: GpuView, asked: int, *, device_cgroups: bool) -> tuple[l
                          "open GPUs it was not given; only Slurm's view was checked")  # fmt: skip
         return problems, warns
     mine = allotted(view)
-    if len(view.nvml) > asked:
-        text = (f"{w}: NVML inside the job sees {len(view.nvml)} GPUs, the job was allotted {asked}: devices are not "
+    holds = max(asked, job_holds or 0)
+    if len(view.nvml) > holds:
+        text = (f"{w}: NVML inside the job sees {len(view.nvml)} GPUs, the job was allotted {holds}: devices are not "
                 "constrained (ConstrainDevices=yes in cgroup.conf)")  # fmt: skip
         (problems if device_cgroups else warns).append(text)
     else:
