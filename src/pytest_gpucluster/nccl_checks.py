@@ -21,7 +21,9 @@ from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
 from pytest_gpucluster.verdict import Measurement, judge
 from pytest_gpucluster.workloads.busbw import SweepResult, describe_judged
 from pytest_gpucluster.workloads.collectives import Groups, collective_sweeps
+from pytest_gpucluster.workloads.compute import ComputePlan, GpuCeiling, plan_compute
 from pytest_gpucluster.workloads.nccl_tests import run_nccl_tests
+from pytest_gpucluster.workloads.node_gpus import ceilings_then_sweeps
 from pytest_gpucluster.workloads.pairing import Isolation, Pair, isolate
 from pytest_gpucluster.workloads.telemetry import NodeTelemetry, under_telemetry
 
@@ -29,6 +31,10 @@ if TYPE_CHECKING:
     from pytest_gpucluster.session import GpuClusterSession
 
 CPU_TASKS_PER_NODE = 2  # without GPUs, two gloo processes per node still make a communicator
+# The tests (function names) and the fixture whose jobs may share the intra-node job.
+CEILINGS_TEST = "test_gpu_compute_and_memory"
+INTRA_NODE_TEST = "test_busbw_inside_node"
+TELEMETRY_FIXTURE = "node_telemetry"
 
 
 @dataclass(frozen=True)
@@ -81,22 +87,52 @@ def run_sweeps(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequenc
                nodelist: tuple[str, ...] | None = None, env: dict[str, str] | None = None,
                min_bytes: int | None = None, corrupt_rank: int | None = None) -> list[SweepResult]:  # fmt: skip
     """One job over ``nodelist`` (default: every tested node); every group's sweeps."""
-    sweeps, _ = _run(gc, name, groups=groups, ops=ops, nodelist=nodelist, env=env, min_bytes=min_bytes,
-                     corrupt_rank=corrupt_rank, sampled=False)  # fmt: skip
-    return sweeps
+    return _run(gc, name, groups=groups, ops=ops, nodelist=nodelist, env=env, min_bytes=min_bytes,
+                corrupt_rank=corrupt_rank, sampled=False).sweeps  # fmt: skip
+
+
+@dataclass(frozen=True)
+class IntraNodeRun:
+    """The run's intra-node job: every node's sweeps, what the telemetry sampler saw and, where
+    they rode along (``ceilings_ride_along``), every GPU's compute ceilings."""
+
+    sweeps: list[SweepResult]
+    telemetry: list[NodeTelemetry]
+    ceilings: list[GpuCeiling] | None = None
+    job_id: str = ""
+
+
+def _uses_nccl_tests(gc: GpuClusterSession, groups: Groups) -> bool:
+    s = gc.profile.nccl
+    return bool(s.nccl_tests_dir) and groups == "node" and gc.profile.gpus_are_real and gc.gpus_per_node > 0
+
+
+def ceilings_ride_along(gc: GpuClusterSession) -> ComputePlan | None:
+    """The compute test's plan when its ceilings are measured in the intra-node job, first, instead
+    of a job of their own: when this run has both that test and a test of the intra-node job
+    (sweeps or telemetry), the sweeps are torch's (not the nccl-tests binaries) and both take one
+    task per GPU (or the same number of CPU ranks). Two jobs one after the other would each pay
+    the scheduler's start of a job."""
+    if not gc.will_run(CEILINGS_TEST) or not (gc.will_run(INTRA_NODE_TEST) or TELEMETRY_FIXTURE in gc.planned_fixtures):
+        return None
+    plan = plan_compute(gc.profile.compute, gpus_per_node=gc.gpus_per_node, real_gpus=gc.profile.gpus_are_real)
+    if _uses_nccl_tests(gc, "node") or plan.ranks_per_node != tasks_per_node(gc):
+        return None
+    return plan
 
 
 def _run(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str],
          nodelist: tuple[str, ...] | None, env: dict[str, str] | None, min_bytes: int | None,
-         corrupt_rank: int | None, sampled: bool) -> tuple[list[SweepResult], list[NodeTelemetry]]:  # fmt: skip
-    """``run_sweeps``; with ``sampled`` the job runs under the telemetry sampler (one per node)."""
+         corrupt_rank: int | None, sampled: bool, ceilings: ComputePlan | None = None) -> IntraNodeRun:  # fmt: skip
+    """``run_sweeps``; with ``sampled`` the job runs under the telemetry sampler (one per node),
+    with ``ceilings`` each GPU's compute ceilings are measured first in the same job."""
     s = gc.profile.nccl
     memory = gpu_memory_bytes(gc.gpu_model) if gc.profile.gpus_are_real and gc.gpus_per_node else None
     if memory is not None:
         # Out of place: input and output buffers, plus the reference the result is checked against.
         check_fits(3 * s.max_bytes, memory, f"[profiles.{gc.profile.name}.nccl] max_bytes = {s.max_bytes} "
                    f"(3 buffers of that size on each {gc.gpu_model})")  # fmt: skip
-    use_tool = bool(s.nccl_tests_dir) and groups == "node" and gc.profile.gpus_are_real and gc.gpus_per_node > 0
+    use_tool = _uses_nccl_tests(gc, groups)
     if nodelist is None:
         spec = gc.spec(name, all_nodes=True, tasks_per_node=1 if use_tool else tasks_per_node(gc), env=env)
     else:
@@ -113,11 +149,24 @@ def _run(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str]
         kwargs = dict(ops=tuple(ops), min_bytes=min_bytes or s.min_bytes, max_bytes=s.max_bytes,
                       warmup_iters=s.warmup_iters, iters=s.iters, groups=groups, timeout_s=s.timeout_s,
                       corrupt_rank=corrupt_rank)  # fmt: skip
+    if ceilings is not None and fn is collective_sweeps:
+        both = gc.run(ceilings_then_sweeps, spec, compute=ceilings.config, **kwargs)
+        parts = [r.value for r in both]
+        sweeps_span = (min(p.sweeps_span[0] for p in parts), max(p.sweeps_span[1] for p in parts))
+        gc.note_parts(both[0].job_id, {
+            "compute": (min(p.ceilings_span[0] for p in parts), max(p.ceilings_span[1] for p in parts)),
+            "nccl": sweeps_span, "telemetry": sweeps_span,
+        })  # fmt: skip
+        return IntraNodeRun([sweep for p in parts for sweep in p.sweeps.value],
+                            [p.sweeps.telemetry for p in parts if p.sweeps.telemetry is not None],
+                            [p.ceiling for p in parts], both[0].job_id)  # fmt: skip
     if not sampled:
-        return [sweep for r in gc.run(fn, spec, **kwargs) for sweep in r.value], []
+        plain = gc.run(fn, spec, **kwargs)
+        return IntraNodeRun([sweep for r in plain for sweep in r.value], [], None, plain[0].job_id)
     wrapped = gc.run(under_telemetry, spec, fn=fn, **kwargs)
     sweeps = [sweep for r in wrapped for sweep in r.value.value]
-    return sweeps, [r.value.telemetry for r in wrapped if r.value.telemetry is not None]
+    return IntraNodeRun(sweeps, [r.value.telemetry for r in wrapped if r.value.telemetry is not None], None,
+                        wrapped[0].job_id)  # fmt: skip
 
 
 def _find(sweeps: Sequence[SweepResult], nodes: tuple[str, ...], op: str) -> SweepResult:
@@ -181,7 +230,7 @@ def intra_node(gc: GpuClusterSession, node: str, op: str) -> Check:
     ops = tuple(gc.profile.nccl.ops)
     if op not in ops:
         ops = (*ops, op)
-    sweeps, _ = _intra_node_job(gc, ops)
+    sweeps = intra_node_job(gc, ops).sweeps
 
     def again() -> SweepResult:
         redo = run_sweeps(gc, "nccl-intra-retry", groups="node", ops=(op,), env=_intra_env(gc),
@@ -191,17 +240,21 @@ def intra_node(gc: GpuClusterSession, node: str, op: str) -> Check:
     return _with_retries(gc, _find(sweeps, (node,), op), metric_name(gc, op, "intra_node"), again)
 
 
-def _intra_node_job(gc: GpuClusterSession, ops: tuple[str, ...]) -> tuple[list[SweepResult], list[NodeTelemetry]]:
-    """The run's one intra-node job: every node's sweeps, sampled by telemetry while they run."""
+def intra_node_job(gc: GpuClusterSession, ops: tuple[str, ...] | None = None) -> IntraNodeRun:
+    """The run's one intra-node job (the profile's collectives, or ``ops``): every node's sweeps,
+    sampled by telemetry while they run, after the compute ceilings where those ride along."""
+    ops = tuple(gc.profile.nccl.ops) if ops is None else ops
+    ceilings = ceilings_ride_along(gc)
+    name = "ceilings-nccl-intra" if ceilings is not None else "nccl-intra"
     return gc.once(("nccl", "intra_node", ops), lambda: _run(
-        gc, "nccl-intra", groups="node", ops=ops, nodelist=None, env=_intra_env(gc), min_bytes=None,
-        corrupt_rank=None, sampled=True))  # fmt: skip
+        gc, name, groups="node", ops=ops, nodelist=None, env=_intra_env(gc), min_bytes=None,
+        corrupt_rank=None, sampled=True, ceilings=ceilings))  # fmt: skip
 
 
 def intra_node_telemetry(gc: GpuClusterSession) -> list[NodeTelemetry]:
     """What the telemetry sampler saw on every node while the intra-node sweeps ran (runs them
     if no test has yet): the load the telemetry checks judge is the collective workload itself."""
-    return _intra_node_job(gc, tuple(gc.profile.nccl.ops))[1]
+    return intra_node_job(gc).telemetry
 
 
 RING = {"NCCL_ALGO": "Ring"}

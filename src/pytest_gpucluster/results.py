@@ -220,8 +220,9 @@ def _harness_parts(
 def timing_summary(tests: Iterable[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     """Where the run's time went: per area the tests' own durations (setup + call + teardown)
     and the time its workloads ran on the nodes (first task's start to last task's end of each
-    job, overlaps counted once); overall, the harness's share, i.e. wall time minus the time
-    any workload was running (submission, queueing, start-up, collection, pytest itself)."""
+    job, or of the area's part of a job that serves several; overlaps counted once); overall,
+    the harness's share, i.e. wall time minus the time any workload was running (submission,
+    queueing, start-up, collection, pytest itself)."""
     areas: dict[str, dict[str, Any]] = {}
     spans: dict[str, tuple[float, float]] = {}
     phases: dict[str, list[tuple[float, float]]] = {"scheduling": [], "start_up": [], "pickup": []}
@@ -232,7 +233,9 @@ def timing_summary(tests: Iterable[dict[str, Any]], wall_s: float) -> dict[str, 
         for job in test.get("jobs", []):
             if "ran_from" in job and "ran_to" in job:
                 span = (float(job["ran_from"]), float(job["ran_to"]))
-                area["spans"][str(job.get("job_id"))] = span
+                part = (job.get("parts") or {}).get(str(test.get("area")))
+                # A job serving several areas says when each one's part ran (``note_parts``).
+                area["spans"][str(job.get("job_id"))] = (float(part[0]), float(part[1])) if part else span
                 if str(job.get("job_id")) not in spans:
                     _job_phases(job, phases)
                 spans[str(job.get("job_id"))] = span

@@ -110,6 +110,9 @@ class GpuClusterSession:
         # Fixture names the selected, runnable tests use (set when the run starts): a check can
         # fold a measurement into a job that will run anyway instead of a job of its own.
         self.planned_fixtures: frozenset[str] = frozenset()
+        # The function names of those tests (``will_run``).
+        self.planned_tests: frozenset[str] = frozenset()
+        self._job_entries: dict[str, dict[str, Any]] = {}  # job id → its record (``note_parts``)
         self.current_item: pytest.Item | None = None
         self.status_lines: list[str] = []
         self._pending_since: dict[str, float] = {}
@@ -286,6 +289,7 @@ class GpuClusterSession:
         entry: dict[str, Any] = {"kind": "job", "job_id": job.job_id, "name": spec.name, "folder": str(job.folder),
                                  "submitted_at": round(job.submitted_epoch, 3)}  # fmt: skip
         self.record(entry)
+        self._job_entries[job.job_id] = entry
 
         def ran(start: float, end: float) -> None:
             # The same dict sits in the test's user_properties: the results file sees the update.
@@ -296,6 +300,18 @@ class GpuClusterSession:
 
         job.on_ran = ran
         return job
+
+    def note_parts(self, job_id: str, parts: Mapping[str, tuple[float, float]]) -> None:
+        """For a job that serves several areas: when each area's part of the workload ran
+        (epoch seconds, first task's start to last task's end), so the run's timing gives each
+        area its part and not the whole job."""
+        entry = self._job_entries.get(job_id)
+        if entry is not None:
+            entry["parts"] = {area: [round(a, 3), round(b, 3)] for area, (a, b) in parts.items()}
+
+    def will_run(self, *test_names: str) -> bool:
+        """Whether a selected test that is not skipped has one of these function names."""
+        return any(name in self.planned_tests for name in test_names)
 
     def run(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> list[TaskResult[R]]:
         """Submit, wait (bounded) and return one result per task."""
@@ -507,9 +523,9 @@ class GpuClusterSession:
     def pytest_runtestloop(self, session: pytest.Session) -> None:
         """Before the first test: note what the selected tests use, and start their light jobs
         together."""
-        self.planned_fixtures = frozenset(
-            name for item in session.items if not _skipped(item) for name in getattr(item, "fixturenames", ())
-        )
+        runnable = [item for item in session.items if not _skipped(item)]
+        self.planned_fixtures = frozenset(name for item in runnable for name in getattr(item, "fixturenames", ()))
+        self.planned_tests = frozenset(getattr(item, "originalname", item.name) for item in runnable)
         if session.config.option.collectonly or session.testsfailed or self.settings.is_xdist_worker:
             return
         started = self.start_ahead(list(session.items))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster import nccl_checks
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads.compute import burn, by_node, fractions_of_median, measure_ceilings, plan_compute
 
@@ -20,7 +21,11 @@ def _plan(gpucluster):
 
 
 def _all_gpus(gpucluster, fn, key):
-    """One job, one task per GPU on every node; results grouped by node."""
+    """One job, one task per GPU on every node; results grouped by node. The ceilings ride along
+    in the run's intra-node NCCL job, ahead of its sweeps, when this run has that job too."""
+    if fn is measure_ceilings and (plan := nccl_checks.ceilings_ride_along(gpucluster)) is not None:
+        shared = nccl_checks.intra_node_job(gpucluster)
+        return by_node(shared.ceilings or []), shared.job_id, plan
 
     def produce():
         plan = _plan(gpucluster)

@@ -52,3 +52,22 @@ def test_a_bound_above_the_measurement_fails_naming_node_size_and_bound(run_acce
     assert "node1+node2: nccl.all_reduce.inter_node" in run.output
     assert "isolation: could not isolate node1, node2" in run.output
     assert "round 1: node1+node2 FAIL" in run.output
+
+
+def test_compute_ceilings_ride_in_the_intra_node_job_when_both_run(run_acceptance):
+    run = run_acceptance("tests/acceptance/test_compute.py", "tests/acceptance/test_nccl.py", "-k",
+                         "compute_and_memory or inside_node")  # fmt: skip
+    assert run.returncode == 0, run.output
+    compute = [t for t in run.results["tests"] if "compute_and_memory" in t["nodeid"]]
+    intra = [t for t in run.results["tests"] if "inside_node" in t["nodeid"]]
+    assert len(compute) == 2 and len(intra) == 6
+    assert len({j for t in compute + intra for j in t["job_ids"]}) == 1  # one job: ceilings, then sweeps
+    (job,) = compute[0]["jobs"]
+    assert job["name"].endswith("-ceilings-nccl-intra")
+    (c_from, c_to), (n_from, n_to) = job["parts"]["compute"], job["parts"]["nccl"]
+    assert job["ran_from"] <= c_from < c_to <= n_to <= job["ran_to"] and c_from < n_from
+    wheres = {m["where"] for t in compute for m in t["measurements"]}
+    assert wheres == {f"node{n}:cpu{r}" for n in (1, 2) for r in (0, 1)}
+    areas = run.results["timing"]["areas"]  # each area is given its part of the job, not the whole
+    assert areas["compute"]["workload_s"] == pytest.approx(c_to - c_from, abs=0.11)
+    assert areas["nccl"]["workload_s"] == pytest.approx(n_to - n_from, abs=0.11)

@@ -98,6 +98,15 @@ class GpuCeiling:
 def measure_ceilings(ctx: TaskContext, *, config: ComputeConfig, backend: str | None = None,
                      timeout_s: float = 300.0) -> GpuCeiling:  # fmt: skip
     """GEMM TFLOP/s and copy TB/s of this task's GPU (or CPU), all tasks timed together."""
+    # gloo is enough for the barriers and needs no GPU memory or NVLink set-up.
+    with process_group(ctx, backend="gloo", timeout_s=timeout_s):
+        return ceilings_here(ctx, config=config, backend=backend)
+
+
+def ceilings_here(ctx: TaskContext, *, config: ComputeConfig, backend: str | None = None) -> GpuCeiling:
+    """``measure_ceilings`` inside the job's process group, whatever its backend: its barriers
+    start every task's timing together. What the GEMM and the copy kept cached is given back to
+    the GPU, so a workload that follows in the same process finds the memory free."""
     import torch
 
     on_gpu = pick_backend(backend) == "nccl"
@@ -106,10 +115,10 @@ def measure_ceilings(ctx: TaskContext, *, config: ComputeConfig, backend: str | 
         torch.cuda.set_device(device)
     else:
         torch.set_num_threads(1)  # one core per stand-in rank: ranks must not slow each other
-    # gloo is enough for the barriers and needs no GPU memory or NVLink set-up.
-    with process_group(ctx, backend="gloo", timeout_s=timeout_s) as _:
-        tflops, checked = _gemm(config, device)
-        tbps = _copy(config, device)
+    tflops, checked = _gemm(config, device)
+    tbps = _copy(config, device)
+    if on_gpu:
+        torch.cuda.empty_cache()
     return GpuCeiling(
         node=ctx.hostname, gpu=gpu_label(device, ctx.local_rank),
         device_name=torch.cuda.get_device_name(device) if on_gpu else "cpu",

@@ -39,10 +39,15 @@ def device_for(ctx: TaskContext, backend: str) -> Any:
 @contextmanager
 def process_group(ctx: TaskContext, *, backend: str | None = None, timeout_s: float = 300.0) -> Iterator[str]:
     """Initialise the default process group over TCP rendezvous at rank 0's host; yields the
-    backend. Destroyed on exit, also when the workload raises."""
+    backend. Destroyed on exit, also when the workload raises. Inside a group this process
+    already has (one workload running another's phases in the same job), that group serves and
+    stays: a second rendezvous on the same port could reach rank 0's old store before it closes."""
     import torch
     import torch.distributed as dist
 
+    if dist.is_initialized():
+        yield str(dist.get_backend())
+        return
     backend = pick_backend(backend)
     kwargs: dict[str, Any] = {}
     if backend == "nccl":
