@@ -134,3 +134,29 @@ def test_the_hold_barrier_meets_any_task_of_the_other_job_on_the_node(tmp_path):
     assert (tmp_path / f"b-{host}-1").exists()
     alone = iso.gpu_view(local_context(), real=False, hold_dir=str(tmp_path), hold_as="a", hold_for="c", timeout_s=0.3)
     assert alone.peer_seen is False
+
+
+def test_per_task_views_as_the_4xh200_machine_gave_them():
+    # --gpus-per-task=1, 2 tasks, the job holding GPUs 2 and 3 with device cgroups: task 1 held
+    # /dev/nvidia3 (NVML showed that one device) while its SLURM_STEP_GPUS said 2. Not a gres.conf
+    # order problem (File=/dev/nvidia[0-3]): no warning for a per-task task; CUDA's UUIDs name each
+    # task's GPU, so the two tasks are seen to differ even where NVML shows the step's GPUs.
+    t0 = _view(0, cvd="0", job_gpus="2,3", step="2", nvml=_devices([2]), torch_count=1, torch_uuids=("2aaa",),
+               gpus_per_task="1")  # fmt: skip
+    t1 = replace(t0, rank=1, nvml=_devices([3]), torch_uuids=("3aaa",))
+    for task in (t0, t1):
+        assert iso.view_problems(task, 1, device_cgroups=True, job_holds=2) == ([], [])
+    assert iso.per_task_problems([t0, t1]) == []
+    # The same with device cgroups per step: NVML shows both GPUs, and a process of task 0 on GPU 2
+    # is not foreign to task 1, whose GPU is 3.
+    step_wide = [replace(t, nvml=_devices([2, 3], {2: ((t0.pid + 1, 500),)})) for t in (t0, t1)]
+    for task in step_wide:
+        assert iso.view_problems(task, 1, device_cgroups=True, job_holds=2) == ([], [])
+    assert iso.per_task_problems(step_wide) == []
+    assert iso.foreign_process_problems(step_wide[1]) == []
+    outside = replace(t1, nvml=_devices([0, 1, 2, 3]), torch_uuids=("1aaa",))  # GPU 1 is not the job's
+    assert iso.view_problems(outside, 1, device_cgroups=False, job_holds=2)[0] == [
+        "node1 (job 10, task 1): CUDA sees GPU(s) ['1aaa'] outside the allotment ['2aaa', '3aaa']"
+    ]
+    shared = [t0, replace(t1, torch_uuids=("2aaa",))]
+    assert iso.per_task_problems(shared) == ["node1: tasks [0, 1] share 2aaa"]

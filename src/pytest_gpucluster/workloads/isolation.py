@@ -45,6 +45,7 @@ class GpuView:
     torch_uuids: tuple[str, ...] = ()
     pid: int = 0
     peer_seen: bool | None = None  # with a hold barrier: did the other job run at the same time
+    gpus_per_task: str | None = None  # SLURM_GPUS_PER_TASK: set in a --gpus-per-task job
 
     @property
     def where(self) -> str:
@@ -136,7 +137,7 @@ def gpu_view(
         node=node, rank=ctx.rank, job_id=ctx.job_id, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         job_gpus=os.environ.get("SLURM_JOB_GPUS"), step_gpus=os.environ.get("SLURM_STEP_GPUS"),
         nvml=nvml, nvml_error=nvml_error, torch_count=torch_count, torch_uuids=torch_uuids, pid=os.getpid(),
-        peer_seen=peer_seen,
+        peer_seen=peer_seen, gpus_per_task=os.environ.get("SLURM_GPUS_PER_TASK"),
     )  # fmt: skip
 
 
@@ -150,13 +151,25 @@ def _norm(uuid: str) -> str:
 
 def allotted(view: GpuView) -> tuple[Device, ...]:
     """The NVML devices Slurm gave the task: all of them when NVML sees only the allotment (device
-    cgroups), else those whose /dev/nvidiaN minor is in the allotted GRES indices."""
+    cgroups), else those whose /dev/nvidiaN minor is in the allotted GRES indices. A task of a
+    ``--gpus-per-task`` job: the one CUDA gives it, where it read one. Its SLURM_STEP_GPUS did not
+    always name it: Slurm 22.05.8 gave SLURM_STEP_GPUS=2 to the task that held /dev/nvidia3 (the
+    4×H200 machine, gres.conf File=/dev/nvidia[0-3], the job holding GPUs 2 and 3)."""
     if view.nvml is None:
         return ()
-    indices = parse_list(view.step_gpus) or parse_list(view.job_gpus)
-    if len(view.nvml) <= len(indices) or not indices:
-        return view.nvml
-    return tuple(d for d in view.nvml if str(d.minor) in indices)
+    if view.gpus_per_task and view.torch_uuids:
+        cuda = {_norm(u) for u in view.torch_uuids}
+        own = tuple(d for d in view.nvml if _norm(d.uuid) in cuda)
+        if own:
+            return own
+    return _of(view, parse_list(view.step_gpus) or parse_list(view.job_gpus))
+
+
+def _of(view: GpuView, indices: tuple[str, ...]) -> tuple[Device, ...]:
+    nvml = view.nvml or ()
+    if len(nvml) <= len(indices) or not indices:
+        return nvml
+    return tuple(d for d in nvml if str(d.minor) in indices)
 
 
 def view_problems(view: GpuView, asked: int, *, device_cgroups: bool,
@@ -194,15 +207,20 @@ def view_problems(view: GpuView, asked: int, *, device_cgroups: bool,
         text = (f"{w}: NVML inside the job sees {len(view.nvml)} GPUs, the job was allotted {holds}: devices are not "
                 "constrained (ConstrainDevices=yes in cgroup.conf)")  # fmt: skip
         (problems if device_cgroups else warns).append(text)
-    else:
+    elif not view.gpus_per_task:  # a per-task SLURM_STEP_GPUS may not name the task's GPU (``allotted``)
         minors = sorted(str(d.minor) for d in mine)
         if slurm and all(s.isdigit() for s in slurm) and minors != sorted(slurm):
             warns.append(f"{w}: the job holds /dev/nvidia{{{','.join(minors)}}} but Slurm names GRES indices "
                          f"{list(slurm)}; gres.conf may not list devices in minor-number order")  # fmt: skip
     if view.torch_uuids:
         seen = {_norm(u) for u in view.torch_uuids}
-        given = {_norm(d.uuid) for d in mine}
-        if seen != given:
+        if view.gpus_per_task:  # the task's own GPU is the one CUDA gives it: one of its job's
+            given = {_norm(d.uuid) for d in _of(view, parse_list(view.job_gpus))}
+            wrong = bool(seen - given)
+        else:
+            given = {_norm(d.uuid) for d in mine}
+            wrong = seen != given
+        if wrong:
             problems.append(f"{w}: CUDA sees GPU(s) {sorted(seen - given) or sorted(seen)} outside the allotment "
                             f"{sorted(given)}")  # fmt: skip
     return problems, warns
@@ -238,11 +256,12 @@ def disjoint_problems(first: Sequence[GpuView], second: Sequence[GpuView]) -> li
 
 
 def per_task_problems(views: Sequence[GpuView]) -> list[str]:
-    """With ``--gpus-per-task=1``: each task sees exactly one GPU, and tasks of a node differ."""
+    """With ``--gpus-per-task=1``: each task sees exactly one GPU, and tasks of a node differ.
+    A task's GPU is the one CUDA gives it (its UUID) where it read one (see ``allotted``)."""
     problems: list[str] = []
     by_node: dict[str, list[tuple[GpuView, set[str]]]] = {}
     for v in views:
-        ids = _identities(v)
+        ids = {_norm(u) for u in v.torch_uuids} or _identities(v)
         visible = len(v.nvml) if v.nvml is not None and len(v.nvml) <= 1 else len(parse_list(v.cuda_visible_devices))
         if len(ids) != 1 or visible != 1:
             problems.append(f"{v.where}: sees {visible} GPU(s) {sorted(ids)} (CUDA_VISIBLE_DEVICES="
