@@ -62,6 +62,8 @@ _FAILED_TASK_GRACE_S = 20.0
 _RESULT_LAG_S = 10.0
 # For this long after submission the wait polls at the launcher's poll_s, then at most once a second.
 _QUICK_LOOK_S = 30.0
+# Local executor: how long a job's processes may take to end after the last result was written.
+_LOCAL_EXIT_LIMIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -360,6 +362,14 @@ class SubmititJob(Generic[R]):
         grace = self._launcher.failed_task_grace_s
         return first is not None and now - first > grace and len(self._checked_pickles) < len(tasks)
 
+    def _until_processes_end(self, limit_s: float) -> None:
+        """Local executor: results are read as soon as they are written. Wait (bounded) for the
+        job's processes to end as well, so the next job does not share the GPUs with their exit
+        and no process is left behind unreaped (Python warns about those)."""
+        deadline = time.monotonic() + limit_s
+        while self._state(force=True) == "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def results(self, *, lag_s: float | None = None) -> list[TaskResult[R]]:
         """One result per task, ordered by rank; a failed task raises LaunchError naming it.
         ``lag_s``: how long missing results are waited for after the job ended (by default
@@ -374,6 +384,8 @@ class SubmititJob(Generic[R]):
         deadline = time.monotonic() + lag
         while not all(t.paths.result_pickle.exists() for t in tasks) and time.monotonic() < deadline:
             time.sleep(0.5)
+        if self._launcher.executor == "local":
+            self._until_processes_end(_LOCAL_EXIT_LIMIT_S)
         out: list[TaskResult[R]] = []
         failed: list[tuple[int, str]] = []  # (task index, why)
         for index, task in enumerate(tasks):
