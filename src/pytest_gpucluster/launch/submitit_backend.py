@@ -44,8 +44,8 @@ _ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_ME
 _GRACE_S = 90.0
 _SACCT_EVERY_S = 3.0
 # For a job's first _QUICK_LOOK_S, its state is asked for this often: a short job that ends
-# without results (a task crashed or was killed) is then seen gone within a second, not three.
-_QUICK_STATE_S = 1.0
+# without results (a task crashed or was killed) is then seen gone within half a second.
+_QUICK_STATE_S = 0.5
 # Once some tasks of a job have their results, the job is about to end (or a task failed): its
 # state is asked for this often instead, so its end is seen without waiting out _SACCT_EVERY_S.
 _ENDING_CHECK_S = 0.5
@@ -60,8 +60,11 @@ _NOT_RESPONDING_GRACE_S = 10.0
 _FAILED_TASK_GRACE_S = 20.0
 # How long results may lag behind the end of the job on a shared filesystem.
 _RESULT_LAG_S = 10.0
-# For this long after submission the wait polls at the launcher's poll_s, then at most once a second.
+# For this long after submission the job's state is asked for every _QUICK_STATE_S, then every
+# _SACCT_EVERY_S (result files are looked for every poll_s throughout).
 _QUICK_LOOK_S = 30.0
+# How often the result files of all tasks are read for a failed task while the job runs.
+_FAILED_SCAN_S = 1.0
 # Local executor: how long a job's processes may take to end after the last result was written.
 _LOCAL_EXIT_LIMIT_S = 10.0
 
@@ -158,6 +161,8 @@ class SubmititJob(Generic[R]):
         self._first_failure: float | None = None
         self._final_state: str | None = None  # once wait() has seen the job end
         self._some_results = False  # some, not all, tasks have written their result
+        self._written = 0  # tasks 0 .. _written-1 are known to have written their result
+        self._last_failed_scan = 0.0
         # Called with (first task's start, last task's end), epoch seconds, once results are in.
         self.on_ran: Callable[[float, float], None] | None = None
         # Epoch seconds the first task's process started, once results are in (0: not known).
@@ -196,10 +201,14 @@ class SubmititJob(Generic[R]):
         return state
 
     def _finished(self, state: str) -> bool:
-        written = [t.paths.result_pickle.exists() for t in self._tasks()]
-        if all(written):
+        # Looks from the first task not yet seen with a result: one file per poll while the job
+        # runs, however many tasks it has (512 at 64 × 8 on a shared filesystem).
+        tasks = self._tasks()
+        while self._written < len(tasks) and tasks[self._written].paths.result_pickle.exists():
+            self._written += 1
+        if self._written == len(tasks):
             return True
-        self._some_results = any(written)
+        self._some_results = self._written > 0
         if self._launcher.executor == "local":
             return state != "RUNNING"
         if state == "GONE" or state.startswith(_ENDED):
@@ -288,12 +297,12 @@ class SubmititJob(Generic[R]):
                 if self._launcher.executor == "slurm" and now - last_node_check >= _NODE_CHECK_S:
                     last_node_check = now
                     self._check_nodes(state, now, not_responding_since)
-                if self._a_task_failed_long_ago(now):
-                    self.cancel()
-                    return "CANCELLED"
-            # Short jobs are most of a run: look often at first, then back off, since every look
-            # stats each task's result file on the shared filesystem (512 files at 64 × 8 tasks).
-            time.sleep(self._launcher.poll_s if quick else max(1.0, self._launcher.poll_s))
+                if now - self._last_failed_scan >= _FAILED_SCAN_S:
+                    self._last_failed_scan = now
+                    if self._a_task_failed_long_ago(now):
+                        self.cancel()
+                        return "CANCELLED"
+            time.sleep(self._launcher.poll_s)
 
     def _within_limit(self, state: str, running_s: float, limit_s: float) -> None:
         """Cancel and raise WallTimeoutError once the job ran past its limit and Slurm's grace."""
