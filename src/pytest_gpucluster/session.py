@@ -525,7 +525,10 @@ class GpuClusterSession:
         together."""
         runnable = [item for item in session.items if not _skipped(item)]
         self.planned_fixtures = frozenset(name for item in runnable for name in getattr(item, "fixturenames", ()))
-        self.planned_tests = frozenset(getattr(item, "originalname", item.name) for item in runnable)
+        # An xdist worker holds every item but runs only those it is handed: it cannot tell which
+        # tests run beside its own, so no measurement rides in another test's job there.
+        if not self.settings.is_xdist_worker:
+            self.planned_tests = frozenset(getattr(item, "originalname", item.name) for item in runnable)
         if session.config.option.collectonly or session.testsfailed or self.settings.is_xdist_worker:
             return
         started = self.start_ahead(list(session.items))

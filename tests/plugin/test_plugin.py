@@ -162,3 +162,30 @@ def test_a_profile_without_real_gpus_runs_its_workloads_on_the_cpu_path(gpc):
     result = gpc.runpytest("--cluster=cpuonly", "--thresholds=fake.toml", "-s")
     result.stdout.fnmatch_lines(["*BACKEND [[]('gloo', 'gloo')[]]"])
     assert result.ret == 0
+
+
+WILL_RUN = """
+import os
+import pytest
+
+def test_a(gpucluster):
+    assert gpucluster.will_run("test_b") is (os.environ["EXPECT_B"] == "1")
+    assert not gpucluster.will_run("test_off")
+
+def test_b():
+    pass
+
+@pytest.mark.skip(reason="off")
+def test_off():
+    pass
+"""
+
+
+def test_will_run_knows_the_selected_tests_except_on_an_xdist_worker(gpc, monkeypatch):
+    # A measurement rides in another test's job only where that test surely runs in this process.
+    gpc.makepyfile(WILL_RUN)
+    monkeypatch.setenv("EXPECT_B", "1")
+    gpc.runpytest_subprocess().assert_outcomes(passed=2, skipped=1)
+    monkeypatch.setenv("EXPECT_B", "0")
+    gpc.runpytest_subprocess("-k", "test_a or test_off").assert_outcomes(passed=1, skipped=1)
+    gpc.runpytest_subprocess("-n", "2").assert_outcomes(passed=2, skipped=1)  # a worker cannot tell
