@@ -160,3 +160,9 @@ def test_per_task_views_as_the_4xh200_machine_gave_them():
     ]
     shared = [t0, replace(t1, torch_uuids=("2aaa",))]
     assert iso.per_task_problems(shared) == ["node1: tasks [0, 1] share 2aaa"]
+    # SLURM_STEP_GPUS as Slurm documents it (the step's GPUs) is no fault either; three are.
+    assert iso.view_problems(replace(t1, step_gpus="2,3"), 1, device_cgroups=True, job_holds=2) == ([], [])
+    assert iso.view_problems(replace(t1, step_gpus="1,2,3"), 1, device_cgroups=True, job_holds=2)[0] == [
+        "node1 (job 10, task 1): Slurm allotted GPU(s) ['1', '2', '3'] (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job "
+        "asked for 1"
+    ]

@@ -188,7 +188,9 @@ def view_problems(view: GpuView, asked: int, *, device_cgroups: bool,
             f"{w}: CUDA_VISIBLE_DEVICES={cvd!r} lists {len(parse_list(cvd))} GPU(s), the job asked for {asked}"
         )
     slurm = parse_list(view.step_gpus) or parse_list(view.job_gpus)
-    if len(slurm) != asked:
+    # A per-task task's SLURM_STEP_GPUS may name its own GPU or the whole step's (the variable is
+    # the step's in Slurm's documentation); either count is Slurm's allotment, not a fault.
+    if len(slurm) != asked and not (view.gpus_per_task and len(slurm) == max(asked, job_holds or 0)):
         problems.append(
             f"{w}: Slurm allotted GPU(s) {list(slurm)} (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for {asked}"
         )
