@@ -158,8 +158,8 @@ def test_per_task_views_as_the_4xh200_machine_gave_them():
     assert iso.view_problems(outside, 1, device_cgroups=False, job_holds=2)[0] == [
         "node1 (job 10, task 1): CUDA sees GPU(s) ['1aaa'] outside the allotment ['2aaa', '3aaa']"
     ]
-    shared = [t0, replace(t1, torch_uuids=("2aaa",))]
-    assert iso.per_task_problems(shared) == ["node1: tasks [0, 1] share 2aaa"]
+    shared = [step_wide[0], replace(step_wide[1], torch_uuids=("2aaa",))]  # CUDA gives both tasks GPU 2
+    assert iso.per_task_problems(shared) == ["node1: tasks [0, 1] share GPU-2aaa"]
     # SLURM_STEP_GPUS as Slurm documents it (the step's GPUs) is no fault either; three are.
     assert iso.view_problems(replace(t1, step_gpus="2,3"), 1, device_cgroups=True, job_holds=2) == ([], [])
     assert iso.view_problems(replace(t1, step_gpus="1,2,3"), 1, device_cgroups=True, job_holds=2)[0] == [

@@ -263,7 +263,7 @@ def per_task_problems(views: Sequence[GpuView]) -> list[str]:
     problems: list[str] = []
     by_node: dict[str, list[tuple[GpuView, set[str]]]] = {}
     for v in views:
-        ids = {_norm(u) for u in v.torch_uuids} or _identities(v)
+        ids = _identities(v)
         visible = len(v.nvml) if v.nvml is not None and len(v.nvml) <= 1 else len(parse_list(v.cuda_visible_devices))
         if len(ids) != 1 or visible != 1:
             problems.append(f"{v.where}: sees {visible} GPU(s) {sorted(ids)} (CUDA_VISIBLE_DEVICES="
