@@ -11,7 +11,7 @@ re-measured up to ``nccl.retries`` times; the verdict uses the lowest busbw over
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,8 @@ from pytest_gpucluster.workloads.busbw import SweepResult, describe_judged
 from pytest_gpucluster.workloads.collectives import Groups, collective_sweeps
 from pytest_gpucluster.workloads.compute import ComputePlan, GpuCeiling, plan_compute
 from pytest_gpucluster.workloads.nccl_tests import run_nccl_tests
-from pytest_gpucluster.workloads.node_gpus import ceilings_then_sweeps
+from pytest_gpucluster.workloads.node_gpus import node_gpus_job
+from pytest_gpucluster.workloads.node_probe import NodeProbe
 from pytest_gpucluster.workloads.pairing import Isolation, Pair, isolate
 from pytest_gpucluster.workloads.telemetry import NodeTelemetry, under_telemetry
 
@@ -35,6 +36,9 @@ CPU_TASKS_PER_NODE = 2  # without GPUs, two gloo processes per node still make a
 CEILINGS_TEST = "test_gpu_compute_and_memory"
 INTRA_NODE_TEST = "test_busbw_inside_node"
 TELEMETRY_FIXTURE = "node_telemetry"
+# The fixtures that read the node probe, and the areas (test files) they serve.
+PROBE_FIXTURES = ("nodes_gpus", "ib_nodes", "inventory", "diag_runs")
+PROBE_AREAS = ("gpu_health", "infiniband", "inventory", "dcgm")
 
 
 @dataclass(frozen=True)
@@ -94,17 +98,34 @@ def run_sweeps(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequenc
 @dataclass(frozen=True)
 class IntraNodeRun:
     """The run's intra-node job: every node's sweeps, what the telemetry sampler saw and, where
-    they rode along (``ceilings_ride_along``), every GPU's compute ceilings."""
+    they rode along, every GPU's compute ceilings (``ceilings_ride_along``) and every node's
+    probe (``probe_rides_along``, node → NodeProbe)."""
 
     sweeps: list[SweepResult]
     telemetry: list[NodeTelemetry]
     ceilings: list[GpuCeiling] | None = None
     job_id: str = ""
+    probes: dict[str, NodeProbe] | None = None
 
 
 def _uses_nccl_tests(gc: GpuClusterSession, groups: Groups) -> bool:
     s = gc.profile.nccl
     return bool(s.nccl_tests_dir) and groups == "node" and gc.profile.gpus_are_real and gc.gpus_per_node > 0
+
+
+def _intra_job_planned(gc: GpuClusterSession) -> bool:
+    """Whether this run has the intra-node job, as torch's sweeps (not the nccl-tests binaries):
+    a test of its sweeps or of the telemetry it samples is selected."""
+    planned = gc.will_run(INTRA_NODE_TEST) or TELEMETRY_FIXTURE in gc.planned_fixtures
+    return planned and not _uses_nccl_tests(gc, "node")
+
+
+def probe_rides_along(gc: GpuClusterSession) -> bool:
+    """Whether the node probe (GPU health, InfiniBand, inventory, dcgmi) is read in the intra-node
+    job, first, instead of a job of its own started ahead: when this run has both. The probe holds
+    every GPU, as that job does; one job fewer is one start of a job fewer, and the GPUs are then
+    free at the start of the run for the isolation pair (``test_gpu_isolation.py``)."""
+    return _intra_job_planned(gc) and any(f in gc.planned_fixtures for f in PROBE_FIXTURES)
 
 
 def ceilings_ride_along(gc: GpuClusterSession) -> ComputePlan | None:
@@ -113,19 +134,21 @@ def ceilings_ride_along(gc: GpuClusterSession) -> ComputePlan | None:
     (sweeps or telemetry), the sweeps are torch's (not the nccl-tests binaries) and both take one
     task per GPU (or the same number of CPU ranks). Two jobs one after the other would each pay
     the scheduler's start of a job."""
-    if not gc.will_run(CEILINGS_TEST) or not (gc.will_run(INTRA_NODE_TEST) or TELEMETRY_FIXTURE in gc.planned_fixtures):
+    if not gc.will_run(CEILINGS_TEST) or not _intra_job_planned(gc):
         return None
     plan = plan_compute(gc.profile.compute, gpus_per_node=gc.gpus_per_node, real_gpus=gc.profile.gpus_are_real)
-    if _uses_nccl_tests(gc, "node") or plan.ranks_per_node != tasks_per_node(gc):
+    if plan.ranks_per_node != tasks_per_node(gc):
         return None
     return plan
 
 
 def _run(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str],
          nodelist: tuple[str, ...] | None, env: dict[str, str] | None, min_bytes: int | None,
-         corrupt_rank: int | None, sampled: bool, ceilings: ComputePlan | None = None) -> IntraNodeRun:  # fmt: skip
+         corrupt_rank: int | None, sampled: bool, ceilings: ComputePlan | None = None,
+         probe: bool = False) -> IntraNodeRun:  # fmt: skip
     """``run_sweeps``; with ``sampled`` the job runs under the telemetry sampler (one per node),
-    with ``ceilings`` each GPU's compute ceilings are measured first in the same job."""
+    with ``ceilings`` each GPU's compute ceilings are measured first in the same job, with
+    ``probe`` every node's probe is read before anything else."""
     s = gc.profile.nccl
     memory = gpu_memory_bytes(gc.gpu_model) if gc.profile.gpus_are_real and gc.gpus_per_node else None
     if memory is not None:
@@ -149,17 +172,23 @@ def _run(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str]
         kwargs = dict(ops=tuple(ops), min_bytes=min_bytes or s.min_bytes, max_bytes=s.max_bytes,
                       warmup_iters=s.warmup_iters, iters=s.iters, groups=groups, timeout_s=s.timeout_s,
                       corrupt_rank=corrupt_rank)  # fmt: skip
-    if ceilings is not None and fn is collective_sweeps:
-        both = gc.run(ceilings_then_sweeps, spec, compute=ceilings.config, **kwargs)
+    if (ceilings is not None or probe) and fn is collective_sweeps:
+        both = gc.run(node_gpus_job, spec, compute=ceilings.config if ceilings else None, probe=probe,
+                      shared_fs=gc.profile.shared_fs, **kwargs)  # fmt: skip
         parts = [r.value for r in both]
-        sweeps_span = (min(p.sweeps_span[0] for p in parts), max(p.sweeps_span[1] for p in parts))
-        gc.note_parts(both[0].job_id, {
-            "compute": (min(p.ceilings_span[0] for p in parts), max(p.ceilings_span[1] for p in parts)),
-            "nccl": sweeps_span, "telemetry": sweeps_span,
-        })  # fmt: skip
+        sweeps_span = _span(p.sweeps_span for p in parts)
+        areas = {"nccl": sweeps_span, "telemetry": sweeps_span}
+        if ceilings is not None:
+            areas["compute"] = _span(p.ceilings_span for p in parts)
+        probes = {p.probe.node: p.probe for p in parts if p.probe is not None}
+        if probe:
+            probe_span = _span(p.probe_span for p in parts if p.probe is not None)
+            areas.update(dict.fromkeys(PROBE_AREAS, probe_span))
+        gc.note_parts(both[0].job_id, areas)
         return IntraNodeRun([sweep for p in parts for sweep in p.sweeps.value],
                             [p.sweeps.telemetry for p in parts if p.sweeps.telemetry is not None],
-                            [p.ceiling for p in parts], both[0].job_id)  # fmt: skip
+                            [p.ceiling for p in parts if p.ceiling is not None] if ceilings is not None else None,
+                            both[0].job_id, probes if probe else None)  # fmt: skip
     if not sampled:
         plain = gc.run(fn, spec, **kwargs)
         return IntraNodeRun([sweep for r in plain for sweep in r.value], [], None, plain[0].job_id)
@@ -167,6 +196,12 @@ def _run(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str]
     sweeps = [sweep for r in wrapped for sweep in r.value.value]
     return IntraNodeRun(sweeps, [r.value.telemetry for r in wrapped if r.value.telemetry is not None], None,
                         wrapped[0].job_id)  # fmt: skip
+
+
+def _span(spans: Iterable[tuple[float, float] | None]) -> tuple[float, float]:
+    """First start to last end of the tasks' spans of one phase."""
+    known = [s for s in spans if s is not None]
+    return (min(s[0] for s in known), max(s[1] for s in known)) if known else (0.0, 0.0)
 
 
 def _find(sweeps: Sequence[SweepResult], nodes: tuple[str, ...], op: str) -> SweepResult:
@@ -242,13 +277,15 @@ def intra_node(gc: GpuClusterSession, node: str, op: str) -> Check:
 
 def intra_node_job(gc: GpuClusterSession, ops: tuple[str, ...] | None = None) -> IntraNodeRun:
     """The run's one intra-node job (the profile's collectives, or ``ops``): every node's sweeps,
-    sampled by telemetry while they run, after the compute ceilings where those ride along."""
+    sampled by telemetry while they run, after the node probe and the compute ceilings where those
+    ride along."""
     ops = tuple(gc.profile.nccl.ops) if ops is None else ops
     ceilings = ceilings_ride_along(gc)
-    name = "ceilings-nccl-intra" if ceilings is not None else "nccl-intra"
+    probe = probe_rides_along(gc)
+    name = "probe-" * probe + "ceilings-" * (ceilings is not None) + "nccl-intra"
     return gc.once(("nccl", "intra_node", ops), lambda: _run(
         gc, name, groups="node", ops=ops, nodelist=None, env=_intra_env(gc), min_bytes=None,
-        corrupt_rank=None, sampled=True, ceilings=ceilings))  # fmt: skip
+        corrupt_rank=None, sampled=True, ceilings=ceilings, probe=probe))  # fmt: skip
 
 
 def intra_node_telemetry(gc: GpuClusterSession) -> list[NodeTelemetry]:

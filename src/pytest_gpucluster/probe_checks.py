@@ -1,5 +1,9 @@
-"""Login side of the shared node probe (``workloads/node_probe.py``): one job per run reads GPU
-health, InfiniBand, the inventory and dcgmi's presence on every node; each area takes its part.
+"""Login side of the shared node probe (``workloads/node_probe.py``): once per run GPU health,
+InfiniBand, the inventory and dcgmi's presence are read on every node; each area takes its part.
+When the run has the intra-node NCCL job, the probe is that job's first phase
+(``nccl_checks.probe_rides_along``); otherwise it is a job of its own, started ahead. If the
+shared job fails, the probe is read again in a job of its own, so a broken collective does not
+hide the GPU readings that may explain it.
 
 If that job cannot run at all (a node offers fewer GPUs than the profile says, so Slurm cannot
 place a job asking for all of them), an area that does not need GPUs may fall back to a job of
@@ -8,11 +12,13 @@ its own, so one fault does not hide the readings it does not touch.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_gpucluster import nccl_checks
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.workloads.node_probe import NodeProbe, PartError, probe_node
 
@@ -25,6 +31,11 @@ def _probes(gc: GpuClusterSession) -> dict[str, NodeProbe]:
         spec = gc.spec("node-probe", all_nodes=True)
         return {r.value.node: r.value for r in gc.run(probe_node, spec, shared_fs=gc.profile.shared_fs)}
 
+    if nccl_checks.probe_rides_along(gc):
+        with contextlib.suppress(GpuClusterError):  # read again on its own below
+            shared = nccl_checks.intra_node_job(gc).probes
+            if shared is not None:
+                return shared
     return gc.once(("node-probe",), produce, light=True)
 
 
@@ -32,8 +43,16 @@ Fallback = Callable[[], dict[str, Any]]
 
 
 def start(gc: GpuClusterSession) -> None:
-    """Submit the probe job ahead (see ahead.py) for a fixture that takes other fixtures too."""
-    readings(gc, "inventory")
+    """Submit the probe job ahead (see ahead.py); nothing when the probe rides in the intra-node
+    job, which measures and so never starts ahead."""
+    if not nccl_checks.probe_rides_along(gc):
+        readings(gc, "inventory")
+
+
+def starts_ahead(gc: GpuClusterSession) -> bool:
+    """Whether this run starts the probe in a job of its own, ahead (it holds every GPU)."""
+    planned = any(f in gc.planned_fixtures for f in nccl_checks.PROBE_FIXTURES)
+    return planned and not nccl_checks.probe_rides_along(gc)
 
 
 def readings(gc: GpuClusterSession, part: str, *, fallback: Fallback | None = None) -> dict[str, Any]:

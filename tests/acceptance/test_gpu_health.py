@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 
+from pytest_gpucluster import probe_checks
 from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.fixtures import ThresholdWarning
 from pytest_gpucluster.metrics import METRICS
@@ -20,9 +21,9 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture
-@ahead
+@ahead(start=probe_checks.start)
 def nodes_gpus(gpucluster):
-    """Every node's NVML readings, measured once per run (the node-probe job)."""
+    """Every node's NVML readings, measured once per run (the node probe)."""
     return readings(gpucluster, "gpu_health")
 
 

@@ -4,7 +4,8 @@ own GPU, and nothing foreign holds memory on them. Without device cgroups: a war
 Two jobs per run on nodes of 4 GPUs or more: they run at once, each holding half of every node's
 GPUs; the first as one task per node, the second as one task per GPU (--gpus-per-task=1), so the
 pair also serves the one-GPU-per-task test. With 2 or 3 GPUs per node that test has a job of its
-own."""
+own. The pair measures no speed: it starts ahead, beside the other light jobs, unless an early job
+holds GPUs too (the node probe in a job of its own)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import warnings
 
 import pytest
 
+from pytest_gpucluster import probe_checks
+from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.fixtures import ThresholdWarning
 from pytest_gpucluster.workloads import isolation
 
@@ -49,7 +52,15 @@ def _pair(gpucluster):
     return (half, *gpucluster.once(("isolation-pair",), produce), per_task)
 
 
+def _pair_ahead(gpucluster):
+    """The early start of the pair: only when no other early job holds GPUs, which would leave
+    one job of the pair queued behind it while the other waits for it at the hold."""
+    if gpucluster.gpus_per_node >= 2 and not probe_checks.starts_ahead(gpucluster):
+        _pair(gpucluster)
+
+
 @pytest.fixture
+@ahead(start=_pair_ahead)
 def half_node_views(gpucluster):
     """Every node, jobs holding half of the node's GPUs (so there are GPUs they must not see):
     ``(GPUs per job, [(view, GPUs the task asked for)])`` for the two jobs of the concurrency

@@ -130,18 +130,19 @@ def test_a_node_short_of_gpus_fails_the_node_probe_but_infiniband_is_still_read(
 
 def test_light_jobs_start_together_and_a_measurement_waits_for_them(slurm_cluster, tmp_path):
     results = tmp_path / "results.json"
-    rc, out = acceptance(slurm_cluster, "--cluster=ci", f"--results={results}", "tests/acceptance/test_nccl.py",
+    # No intra-node NCCL job in this run, so the node probe is a job of its own, started ahead.
+    rc, out = acceptance(slurm_cluster, "--cluster=ci", f"--results={results}", "tests/acceptance/test_compute.py",
                          "tests/acceptance/test_placement.py", "tests/acceptance/test_sharedfs.py",
-                         "tests/acceptance/test_infiniband.py", "-k", "inside_node or placement or sharedfs or "
-                         "infiniband")  # fmt: skip
+                         "tests/acceptance/test_infiniband.py", "-k", "compute_and_memory or placement or "
+                         "sharedfs or infiniband")  # fmt: skip
     assert rc == 0, out
     jobs = {j["job_id"]: j for t in json.loads(results.read_text())["tests"] for j in t["jobs"]}
     light = [j for j in jobs.values() if j["name"].endswith(("-placement", "-sharedfs", "-node-probe"))]
-    nccl = [j for j in jobs.values() if j["name"].endswith("-nccl-intra")]
-    assert len(light) == 5 and len(nccl) == 1, sorted(j["name"] for j in jobs.values())  # 3 placement layouts
+    ceilings = [j for j in jobs.values() if j["name"].endswith("-ceilings")]
+    assert len(light) == 5 and len(ceilings) == 1, sorted(j["name"] for j in jobs.values())  # 3 placement layouts
     submitted = sorted(j["submitted_at"] for j in light)
     assert submitted[-1] - submitted[0] < 2.0, submitted  # together, before the first test ran
-    # The NCCL job (the first test in file order) was submitted only after every light job ended.
-    assert nccl[0]["submitted_at"] >= max(j["ran_to"] for j in light), (nccl, light)
+    # The compute job (the first test in file order) was submitted only after every light job ended.
+    assert ceilings[0]["submitted_at"] >= max(j["ran_to"] for j in light), (ceilings, light)
     assert all(j["seen_at"] >= j["ran_to"] >= j["ran_from"] >= j["process_from"] >= j["submitted_at"]
                for j in jobs.values())  # fmt: skip

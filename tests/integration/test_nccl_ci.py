@@ -71,3 +71,28 @@ def test_compute_ceilings_ride_in_the_intra_node_job_when_both_run(run_acceptanc
     areas = run.results["timing"]["areas"]  # each area is given its part of the job, not the whole
     assert areas["compute"]["workload_s"] == pytest.approx(c_to - c_from, abs=0.11)
     assert areas["nccl"]["workload_s"] == pytest.approx(n_to - n_from, abs=0.11)
+
+
+def test_the_node_probe_rides_in_the_intra_node_job_and_the_isolation_pair_starts_ahead(run_acceptance):
+    # The NCCL file first: its first test would submit the intra-node job before any other.
+    run = run_acceptance("tests/acceptance/test_nccl.py", "tests/acceptance/test_gpu_isolation.py",
+                         "tests/acceptance/test_infiniband.py", "tests/acceptance/test_inventory.py", "-k",
+                         "isolation or infiniband or matches_the_profile or inside_node")  # fmt: skip
+    assert run.returncode == 0, run.output
+    jobs = {j["job_id"]: j for t in run.results["tests"] for j in t["jobs"]}
+    names = sorted(j["name"].split("-", 1)[1] for j in jobs.values())
+    # No job of its own for the probe: it is the intra-node job's first phase.
+    assert names == ["isolation-pair", "isolation-pair-per-task", "probe-nccl-intra"], names
+    (intra,) = [j for j in jobs.values() if j["name"].endswith("-probe-nccl-intra")]
+    pair = [j for j in jobs.values() if "-isolation-pair" in j["name"]]
+    ib = [t for t in run.results["tests"] if "test_infiniband_ports" in t["nodeid"]]
+    assert len(ib) == 2 and all(t["outcome"] == "passed" and intra["job_id"] in t["job_ids"] for t in ib)
+    (p_from, p_to), (n_from, n_to) = intra["parts"]["infiniband"], intra["parts"]["nccl"]
+    assert intra["ran_from"] <= p_from < p_to <= n_from < n_to <= intra["ran_to"]
+    assert intra["parts"]["inventory"] == intra["parts"]["gpu_health"] == [p_from, p_to]
+    # The pair measures no speed and no early job holds GPUs: it starts ahead, before the first
+    # test; the NCCL job (a measurement, the first test's) is submitted once the pair has ended.
+    assert max(j["submitted_at"] for j in pair) < intra["submitted_at"]
+    assert intra["submitted_at"] >= max(j["ran_to"] for j in pair)
+    areas = run.results["timing"]["areas"]
+    assert areas["infiniband"]["workload_s"] == pytest.approx(p_to - p_from, abs=0.11)

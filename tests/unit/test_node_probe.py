@@ -4,11 +4,13 @@ and the login-side helpers that turn a reading (or its absence) into a test's wo
 from __future__ import annotations
 
 import socket
+import threading
+import time
 
 import pytest
 
 from pytest_gpucluster.probe_checks import good, reading_of
-from pytest_gpucluster.workloads import gpu_health, node_probe
+from pytest_gpucluster.workloads import gpu_health, node_gpus, node_probe
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.gpu_health import NodeGpus
 from pytest_gpucluster.workloads.infiniband import IbNode
@@ -55,3 +57,48 @@ def test_reading_of_names_the_node_and_why():
         reading_of(found, "node2", "inventory")
     with pytest.raises(pytest.fail.Exception, match=r"node3: no inventory came back \(nodes that answered: node1\)"):
         reading_of(found, "node3", "inventory")
+
+
+def _task(local_rank: int, job_id: str) -> TaskContext:
+    host = socket.gethostname()
+    return TaskContext(job_id, local_rank, local_rank, 0, 2, 1, host, (host,), host, 29500)
+
+
+def test_in_the_shared_job_the_other_tasks_wait_until_the_gpus_were_read_at_rest(monkeypatch, tmp_path):
+    # The probe riding in the intra-node job: the node's first task reads GPU health before any
+    # task of the node may create a CUDA context; the others wait at the gate, then go on.
+    monkeypatch.setattr(node_gpus.tempfile, "gettempdir", lambda: str(tmp_path))
+    order: list[str] = []
+    real_read = gpu_health.read_node
+
+    def read_at_rest(ctx):
+        time.sleep(0.3)  # the second task is at the gate by now
+        order.append("read at rest")
+        return real_read(ctx)
+
+    monkeypatch.setattr(gpu_health, "read_node", read_at_rest)
+    second: list[object] = []
+
+    def second_task():
+        second.append(node_gpus.probe_first(_task(1, "77")))
+        order.append("second task past the gate")
+
+    waiting = threading.Thread(target=second_task)
+    waiting.start()
+    time.sleep(0.1)
+    assert waiting.is_alive() and not node_gpus.gate_path(_task(1, "77")).exists()
+    probe = node_gpus.probe_first(_task(0, "77"), shared_fs="/tmp")
+    waiting.join(5)
+    assert not waiting.is_alive() and second == [None]
+    assert order.index("read at rest") < order.index("second task past the gate")
+    assert probe is not None and set(probe.parts) == set(node_probe.PARTS)
+    assert isinstance(probe.parts["inventory"], NodeInventory)
+
+
+def test_a_task_whose_node_is_never_read_stops_at_the_gate_naming_the_node(monkeypatch, tmp_path):
+    monkeypatch.setattr(node_gpus.tempfile, "gettempdir", lambda: str(tmp_path))
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=rf"{socket.gethostname()}: the node's first task did not read its GPUs "
+                       r"at rest within 0 s .*never appeared"):  # fmt: skip
+        node_gpus.probe_first(_task(1, "78"), gate_timeout_s=0.2)
+    assert time.monotonic() - started < 2.0
