@@ -55,6 +55,26 @@ def starts_ahead(gc: GpuClusterSession) -> bool:
     return planned and not nccl_checks.probe_rides_along(gc)
 
 
+# The early jobs that hold GPUs, first the one that goes ahead when several could.
+NODE_PROBE, ISOLATION_PAIR, RANK_FAILURE = "node-probe", "isolation-pair", "rank-failure"
+ISOLATION_FIXTURE = "half_node_views"  # test_gpu_isolation.py: the concurrency pair
+RANK_FAILURE_TEST = "test_a_dead_rank_ends_the_job"
+
+
+def early_gpu_job(gc: GpuClusterSession) -> str | None:
+    """Which one job that holds GPUs and measures no speed starts ahead with the light jobs: the
+    node probe in a job of its own, else the GPU-isolation pair (every GPU of every node), else
+    the rank-failure job; None when this run has none of them. Only one: Slurm could start part
+    of a second beside the first and queue the rest, and the pair's jobs wait for each other."""
+    if starts_ahead(gc):
+        return NODE_PROBE
+    if ISOLATION_FIXTURE in gc.planned_fixtures and gc.gpus_per_node >= 2:
+        return ISOLATION_PAIR
+    if gc.will_run(RANK_FAILURE_TEST):
+        return RANK_FAILURE
+    return None
+
+
 def readings(gc: GpuClusterSession, part: str, *, fallback: Fallback | None = None) -> dict[str, Any]:
     """node → ``part``'s reading (a PartError where it raised on that node). When the probe job
     failed as a whole, ``fallback`` (once per run) produces the readings instead, if given."""

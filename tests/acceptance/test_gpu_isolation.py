@@ -4,8 +4,8 @@ own GPU, and nothing foreign holds memory on them. Without device cgroups: a war
 Two jobs per run on nodes of 4 GPUs or more: they run at once, each holding half of every node's
 GPUs; the first as one task per node, the second as one task per GPU (--gpus-per-task=1), so the
 pair also serves the one-GPU-per-task test. With 2 or 3 GPUs per node that test has a job of its
-own. The pair measures no speed: it starts ahead, beside the other light jobs, unless an early job
-holds GPUs too (the node probe in a job of its own)."""
+own. The pair measures no speed: it starts ahead, beside the other light jobs, unless the node probe
+has an early job of its own (it holds every GPU too)."""
 
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ def _pair(gpucluster):
 
 
 def _pair_ahead(gpucluster):
-    """The early start of the pair: only when no other early job holds GPUs, which would leave
-    one job of the pair queued behind it while the other waits for it at the hold."""
-    if gpucluster.gpus_per_node >= 2 and not probe_checks.starts_ahead(gpucluster):
+    """The early start of the pair: only as the run's one early job that holds GPUs
+    (probe_checks.early_gpu_job); beside another, one job of the pair could be queued behind it
+    while the other waits for it at the hold."""
+    if probe_checks.early_gpu_job(gpucluster) == probe_checks.ISOLATION_PAIR:
         _pair(gpucluster)
 
 

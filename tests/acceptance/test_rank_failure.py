@@ -8,26 +8,52 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster import probe_checks
+from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import rank_failure as rf
 
 
+def _dead_rank(gpucluster):
+    """Once per run: the job in which one rank dies, and the teardown its stamps show."""
+
+    def produce():
+        bound = gpucluster.thresholds["robustness.rank_failure_teardown"].fail_above or 0.0
+        nodes, tasks = rf.job_shape(len(gpucluster.nodes))
+        gpus = tasks if gpucluster.profile.gpus_are_real and gpucluster.gpus_per_node else 0
+        spec = gpucluster.spec("rank-failure", nodes=nodes, tasks_per_node=tasks, gpus_per_node=gpus,
+                               timeout_min=rf.job_minutes(bound))  # fmt: skip
+        stamps = rf.new_stamp_dir(gpucluster.job_root)
+        job = gpucluster.submit(rf.rank_failure, spec, stamp_dir=str(stamps))
+        with pytest.raises(LaunchError):  # the victim rank has no result: the launcher must say so
+            job.results(lag_s=0.0)  # the victim never writes a result; the survivors wrote theirs before the end
+        teardown = rf.teardown_from_stamps(stamps)
+        if teardown.ran_from and job.on_ran is not None:  # the job's run time, for the run's timing
+            job.process_started = teardown.process_from or job.process_started
+            job.on_ran(teardown.ran_from, teardown.ran_to)
+        return job.job_id, teardown
+
+    return gpucluster.once(("rank-failure",), produce)
+
+
+def _start_ahead(gpucluster):
+    """The job measures how long a failure takes to end it, not a speed: it starts with the light
+    jobs when it is the run's one early job that holds GPUs (probe_checks.early_gpu_job)."""
+    if probe_checks.early_gpu_job(gpucluster) == probe_checks.RANK_FAILURE:
+        _dead_rank(gpucluster)
+
+
+@pytest.fixture
+@ahead(start=_start_ahead)
+def dead_rank(gpucluster):
+    """(job id, teardown) of the run's rank-failure job."""
+    return _dead_rank(gpucluster)
+
+
 @pytest.mark.quick
-def test_a_dead_rank_ends_the_job(gpucluster, thresholds, judge):
-    bound = thresholds["robustness.rank_failure_teardown"].fail_above or 0.0
-    nodes, tasks = rf.job_shape(len(gpucluster.nodes))
-    gpus = tasks if gpucluster.profile.gpus_are_real and gpucluster.gpus_per_node else 0
-    spec = gpucluster.spec("rank-failure", nodes=nodes, tasks_per_node=tasks, gpus_per_node=gpus,
-                           timeout_min=rf.job_minutes(bound))  # fmt: skip
-    stamps = rf.new_stamp_dir(gpucluster.job_root)
-    job = gpucluster.submit(rf.rank_failure, spec, stamp_dir=str(stamps))
-    with pytest.raises(LaunchError):  # the victim rank has no result: the launcher must say so
-        job.results(lag_s=0.0)  # the victim never writes a result; the survivors wrote theirs before the end
-    teardown = rf.teardown_from_stamps(stamps)
-    if teardown.ran_from and job.on_ran is not None:  # the job's run time, for the run's timing
-        job.process_started = teardown.process_from or job.process_started
-        job.on_ran(teardown.ran_from, teardown.ran_to)
-    judge.problems(list(teardown.problems), f"job {job.job_id}: the rank failure was not injected as planned")
+def test_a_dead_rank_ends_the_job(dead_rank, judge):
+    job_id, teardown = dead_rank
+    judge.problems(list(teardown.problems), f"job {job_id}: the rank failure was not injected as planned")
     judge(Measurement("robustness.rank_failure_teardown", teardown.seconds, "s", where=teardown.where,
-                      detail=teardown.detail, job_id=job.job_id))  # fmt: skip
+                      detail=teardown.detail, job_id=job_id))  # fmt: skip

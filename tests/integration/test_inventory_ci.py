@@ -75,9 +75,16 @@ def test_profile_demanding_another_kernel_and_ram_fails_naming_each_node(
 
 
 def test_rank_failure_propagates_across_nodes_with_gloo(slurm_cluster: ClusterInfo, tmp_path: Path) -> None:
-    rc, out, doc = _suite(slurm_cluster, tmp_path, "tests/acceptance/test_rank_failure.py")
+    # The NCCL file first: its test would submit its job before any other. The rank-failure job
+    # is the run's one early job holding GPUs (no isolation pair, no probe job): it starts ahead.
+    rc, out, doc = _suite(slurm_cluster, tmp_path, "tests/acceptance/test_nccl.py",
+                          "tests/acceptance/test_rank_failure.py", "-k", "dead_rank or all_reduce-node1")  # fmt: skip
     assert rc == 0, out
-    (test,) = doc["tests"]
+    test, intra = (next(t for t in doc["tests"] if key in t["nodeid"]) for key in ("dead_rank", "inside_node"))
+    (rf_job,), (nccl_job,) = test["jobs"], intra["jobs"]
+    assert rf_job["name"].endswith("-rank-failure") and nccl_job["name"].endswith("-nccl-intra")
+    assert rf_job["submitted_at"] < nccl_job["submitted_at"], (rf_job, nccl_job)
+    assert nccl_job["submitted_at"] >= rf_job["ran_to"], (rf_job, nccl_job)  # a measurement waits for it
     (m,) = [m for m in test["measurements"] if m["metric"] == "robustness.rank_failure_teardown"]
     assert m["status"] == "pass"
     assert 0.0 <= m["value"] < 120.0
