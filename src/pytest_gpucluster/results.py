@@ -287,6 +287,11 @@ class ResultsDocument:
             self.wall_s = elapsed
         return elapsed
 
+    def freeze(self) -> None:
+        """End the run's wall time now (the last test has ended; clean-up is not the run's)."""
+        if self.wall_s is None:
+            self.wall_s = time.monotonic() - self.t0
+
     def timing(self, tests: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Where the run's time went (``timing_summary``), from the tests' records."""
         return timing_summary(tests if tests is not None else [t.to_json() for t in self.tests.values()],

@@ -582,11 +582,16 @@ class GpuClusterSession:
             self.results.status = "interrupted"
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Cancel leftovers; write the final results file."""
+        """Let the jobs whose results are in leave the queue (bounded), cancel leftovers; write the
+        final results file. The run's wall time ends with its last test, before this clean-up."""
+        interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, 2) or session.shouldstop
+        if self.results is not None:
+            self.results.freeze()
+        if self._launcher is not None and exitstatus != pytest.ExitCode.INTERRUPTED:
+            self._launcher.settle()
         self.cancel_everything()
         if self.results is not None:
             if self.results.status == "running":
-                interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, 2) or session.shouldstop
                 self.results.status = "interrupted" if interrupted else "complete"
             self.results.finished = now_iso()
             if self.settings.results_path is not None:

@@ -3,6 +3,7 @@ the ``ci`` profile's thresholds; a bound above what is measured fails and names 
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_compute_ceilings_ride_in_the_intra_node_job_when_both_run(run_acceptanc
     assert areas["nccl"]["workload_s"] == pytest.approx(n_to - n_from, abs=0.11)
 
 
-def test_the_node_probe_rides_in_the_intra_node_job_and_the_isolation_pair_starts_ahead(run_acceptance):
+def test_the_node_probe_rides_in_the_intra_node_job_and_the_isolation_pair_starts_ahead(run_acceptance, slurm_cluster):
     # The NCCL file first: its first test would submit the intra-node job before any other.
     run = run_acceptance("tests/acceptance/test_nccl.py", "tests/acceptance/test_gpu_isolation.py",
                          "tests/acceptance/test_infiniband.py", "tests/acceptance/test_inventory.py", "-k",
@@ -96,3 +97,7 @@ def test_the_node_probe_rides_in_the_intra_node_job_and_the_isolation_pair_start
     assert intra["submitted_at"] >= max(j["ran_to"] for j in pair)
     areas = run.results["timing"]["areas"]
     assert areas["infiniband"]["workload_s"] == pytest.approx(p_to - p_from, abs=0.11)
+    # Every job ended by itself, none cancelled at the run's end (the run let them leave the queue).
+    sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", ",".join(jobs)], env=slurm_cluster.env(),
+                           capture_output=True, text=True, timeout=30, check=True).stdout.split()  # fmt: skip
+    assert sacct == ["COMPLETED"] * len(jobs), sacct

@@ -253,3 +253,23 @@ def test_a_task_ends_once_its_result_is_written_with_the_workloads_exit_status(
         failing.results()
     assert _final_state(cluster, failing.job_id, within_s=20.0) == ("FAILED", "1:0")
     assert launcher.live_job_ids() == []
+
+
+def test_at_a_runs_end_jobs_whose_results_are_in_leave_the_queue_by_themselves(
+    cluster: ClusterInfo, job_folder: Path
+) -> None:
+    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug")
+    job = launcher.submit(_slow_to_exit, JobSpec("settles", nodes=2), hook_s=0.0, fail=False)
+    assert len(job.results()) == 2  # read once written: the job may still be in the queue
+    assert launcher.settle(limit_s=30.0) == []
+    # It ended by itself: Slurm records it COMPLETED, not cancelled.
+    assert _final_state(cluster, job.job_id, within_s=5.0) == ("COMPLETED", "0:0")
+    # One that does not leave is handed back at the limit, for the caller to cancel.
+    stuck = slurm(cluster, "sbatch", "--parsable", "-p", "debug", "-o", "/dev/null", "--wrap", "sleep 120").strip()
+    try:
+        launcher._note_ending(stuck)
+        t0 = time.monotonic()
+        assert launcher.settle(limit_s=1.0) == [stuck]
+        assert time.monotonic() - t0 < 5.0
+    finally:
+        slurm(cluster, "scancel", stuck)

@@ -30,7 +30,7 @@ from typing import Any, Generic, Literal, TypeVar
 import submitit
 
 from pytest_gpucluster import slurm
-from pytest_gpucluster.errors import LaunchError, NodeLostError, QueueTimeoutError, WallTimeoutError
+from pytest_gpucluster.errors import GpuClusterError, LaunchError, NodeLostError, QueueTimeoutError, WallTimeoutError
 from pytest_gpucluster.launch import JobSpec, StatusCallback, TaskResult
 from pytest_gpucluster.workloads.context import TaskContext, master_port_for, process_start_time
 
@@ -67,6 +67,10 @@ _QUICK_LOOK_S = 30.0
 _FAILED_SCAN_S = 1.0
 # Local executor: how long a job's processes may take to end after the last result was written.
 _LOCAL_EXIT_LIMIT_S = 10.0
+# At a run's normal end: how long jobs whose results were all read may take to leave the queue by
+# themselves (their tasks end once their result is written) before they are cancelled.
+_SETTLE_S = 10.0
+_SETTLE_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -270,6 +274,8 @@ class SubmititJob(Generic[R]):
                 self._done = True
                 self._final_state = state
                 self._launcher._forget(self)
+                if self._launcher.executor == "slurm" and not (state == "GONE" or state.startswith(_ENDED)):
+                    self._launcher._note_ending(self.job_id)
                 return state
             if state in _WAITING and started is None:
                 if now - self.submitted_at > queue_limit:
@@ -500,6 +506,7 @@ class SubmititLauncher:
         self.poll_s = poll_s
         self.on_status = on_status
         self._live: dict[str, SubmititJob[Any]] = {}
+        self._ending: set[str] = set()  # results all read, the job not yet seen to leave the queue
         self._lock = threading.Lock()
         # submitit's job-state watcher is shared and not thread-safe: jobs started ahead (see
         # ahead.py) are waited for from several threads.
@@ -597,6 +604,33 @@ class SubmititLauncher:
         for job in live:
             job.cancel()
         return [job.job_id for job in live]
+
+    def settle(self, limit_s: float = _SETTLE_S) -> list[str]:
+        """At a run's normal end: wait (bounded) for the jobs whose results were all read to leave
+        the queue by themselves, so Slurm records them COMPLETED rather than cancelled and their
+        nodes are free for whatever runs next; returns the ids still listed at the limit (the
+        caller cancels those)."""
+        with self._lock:
+            ending, self._ending = sorted(self._ending), set()
+        deadline = time.monotonic() + limit_s
+        while ending:
+            still = []
+            for job_id in ending:
+                try:
+                    state = slurm.queue_state(job_id)
+                except GpuClusterError:
+                    continue  # the queue cannot say: the caller's cancel covers it
+                if state is not None and not state.startswith(_ENDED):
+                    still.append(job_id)
+            ending = still
+            if not ending or time.monotonic() >= deadline:
+                break
+            time.sleep(_SETTLE_POLL_S)
+        return ending
+
+    def _note_ending(self, job_id: str) -> None:
+        with self._lock:
+            self._ending.add(job_id)
 
     def live_job_ids(self) -> list[str]:
         """Ids of jobs submitted and not yet seen to end."""
