@@ -36,8 +36,10 @@ CPU_TASKS_PER_NODE = 2  # without GPUs, two gloo processes per node still make a
 CEILINGS_TEST = "test_gpu_compute_and_memory"
 INTRA_NODE_TEST = "test_busbw_inside_node"
 TELEMETRY_FIXTURE = "node_telemetry"
-# The fixtures that read the node probe, and the areas (test files) they serve.
-PROBE_FIXTURES = ("nodes_gpus", "ib_nodes", "inventory", "diag_runs")
+# The fixtures that read the node probe (those started ahead, then DCGM's), and the areas (test
+# files) they serve.
+PROBE_AHEAD_FIXTURES = ("nodes_gpus", "ib_nodes", "inventory")
+PROBE_FIXTURES = (*PROBE_AHEAD_FIXTURES, "diag_runs")
 PROBE_AREAS = ("gpu_health", "infiniband", "inventory", "dcgm")
 
 

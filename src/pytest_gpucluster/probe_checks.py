@@ -51,7 +51,7 @@ def start(gc: GpuClusterSession) -> None:
 
 def starts_ahead(gc: GpuClusterSession) -> bool:
     """Whether this run starts the probe in a job of its own, ahead (it holds every GPU)."""
-    planned = any(f in gc.planned_fixtures for f in nccl_checks.PROBE_FIXTURES)
+    planned = any(f in gc.planned_fixtures for f in nccl_checks.PROBE_AHEAD_FIXTURES)
     return planned and not nccl_checks.probe_rides_along(gc)
 
 

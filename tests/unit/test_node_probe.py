@@ -67,7 +67,7 @@ def _task(local_rank: int, job_id: str) -> TaskContext:
 def test_in_the_shared_job_the_other_tasks_wait_until_the_gpus_were_read_at_rest(monkeypatch, tmp_path):
     # The probe riding in the intra-node job: the node's first task reads GPU health before any
     # task of the node may create a CUDA context; the others wait at the gate, then go on.
-    monkeypatch.setattr(node_gpus.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(node_gpus, "gate_dir", lambda: tmp_path)
     order: list[str] = []
     real_read = gpu_health.read_node
 
@@ -96,7 +96,7 @@ def test_in_the_shared_job_the_other_tasks_wait_until_the_gpus_were_read_at_rest
 
 
 def test_a_task_whose_node_is_never_read_stops_at_the_gate_naming_the_node(monkeypatch, tmp_path):
-    monkeypatch.setattr(node_gpus.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(node_gpus, "gate_dir", lambda: tmp_path)
     started = time.monotonic()
     with pytest.raises(TimeoutError, match=rf"{socket.gethostname()}: the node's first task did not read its GPUs "
                        r"at rest within 0 s .*never appeared"):  # fmt: skip

@@ -6,7 +6,7 @@ process group serves the measuring phases, and each phase's clock is returned so
 can still say which area spent what.
 
 The probe comes first and its GPU health before anything touches CUDA: the node's first task reads
-NVML while the others wait at a gate (a file in the node's temporary directory, bounded), so
+NVML while the others wait at a gate (a file in /dev/shm, bounded), so
 "memory used at rest" is never this job's own contexts.
 """
 
@@ -48,9 +48,17 @@ class NodeGpusRun:
     probe_span: Span | None = None
 
 
+def gate_dir() -> Path:
+    """A directory every task of the job on this node sees, and only this node: /dev/shm (not
+    $TMPDIR, which a site may set per task; not the shared filesystem, whose clients may cache
+    a file's absence)."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else Path(tempfile.gettempdir())
+
+
 def gate_path(ctx: TaskContext) -> Path:
     """The node-local file whose presence says the node's GPUs have been read at rest."""
-    return Path(tempfile.gettempdir()) / f"gpucluster-{ctx.job_id}-{node_name(ctx)}-read-at-rest"
+    return gate_dir() / f"gpucluster-{ctx.job_id}-{node_name(ctx)}-read-at-rest"
 
 
 def probe_first(ctx: TaskContext, *, shared_fs: str | None = None, gate_timeout_s: float = 300.0) -> NodeProbe | None:
