@@ -276,16 +276,11 @@ class ResultsDocument:
     cluster: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic, repr=False)
-    wall_s: float | None = None  # frozen once the run finished
+    wall_s: float | None = None  # set by freeze() when the last test has ended
 
     def elapsed_s(self) -> float:
-        """Seconds since the run started; fixed at the value it had when ``finished`` was set."""
-        if self.wall_s is not None:
-            return self.wall_s
-        elapsed = time.monotonic() - self.t0
-        if self.finished is not None:
-            self.wall_s = elapsed
-        return elapsed
+        """Seconds since the run started; fixed once ``freeze`` was called."""
+        return self.wall_s if self.wall_s is not None else time.monotonic() - self.t0
 
     def freeze(self) -> None:
         """End the run's wall time now (the last test has ended; clean-up is not the run's)."""

@@ -185,11 +185,15 @@ def partition_nodes(partition: str | None) -> list[NodeInfo]:
     return sorted((n for n in nodes() if partition is None or partition in n.partitions), key=lambda n: n.name)
 
 
+def my_queue() -> dict[str, str]:
+    """This user's jobs the queue still lists (pending, running, completing): id → name."""
+    out = run(["squeue", "--me", "-h", "-o", "%i|%j"])
+    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+
+
 def cancel_by_name_prefix(prefix: str) -> list[str]:
     """Cancel this user's jobs whose name starts with ``prefix``; returns their ids."""
-    out = run(["squeue", "--me", "-h", "-o", "%i|%j"])
-    rows = [line.split("|", 1) for line in out.splitlines() if "|" in line]
-    ids = [job_id for job_id, name in rows if name.startswith(prefix)]
+    ids = [job_id for job_id, name in my_queue().items() if name.startswith(prefix)]
     if ids:
         run(["scancel", *ids])
     return ids

@@ -614,15 +614,11 @@ class SubmititLauncher:
             ending, self._ending = sorted(self._ending), set()
         deadline = time.monotonic() + limit_s
         while ending:
-            still = []
-            for job_id in ending:
-                try:
-                    state = slurm.queue_state(job_id)
-                except GpuClusterError:
-                    continue  # the queue cannot say: the caller's cancel covers it
-                if state is not None and not state.startswith(_ENDED):
-                    still.append(job_id)
-            ending = still
+            try:
+                listed = slurm.my_queue()  # one question per look, however many jobs
+            except GpuClusterError:
+                break  # the queue cannot say: the caller's cancel covers them
+            ending = [job_id for job_id in ending if job_id in listed]
             if not ending or time.monotonic() >= deadline:
                 break
             time.sleep(_SETTLE_POLL_S)
