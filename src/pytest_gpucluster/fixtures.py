@@ -8,13 +8,10 @@ from typing import Any
 
 import pytest
 
+from pytest_gpucluster.outcomes import ThresholdWarning
 from pytest_gpucluster.profile import Profile, Threshold, ThresholdSet
 from pytest_gpucluster.session import GpuClusterSession
 from pytest_gpucluster.verdict import Measurement, Verdict, judge
-
-
-class ThresholdWarning(UserWarning):
-    """A measurement between the warn and the fail line: the test passes, the report shows amber."""
 
 
 def _session(config: pytest.Config) -> GpuClusterSession:

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_gpucluster import probe_checks
 from pytest_gpucluster.ahead import ahead
-from pytest_gpucluster.fixtures import ThresholdWarning
+from pytest_gpucluster.outcomes import ThresholdWarning
 from pytest_gpucluster.workloads import isolation
 
 pytestmark = pytest.mark.slurm

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from pytest_gpucluster import slurm
-from pytest_gpucluster.fixtures import ThresholdWarning
+from pytest_gpucluster.outcomes import ThresholdWarning
 
 pytestmark = [pytest.mark.slurm, pytest.mark.quick]
 
