@@ -17,13 +17,19 @@ from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigte
 pytest_plugins = ["pytest_gpucluster.fixtures", "pytest_gpucluster.report.hooks"]
 
 MARKERS = {
-    "multinode": "needs at least 2 nodes; skipped with the reason on smaller profiles",
-    "gpu(count=1, gres_only=False)": (
-        "needs `count` GPUs per node (real devices unless gres_only=True); skipped with the reason otherwise"
+    "multinode": (
+        "the acceptance of a multi-node cluster: the plugin puts it on every acceptance check, so "
+        "`-m multinode` runs the whole handover (node-local checks on every node, across-node checks on all)"
     ),
-    "slurm": "needs the Slurm executor (not the local one)",
-    "slow": "minutes of load (burn tests); deselect with -m 'not slow'",
-    "quick": "the quick acceptance subset (about a minute on one node)",
+    "across_nodes": "needs at least 2 nodes; not applicable on a profile of one node",
+    "gpu(count=1, gres_only=False)": (
+        "needs `count` GPUs per node (devices unless gres_only=True); not applicable on a profile with fewer"
+    ),
+    "slurm": "asks Slurm itself; not applicable with the local executor",
+    "infiniband": "needs InfiniBand; not applicable where the profile expects none (ib_hcas = 0)",
+    "accounting": "needs Slurm accounting; not applicable where the profile says accounting = false",
+    "slow": "minutes of load (burn checks); optional unless the profile sets require_slow = true",
+    "quick": "the quick acceptance subset (about a minute on one node); a run of it alone is PARTIAL",
 }
 
 

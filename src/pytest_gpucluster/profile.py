@@ -261,6 +261,9 @@ class Profile:
     expect_kernel: str | None = None  # every node must run exactly this kernel (uname -r)
     expect_memory_gib: float | None = None  # host RAM per node; judged by inventory.memory_spread
     dcgm_level: int = 1
+    dcgm_required: bool = False  # true: a node without dcgmi fails; false: DCGM is not applicable there
+    # true: the slow burn checks belong to the required set (a run without them is PARTIAL)
+    require_slow: bool = False
     job_timeout_min: int = 30
     queue_timeout_s: int = 300
     slurm_conf: str | None = None

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gpucluster.outcomes import is_not_applicable
+from pytest_gpucluster.selection import Selection
+
 SCHEMA_VERSION = 1
 PROPERTY = "gpucluster"  # key of every user_properties entry the plugin adds
 LOG_TAIL_LINES = 30
@@ -121,16 +124,27 @@ class TestRecord:
     series: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     logs: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what the check warned of (GpuClusterWarning)
+    unjudged: str = ""  # an error that is no judgement (a harness fault): the exception's type
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
-        """pass / warn / fail / skip / xfail / xpass / error, warn when a judged measurement warned."""
+        """pass / warn / fail / n/a / skip / xfail / xpass / error; warn when the check passed with
+        a measurement past its warn line or a warning; n/a for a check that does not apply."""
         if self.outcome == "passed":
-            return "warn" if any(m.get("status") == "warn" for m in self.measurements) else "pass"
+            warned = self.warnings or any(m.get("status") == "warn" for m in self.measurements)
+            return "warn" if warned else "pass"
+        if self.outcome == "skipped" and is_not_applicable(self.message):
+            return "n/a"
         return {"failed": "fail", "skipped": "skip", "xfailed": "xfail", "xpassed": "xpass", "error": "error"}.get(
             self.outcome, self.outcome
         )
+
+    def add_warning(self, text: str) -> None:
+        """Record a warning once."""
+        if text not in self.warnings:
+            self.warnings.append(text)
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict in schema order."""
@@ -149,6 +163,8 @@ class TestRecord:
             "measurements": self.measurements,
             "series": self.series,
             "problems": self.problems,
+            "warnings": self.warnings,
+            "unjudged": self.unjudged,
             "logs": self.logs,
             **self.extra,
         }
@@ -274,6 +290,7 @@ class ResultsDocument:
     status: str = "running"
     tests: dict[str, TestRecord] = field(default_factory=dict)
     cluster: dict[str, Any] = field(default_factory=dict)
+    selection: Selection | None = None  # the required set and what the selection left out
     extra: dict[str, Any] = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic, repr=False)
     wall_s: float | None = None  # set by freeze() when the last test has ended
@@ -324,6 +341,8 @@ class ResultsDocument:
                 self.environment.update(e.get("facts", {}))
             for e in by_kind.get("inventory", []):
                 self.inventory.update(e.get("nodes", {}))
+            for e in by_kind.get("unjudged", []):
+                rec.unjudged = str(e.get("exception", "error"))
         if report.when == "call" or report.outcome != "passed":
             # A teardown error after a failed call keeps "failed": the call is what was judged.
             if not (report.when == "teardown" and rec.outcome == "failed"):
@@ -346,6 +365,7 @@ class ResultsDocument:
             "thresholds_file": self.thresholds_file,
             "thresholds_sha256": self.thresholds_sha256,
             "nodes": self.nodes,
+            "selection": self.selection.to_json() if self.selection is not None else None,
             "inventory": self.inventory,
             "tests": (tests := [t.to_json() for t in self.tests.values()]),
             "timing": self.timing(tests),

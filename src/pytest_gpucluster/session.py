@@ -32,8 +32,10 @@ from pytest_gpucluster import ahead, slurm
 from pytest_gpucluster.errors import GpuClusterError, SlurmQueryError
 from pytest_gpucluster.launch import JobSpec, TaskResult
 from pytest_gpucluster.launch.submitit_backend import SubmititJob, SubmititLauncher
+from pytest_gpucluster.outcomes import NOT_APPLICABLE
 from pytest_gpucluster.profile import Config, Profile, ThresholdSet
 from pytest_gpucluster.results import ResultsDocument, now_iso
+from pytest_gpucluster.selection import Needs, Selection, Shape, cannot_run, not_applicable, plan_selection
 from pytest_gpucluster.workloads.distributed import BACKEND_ENV
 
 R = TypeVar("R")
@@ -107,6 +109,8 @@ class GpuClusterSession:
         self._cache_lock = threading.Lock()
         self._local = threading.local()  # per thread: record sink, early-start label, light depth
         self._ahead: list[threading.Thread] = []
+        self._collected: list[Needs] = []  # every collected check's needs, before deselection
+        self.selection: Selection | None = None
         # Fixture names the selected, runnable tests use (set when the run starts): a check can
         # fold a measurement into a job that will run anyway instead of a job of its own.
         self.planned_fixtures: frozenset[str] = frozenset()
@@ -467,31 +471,23 @@ class GpuClusterSession:
 
     # ------------------------------------------------------------------ needs
 
-    def unmet_need(self, item: pytest.Item) -> str | None:
-        """Why ``item`` cannot run on this profile, or None."""
+    def shape(self) -> Shape:
+        """The profile's shape and what this run found of it (``selection.Shape``)."""
         p = self.profile
-        if item.get_closest_marker("slurm") and p.executor != "slurm":
-            return f"profile {p.name!r} uses the {p.executor} executor; this test needs Slurm"
-        if item.get_closest_marker("multinode"):
-            have = p.nodes if p.executor == "local" else len(self.nodes)
-            if have < 2:
-                extra = ""
-                if p.executor == "slurm" and have < p.nodes:
-                    excluded = "; ".join(f"{n}: {why}" for n, why in self.excluded_nodes.items())
-                    extra = f" usable of {p.nodes} expected" + (f" ({excluded})" if excluded else "")
-                    if self.node_error:
-                        extra += f" ({self.node_error})"
-                noun = "node" if have == 1 else "nodes"
-                return f"profile {p.name!r} has {have} {noun}{extra}; this test needs 2"
-        gpu = item.get_closest_marker("gpu")
-        if gpu is not None:
-            need = int(gpu.args[0]) if gpu.args else int(gpu.kwargs.get("count", 1))
-            if self.gpus_per_node < need:
-                where = " (NVML found none on this machine)" if p.gpus_per_node is None else ""
-                return f"profile {p.name!r} has {self.gpus_per_node} GPUs per node{where}; this test needs {need}"
-            if not p.gpus_are_real and not gpu.kwargs.get("gres_only", False):
-                return f"profile {p.name!r} has GRES-only GPUs (no devices); this test needs real GPUs"
-        return None
+        usable = p.nodes if p.executor == "local" else len(self.nodes)
+        unusable = "; ".join(f"{n}: {why}" for n, why in self.excluded_nodes.items())
+        if self.node_error:
+            unusable = "; ".join(x for x in (unusable, self.node_error) if x)
+        return Shape(profile=p.name, executor=p.executor, nodes=p.nodes, usable_nodes=usable,
+                     gpus_per_node=self.gpus_per_node, gpus_declared=p.gpus_per_node is not None,
+                     gpus_are_real=p.gpus_are_real, ib_hcas=p.ib_hcas, accounting=p.accounting,
+                     require_slow=p.require_slow, unusable=unusable)  # fmt: skip
+
+    def unmet_need(self, item: pytest.Item) -> tuple[str | None, str | None]:
+        """(why ``item`` does not apply to this profile, why it cannot run now): either or both None."""
+        needs = needs_of(item)
+        shape = self.shape()
+        return not_applicable(needs, shape), cannot_run(needs, shape)
 
     # ------------------------------------------------------------------ hooks
 
@@ -512,12 +508,23 @@ class GpuClusterSession:
             ]
             metafunc.parametrize("node", params)
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Skip, with the reason, every test whose needs the profile cannot meet."""
+        """Before ``-k``/``-m``/``--deselect`` take their pick: mark every acceptance check
+        ``multinode`` (the whole acceptance of a multi-node cluster), end the checks that do not
+        apply to the profile as not applicable and those that cannot run now as skipped, each
+        with the reason, and remember every check's needs for the required set."""
+        self._collected = []
         for item in items:
-            reason = self.unmet_need(item)
-            if reason:
-                item.add_marker(pytest.mark.skip(reason=reason))
+            if not is_check(item):
+                continue
+            item.add_marker(pytest.mark.multinode)
+            self._collected.append(needs_of(item))
+            na, blocked = self.unmet_need(item)
+            if na:
+                item.add_marker(pytest.mark.skip(reason=NOT_APPLICABLE + na))
+            elif blocked:
+                item.add_marker(pytest.mark.skip(reason=blocked))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
@@ -535,12 +542,49 @@ class GpuClusterSession:
         if started:
             self.status_lines.append("started ahead: " + ", ".join(started))
 
-    def pytest_collection_finish(self) -> None:
-        """Record the tested nodes (and the excluded ones, with Slurm's reason) in the results."""
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Record the tested nodes (and the excluded ones, with Slurm's reason), the required set
+        and what the selection left out, in the results (an xdist worker hands its view to the
+        controller)."""
+        self.selection = self._selection(session)
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput["gpucluster_selection"] = self.selection.to_json()
         if self.results is not None:
             self.results.nodes = list(self.nodes)
+            self.results.selection = self.selection
             if self.excluded_nodes:
                 self.results.environment["excluded_nodes"] = dict(self.excluded_nodes)
+
+    def _selection(self, session: pytest.Session) -> Selection:
+        config = session.config
+        named: list[str] = []
+        if config.args_source == pytest.Config.ArgsSource.ARGS:
+            base = config.invocation_params.dir
+            for arg in config.args:
+                path = arg.split("::", 1)[0]
+                if "::" in arg or (base / path).is_file():
+                    named.append(arg)
+        return plan_selection(
+            self._collected,
+            [item.nodeid for item in session.items],
+            self.shape(),
+            named=named,
+            command=list(config.invocation_params.args),
+            keyword=str(config.option.keyword or ""),
+            markexpr=str(config.option.markexpr or ""),
+            deselect=[str(d) for d in (config.option.deselect or [])],
+        )
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """xdist controller: fold each worker's view of the selection into the results."""
+        data = getattr(node, "workeroutput", {}).get("gpucluster_selection")
+        if data and self.results is not None:
+            if self.results.selection is None:
+                self.results.selection = Selection.from_json(data)
+            else:
+                self.results.selection.merge(Selection.from_json(data))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
@@ -552,8 +596,8 @@ class GpuClusterSession:
             self.current_item = None
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        """Skip, with the reason, a test on a node lost earlier in the run, or a multinode test
-        once fewer than 2 nodes are left."""
+        """Skip, with the reason, a test on a node lost earlier in the run, or an across-nodes
+        test once fewer than 2 nodes are left."""
         lost = self.lost_nodes
         if not lost:
             return
@@ -561,7 +605,7 @@ class GpuClusterSession:
         node = callspec.params.get("node") if callspec is not None else None
         if node in lost:
             pytest.skip(f"{node} was lost earlier in this run ({lost[node]}); not tested")
-        if item.get_closest_marker("multinode") and len(self.live_nodes) < 2:
+        if item.get_closest_marker("across_nodes") and len(self.live_nodes) < 2:
             gone = "; ".join(f"{n}: {why}" for n, why in lost.items())
             pytest.skip(f"{len(self.live_nodes)} node(s) left after losing {gone}; this test needs 2")
 
@@ -632,6 +676,30 @@ class _Slot:
         self.value: Any = None
         self.entries: list[dict[str, Any]] = []  # recorded while it was produced
         self.claimed = False  # a test took everything recorded
+
+
+def is_check(item: pytest.Item) -> bool:
+    """Whether ``item`` is an acceptance check (it judges, or uses the cluster)."""
+    names = getattr(item, "fixturenames", ())
+    return "judge" in names or "gpucluster" in names
+
+
+def needs_of(item: pytest.Item) -> Needs:
+    """A check's needs, from its markers (``plugin.MARKERS``)."""
+    gpu = item.get_closest_marker("gpu")
+    count = 0
+    if gpu is not None:
+        count = int(gpu.args[0]) if gpu.args else int(gpu.kwargs.get("count", 1))
+    return Needs(
+        nodeid=item.nodeid,
+        across_nodes=item.get_closest_marker("across_nodes") is not None,
+        gpus=count,
+        gres_only=bool(gpu.kwargs.get("gres_only", False)) if gpu is not None else False,
+        slurm=item.get_closest_marker("slurm") is not None,
+        infiniband=item.get_closest_marker("infiniband") is not None,
+        accounting=item.get_closest_marker("accounting") is not None,
+        slow=item.get_closest_marker("slow") is not None,
+    )
 
 
 def _skipped(item: pytest.Item) -> bool:

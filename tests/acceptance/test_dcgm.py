@@ -1,6 +1,6 @@
 """NVIDIA DCGM diagnostics where DCGM is installed: ``dcgmi diag -r <profile.dcgm_level>`` on every
-node, every Fail or Warn named with the GPU and DCGM's own message. Skipped, with the reason, on
-nodes without dcgmi.
+node, every Fail or Warn named with the GPU and DCGM's own message. Not applicable on nodes without
+dcgmi unless the profile requires DCGM (``dcgm_required = true``): then such a node fails.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.probe_checks import readings
 from pytest_gpucluster.workloads import dcgm
 
@@ -32,10 +33,14 @@ def diag_runs(gpucluster):
 
 
 @pytest.mark.gpu(gres_only=True)
-def test_dcgm_diagnostics(diag_runs, judge, node):
+def test_dcgm_diagnostics(diag_runs, judge, node, profile):
     run = diag_runs.get(node)
     if run is None:
         pytest.fail(f"no dcgmi result came back from {node} (answered: {', '.join(diag_runs)})", pytrace=False)
+    if not run.found and not profile.dcgm_required:
+        not_applicable(f"dcgmi is not installed on {node} and profile {profile.name!r} does not require it "
+                       "(dcgm_required = false)")  # fmt: skip
     if not run.found:
-        pytest.skip(f"dcgmi is not installed on {node}: DCGM diagnostics not run")
+        pytest.fail(f"{node}: dcgmi is not installed, and profile {profile.name!r} requires DCGM diagnostics "
+                    "(dcgm_required = true)", pytrace=False)  # fmt: skip
     judge.problems(dcgm.diag_problems(run), f"{node}: dcgmi diag -r {run.level} found faults")

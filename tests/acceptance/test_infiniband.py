@@ -25,6 +25,7 @@ def ib_nodes(gpucluster):
 
 
 @pytest.mark.quick
+@pytest.mark.infiniband
 def test_infiniband_ports(ib_nodes, node, profile, judge):
     ports = reading_of(ib_nodes, node, "InfiniBand report")
     problems = infiniband.problems(ports, hcas=profile.ib_hcas, rate_gbps=profile.ib_rate_gbps,

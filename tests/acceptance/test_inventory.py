@@ -11,6 +11,7 @@ import pytest
 
 from pytest_gpucluster import probe_checks
 from pytest_gpucluster.ahead import ahead
+from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.probe_checks import good, reading_of, readings
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import homogeneity
@@ -32,7 +33,7 @@ def _of(inventory, node):
 
 
 @pytest.mark.quick
-@pytest.mark.multinode
+@pytest.mark.across_nodes
 def test_node_matches_the_others(inventory, judge, node):
     _of(inventory, node)
     found = homogeneity.mismatches(good(inventory))
@@ -59,7 +60,7 @@ def test_node_memory(inventory, profile, judge, node):
 def test_cpus_and_memory_per_gpu(inventory, judge, node):
     sizing = homogeneity.per_gpu_sizing(_of(inventory, node))
     if sizing is None:
-        pytest.skip(f"{node} has no GPU visible to NVML: CPUs and RAM per GPU do not apply")
+        not_applicable(f"{node} has no GPU visible to NVML: CPUs and RAM per GPU do not apply")
     judge.all([
         Measurement("inventory.cpus_per_gpu", sizing.cpus_per_gpu, "count", where=node),
         Measurement("inventory.memory_per_gpu", sizing.memory_gib_per_gpu, "GiB", where=node),

@@ -26,7 +26,7 @@ def test_busbw_inside_node(gpucluster, judge, record, node, op):
     judge(check.measurement, check.threshold)
 
 
-@pytest.mark.multinode
+@pytest.mark.across_nodes
 def test_busbw_across_nodes(gpucluster, judge, record, op):
     check = nccl_checks.inter_node(gpucluster, op)
     record("series", **check.series)

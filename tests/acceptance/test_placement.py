@@ -23,7 +23,7 @@ def placed(gpucluster, nodes, tasks_per_node):
     [
         pytest.param(1, 1, id="1node-1task"),
         pytest.param(1, 2, id="1node-2tasks"),
-        pytest.param(2, 1, id="2nodes-1task-each", marks=pytest.mark.multinode),
+        pytest.param(2, 1, id="2nodes-1task-each", marks=pytest.mark.across_nodes),
     ],
 )
 def test_task_placement(placed, judge, nodes, tasks_per_node):

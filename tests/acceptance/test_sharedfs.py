@@ -46,7 +46,7 @@ def test_capacity_and_free_space(shared, judge):
     judge.all(Measurement(metric, gib, "GiB", where, job_id=job) for metric, where, gib in space)
 
 
-@pytest.mark.multinode
+@pytest.mark.across_nodes
 def test_file_written_on_one_node_reads_back_on_another(shared, gpucluster, judge):
     _, reports, job = shared
     problems = sharedfs.readback_problems(reports, len(gpucluster.nodes))
@@ -59,7 +59,7 @@ def test_concurrent_appends_lose_nothing(shared, gpucluster, judge):
     judge.problems(problems, f"job {job}: concurrent appends to one shared file lost data")
 
 
-@pytest.mark.multinode
+@pytest.mark.across_nodes
 def test_atomic_rename_is_seen_complete_on_another_node(shared, gpucluster, judge):
     _, reports, job = shared
     problems = sharedfs.readback_problems(reports, len(gpucluster.nodes), renamed=True)

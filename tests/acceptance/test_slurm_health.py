@@ -18,9 +18,8 @@ def test_controller_answers(judge):
     judge.problems(slurm.controller_problems(), "slurmctld does not answer")
 
 
-def test_accounting_answers(profile, judge):
-    if not profile.accounting:
-        pytest.skip(f"profile {profile.name!r} says this cluster runs without Slurm accounting (accounting = false)")
+@pytest.mark.accounting
+def test_accounting_answers(judge):
     judge.problems(slurm.accounting_problems(), "Slurm accounting (sacct) does not answer")
 
 

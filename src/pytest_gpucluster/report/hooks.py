@@ -22,12 +22,17 @@ import pytest
 
 from pytest_gpucluster.baseline import REGRESSION_METRIC, Comparison, compare
 from pytest_gpucluster.calibrate import Fractions, calibrate, set_name_for
-from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.errors import ConfigError, GpuClusterError
+from pytest_gpucluster.outcomes import GpuClusterWarning, is_not_applicable
 from pytest_gpucluster.report import model
 from pytest_gpucluster.results import PROPERTY, entries_of, job_log_tails, load_results, now_iso
 from pytest_gpucluster.session import GpuClusterSession
 
 BASELINE_NODEID = "baseline::test_no_regression_against_baseline"
+EXIT_INCOMPLETE = 6  # pytest's own codes end at 5 (no tests collected)
+# Exceptions that are a judgement (pytest.fail, assert) or the cluster's answer (a failed job, a
+# refused submission): a check ending in any other exception could not judge.
+JUDGED: tuple[type[BaseException], ...] = (pytest.fail.Exception, AssertionError, GpuClusterError)
 
 
 class BaselineWarning(UserWarning):
@@ -103,6 +108,9 @@ class ResultsHooks:
         """A failed phase carries the end of its jobs' logs (read here: the job folder of the
         local executor is private to the process that ran the test)."""
         report = yield
+        if report.failed and call.excinfo is not None and not call.excinfo.errisinstance(JUDGED):
+            # Neither a judgement nor the cluster's answer: the check could not judge at all.
+            report.user_properties.append((PROPERTY, {"kind": "unjudged", "exception": call.excinfo.typename}))
         if report.failed:
             for e in entries_of(item.user_properties):
                 if e.get("kind") == "job" and e.get("folder"):
@@ -126,6 +134,26 @@ class ResultsHooks:
         if entries:
             kept = [p for p in report.user_properties if not (p[0] == PROPERTY and isinstance(p[1], dict))]
             report.user_properties = [*kept, *model.junit_properties(entries)]
+
+    def pytest_warning_recorded(self, warning_message: Any, when: str, nodeid: str, location: Any) -> None:
+        """A check's own warnings (``GpuClusterWarning``) go on its record: the results, the
+        report and the verdict count them. Reported after the check's last phase, so the results
+        file is written again."""
+        results = self.session.results
+        category = getattr(warning_message, "category", None)
+        if results is None or not nodeid or not isinstance(category, type):
+            return
+        if not issubclass(category, GpuClusterWarning) or nodeid not in results.tests:
+            return
+        results.tests[nodeid].add_warning(str(warning_message.message))
+        if self.session.settings.results_path is not None:
+            results.write(self.session.settings.results_path)
+
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
+        """A check that does not apply shows as ``n/a`` (``N``), not as a skip."""
+        if report.skipped and isinstance(report.longrepr, tuple) and is_not_applicable(str(report.longrepr[2])):
+            return "n/a", "N", "N/A"
+        return None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Iterator[None]:
@@ -183,7 +211,17 @@ class ResultsHooks:
         results.finished = now_iso()
         doc = results.to_json()
         acc = model.acceptance(doc)
-        results.extra["acceptance"] = {"verdict": acc.verdict, "reasons": list(acc.reasons), "counts": dict(acc.counts)}
+        results.extra["acceptance"] = {
+            "verdict": acc.verdict,
+            "headline": acc.headline,
+            "reasons": list(acc.reasons),
+            "warnings": list(acc.warnings),
+            "not_applicable": list(acc.not_applicable),
+            "not_selected": list(acc.not_selected),
+            "counts": dict(acc.counts),
+        }
+        if acc.verdict == "INCOMPLETE" and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = EXIT_INCOMPLETE  # a CI gate must not take it for a pass
         if self.comparison is not None and self.comparison.environment_differences:
             warnings.warn(
                 BaselineWarning(
@@ -220,10 +258,23 @@ class ResultsHooks:
         acc = results.extra["acceptance"]
         counts = ", ".join(f"{n} {k}" for k, n in acc["counts"].items() if n)
         colour = {"ACCEPTED": {"green": True}, "REJECTED": {"red": True}}.get(acc["verdict"], {"yellow": True})
-        terminalreporter.write_sep("=", f"gpucluster: {acc['verdict']} ({counts or 'no tests'})", bold=True, **colour)
-        if acc["verdict"] != "ACCEPTED":
-            for reason in acc["reasons"][:20]:
-                terminalreporter.write_line(f"  {reason}")
+        terminalreporter.write_sep("=", f"gpucluster: {acc['headline']} ({counts or 'no tests'})", bold=True, **colour)
+        shown = acc["reasons"] if acc["verdict"] != "ACCEPTED" else acc["warnings"]
+        for reason in shown[:20]:
+            terminalreporter.write_line(f"  {reason}")
+        if len(shown) > 20:
+            terminalreporter.write_line(f"  ... and {len(shown) - 20} more (see the results file or the report)")
+        if acc["verdict"] in ("REJECTED", "INCOMPLETE") and acc["warnings"]:
+            terminalreporter.write_line(f"  and {len(acc['warnings'])} warning(s): {acc['warnings'][0]}" +
+                                        (" ..." if len(acc["warnings"]) > 1 else ""))  # fmt: skip
+        if acc["not_applicable"]:
+            why: dict[str, int] = {}
+            for line in acc["not_applicable"]:
+                reason = line.split(": ", 1)[-1]
+                why[reason] = why.get(reason, 0) + 1
+            terminalreporter.write_line(f"not applicable: {len(acc['not_applicable'])} check(s)")
+            for reason, n in sorted(why.items(), key=lambda kv: -kv[1]):
+                terminalreporter.write_line(f"  {n} × {reason}")
         timing = results.timing()
         if timing["jobs"]:
             terminalreporter.write_line(

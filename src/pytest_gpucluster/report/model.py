@@ -2,12 +2,18 @@
 matrix, per-test summary cells and readable one-line properties. Pure: plain dicts in, frozen
 dataclasses out; no pytest, no HTML.
 
-The verdict rule (also in docs/report.md):
+The verdict rule (also in docs/report.md), over the run's *required set* (``selection.py``):
 
-* REJECTED   any test failed or errored (an unexpected pass of a strict xfail counts as a failure);
-* INCOMPLETE otherwise, when the run was interrupted, when no test passed, or when every test of an
-  acceptance area (one ``test_<area>.py`` module) was skipped;
-* ACCEPTED   otherwise; warnings are counted and listed, but do not reject.
+* REJECTED   a selected check failed, or errored on the cluster (a job failed, a submission was
+  refused); an unexpected pass of a strict xfail counts as a failure;
+* INCOMPLETE otherwise, when a required check that was selected was skipped, errored before it
+  could judge (a fault of the harness), or was not reached (the run was interrupted), or when no
+  check passed;
+* PARTIAL    otherwise, when the selection (``-k``, ``-m``, ``--deselect``, files or tests named on
+  the command line) left required checks out: what ran passed, but it is not the acceptance;
+* ACCEPTED   otherwise: every required check ran and passed; warnings are counted and listed.
+
+A check that does not apply to the profile's shape (``n/a``) is neither required nor missing.
 """
 
 from __future__ import annotations
@@ -17,12 +23,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pytest_gpucluster.outcomes import reason_of
 from pytest_gpucluster.results import PROPERTY
 
-Overall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE"]
+Overall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE", "PARTIAL"]
 
 # Worst first wins when several results meet in one matrix cell.
-SEVERITY = {"fail": 6, "error": 6, "xpass": 5, "warn": 4, "xfail": 3, "pass": 2, "skip": 1, "none": 0}
+SEVERITY = {"fail": 7, "error": 7, "xpass": 6, "warn": 5, "skip": 4, "xfail": 3, "pass": 2, "n/a": 1, "none": 0}
 CLUSTER_ROW = "(cluster-wide)"
 
 
@@ -93,38 +100,118 @@ class Acceptance:
     verdict: Overall
     reasons: tuple[str, ...]
     counts: Mapping[str, int]
+    headline: str = ""  # "ACCEPTED, 2 warnings", "PARTIAL: 10 selected checks passed; ..."
+    warnings: tuple[str, ...] = ()
+    not_applicable: tuple[str, ...] = ()  # "<check>: <reason>", one per check that does not apply
+    not_selected: tuple[str, ...] = ()
 
 
-COUNTED = ("pass", "warn", "fail", "error", "skip", "xfail", "xpass")
+COUNTED = ("pass", "warn", "fail", "error", "n/a", "skip", "xfail", "xpass")
+
+
+def test_label(nodeid: str) -> str:
+    """``tests/acceptance/test_nccl.py::test_x[node1]`` → ``test_nccl.py::test_x[node1]``."""
+    path, sep, rest = str(nodeid).partition("::")
+    return f"{path.rsplit('/', 1)[-1]}{sep}{rest}"
+
+
+def failure_sentences(test: Mapping[str, Any]) -> list[str]:
+    """What a failed check found, one sentence each, the culprit (node, GPU, port, job) first:
+    its failed measurements' sentences and its problems; else its message's first line."""
+    found = [str(m.get("sentence", "")) for m in test.get("measurements", []) if m.get("status") == "fail"]
+    found += [str(p) for p in test.get("problems", [])]
+    found = [f for f in dict.fromkeys(found) if f]
+    if not found:
+        found = [first_line(str(test.get("message", ""))) or str(test.get("verdict", "failed"))]
+    return found
+
+
+def _judged_bad(t: Mapping[str, Any]) -> bool:
+    verdict = t.get("verdict")
+    return verdict in ("fail", "xpass") or (verdict == "error" and not t.get("unjudged"))
 
 
 def acceptance(doc: Mapping[str, Any]) -> Acceptance:
     """Apply the verdict rule of this module's docstring to a results document."""
     tests = list(doc.get("tests", []))
+    by_id = {str(t.get("nodeid")): t for t in tests}
     counts = dict.fromkeys(COUNTED, 0)
     for t in tests:
         counts[t.get("verdict", "error")] = counts.get(t.get("verdict", "error"), 0) + 1
-    bad = [t for t in tests if t.get("verdict") in ("fail", "error", "xpass")]
+    sel = doc.get("selection") or None
+    not_applicable = [f"{test_label(n)}: {why}" for n, why in (sel or {}).get("not_applicable", {}).items()]
+    not_applicable += [
+        f"{test_label(str(t.get('nodeid')))}: {reason_of(str(t.get('message', '')))}"
+        for t in tests
+        if t.get("verdict") == "n/a" and str(t.get("nodeid")) not in (sel or {}).get("not_applicable", {})
+    ]
+    warned = tuple(
+        f"{w} ({test_label(str(t.get('nodeid')))})"
+        for t in tests
+        if t.get("verdict") == "warn"
+        for w in (list(t.get("warnings", []))
+                  + [str(m.get("sentence")) for m in t.get("measurements", []) if m.get("status") == "warn"]
+                  or ["warnings"])
+    )  # fmt: skip
+    warned = tuple(dict.fromkeys(warned))
+
+    def made(verdict: Overall, reasons: Iterable[str], headline: str, not_selected: Iterable[str] = ()) -> Acceptance:
+        return Acceptance(verdict, tuple(reasons), counts, headline, warned, tuple(not_applicable), tuple(not_selected))
+
+    bad = [t for t in tests if _judged_bad(t)]
     if bad:
-        reasons = [f"{t['nodeid']}: {first_line(t.get('message', '')) or t.get('verdict')}" for t in bad]
-        return Acceptance("REJECTED", tuple(reasons), counts)
-    reasons = []
+        failures = [f"{s} ({test_label(str(t.get('nodeid')))})" for t in bad for s in failure_sentences(t)]
+        n = len(bad)
+        return made("REJECTED", failures, f"REJECTED: {n} check{'s' if n != 1 else ''} failed")
+
+    reasons: list[str] = []
     status = doc.get("status")
     if status != "complete":
-        reasons.append(f"the run did not finish (status: {status}); results cover only the tests that ran")
-    if not tests or counts["pass"] + counts["warn"] == 0:
-        reasons.append("no acceptance test passed")
-    by_area: dict[str, list[Mapping[str, Any]]] = {}
-    for t in tests:
-        by_area.setdefault(str(t.get("area", "tests")), []).append(t)
-    for area, members in by_area.items():
-        if members and all(t.get("verdict") == "skip" for t in members):
-            why = sorted({first_line(t.get("message", "")) for t in members})
-            reasons.append(f"area '{area}' was not run: {'; '.join(why)}")
+        reasons.append(f"the run did not finish (status: {status}); results cover only the checks that ran")
+    not_selected: list[str] = []
+    if sel is not None:
+        skipped_out = set(sel.get("not_selected", []))
+        not_selected = [test_label(n) for n in sel.get("not_selected", [])]
+        for nodeid in sel.get("required", []):
+            if nodeid in skipped_out:
+                continue
+            t = by_id.get(nodeid)
+            reasons += _missing(nodeid, t)
+    else:  # a results file without a selection: every check in it is taken as required
+        for t in tests:
+            reasons += _missing(str(t.get("nodeid")), t)
+    if counts["pass"] + counts["warn"] == 0:
+        reasons.append("no acceptance check passed")
     if reasons:
-        return Acceptance("INCOMPLETE", tuple(reasons), counts)
-    warned = [f"{t['nodeid']}: warnings" for t in tests if t.get("verdict") == "warn"]
-    return Acceptance("ACCEPTED", tuple(warned), counts)
+        n = len(reasons)
+        headline = f"INCOMPLETE: {n} reason{'s' if n != 1 else ''} the acceptance is not whole"
+        return made("INCOMPLETE", reasons, headline, not_selected)
+    passed = counts["pass"] + counts["warn"]
+    w = f", {len(warned)} warning{'s' if len(warned) != 1 else ''}" if warned else ""
+    if sel is not None and (not_selected or sel.get("named")):
+        parts = [f"{passed} selected check{'s' if passed != 1 else ''} passed{w}"]
+        if not_selected:
+            parts.append(f"{len(not_selected)} required check{'s' if len(not_selected) != 1 else ''} not selected")
+        named = list(sel.get("named", []))
+        why = [f"the command line names {', '.join(named)}: checks outside it were not collected"] if named else []
+        why += [f"{n}: not selected" for n in not_selected]
+        return made("PARTIAL", why, "PARTIAL: " + "; ".join(parts), not_selected)
+    return made("ACCEPTED", warned, f"ACCEPTED{w}")
+
+
+def _missing(nodeid: str, t: Mapping[str, Any] | None) -> list[str]:
+    """Why a required check has no judgement, or nothing when it has one."""
+    label = test_label(nodeid)
+    if t is None:
+        return [f"{label}: not reached (the run ended before it)"]
+    verdict = t.get("verdict")
+    if verdict == "skip":
+        return [f"{label}: skipped: {reason_of(str(t.get('message', ''))) or 'no reason given'}"]
+    if verdict == "error":  # only unjudged errors reach here
+        return [f"{label}: could not be judged ({t.get('unjudged')}): {first_line(str(t.get('message', '')))}"]
+    if verdict in ("interrupted", "unknown"):
+        return [f"{label}: interrupted before it was judged"]
+    return []
 
 
 def first_line(text: str) -> str:
@@ -254,7 +341,7 @@ def matrix(doc: Mapping[str, Any]) -> Matrix:
         attributed_bad = False
         for n in param_nodes:
             add(n, col, verdict, f"{label}: {verdict}")
-            attributed_bad = attributed_bad or SEVERITY[verdict] >= SEVERITY["warn"]
+            attributed_bad = attributed_bad or SEVERITY.get(verdict, 0) >= SEVERITY["warn"]
         for m in t.get("measurements", []):
             status = str(m.get("status", "pass"))
             on = nodes_in(str(m.get("where", "")), nodes)
