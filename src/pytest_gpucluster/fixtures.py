@@ -59,11 +59,13 @@ class Judge:
             pytest.xfail("; ".join(v.sentence for v in expected))
 
     def problems(self, problems: list[str], what: str) -> None:
-        """Fail listing every problem of a check that has no number to judge."""
+        """Fail on the problems of a check that has no number to judge. Each problem is one
+        sentence naming its culprit; the failure's first line holds them all, so the one line a
+        person reads first (terminal summary, report, results) names every culprit."""
         for problem in problems:
             self._session.record({"kind": "problem", "text": problem})
         if problems:
-            pytest.fail(f"{what}:\n" + "\n".join(f"- {p}" for p in problems), pytrace=False)
+            pytest.fail("; ".join(problems) + f" ({what})", pytrace=False)
 
 
 @pytest.fixture(scope="session")

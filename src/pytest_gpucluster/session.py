@@ -35,7 +35,15 @@ from pytest_gpucluster.launch.submitit_backend import SubmititJob, SubmititLaunc
 from pytest_gpucluster.outcomes import NOT_APPLICABLE
 from pytest_gpucluster.profile import Config, Profile, ThresholdSet
 from pytest_gpucluster.results import ResultsDocument, now_iso
-from pytest_gpucluster.selection import Needs, Selection, Shape, cannot_run, not_applicable, plan_selection
+from pytest_gpucluster.selection import (
+    NEED_MARKERS,
+    Needs,
+    Selection,
+    Shape,
+    cannot_run,
+    not_applicable,
+    plan_selection,
+)
 from pytest_gpucluster.workloads.distributed import BACKEND_ENV
 
 R = TypeVar("R")
@@ -679,9 +687,11 @@ class _Slot:
 
 
 def is_check(item: pytest.Item) -> bool:
-    """Whether ``item`` is an acceptance check (it judges, or uses the cluster)."""
+    """Whether ``item`` is an acceptance check: it judges, uses the cluster, or states a need."""
     names = getattr(item, "fixturenames", ())
-    return "judge" in names or "gpucluster" in names
+    if "judge" in names or "gpucluster" in names:
+        return True
+    return any(item.get_closest_marker(m) is not None for m in NEED_MARKERS if m != "slow")
 
 
 def needs_of(item: pytest.Item) -> Needs:

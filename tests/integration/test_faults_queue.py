@@ -53,7 +53,7 @@ def test_a_drained_node_is_left_out_with_its_reason_and_its_tests_say_so(slurm_c
     two_nodes = run.test("2nodes-1task-each")
     assert two_nodes["outcome"] == "skipped"
     assert two_nodes["message"] == (
-        f"Skipped: profile 'faults' has 1 node usable of 2 expected (node4: {why}); this test needs 2"
+        f"Skipped: profile 'faults' expects 2 nodes, 1 usable (node4: {why}); this check needs 2"
     )
     assert run.test("1node-1task")["outcome"] == "passed", run.output
     assert run.test("test_node_matches_the_profile[node3]")["outcome"] == "passed", run.output[-6000:]

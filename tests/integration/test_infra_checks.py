@@ -58,7 +58,7 @@ def test_slurm_health_passes_then_names_a_drained_node(slurm_cluster):
     assert rc == 1, out
     assert "FAILED tests/acceptance/test_slurm_health.py::test_nodes_are_usable" in out
     # IDLE+DRAIN, or MIXED+DRAIN while other jobs still run there
-    assert re.search(r"- node2: state [A-Z]+\+DRAIN, reason: 'integration test'", out), out
+    assert re.search(r"node2: state [A-Z]+\+DRAIN, reason: 'integration test'", out), out
     assert "4 passed" in out
 
 
@@ -82,36 +82,37 @@ def test_sharedfs_fails_where_each_node_has_its_own_directory(slurm_cluster, tmp
     assert rc == 1, out
     assert "FAILED tests/acceptance/test_sharedfs.py::test_mounted_everywhere_as_one_filesystem" in out
     for node in ("node1", "node2"):
-        assert f"- {node}: does not see login-marker that the login node wrote in" in out
+        assert f"{node}: does not see login-marker that the login node wrote in" in out
         assert f"{base}/{node} on {node} is not the login node's filesystem (not shared" in out
-        assert f"- {node}: took no part (it does not see the login node's directory)" in out
+        assert f"{node}: took no part (it does not see the login node's directory)" in out
     assert "4 failed, 1 passed" in out  # capacity is still measured on each node's own folder
 
 
 def test_gpu_isolation_passes_with_gres_and_warns_without_cgroups(slurm_cluster):
     rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_gpu_isolation.py")
     assert rc == 0, out
-    assert "3 passed, 1 skipped" in out
+    assert "3 passed, 1 n/a" in out
     assert "ThresholdWarning: node1 (job" in out and "device cgroups are off on this cluster" in out
-    assert "this test needs real GPUs" in out
+    assert "has GRES-only GPUs (gpus_are_real = false); this check needs GPU devices" in out
 
 
-def test_infiniband_passes_without_hcas_and_fails_where_some_are_expected(slurm_cluster, tmp_path):
+def test_infiniband_does_not_apply_without_hcas_and_fails_where_some_are_expected(slurm_cluster, tmp_path):
     rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_infiniband.py")
     assert rc == 0, out
-    assert "PASSED tests/acceptance/test_infiniband.py::test_infiniband_ports[node1]" in out
+    assert "N/A tests/acceptance/test_infiniband.py::test_infiniband_ports[node1]" in out
+    assert "profile 'ci' expects no InfiniBand (ib_hcas = 0)" in out
     thresholds = profile_file(tmp_path, "ci_ib", ib_hcas=8)
     rc, out = acceptance(slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_ib",
                          "tests/acceptance/test_infiniband.py")  # fmt: skip
     assert rc == 1, out
     for node in ("node1", "node2"):
-        assert f"- {node}: no RDMA device under /sys/class/infiniband" in out
+        assert f"{node}: no RDMA device under /sys/class/infiniband" in out
 
 
 def test_gpu_health_skips_with_a_reason_on_gres_only_gpus(slurm_cluster):
     rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_gpu_health.py")
     assert rc == 0, out
-    assert "has GRES-only GPUs (no devices); this test needs real GPUs" in out
+    assert "has GRES-only GPUs (gpus_are_real = false); this check needs GPU devices" in out
     assert "passed" not in out and "failed" not in out
 
 

@@ -20,4 +20,4 @@ def test_local_profile_skips_the_two_node_layout_with_its_reason(run_acceptance)
     run = run_acceptance("tests/acceptance/test_placement.py", "--cluster=local")
     assert run.returncode == 0, run.output
     assert run.outcome("2nodes-1task-each") == "skipped"
-    assert "profile 'local' has 1 node; this test needs 2" in run.output
+    assert "profile 'local' has 1 node; this check needs 2" in run.output

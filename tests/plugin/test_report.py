@@ -76,8 +76,8 @@ def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
     result = gpc.runpytest_subprocess(
         "--html=out/report.html", "--self-contained-html", "--results=out/results.json", "--junitxml=out/junit.xml"
     )
-    result.assert_outcomes(passed=4, failed=3, skipped=1)
-    result.stdout.fnmatch_lines(["*gpucluster: REJECTED (3 pass, 1 warn, 3 fail, 1 skip)*"])
+    result.assert_outcomes(passed=4, failed=3)
+    result.stdout.fnmatch_lines(["*gpucluster: REJECTED: 3 checks failed (3 pass, 1 warn, 3 fail, 1 n/a)*"])
     html = (gpc.path / "out" / "report.html").read_text()
     assert not (gpc.path / "out" / "assets").exists()  # one file, nothing beside it
 
@@ -85,8 +85,10 @@ def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
     assert '<div class="gc-word">REJECTED</div>' in summary
     for fact in ("Cluster profile", "local", "Nodes", "GPUs", "1 node, no GPU devices (cpu)", "Run status", "complete"):
         assert fact in summary
-    assert all(f">{chip}</span>" in summary for chip in ("3 passed", "1 passed with warnings", "3 failed", "1 skipped"))
-    assert "test_needs_eight_gpus</span>: profile &#x27;local&#x27; has 0 GPUs per node" in summary
+    chips = ("3 passed", "1 passed with warnings", "3 failed", "0 skipped", "1 not applicable")
+    assert all(f">{chip}</span>" in summary for chip in chips)
+    assert "<h3>Not applicable to this profile</h3>" in summary
+    assert "this check needs 8 (1: test_cluster.py::test_needs_eight_gpus)" in summary
     assert "node2:gpu3: compute.fraction_of_node_median = 0.12 ratio is below the fail line 0.3 ratio" in summary
 
     # environment: versions in a fixed order, the thresholds file and its checksum
@@ -109,7 +111,7 @@ def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
     assert statuses["node1"][:3] == ["pass", "pass", "pass"]
     assert statuses["node2"][0] == "fail" and statuses["node2"][4] == "fail"
     assert statuses["node3"][1] == "warn"
-    assert statuses["(cluster-wide)"][3] == "fail" and statuses["(cluster-wide)"][5] == "skip"
+    assert statuses["(cluster-wide)"][3] == "fail" and statuses["(cluster-wide)"][5] == "na"
 
     # plots: the series with its threshold line and a spread plot per repeated metric, inline
     plots = re.findall(r'<img alt="([^"]*)" src="data:image/svg\+xml;base64,', html)
@@ -143,8 +145,8 @@ def test_results_file_carries_measurements_with_thresholds_and_the_verdict(gpc):
     doc = json.loads((gpc.path / "results.json").read_text())
     assert doc["schema_version"] == 1 and doc["status"] == "complete"
     assert doc["acceptance"]["verdict"] == "REJECTED"
-    assert doc["acceptance"]["counts"] == {"pass": 3, "warn": 1, "fail": 3, "error": 0, "skip": 1, "xfail": 0,
-                                           "xpass": 0}  # fmt: skip
+    assert doc["acceptance"]["counts"] == {"pass": 3, "warn": 1, "fail": 3, "error": 0, "n/a": 1, "skip": 0,
+                                           "xfail": 0, "xpass": 0}  # fmt: skip
     assert doc["cluster"]["profile"] == "local" and doc["cluster"]["gpu_model"] == "cpu"
     speed = next(t for t in doc["tests"] if t["name"] == "test_gpu_speed")
     assert (speed["area"], speed["verdict"]) == ("cluster", "fail")
@@ -176,7 +178,7 @@ def test_junit_xml_has_one_readable_property_per_measurement(gpc):
 def test_xdist_run_gives_one_complete_report_and_results_file(gpc):
     gpc.makepyfile(test_cluster=SUITE)
     result = gpc.runpytest_subprocess("-n", "2", "--html=report.html", "--self-contained-html", "--results=r.json")
-    result.assert_outcomes(passed=4, failed=3, skipped=1)
+    result.assert_outcomes(passed=4, failed=3)
     doc = json.loads((gpc.path / "r.json").read_text())
     assert doc["status"] == "complete" and len(doc["tests"]) == 8
     crash = next(t for t in doc["tests"] if t["name"] == "test_job_that_crashes")
@@ -211,22 +213,22 @@ def test_interrupted_run_is_incomplete(gpc):
     assert "the run did not finish (status: interrupted)" in html
 
 
-def test_area_entirely_skipped_makes_the_run_incomplete(gpc):
+def test_a_check_that_does_not_apply_leaves_the_run_accepted(gpc):
     gpc.makepyfile(
         test_compute=PASSING.replace("SPEED", "0.95"),
-        test_nccl="import pytest\n@pytest.mark.multinode\ndef test_across_nodes():\n    pass\n",
+        test_nccl="import pytest\n@pytest.mark.across_nodes\ndef test_across_nodes():\n    pass\n",
     )
     gpc.runpytest_subprocess("--results=r.json")
     acc = json.loads((gpc.path / "r.json").read_text())["acceptance"]
-    assert acc["verdict"] == "INCOMPLETE"
-    assert acc["reasons"] == ["area 'nccl' was not run: profile 'local' has 1 node; this test needs 2"]
+    assert acc["verdict"] == "ACCEPTED"
+    assert acc["not_applicable"] == ["test_nccl.py::test_across_nodes: profile 'local' has 1 node; this check needs 2"]
 
 
 def test_standalone_report_from_a_results_file(gpc):
     gpc.makepyfile(test_cluster=SUITE)
     gpc.runpytest_subprocess("--results=r.json")
     run = gpc.run(sys.executable, "-m", "pytest_gpucluster.report", "r.json", "-o", "page.html")
-    assert run.ret == 1 and "REJECTED: page.html" in run.stdout.str()
+    assert run.ret == 1 and "REJECTED: 3 checks failed: page.html" in run.stdout.str()
     page = (gpc.path / "page.html").read_text()
     assert 'id="gc-matrix"' in page and "data:image/svg+xml;base64," in page and 'id="gc-results"' in page
     assert "node2:&lt;script&gt;" in page and "<script>" not in page

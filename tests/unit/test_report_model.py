@@ -23,20 +23,69 @@ def _doc(tests, status="complete", nodes=("node1", "node2", "node10")):
     return {"status": status, "nodes": list(nodes), "tests": tests, "environment": {}, "inventory": {}}
 
 
-def test_any_failure_rejects_even_an_interrupted_run():
+def _sel(required, not_selected=(), not_applicable=None, named=()):
+    return {"required": list(required), "not_selected": list(not_selected), "named": list(named),
+            "not_applicable": dict(not_applicable or {}), "optional": []}  # fmt: skip
+
+
+def test_any_failure_rejects_even_an_interrupted_run_and_names_the_culprit():
     tests = [_t("a::t1", "pass"), _t("a::t2", "fail", message="Failed: node2 slow")]
     acc = model.acceptance(_doc(tests, "interrupted"))
-    assert acc.verdict == "REJECTED" and acc.reasons == ("a::t2: node2 slow",)
+    assert acc.verdict == "REJECTED" and acc.reasons == ("node2 slow (a::t2)",)
+    assert acc.headline == "REJECTED: 1 check failed"
 
 
-def test_interruption_or_a_skipped_area_is_incomplete_and_warnings_still_accept():
+def test_every_problem_of_a_failure_is_a_reason_not_only_the_first_line():
+    failed = _t("x/test_slurm_health.py::test_nodes_are_usable", "fail",
+                message="Failed: nodes of partition 'debug' are not usable:\n- node2: DRAIN (bad DIMM)",
+                problems=["node2: DRAIN (bad DIMM)", "node3: DOWN (not responding)"])  # fmt: skip
+    acc = model.acceptance(_doc([failed]))
+    assert acc.reasons == ("node2: DRAIN (bad DIMM) (test_slurm_health.py::test_nodes_are_usable)",
+                           "node3: DOWN (not responding) (test_slurm_health.py::test_nodes_are_usable)")  # fmt: skip
+
+
+def test_a_required_check_skipped_or_not_reached_is_incomplete():
     assert model.acceptance(_doc([_t("a::t1", "pass")], "interrupted")).verdict == "INCOMPLETE"
-    skipped = _doc([_t("a::t1", "pass", area="a"), _t("b::t2", "skip", area="b", message="Skipped: needs 2 nodes")])
-    acc = model.acceptance(skipped)
-    assert acc.verdict == "INCOMPLETE" and acc.reasons == ("area 'b' was not run: needs 2 nodes",)
+    tests = [_t("a::t1", "pass"), _t("b::t2", "skip", message="Skipped: node2 is excluded: DRAIN")]
+    acc = model.acceptance({**_doc(tests), "selection": _sel(["a::t1", "b::t2", "c::t3"])})
+    assert acc.verdict == "INCOMPLETE"
+    assert acc.reasons == ("b::t2: skipped: node2 is excluded: DRAIN", "c::t3: not reached (the run ended before it)")
     assert model.acceptance(_doc([])).verdict == "INCOMPLETE"
-    acc = model.acceptance(_doc([_t("a::t1", "warn"), _t("a::t2", "pass")]))
+
+
+def test_an_error_of_the_harness_is_incomplete_an_error_of_the_cluster_rejects():
+    harness = _t("a::t2", "error", message="AttributeError: 'NoneType' object has no attribute 'x'")
+    acc = model.acceptance({**_doc([_t("a::t1", "pass"), {**harness, "unjudged": "AttributeError"}]),
+                            "selection": _sel(["a::t1", "a::t2"])})  # fmt: skip
+    assert acc.verdict == "INCOMPLETE" and acc.reasons[0].startswith("a::t2: could not be judged (AttributeError)")
+    cluster = _t("a::t2", "error", message="LaunchError: job 7 on node2: submission refused")
+    assert model.acceptance(_doc([_t("a::t1", "pass"), cluster])).verdict == "REJECTED"
+
+
+def test_not_applicable_is_neither_a_pass_nor_missing():
+    tests = [_t("a::t1", "pass"), _t("b::t2", "n/a", message="Skipped: not applicable: profile has 1 node")]
+    acc = model.acceptance({**_doc(tests), "selection": _sel(["a::t1"], not_applicable={"b::t2": "1 node"})})
+    assert acc.verdict == "ACCEPTED" and acc.counts["n/a"] == 1 and acc.not_applicable == ("b::t2: 1 node",)
+    only_na = model.acceptance({**_doc([tests[1]]), "selection": _sel([], not_applicable={"b::t2": "1 node"})})
+    assert only_na.verdict == "INCOMPLETE" and only_na.reasons == ("no acceptance check passed",)
+
+
+def test_a_narrower_selection_is_partial_never_accepted():
+    tests = [_t("a::t1", "pass")]
+    acc = model.acceptance({**_doc(tests), "selection": _sel(["a::t1", "b::t2", "b::t3"], ["b::t2", "b::t3"])})
+    assert acc.verdict == "PARTIAL"
+    assert acc.headline == "PARTIAL: 1 selected check passed; 2 required checks not selected"
+    named = model.acceptance({**_doc(tests), "selection": _sel(["a::t1"], named=["tests/acceptance/test_a.py"])})
+    assert named.verdict == "PARTIAL" and "the command line names tests/acceptance/test_a.py" in named.reasons[0]
+    failed = model.acceptance({**_doc([_t("a::t1", "fail", message="x")]), "selection": _sel(["a::t1", "b"], ["b"])})
+    assert failed.verdict == "REJECTED"
+
+
+def test_warnings_accept_and_are_counted_in_the_headline():
+    warned = {**_t("a::t1", "warn"), "warnings": ["node1: device cgroups are off"]}
+    acc = model.acceptance(_doc([warned, _t("a::t2", "pass")]))
     assert acc.verdict == "ACCEPTED" and acc.counts["warn"] == 1 and acc.counts["pass"] == 1
+    assert acc.headline == "ACCEPTED, 1 warning" and acc.warnings == ("node1: device cgroups are off (a::t1)",)
 
 
 def test_matrix_puts_results_on_the_node_they_name():

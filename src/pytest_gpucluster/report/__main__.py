@@ -13,7 +13,8 @@ from pytest_gpucluster.results import load_results
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Render the page; exit 0 for ACCEPTED, 1 for REJECTED, 2 for INCOMPLETE, 3 for a bad file."""
+    """Render the page; exit as the run did: 0 ACCEPTED or PARTIAL, 1 REJECTED, 10 INCOMPLETE; 3 for
+    a file that is not a results file."""
     parser = argparse.ArgumentParser(prog="python -m pytest_gpucluster.report", description=__doc__)
     parser.add_argument("results", type=Path, help="a --results file of pytest-gpucluster")
     parser.add_argument("-o", "--output", type=Path, default=None, help="HTML file (default: RESULTS with .html)")
@@ -25,9 +26,9 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     out = args.output or args.results.with_suffix(".html")
     out.write_text(render_page(doc), encoding="utf-8")
-    verdict = acceptance(doc).verdict
-    print(f"{verdict}: {out}")
-    return {"ACCEPTED": 0, "REJECTED": 1}.get(verdict, 2)
+    acc = acceptance(doc)
+    print(f"{acc.headline}: {out}")
+    return {"ACCEPTED": 0, "PARTIAL": 0, "REJECTED": 1}.get(acc.verdict, 10)
 
 
 if __name__ == "__main__":

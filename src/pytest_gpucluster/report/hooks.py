@@ -29,7 +29,7 @@ from pytest_gpucluster.results import PROPERTY, entries_of, job_log_tails, load_
 from pytest_gpucluster.session import GpuClusterSession
 
 BASELINE_NODEID = "baseline::test_no_regression_against_baseline"
-EXIT_INCOMPLETE = 6  # pytest's own codes end at 5 (no tests collected)
+EXIT_INCOMPLETE = 10  # clear of pytest's own codes (0-6)
 # Exceptions that are a judgement (pytest.fail, assert) or the cluster's answer (a failed job, a
 # refused submission): a check ending in any other exception could not judge.
 JUDGED: tuple[type[BaseException], ...] = (pytest.fail.Exception, AssertionError, GpuClusterError)
@@ -220,7 +220,8 @@ class ResultsHooks:
             "not_selected": list(acc.not_selected),
             "counts": dict(acc.counts),
         }
-        if acc.verdict == "INCOMPLETE" and session.exitstatus == pytest.ExitCode.OK:
+        collect_only = bool(self.config.option.collectonly)
+        if acc.verdict == "INCOMPLETE" and session.exitstatus == pytest.ExitCode.OK and not collect_only:
             session.exitstatus = EXIT_INCOMPLETE  # a CI gate must not take it for a pass
         if self.comparison is not None and self.comparison.environment_differences:
             warnings.warn(

@@ -14,8 +14,9 @@ from typing import Any
 from pytest_gpucluster.report import model, plots
 
 STATUS_TEXT = {"pass": "pass", "warn": "warn", "fail": "FAIL", "error": "ERROR", "skip": "skipped",
-               "xfail": "expected fail", "xpass": "unexpected pass", "none": ""}  # fmt: skip
-STATUS_SYMBOL = {"pass": "✓", "warn": "!", "fail": "✗", "error": "✗", "xpass": "✗", "xfail": "x", "skip": "–"}
+               "n/a": "n/a", "xfail": "expected fail", "xpass": "unexpected pass", "none": ""}  # fmt: skip
+STATUS_SYMBOL = {"pass": "✓", "warn": "!", "fail": "✗", "error": "✗", "xpass": "✗", "xfail": "x", "skip": "–",
+                 "n/a": "·"}  # fmt: skip
 
 CSS = """
 body { display: flex; flex-direction: column; }
@@ -32,6 +33,9 @@ body > h1 { order: -3; } body > p { order: -2; } .summary { order: -1; }
 .gc-banner .gc-word { font-size: 34px; font-weight: 800; letter-spacing: 2px; }
 .gc-banner .gc-why { font-size: 14px; line-height: 1.5; }
 .gc-ACCEPTED { background: #2e7d32; } .gc-REJECTED { background: #c62828; } .gc-INCOMPLETE { background: #ef8f00; }
+.gc-PARTIAL { background: #455a64; }
+.gc-s-na.gc-cell { background: #fafafa; color: #b0bec5; }
+.gc-badge.gc-s-na, .gc-chip.gc-s-na { background: #f5f5f5; color: #78909c; }
 .gc-counts { display: flex; flex-wrap: wrap; gap: 8px; margin: 12px 0; }
 .gc-chip { padding: 5px 12px; border-radius: 14px; font-weight: 600; background: #eceff1; color: #1f2933; }
 .gc-chip.gc-s-pass { background: #e3f1e4; color: #1b5e20; } .gc-chip.gc-s-warn { background: #fff0d6; color: #8a5200; }
@@ -64,9 +68,14 @@ def _e(value: Any) -> str:
     return escape(str(value), quote=True)
 
 
+def css(status: str) -> str:
+    """A status as a CSS class suffix (``n/a`` → ``na``)."""
+    return _e(status.replace("/", ""))
+
+
 def badge(status: str) -> str:
     """A coloured verdict word."""
-    return f'<span class="gc-badge gc-s-{_e(status)}">{_e(STATUS_TEXT.get(status, status))}</span>'
+    return f'<span class="gc-badge gc-s-{css(status)}">{_e(STATUS_TEXT.get(status, status))}</span>'
 
 
 def style() -> str:
@@ -78,9 +87,10 @@ def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
     """Verdict banner, what was tested where, and the counts behind the verdict."""
     cluster = doc.get("cluster", {})
     why = {
-        "ACCEPTED": "Every acceptance test that ran passed and every area was tested.",
-        "REJECTED": "At least one acceptance test failed; see the failures below.",
-        "INCOMPLETE": "No test failed, but the run does not cover the whole acceptance scope.",
+        "ACCEPTED": "Every check the profile requires ran and passed.",
+        "REJECTED": "At least one check failed; each failure below names its node, GPU, port or job.",
+        "INCOMPLETE": "No check failed, but checks the profile requires were not judged; see why below.",
+        "PARTIAL": "Every selected check passed, but the selection left required checks out: not an acceptance.",
     }[acc.verdict]
     profile = _e(doc.get("profile", "?"))
     if cluster.get("description"):
@@ -103,35 +113,46 @@ def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
     ]  # fmt: skip
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
     labels = {"pass": "passed", "warn": "passed with warnings", "fail": "failed", "error": "errors",
-              "skip": "skipped", "xfail": "expected failures", "xpass": "unexpected passes"}  # fmt: skip
+              "skip": "skipped", "n/a": "not applicable", "xfail": "expected failures",
+              "xpass": "unexpected passes"}  # fmt: skip
     chips = "".join(
-        f'<span class="gc-chip gc-s-{k}">{acc.counts.get(k, 0)} {labels[k]}</span>'
+        f'<span class="gc-chip gc-s-{css(k)}">{acc.counts.get(k, 0)} {labels[k]}</span>'
         for k in model.COUNTED
         if acc.counts.get(k, 0) or k in ("pass", "warn", "fail", "skip")
     )
-    reasons = ""
-    if acc.reasons:
-        title = {"REJECTED": "Failures", "INCOMPLETE": "Why incomplete", "ACCEPTED": "Warnings"}[acc.verdict]
-        items = "".join(f"<li>{_e(r)}</li>" for r in acc.reasons[:50])
-        more = f"<li>… and {len(acc.reasons) - 50} more</li>" if len(acc.reasons) > 50 else ""
-        reasons = f'<h3>{title}</h3><ul class="gc-reasons">{items}{more}</ul>'
+    lists = ""
+    if acc.reasons and acc.verdict != "ACCEPTED":
+        title = {"REJECTED": "Failures", "INCOMPLETE": "Why incomplete", "PARTIAL": "Left out of this run"}
+        lists += _list(title[acc.verdict], acc.reasons, 50)
+    if acc.warnings:
+        lists += _list("Warnings", acc.warnings, 50)
     skipped = [t for t in doc.get("tests", []) if t.get("verdict") == "skip"]
-    skip_html = ""
-    if skipped:
-        items = "".join(
-            f'<li><span class="gc-mono">{_e(t["nodeid"].split("::")[-1])}</span>: '
-            f'{_e(model.first_line(t.get("message", "")))}</li>'
-            for t in skipped[:100]
-        )
-        skip_html = f'<h3>Skipped, with the reason</h3><ul class="gc-reasons">{items}</ul>'
+    if skipped and acc.verdict != "INCOMPLETE":  # an incomplete run lists them above
+        lines = [f"{model.test_label(t['nodeid'])}: {model.first_line(t.get('message', ''))}" for t in skipped]
+        lists += _list("Skipped, with the reason", lines, 100)
+    if acc.not_applicable:
+        grouped: dict[str, list[str]] = {}
+        for line in acc.not_applicable:
+            check, _, reason = line.partition(": ")
+            grouped.setdefault(reason, []).append(check)
+        lines = [f"{reason} ({len(checks)}: {short_list(checks, 3)})" for reason, checks in grouped.items()]
+        lists += _list("Not applicable to this profile", lines, 50)
+    rule = ("Rule: a failure → REJECTED; a required check skipped, unjudged or not reached → INCOMPLETE; "
+            "required checks left out by the selection → PARTIAL; otherwise ACCEPTED. "
+            "Checks that do not apply to the profile are n/a.")  # fmt: skip
     return (
         f'<section class="gc" id="gc-acceptance"><div class="gc-banner gc-{acc.verdict}" id="gc-verdict">'
-        f'<div class="gc-word">{acc.verdict}</div><div class="gc-why">{why}<br>'
-        f"Rule: any failure or error → REJECTED; an interrupted run or an area not run → INCOMPLETE; "
-        f"otherwise ACCEPTED.</div></div>"
+        f'<div class="gc-word">{acc.verdict}</div><div class="gc-why"><b>{_e(acc.headline)}</b><br>{why}<br>'
+        f"{rule}</div></div>"
         f'<div class="gc-counts">{chips}</div>'
-        f'<div class="gc-columns"><table class="gc-facts">{rows}</table><div>{reasons}{skip_html}</div></div></section>'
+        f'<div class="gc-columns"><table class="gc-facts">{rows}</table><div>{lists}</div></div></section>'
     )
+
+
+def _list(title: str, lines: Sequence[str], limit: int) -> str:
+    items = "".join(f"<li>{_e(line)}</li>" for line in lines[:limit])
+    more = f"<li>… and {len(lines) - limit} more</li>" if len(lines) > limit else ""
+    return f'<h3>{_e(title)}</h3><ul class="gc-reasons">{items}{more}</ul>'
 
 
 def _tested(doc: Mapping[str, Any]) -> str:
@@ -204,10 +225,10 @@ def matrix_block(m: model.Matrix) -> str:
             cell = m.cell(row, col)
             tip = _e("\n".join(cell.lines[:20]) or "not run on this node")
             cells += (
-                f'<td class="gc-cell gc-s-{_e(cell.status)}" title="{tip}">{STATUS_SYMBOL.get(cell.status, "")}</td>'
+                f'<td class="gc-cell gc-s-{css(cell.status)}" title="{tip}">{STATUS_SYMBOL.get(cell.status, "")}</td>'
             )
         body += f'<tr><th class="gc-mono">{_e(row)}</th>{cells}</tr>'
-    legend = " ".join(badge(s) for s in ("pass", "warn", "fail", "skip")) + " — hover a cell for the values."
+    legend = " ".join(badge(s) for s in ("pass", "warn", "fail", "skip", "n/a")) + " — hover a cell for the values."
     row_status = {r: model.worst(m.cell(r, c).status for c in m.columns) for r in m.rows}
     failing = [r for r, st in row_status.items() if st in ("fail", "error", "xpass") and r != model.CLUSTER_ROW]
     warning = [r for r, st in row_status.items() if st == "warn" and r != model.CLUSTER_ROW]

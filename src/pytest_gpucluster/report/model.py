@@ -128,7 +128,7 @@ def failure_sentences(test: Mapping[str, Any]) -> list[str]:
 
 def _judged_bad(t: Mapping[str, Any]) -> bool:
     verdict = t.get("verdict")
-    return verdict in ("fail", "xpass") or (verdict == "error" and not t.get("unjudged"))
+    return verdict == "xpass" or (verdict in ("fail", "error") and not t.get("unjudged"))
 
 
 def acceptance(doc: Mapping[str, Any]) -> Acceptance:
@@ -207,7 +207,7 @@ def _missing(nodeid: str, t: Mapping[str, Any] | None) -> list[str]:
     verdict = t.get("verdict")
     if verdict == "skip":
         return [f"{label}: skipped: {reason_of(str(t.get('message', ''))) or 'no reason given'}"]
-    if verdict == "error":  # only unjudged errors reach here
+    if verdict in ("fail", "error"):  # only unjudged ones reach here
         return [f"{label}: could not be judged ({t.get('unjudged')}): {first_line(str(t.get('message', '')))}"]
     if verdict in ("interrupted", "unknown"):
         return [f"{label}: interrupted before it was judged"]
