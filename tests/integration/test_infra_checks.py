@@ -91,7 +91,7 @@ def test_sharedfs_fails_where_each_node_has_its_own_directory(slurm_cluster, tmp
 def test_gpu_isolation_passes_with_gres_and_warns_without_cgroups(slurm_cluster):
     rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_gpu_isolation.py")
     assert rc == 0, out
-    assert "3 passed, 1 n/a" in out
+    assert "3 passed" in out and "1 n/a" in out
     assert "ThresholdWarning: node1 (job" in out and "device cgroups are off on this cluster" in out
     assert "has GRES-only GPUs (gpus_are_real = false); this check needs GPU devices" in out
 
@@ -99,8 +99,7 @@ def test_gpu_isolation_passes_with_gres_and_warns_without_cgroups(slurm_cluster)
 def test_infiniband_does_not_apply_without_hcas_and_fails_where_some_are_expected(slurm_cluster, tmp_path):
     rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_infiniband.py")
     assert rc == 0, out
-    assert "N/A tests/acceptance/test_infiniband.py::test_infiniband_ports[node1]" in out
-    assert "profile 'ci' expects no InfiniBand (ib_hcas = 0)" in out
+    assert "2 × profile 'ci' expects no InfiniBand (ib_hcas = 0)" in out
     thresholds = profile_file(tmp_path, "ci_ib", ib_hcas=8)
     rc, out = acceptance(slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_ib",
                          "tests/acceptance/test_infiniband.py")  # fmt: skip
@@ -113,18 +112,18 @@ def test_gpu_health_skips_with_a_reason_on_gres_only_gpus(slurm_cluster):
     rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_gpu_health.py")
     assert rc == 0, out
     assert "has GRES-only GPUs (gpus_are_real = false); this check needs GPU devices" in out
-    assert "passed" not in out and "failed" not in out
+    assert "gpucluster: PARTIAL: 0 selected checks passed" in out and " 7 n/a in " in out
 
 
 def test_a_node_short_of_gpus_fails_the_node_probe_but_infiniband_is_still_read(slurm_cluster, tmp_path):
     # The profile expects 5 GPUs per node, the nodes have 4: Slurm cannot place the node-probe job
     # (it holds every GPU). The inventory says why, naming the nodes; IB ports need no GPU and are
-    # read in a job of their own.
-    thresholds = profile_file(tmp_path, "ci_short", gpus_per_node=5)
+    # read in a job of their own (the profile expects one HCA; the namespaced nodes have none).
+    thresholds = profile_file(tmp_path, "ci_short", gpus_per_node=5, ib_hcas=1)
     rc, out = acceptance(slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_short",
                          "tests/acceptance/test_inventory.py", "tests/acceptance/test_infiniband.py")  # fmt: skip
     assert rc == 1, out
-    assert "PASSED tests/acceptance/test_infiniband.py::test_infiniband_ports[node1]" in out
+    assert "node1: no RDMA device under /sys/class/infiniband" in out
     assert "ERROR tests/acceptance/test_inventory.py::test_node_matches_the_profile[node1]" in out
     assert re.search(r"node-probe: submission refused: .*node1 offers 4 GPU\(s\) \(Gres=gpu:4\)", out), out
 
@@ -134,8 +133,8 @@ def test_light_jobs_start_together_and_a_measurement_waits_for_them(slurm_cluste
     # No intra-node NCCL job in this run, so the node probe is a job of its own, started ahead.
     rc, out = acceptance(slurm_cluster, "--cluster=ci", f"--results={results}", "tests/acceptance/test_compute.py",
                          "tests/acceptance/test_placement.py", "tests/acceptance/test_sharedfs.py",
-                         "tests/acceptance/test_infiniband.py", "-k", "compute_and_memory or placement or "
-                         "sharedfs or infiniband")  # fmt: skip
+                         "tests/acceptance/test_inventory.py", "-k", "compute_and_memory or placement or "
+                         "sharedfs or matches_the_profile")  # fmt: skip
     assert rc == 0, out
     jobs = {j["job_id"]: j for t in json.loads(results.read_text())["tests"] for j in t["jobs"]}
     light = [j for j in jobs.values() if j["name"].endswith(("-placement", "-sharedfs", "-node-probe"))]

@@ -86,17 +86,19 @@ def test_the_node_probe_rides_in_the_intra_node_job_and_the_isolation_pair_start
     assert names == ["isolation-pair", "isolation-pair-per-task", "probe-nccl-intra"], names
     (intra,) = [j for j in jobs.values() if j["name"].endswith("-probe-nccl-intra")]
     pair = [j for j in jobs.values() if "-isolation-pair" in j["name"]]
+    probed = [t for t in run.results["tests"] if "test_node_matches_the_profile" in t["nodeid"]]
+    assert len(probed) == 2 and all(t["outcome"] == "passed" and intra["job_id"] in t["job_ids"] for t in probed)
     ib = [t for t in run.results["tests"] if "test_infiniband_ports" in t["nodeid"]]
-    assert len(ib) == 2 and all(t["outcome"] == "passed" and intra["job_id"] in t["job_ids"] for t in ib)
-    (p_from, p_to), (n_from, n_to) = intra["parts"]["infiniband"], intra["parts"]["nccl"]
+    assert len(ib) == 2 and all(t["verdict"] == "n/a" for t in ib)  # the ci profile expects no InfiniBand
+    (p_from, p_to), (n_from, n_to) = intra["parts"]["inventory"], intra["parts"]["nccl"]
     assert intra["ran_from"] <= p_from < p_to <= n_from < n_to <= intra["ran_to"]
-    assert intra["parts"]["inventory"] == intra["parts"]["gpu_health"] == [p_from, p_to]
+    assert intra["parts"]["infiniband"] == intra["parts"]["gpu_health"] == [p_from, p_to]
     # The pair measures no speed and no early job holds GPUs: it starts ahead, before the first
     # test; the NCCL job (a measurement, the first test's) is submitted once the pair has ended.
     assert max(j["submitted_at"] for j in pair) < intra["submitted_at"]
     assert intra["submitted_at"] >= max(j["ran_to"] for j in pair)
     areas = run.results["timing"]["areas"]
-    assert areas["infiniband"]["workload_s"] == pytest.approx(p_to - p_from, abs=0.11)
+    assert areas["inventory"]["workload_s"] == pytest.approx(p_to - p_from, abs=0.11)
     # Every job ended by itself, none cancelled at the run's end (the run let them leave the queue).
     sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", ",".join(jobs)], env=slurm_cluster.env(),
                            capture_output=True, text=True, timeout=30, check=True).stdout.split()  # fmt: skip

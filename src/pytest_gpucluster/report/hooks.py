@@ -249,7 +249,8 @@ class ResultsHooks:
         if any(self.config.getoption(o, None) for o in options):
             return True
         assert self.session.results is not None
-        return any(t.jobs or t.measurements or t.problems for t in self.session.results.tests.values())
+        return any(t.jobs or t.measurements or t.problems or t.verdict == "n/a"
+                   for t in self.session.results.tests.values())  # fmt: skip
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The acceptance verdict, regressions and the calibration file, at the end of the run."""

@@ -180,7 +180,8 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
     else:  # a results file without a selection: every check in it is taken as required
         for t in tests:
             reasons += _missing(str(t.get("nodeid")), t)
-    if counts["pass"] + counts["warn"] == 0:
+    narrowed = sel is not None and bool(not_selected or sel.get("named"))
+    if counts["pass"] + counts["warn"] == 0 and not narrowed:
         reasons.append("no acceptance check passed")
     if reasons:
         n = len(reasons)
@@ -188,7 +189,7 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         return made("INCOMPLETE", reasons, headline, not_selected)
     passed = counts["pass"] + counts["warn"]
     w = f", {len(warned)} warning{'s' if len(warned) != 1 else ''}" if warned else ""
-    if sel is not None and (not_selected or sel.get("named")):
+    if sel is not None and narrowed:
         parts = [f"{passed} selected check{'s' if passed != 1 else ''} passed{w}"]
         if not_selected:
             parts.append(f"{len(not_selected)} required check{'s' if len(not_selected) != 1 else ''} not selected")
