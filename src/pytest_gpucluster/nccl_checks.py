@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.metrics import NVLS_COLLECTIVES
 from pytest_gpucluster.profile import Threshold
 from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
 from pytest_gpucluster.verdict import Measurement, judge
@@ -71,8 +72,9 @@ class Check:
 
 
 def metric_name(gc: GpuClusterSession, op: str, scope: str) -> str:
-    """``nccl.<op>.<scope>``; inside a node with NVLS on, ``intra_node_nvls`` where a bound exists."""
-    if scope == "intra_node" and gc.profile.nccl.nvls and gc.thresholds.get(f"nccl.{op}.intra_node_nvls"):
+    """``nccl.<op>.<scope>``; inside a node with NVLS allowed (``nccl.nvls``), ``intra_node_nvls``
+    for the collectives NCCL can run on NVLS, so they are never judged by an NVLS-off line."""
+    if scope == "intra_node" and gc.profile.nccl.nvls and op in NVLS_COLLECTIVES:
         return f"nccl.{op}.intra_node_nvls"
     return f"nccl.{op}.{scope}"
 
@@ -87,6 +89,13 @@ def tasks_per_node(gc: GpuClusterSession) -> int:
 def _intra_env(gc: GpuClusterSession) -> dict[str, str]:
     # NVLS raises all_reduce busbw by a third: keep it off unless the profile judges it
     return {} if gc.profile.nccl.nvls else {"NCCL_NVLS_ENABLE": "0"}
+
+
+def inter_env(gc: GpuClusterSession) -> dict[str, str]:
+    """The across-node sweeps' environment: ``NCCL_ALGO`` from ``[nccl] inter_node_algo`` (none
+    for ``auto``), so busbw on Ring is the network's and not tree's or NVLS-tree's."""
+    algo = gc.profile.nccl.inter_node_algo
+    return {} if algo == "auto" else {"NCCL_ALGO": algo}
 
 
 def run_sweeps(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str],
@@ -296,21 +305,20 @@ def intra_node_telemetry(gc: GpuClusterSession) -> list[NodeTelemetry]:
     return intra_node_job(gc).telemetry
 
 
-RING = {"NCCL_ALGO": "Ring"}
-
-
 def inter_node(gc: GpuClusterSession, op: str) -> Check:
-    """``op`` over every tested node on one communicator with ``NCCL_ALGO=Ring``, so busbw is the
-    network's and not inflated by tree or NVLS algorithms."""
+    """``op`` over every tested node on one communicator on ``[nccl] inter_node_algo`` (Ring
+    unless the profile says otherwise), so busbw is the network's and not inflated by tree or
+    NVLS algorithms."""
     ops = tuple(gc.profile.nccl.ops)
     if op not in ops:
         ops = (*ops, op)
     nodes = tuple(gc.nodes)
     sweeps = gc.once(("nccl", "inter_node", ops),
-                     lambda: run_sweeps(gc, "nccl-inter", groups="world", ops=ops, env=RING))  # fmt: skip
+                     lambda: run_sweeps(gc, "nccl-inter", groups="world", ops=ops, env=inter_env(gc)))  # fmt: skip
 
     def again() -> SweepResult:
-        return _find(run_sweeps(gc, "nccl-inter-retry", groups="world", ops=(op,), env=RING), nodes, op)
+        redo = run_sweeps(gc, "nccl-inter-retry", groups="world", ops=(op,), env=inter_env(gc))
+        return _find(redo, nodes, op)
 
     return _with_retries(gc, _find(sweeps, nodes, op), metric_name(gc, op, "inter_node"), again)
 
@@ -328,8 +336,8 @@ def isolate_bad_nodes(gc: GpuClusterSession, check: Check) -> Check:
     judge_from = min(gc.profile.nccl.judge_from_bytes, gc.profile.nccl.max_bytes)
 
     def run_round(pairs: list[Pair]) -> dict[Pair, bool]:
-        sweeps = run_sweeps(gc, "nccl-pairs", groups=[list(p) for p in pairs], ops=(op,), env=RING,
-                            min_bytes=judge_from)  # fmt: skip
+        sweeps = run_sweeps(gc, "nccl-pairs", groups=[list(p) for p in pairs], ops=(op,),
+                            env=inter_env(gc), min_bytes=judge_from)  # fmt: skip
         return {p: pair_passes(gc, _find(sweeps, p, op), check.metric) for p in pairs}
 
     found = isolate(gc.nodes, run_round)
