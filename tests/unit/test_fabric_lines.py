@@ -147,6 +147,19 @@ def test_the_across_node_algorithm_is_the_profiles(tmp_path, algo, env):
     assert nccl_checks.inter_env(gc) == env
 
 
+def test_ring_is_the_default_and_nccl_logs_go_to_the_job_folder(tmp_path):
+    config = config_of(tmp_path, LAB)
+    gc = SimpleNamespace(profile=config.profiles["lab"], gpus_per_node=8, job_root=tmp_path / "jobs")
+    env = nccl_checks.inter_env(gc)
+    assert env["NCCL_ALGO"] == "Ring"
+    assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT,ENV")
+    assert env["NCCL_DEBUG_FILE"].startswith(str(tmp_path / "jobs" / "nccl-inter-"))
+    assert env["NCCL_DEBUG_FILE"].endswith(".%h.%p.log")
+    # a profile that sets NCCL's logging keeps it
+    own = config_of(tmp_path, LAB + '\n[profiles.lab.env]\nNCCL_DEBUG = "WARN"\n').profiles["lab"]
+    assert nccl_checks.inter_env(SimpleNamespace(profile=own, gpus_per_node=8)) == {"NCCL_ALGO": "Ring"}
+
+
 def test_nvls_on_picks_the_nvls_metrics_of_the_collectives_nvls_runs():
     config = load(REPO_THRESHOLDS)
     profile = config.profiles["nebius"]
