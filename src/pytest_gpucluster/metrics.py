@@ -27,10 +27,12 @@ def _m(name: str, unit: str, better: Direction, description: str) -> Metric:
 
 
 _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
+# The collectives NCCL can run on NVLink SHARP: only these have an NVLS-on scope.
+NVLS_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 _SCOPES = {
     "intra_node": "bus bandwidth inside one node (NVLink), ring/tree as NCCL chooses, NVLS off",
-    "intra_node_nvls": "bus bandwidth inside one node with NVLink SHARP (NVLS) on",
-    "inter_node": "bus bandwidth across all nodes, NCCL_ALGO=Ring",
+    "intra_node_nvls": "bus bandwidth inside one node with NVLink SHARP (NVLS) allowed",
+    "inter_node": "bus bandwidth across all nodes, on [nccl] inter_node_algo (Ring unless set)",
 }
 
 METRICS: dict[str, Metric] = {
@@ -76,6 +78,8 @@ METRICS: dict[str, Metric] = {
 
 for _op in _COLLECTIVES:
     for _scope, _what in _SCOPES.items():
+        if _scope == "intra_node_nvls" and _op not in NVLS_COLLECTIVES:
+            continue
         _name = f"nccl.{_op}.{_scope}"
         METRICS[_name] = Metric(_name, "GB/s", "higher", f"{_op} {_what}")
 

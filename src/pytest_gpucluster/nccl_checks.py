@@ -11,11 +11,13 @@ re-measured up to ``nccl.retries`` times; the verdict uses the lowest busbw over
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.metrics import NVLS_COLLECTIVES
 from pytest_gpucluster.profile import Threshold
 from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
 from pytest_gpucluster.verdict import Measurement, judge
@@ -71,8 +73,9 @@ class Check:
 
 
 def metric_name(gc: GpuClusterSession, op: str, scope: str) -> str:
-    """``nccl.<op>.<scope>``; inside a node with NVLS on, ``intra_node_nvls`` where a bound exists."""
-    if scope == "intra_node" and gc.profile.nccl.nvls and gc.thresholds.get(f"nccl.{op}.intra_node_nvls"):
+    """``nccl.<op>.<scope>``; inside a node with NVLS allowed (``nccl.nvls``), ``intra_node_nvls``
+    for the collectives NCCL can run on NVLS, so they are never judged by an NVLS-off line."""
+    if scope == "intra_node" and gc.profile.nccl.nvls and op in NVLS_COLLECTIVES:
         return f"nccl.{op}.intra_node_nvls"
     return f"nccl.{op}.{scope}"
 
@@ -84,9 +87,32 @@ def tasks_per_node(gc: GpuClusterSession) -> int:
     return CPU_TASKS_PER_NODE
 
 
-def _intra_env(gc: GpuClusterSession) -> dict[str, str]:
+# Set by the profile, these leave NCCL's logging as the site wants it (and the sweeps record only
+# what was asked for, not NCCL's transports).
+NCCL_DEBUG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS")
+
+
+def nccl_log_env(gc: GpuClusterSession, name: str) -> dict[str, str]:
+    """NCCL's INFO lines of initialisation into files of their own in the run's job folder, one
+    per process (``%h.%p``), next to the job's logs: the sweep reads its transports from them.
+    Nothing where the GPUs are not real or the profile sets NCCL's logging itself."""
+    if not (gc.profile.gpus_are_real and gc.gpus_per_node) or any(k in gc.profile.env for k in NCCL_DEBUG_VARS):
+        return {}
+    path = gc.job_root / f"nccl-{name}-{uuid.uuid4().hex[:6]}.%h.%p.log"
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV", "NCCL_DEBUG_FILE": str(path)}
+
+
+def _intra_env(gc: GpuClusterSession, name: str = "intra") -> dict[str, str]:
     # NVLS raises all_reduce busbw by a third: keep it off unless the profile judges it
-    return {} if gc.profile.nccl.nvls else {"NCCL_NVLS_ENABLE": "0"}
+    env = nccl_log_env(gc, name)
+    return env if gc.profile.nccl.nvls else {"NCCL_NVLS_ENABLE": "0", **env}
+
+
+def inter_env(gc: GpuClusterSession, name: str = "inter") -> dict[str, str]:
+    """The across-node sweeps' environment: ``NCCL_ALGO`` from ``[nccl] inter_node_algo`` (none
+    for ``auto``), so busbw on Ring is the network's and not tree's or NVLS-tree's."""
+    algo = gc.profile.nccl.inter_node_algo
+    return {**({} if algo == "auto" else {"NCCL_ALGO": algo}), **nccl_log_env(gc, name)}
 
 
 def run_sweeps(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str],
@@ -226,6 +252,8 @@ def measurement_of(sweep: SweepResult, metric: str, judge_from_bytes: int,
         return None
     sizes = sorted({r.size_bytes for r in sweep.rows})
     detail = describe_judged(row, judge_from_bytes, sizes) + f", {sweep.n_ranks} ranks, {sweep.backend}"
+    if sweep.nccl_choice():
+        detail += f" ({sweep.nccl_choice()})"
     earlier = [a.judged_row(judge_from_bytes) for a in attempts[:-1]]
     if earlier:
         values = ", ".join(f"{r.busbw:.4g}" for r in earlier if r is not None)
@@ -245,6 +273,8 @@ def make_check(gc: GpuClusterSession, sweep: SweepResult, metric: str,
         "table": sweep.table(), "backend": sweep.backend, "implementation": sweep.implementation,
         "nccl_version": sweep.nccl_version, "env": dict(sweep.env), "notes": list(sweep.notes),
         "n_ranks": sweep.n_ranks, "iters": sweep.iters, "warmup_iters": sweep.warmup_iters,
+        "nccl_algo": sweep.nccl_algo, "nccl_proto": sweep.nccl_proto, "transports": list(sweep.transports),
+        "network": sweep.network,
     }  # fmt: skip
     return Check(sweep=sweep, metric=metric, threshold=threshold, measurement=measurement,
                  problems=tuple(sweep.correctness_problems()), attempts=tuple(attempts) or (sweep,),
@@ -270,7 +300,7 @@ def intra_node(gc: GpuClusterSession, node: str, op: str) -> Check:
     sweeps = intra_node_job(gc, ops).sweeps
 
     def again() -> SweepResult:
-        redo = run_sweeps(gc, "nccl-intra-retry", groups="node", ops=(op,), env=_intra_env(gc),
+        redo = run_sweeps(gc, "nccl-intra-retry", groups="node", ops=(op,), env=_intra_env(gc, "intra-retry"),
                           nodelist=(node,) if gc.profile.executor == "slurm" else None)  # fmt: skip
         return _find(redo, (node,), op)
 
@@ -296,21 +326,20 @@ def intra_node_telemetry(gc: GpuClusterSession) -> list[NodeTelemetry]:
     return intra_node_job(gc).telemetry
 
 
-RING = {"NCCL_ALGO": "Ring"}
-
-
 def inter_node(gc: GpuClusterSession, op: str) -> Check:
-    """``op`` over every tested node on one communicator with ``NCCL_ALGO=Ring``, so busbw is the
-    network's and not inflated by tree or NVLS algorithms."""
+    """``op`` over every tested node on one communicator on ``[nccl] inter_node_algo`` (Ring
+    unless the profile says otherwise), so busbw is the network's and not inflated by tree or
+    NVLS algorithms."""
     ops = tuple(gc.profile.nccl.ops)
     if op not in ops:
         ops = (*ops, op)
     nodes = tuple(gc.nodes)
     sweeps = gc.once(("nccl", "inter_node", ops),
-                     lambda: run_sweeps(gc, "nccl-inter", groups="world", ops=ops, env=RING))  # fmt: skip
+                     lambda: run_sweeps(gc, "nccl-inter", groups="world", ops=ops, env=inter_env(gc)))  # fmt: skip
 
     def again() -> SweepResult:
-        return _find(run_sweeps(gc, "nccl-inter-retry", groups="world", ops=(op,), env=RING), nodes, op)
+        redo = run_sweeps(gc, "nccl-inter-retry", groups="world", ops=(op,), env=inter_env(gc, "inter-retry"))
+        return _find(redo, nodes, op)
 
     return _with_retries(gc, _find(sweeps, nodes, op), metric_name(gc, op, "inter_node"), again)
 
@@ -328,8 +357,8 @@ def isolate_bad_nodes(gc: GpuClusterSession, check: Check) -> Check:
     judge_from = min(gc.profile.nccl.judge_from_bytes, gc.profile.nccl.max_bytes)
 
     def run_round(pairs: list[Pair]) -> dict[Pair, bool]:
-        sweeps = run_sweeps(gc, "nccl-pairs", groups=[list(p) for p in pairs], ops=(op,), env=RING,
-                            min_bytes=judge_from)  # fmt: skip
+        sweeps = run_sweeps(gc, "nccl-pairs", groups=[list(p) for p in pairs], ops=(op,),
+                            env=inter_env(gc, "pairs"), min_bytes=judge_from)  # fmt: skip
         return {p: pair_passes(gc, _find(sweeps, p, op), check.metric) for p in pairs}
 
     found = isolate(gc.nodes, run_round)

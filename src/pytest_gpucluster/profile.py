@@ -202,6 +202,13 @@ class NcclSettings:
     retries: int = 1
     nvls: bool = False
     nccl_tests_dir: str | None = None
+    # NCCL_ALGO of the across-node sweeps: Ring makes busbw the network's (tree and NVLS-tree
+    # algorithms over few nodes read above it); "auto" leaves the choice to NCCL.
+    inter_node_algo: str = "Ring"
+    # Where the derived across-node lines sit, as fractions of the fabric's line rate (see
+    # derived_inter_node and docs/thresholds.md).
+    inter_node_fail_fraction: float = 0.75
+    inter_node_warn_fraction: float = 0.85
 
 
 @dataclass(frozen=True)
@@ -275,6 +282,63 @@ class Profile:
     compute: ComputeSettings = field(default_factory=ComputeSettings)
 
 
+# --------------------------------------------------------------------------- lines derived from the fabric
+
+# Collectives whose across-node busbw the network bounds, and how: Ring-bound ones at the node's
+# network bandwidth; alltoall at what uniform traffic lets through it.
+DERIVED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")
+NCCL_ALGOS = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+
+
+def node_network_gbps(profile: Profile) -> float | None:
+    """The fabric's line rate per node in GB/s (``ib_hcas × ib_rate_gbps / 8``), or None where
+    nothing crosses a network: no HCAs, or a single node."""
+    if profile.ib_hcas < 1 or profile.nodes < 2:
+        return None
+    return profile.ib_hcas * profile.ib_rate_gbps / 8
+
+
+def network_busbw(op: str, per_node_gbps: float, nodes: int, gpus_per_node: int) -> tuple[float, str]:
+    """The busbw ``op`` reaches across ``nodes`` when the network runs at line rate, and the
+    arithmetic as a phrase.
+
+    On Ring, every channel crosses each node boundary on one NIC and carries busbw's share of the
+    data, so all_reduce, all_gather, reduce_scatter and broadcast read at most the node's network
+    bandwidth, whatever the node count. alltoall sends the fraction ``(nodes−1)/nodes`` of every
+    rank's buffer off its node: busbw ≤ per-GPU share × nodes/(nodes−1) × (n−1)/n over n ranks.
+    """
+    if op != "alltoall":
+        return per_node_gbps, " (the Ring bound)"
+    n = nodes * gpus_per_node
+    bound = per_node_gbps / gpus_per_node * nodes / (nodes - 1) * (n - 1) / n
+    return bound, (f"; alltoall over {nodes} × {gpus_per_node} GPUs: {per_node_gbps:g}/{gpus_per_node} × "
+                   f"{nodes}/{nodes - 1} × {n - 1}/{n} = {bound:.4g} GB/s")  # fmt: skip
+
+
+def derived_inter_node(profile: Profile) -> dict[str, Threshold]:
+    """``nccl.<op>.inter_node`` lines from the profile's fabric: the network bound of each
+    collective times ``[nccl] inter_node_fail_fraction`` and ``inter_node_warn_fraction``. Empty
+    where nothing crosses a network (``node_network_gbps`` is None)."""
+    per_node = node_network_gbps(profile)
+    if per_node is None:
+        return {}
+    s = profile.nccl
+    out: dict[str, Threshold] = {}
+    for op in DERIVED_OPS:
+        if op == "alltoall" and not profile.gpus_per_node:
+            continue  # its bound needs the GPUs per node
+        bound, how = network_busbw(op, per_node, profile.nodes, profile.gpus_per_node or 1)
+        fail, warn = bound * s.inter_node_fail_fraction, bound * s.inter_node_warn_fraction
+        source = (f"derived: {profile.ib_hcas} × {profile.ib_rate_gbps:g} Gb/s = {per_node:g} GB/s per node"
+                  f"{how}; fail × {s.inter_node_fail_fraction:g} = {fail:.4g}, warn × "
+                  f"{s.inter_node_warn_fraction:g} = {warn:.4g} GB/s ([profiles.{profile.name}] ib_hcas, "
+                  "ib_rate_gbps, nccl.inter_node_*_fraction)")  # fmt: skip
+        metric = f"nccl.{op}.inter_node"
+        out[metric] = Threshold(metric=metric, unit="GB/s", fail_below=round(fail, 3), warn_below=round(warn, 3),
+                                source=source)  # fmt: skip
+    return out
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything thresholds.toml says."""
@@ -297,7 +361,8 @@ class Config:
 
     def thresholds_for(self, profile: Profile, gpu_model: str | None = None) -> ThresholdSet:
         """The set that applies to ``profile``: named explicitly, else matched on the GPU model
-        (``gpu_model`` if given, e.g. what NVML reports, else the profile's), laid over default."""
+        (``gpu_model`` if given, e.g. what NVML reports, else the profile's), laid over default;
+        the across-node busbw lines it does not set are derived from the profile's fabric."""
         name = profile.thresholds
         model = (gpu_model or profile.gpu_model or "").lower()
         if name is None and model:
@@ -308,6 +373,9 @@ class Config:
         name = name or "default"
         merged = dict(self.threshold_sets.get("default", {}))
         merged.update(self.threshold_sets.get(name, {}))
+        # A line the file sets wins; the fabric fills in the across-node lines it leaves out.
+        for metric, derived in derived_inter_node(profile).items():
+            merged.setdefault(metric, derived)
         return ThresholdSet(name=name, values=types.MappingProxyType(merged), file=str(self.path))
 
 
@@ -442,6 +510,15 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
             raise bad("nccl.ops", f"unknown collective {op!r}; known: {', '.join(known)}.")
     if n.iters < 1 or n.warmup_iters < 0 or n.retries < 0 or n.timeout_s < 1:
         raise bad("nccl", "iters ≥ 1, warmup_iters ≥ 0, retries ≥ 0 and timeout_s ≥ 1 are required.")
+    for key in ("inter_node_fail_fraction", "inter_node_warn_fraction"):
+        fraction = getattr(n, key)
+        if not 0 < fraction <= 1:
+            raise bad(f"nccl.{key}", f"a fraction of the fabric's line rate, 0 < f ≤ 1; got {fraction:g}.")
+    if n.inter_node_warn_fraction < n.inter_node_fail_fraction:
+        raise bad("nccl.inter_node_warn_fraction",
+                  f"{n.inter_node_warn_fraction:g} is under inter_node_fail_fraction "
+                  f"({n.inter_node_fail_fraction:g}); the warn line must sit between pass and fail.")  # fmt: skip
+    _check_algo(n.inter_node_algo, lambda why: bad("nccl.inter_node_algo", why))
     t = p.training
     sizes = ("d_model", "n_layers", "n_heads", "seq_len", "vocab", "micro_batch", "grad_accum", "steps", "timeout_s")
     for key in sizes:
@@ -449,6 +526,20 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
             raise bad(f"training.{key}", f"must be at least 1, got {getattr(t, key)}.")
     if t.warmup_steps < 0:
         raise bad("training.warmup_steps", f"must be 0 or more, got {t.warmup_steps}.")
+
+
+def _check_algo(value: str, bad: typing.Callable[[str], ConfigError]) -> None:
+    """``auto`` or an NCCL_ALGO list (``Ring``, ``Tree,Ring``, ``^NVLS``): NCCL's algorithm names."""
+    if value == "auto":
+        return
+    known = {a.lower(): a for a in NCCL_ALGOS}
+    names = value.removeprefix("^").split(",")
+    for name in names:
+        if name.strip().lower() not in known:
+            guess = difflib.get_close_matches(name.strip(), [*NCCL_ALGOS, "auto"], n=1)
+            hint = f" Perhaps you meant '{guess[0]}'?" if guess else ""
+            raise bad(f"{name.strip()!r} is not an NCCL algorithm; write \"auto\" or a list of "
+                      f"{', '.join(NCCL_ALGOS)} (\"^\" first excludes them).{hint}")  # fmt: skip
 
 
 def _resolve_extends(raw: Mapping[str, Any], file: str) -> dict[str, dict[str, Any]]:

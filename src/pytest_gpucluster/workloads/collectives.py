@@ -10,23 +10,33 @@ CUDA events (perf_counter on CPU); the time is the slowest rank's mean per call.
 nccl-tests ``-c 1``, the buffers are filled with fresh deterministic data, the collective runs
 once more and every element is compared with its exact expected value (small integers, exact in
 float32).
+
+Every sweep records the NCCL_ALGO and NCCL_PROTO in force and, where the job has NCCL write its INFO
+lines to a file (``NCCL_DEBUG_FILE``), the network and transports those lines name for the group.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pytest_gpucluster.workloads.busbw import (
     OPS,
+    NcclLog,
     SizeResult,
     SweepResult,
     algbw_gbps,
     busbw_gbps,
+    merge_logs,
     merge_rows,
+    nccl_debug_file,
+    parse_nccl_log,
     plan_sizes,
     shape_for,
 )
@@ -365,6 +375,9 @@ def collective_sweeps(
             torch.set_num_threads(1)
         members = _members(torch, dist, ctx, device)
         layout = _rank_groups(members, groups)
+        log_file = nccl_debug_file(os.environ, os.getpid(), ctx.hostname) if be == "nccl" else None
+        # A group of its own is connected from here on: what NCCL wrote before is the world's.
+        log_from = 0 if groups == "world" else _size_of(log_file)
         if groups == "world":
             group, nodes = dist.group.WORLD, layout[0][0]
         else:
@@ -378,6 +391,7 @@ def collective_sweeps(
         plan = plan_sizes(min_bytes, max_bytes, be)
         notes = (plan.note,) if plan.note else ()
         env = {k: os.environ[k] for k in ENV_FACTS if k in os.environ}
+        algo, proto = (env.get("NCCL_ALGO"), env.get("NCCL_PROTO")) if be == "nccl" else (None, None)
         version = None
         if be == "nccl":
             v = torch.cuda.nccl.version()
@@ -399,11 +413,38 @@ def collective_sweeps(
                 op=op, nodes=tuple(nodes), n_ranks=len(group_members), backend=be,
                 implementation=implementation, rows=merge_rows(rows), warmup_iters=warmup_iters,
                 iters=iters, nccl_version=version, env=env, notes=op_notes, wrong_places=wrong_places,
+                nccl_algo=algo, nccl_proto=proto,
             ))  # fmt: skip
             if be == "nccl":
                 torch.cuda.empty_cache()
+        if log_file is not None:
+            log = _group_log(dist, group, log_file, log_from)
+            results = [dataclasses.replace(r, transports=log.transports, network=log.network) for r in results]
         dist.barrier()
         return results if dist.get_rank(group) == 0 else []
+
+
+def _size_of(path: str | None) -> int:
+    try:
+        return Path(path).stat().st_size if path else 0
+    except OSError:
+        return 0
+
+
+def _group_log(dist: Any, group: Any, path: str, start: int) -> NcclLog:
+    """What every rank of ``group`` read in its own NCCL INFO lines from byte ``start`` on, merged;
+    each rank's NCCL WARN lines go to its stderr, where the job's log keeps them."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            f.seek(start)
+            mine = parse_nccl_log(f.read())
+    except OSError:
+        mine = NcclLog()
+    for line in mine.warnings:
+        print(line, file=sys.stderr)
+    everyone: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, (mine.version, mine.network, mine.transports), group=group)
+    return merge_logs(NcclLog(v, n, tuple(t)) for v, n, t in everyone)
 
 
 def _wrong_places(torch: Any, dist: Any, group: Any, rows: list[SizeResult], wrong_here: int,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpucluster.workloads.busbw import SizeResult, SweepResult, merge_rows
+from pytest_gpucluster.workloads.busbw import SizeResult, SweepResult, merge_rows, nccl_debug_file, parse_nccl_log
 from pytest_gpucluster.workloads.context import TaskContext
 
 BINARIES = {
@@ -69,11 +69,13 @@ class NcclTestsRun:
         error = ""
         if self.out_of_bounds is None:
             error = "no footer: the run ended early" + (f" ({self.errors[-1]})" if self.errors else "")
+        env = dict(env or {})
         return SweepResult(
             op=self.op or op, nodes=(node,), n_ranks=self.n_ranks, backend="nccl-tests",
             implementation=Path(argv[0]).name if argv else BINARIES.get(op, op), rows=self.rows,
             warmup_iters=self.warmup_iters, iters=self.iters, nccl_version=self.nccl_version,
-            env=dict(env or {}), notes=tuple(notes), error=error,
+            env=env, notes=tuple(notes), error=error, nccl_algo=env.get("NCCL_ALGO"),
+            nccl_proto=env.get("NCCL_PROTO"),
         )  # fmt: skip
 
 
@@ -207,8 +209,15 @@ def run_nccl_tests(
         binary = str(Path(nccl_tests_dir) / BINARIES[op])
         argv = nccl_tests_argv(binary, min_bytes=min_bytes, max_bytes=max_bytes,
                                warmup_iters=warmup_iters, iters=iters, gpus=gpus)  # fmt: skip
+        # The binary's NCCL INFO lines go to a file of this op's own, read once it has ended.
+        log_file = nccl_debug_file(os.environ, os.getpid(), ctx.hostname)
+        child_env = None
+        if log_file is not None:
+            log_file = f"{log_file}.{op}"
+            child_env = {**os.environ, "NCCL_DEBUG_FILE": log_file}
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
+                                  env=child_env)  # fmt: skip
             text = proc.stdout
             why = "" if proc.returncode == 0 else f"exit status {proc.returncode}: {proc.stderr[-500:]}"
         except FileNotFoundError:
@@ -218,5 +227,11 @@ def run_nccl_tests(
         sweep = parse_text(text).to_sweep(node, op, argv, env)
         if why:
             sweep = dataclasses.replace(sweep, error=why + (f"; {sweep.error}" if sweep.error else ""))
+        if log_file is not None:
+            try:
+                log = parse_nccl_log(Path(log_file).read_text(encoding="utf-8", errors="replace"))
+                sweep = dataclasses.replace(sweep, transports=log.transports, network=log.network)
+            except OSError:
+                pass  # the binary never started NCCL: its error says why
         out.append(sweep)
     return out
