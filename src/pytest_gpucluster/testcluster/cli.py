@@ -45,6 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="netns: a network namespace per node on a private bridge (needs iproute2); host: all "
         "nodes on 127.0.0.1 in the host's network, a slurmd port each",
     )
+    parser.add_argument(
+        "--share-gpus",
+        action="store_true",
+        help="every node's gres.conf names the same GPUs (/dev/nvidia0..G-1), also where the machine "
+        "has enough for each: two nodes sharing one GPU are two hosts to NCCL",
+    )
+    parser.add_argument(
+        "--hide-gpus-on",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="tell Slurm NODE has no GPUs (no Gres, no gres.conf line): a fault run; repeatable",
+    )
     parser.add_argument("--no-install", action="store_true", help="never call apt-get")
     parser.add_argument("--keep-logs", action="store_true", help="down: keep <state>/log")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for idle nodes")
@@ -66,13 +79,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep_logs=args.keep_logs,
         timeout=args.timeout,
         network=args.network,
+        shared_gpus=args.share_gpus,
+        gpuless_nodes=tuple(args.hide_gpus_on),
     )
     try:
         if args.command == "up":
             info = cluster.up()
             print(
                 f"nodes: {' '.join(info.nodes)} (partition {info.partition}, "
-                f"{info.gpus_per_node} GPUs each, {info.gpu_mode} mode)"
+                f"{info.gpus_per_node} GPUs each, {info.gpu_mode} mode"
+                + (", shared by every node" if args.share_gpus else "")
+                + (f"; none on {', '.join(args.hide_gpus_on)}" if args.hide_gpus_on else "")
+                + ")"
             )
             print(f"shared directory: {info.shared_dir}")
             print(f"accounting: {'slurmdbd' if info.accounting else 'off'}")

@@ -101,8 +101,11 @@ class TestCluster:
         timeout: float = 60.0,
         verbose: bool = True,
         network: Network = "netns",
+        shared_gpus: bool = False,
+        gpuless_nodes: tuple[str, ...] = (),
     ) -> None:
-        """``accounting=None`` means: on when slurmdbd and MariaDB are available."""
+        """``accounting=None`` means: on when slurmdbd and MariaDB are available; ``shared_gpus``:
+        every node names the same GPUs; ``gpuless_nodes``: Slurm is told these have none."""
         config.node_names(nodes)
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
@@ -116,6 +119,8 @@ class TestCluster:
         self.timeout = timeout
         self.verbose = verbose
         self.network: Network = network
+        self.shared_gpus = shared_gpus
+        self.gpuless_nodes = tuple(gpuless_nodes)
 
     # --- public API ---------------------------------------------------------
 
@@ -137,6 +142,8 @@ class TestCluster:
             shared_dir=record["shared_dir"],
             install=False,
             network=spec.get("network", "netns"),
+            shared_gpus=bool(spec.get("shared_gpus", False)),
+            gpuless_nodes=tuple(spec.get("gpuless_nodes", ())),
         )
         return cluster if cluster.is_up() else None
 
@@ -272,6 +279,13 @@ class TestCluster:
                 interval=0.2,
             )
 
+    def set_link(self, node: str, *, up: bool) -> None:
+        """Take ``node``'s network link down (it drops off the network, its processes keep
+        running) or bring it up again; netns mode only."""
+        if node not in config.node_names(self.nodes):
+            raise ValueError(f"no such node: {node}")
+        netns.set_node_link(node, up)
+
     # --- internals ----------------------------------------------------------
 
     def _say(self, msg: str) -> None:
@@ -302,6 +316,8 @@ class TestCluster:
             real_gpu_count=daemons.real_gpu_count() if self.gpu_mode == "real" else 0,
             cgroup_plugin="cgroup/v2" if unified else "cgroup/v1",
             network=self.network,
+            shared_gpus=self.shared_gpus,
+            gpuless_nodes=self.gpuless_nodes,
             **(_machine_share(self.nodes) if self.gpu_mode == "real" else {}),
             paths=self.paths,
         )
@@ -457,6 +473,8 @@ def _require_root() -> None:
 def _spec_json(spec: ClusterSpec) -> dict[str, Any]:
     d = asdict(spec)
     d.pop("paths")
+    # As JSON gives it back, so a running cluster's record compares equal to the same request.
+    d["gpuless_nodes"] = list(spec.gpuless_nodes)
     return d
 
 

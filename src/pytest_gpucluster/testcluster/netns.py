@@ -1,7 +1,7 @@
 """Bridge, per-node network namespaces and the /etc/hosts block.
 
 Each compute node gets a network namespace named after it, with one end of a
-veth pair (``eth0``) inside and the other end enslaved to the bridge, whose
+veth pair (``eth0``, ``config.NODE_IFACE``) inside and the other end enslaved to the bridge, whose
 address is the controller's. Nothing is routed beyond the bridge subnet.
 """
 
@@ -44,14 +44,24 @@ def add_node(node: str, index: int) -> None:
     if netns_exists(node):
         delete_node(node)
     run(["ip", "netns", "add", node])
-    run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", node])
+    iface = config.NODE_IFACE
+    run(["ip", "link", "add", veth, "type", "veth", "peer", "name", iface, "netns", node])
     run(["ip", "link", "set", veth, "master", config.BRIDGE])
     run(["ip", "link", "set", veth, "up"])
     addr = f"{config.node_address(index)}/{config.SUBNET.prefixlen}"
-    run(["ip", "-n", node, "addr", "add", addr, "dev", "eth0"])
-    run(["ip", "-n", node, "link", "set", "eth0", "up"])
+    run(["ip", "-n", node, "addr", "add", addr, "dev", iface])
+    run(["ip", "-n", node, "link", "set", iface, "up"])
     # Jobs use localhost (e.g. torch rendezvous on a single node).
     run(["ip", "-n", node, "link", "set", "lo", "up"])
+
+
+def set_node_link(node: str, up: bool) -> None:
+    """Take a node's link to the bridge down or up again, from inside its namespace: the node
+    drops off the network (slurmctld, the other nodes) while its processes keep running."""
+    config.validate_node_name(node)
+    if not netns_exists(node):
+        raise ClusterError(f"{node} has no network namespace (a cluster with --network host has none to cut)")
+    run(["ip", "-n", node, "link", "set", config.NODE_IFACE, "up" if up else "down"])
 
 
 def netns_pids(node: str) -> list[int]:
