@@ -141,11 +141,19 @@ def _uses_nccl_tests(gc: GpuClusterSession, groups: Groups) -> bool:
     return bool(s.nccl_tests_dir) and groups == "node" and gc.profile.gpus_are_real and gc.gpus_per_node > 0
 
 
+def no_intra_node_collective(gc: GpuClusterSession) -> str | None:
+    """Why the profile's nodes have no intra-node collective, or None: a node of one GPU (a device
+    or a GRES) has no peer inside it. Nodes without GPUs have CPU ranks stand in, so they have one."""
+    if gc.gpus_per_node == 1:
+        return "node has 1 GPU: no intra-node collective"
+    return None
+
+
 def _intra_job_planned(gc: GpuClusterSession) -> bool:
     """Whether this run has the intra-node job, as torch's sweeps (not the nccl-tests binaries):
-    a test of its sweeps or of the telemetry it samples is selected."""
+    a test of its sweeps or of the telemetry it samples is selected, and the nodes have one."""
     planned = gc.will_run(INTRA_NODE_TEST) or TELEMETRY_FIXTURE in gc.planned_fixtures
-    return planned and not _uses_nccl_tests(gc, "node")
+    return planned and not _uses_nccl_tests(gc, "node") and no_intra_node_collective(gc) is None
 
 
 def probe_rides_along(gc: GpuClusterSession) -> bool:

@@ -48,6 +48,8 @@ from pytest_gpucluster.workloads.distributed import BACKEND_ENV
 
 R = TypeVar("R")
 PROPERTY = "gpucluster"  # key of every user_properties entry this plugin adds
+# The module-level function by which a test file declares its checks not applicable to a shape.
+DECLARED_NOT_APPLICABLE = "gpucluster_not_applicable"
 _QUIET_WAIT_S = 20.0  # a job that started within this many seconds of queueing gets no second line
 
 
@@ -118,6 +120,7 @@ class GpuClusterSession:
         self._local = threading.local()  # per thread: record sink, early-start label, light depth
         self._ahead: list[threading.Thread] = []
         self._collected: list[Needs] = []  # every collected check's needs, before deselection
+        self._declared_na: dict[str, str] = {}  # node id → why its module declares it not applicable
         self.selection: Selection | None = None
         # Fixture names the selected, runnable tests use (set when the run starts): a check can
         # fold a measurement into a job that will run anyway instead of a job of its own.
@@ -497,6 +500,19 @@ class GpuClusterSession:
         shape = self.shape()
         return not_applicable(needs, shape), cannot_run(needs, shape)
 
+    def declared_not_applicable(self, item: pytest.Item) -> str | None:
+        """Why ``item``'s own module declares it not applicable to this profile's shape, or None.
+
+        A need the markers cannot state (one GPU per node rules out an intra-node collective, while
+        nodes without GPUs still run one on CPU ranks) is declared by a module-level function
+        ``gpucluster_not_applicable(gpucluster, name)`` of the test file: the session and the test's
+        function name in, a reason or None out. It is asked at collection, before any job exists."""
+        declared = getattr(getattr(item, "module", None), DECLARED_NOT_APPLICABLE, None)
+        if not callable(declared):
+            return None
+        why = declared(self, getattr(item, "originalname", item.name))
+        return str(why) if why else None
+
     # ------------------------------------------------------------------ hooks
 
     @pytest.hookimpl(trylast=True)
@@ -523,12 +539,15 @@ class GpuClusterSession:
         apply to the profile as not applicable and those that cannot run now as skipped, each
         with the reason, and remember every check's needs for the required set."""
         self._collected = []
+        self._declared_na = {}
         for item in items:
             if not is_check(item):
                 continue
             item.add_marker(pytest.mark.multinode)
             self._collected.append(needs_of(item))
             na, blocked = self.unmet_need(item)
+            if na is None and (declared := self.declared_not_applicable(item)) is not None:
+                na = self._declared_na[item.nodeid] = declared
             if na:
                 item.add_marker(pytest.mark.skip(reason=NOT_APPLICABLE + na))
             elif blocked:
@@ -573,7 +592,7 @@ class GpuClusterSession:
                 path = arg.split("::", 1)[0]
                 if "::" in arg or (base / path).is_file():
                     named.append(arg)
-        return plan_selection(
+        selection = plan_selection(
             self._collected,
             [item.nodeid for item in session.items],
             self.shape(),
@@ -583,6 +602,13 @@ class GpuClusterSession:
             markexpr=str(config.option.markexpr or ""),
             deselect=[str(d) for d in (config.option.deselect or [])],
         )
+        # What a test file declares not applicable is neither required nor missing, as for markers.
+        for nodeid, why in self._declared_na.items():
+            for listed in (selection.required, selection.optional, selection.not_selected):
+                if nodeid in listed:
+                    listed.remove(nodeid)
+            selection.not_applicable[nodeid] = why
+        return selection
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

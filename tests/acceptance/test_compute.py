@@ -38,6 +38,11 @@ def _all_gpus(gpucluster, fn, key):
 
 
 def _per_gpu(metric, unit, values, median_of, job, detail):
+    """Each GPU's value and its fraction of its node's median; a node of one GPU has no peer to
+    compare with, so only its value is judged, and the detail says so."""
+    if len(values) == 1:
+        return [Measurement(metric, v, unit, where, f"{detail}; one GPU on the node: no node median to compare",
+                            job) for where, v in values.items()]  # fmt: skip
     ratios = fractions_of_median(median_of)
     return [m for where, v in values.items() for m in (
         Measurement(metric, v, unit, where, detail, job),

@@ -6,6 +6,8 @@ library's error handling), from time stamps every rank leaves on the shared file
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pytest_gpucluster import probe_checks
@@ -20,15 +22,19 @@ def _dead_rank(gpucluster):
 
     def produce():
         bound = gpucluster.thresholds["robustness.rank_failure_teardown"].fail_above or 0.0
-        nodes, tasks = rf.job_shape(len(gpucluster.nodes))
-        gpus = tasks if gpucluster.profile.gpus_are_real and gpucluster.gpus_per_node else 0
-        spec = gpucluster.spec("rank-failure", nodes=nodes, tasks_per_node=tasks, gpus_per_node=gpus,
-                               timeout_min=rf.job_minutes(bound))  # fmt: skip
+        plan = rf.plan(len(gpucluster.nodes), gpus_per_node=gpucluster.gpus_per_node,
+                       real_gpus=gpucluster.profile.gpus_are_real)  # fmt: skip
+        spec = gpucluster.spec("rank-failure", nodes=plan.nodes, tasks_per_node=plan.tasks_per_node,
+                               gpus_per_node=plan.gpus_per_node, timeout_min=rf.job_minutes(bound))  # fmt: skip
         stamps = rf.new_stamp_dir(gpucluster.job_root)
-        job = gpucluster.submit(rf.rank_failure, spec, stamp_dir=str(stamps))
+        job = gpucluster.submit(rf.rank_failure, spec, stamp_dir=str(stamps), backend=plan.backend)
         with pytest.raises(LaunchError):  # the victim rank has no result: the launcher must say so
             job.results(lag_s=0.0)  # the victim never writes a result; the survivors wrote theirs before the end
         teardown = rf.teardown_from_stamps(stamps)
+        if not any(stamps.glob("rank*.json")) and (why := job.never_started()) is not None:
+            teardown = dataclasses.replace(teardown, problems=(rf.never_started(job.job_id, why, spec.nodelist),))
+        elif plan.note:
+            teardown = dataclasses.replace(teardown, detail=f"{teardown.detail}; {plan.note}")
         if teardown.ran_from and job.on_ran is not None:  # the job's run time, for the run's timing
             job.process_started = teardown.process_from or job.process_started
             job.on_ran(teardown.ran_from, teardown.ran_to)

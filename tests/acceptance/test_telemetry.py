@@ -13,6 +13,15 @@ from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import telemetry
 
 
+def gpucluster_not_applicable(gpucluster, name):
+    """At collection: the load sampled here is the intra-node collective, which a node of one GPU
+    does not have; the training job's telemetry is judged there instead (test_training.py)."""
+    why = nccl_checks.no_intra_node_collective(gpucluster)
+    if why is None:
+        return None
+    return f"{why}, the load these checks sample; the training job's telemetry is judged in test_training"
+
+
 @pytest.fixture
 def node_telemetry(gpucluster, record, node):
     """node → NodeTelemetry of the run's intra-node collective job. Each node's series are
@@ -38,9 +47,17 @@ def test_node_was_sampled(node_telemetry, judge, node):
     judge.problems(problems, f"{node}: the telemetry sampler did not run")
 
 
+def _gpus_sampled(found, node, judge):
+    """The node's telemetry; the check fails naming the node and the sampler's error when its GPU
+    series are empty (these checks run only where the GPUs are devices)."""
+    nt = _of(found, node)
+    judge.problems(telemetry.empty_gpu_series_problems([nt]), f"{node}: no GPU telemetry to judge")
+    return nt
+
+
 @pytest.mark.gpu
 def test_no_gpu_idles_while_its_peers_work(node_telemetry, judge, node):
-    _of(node_telemetry, node)
+    _gpus_sampled(node_telemetry, node, judge)
     fractions = telemetry.idle_fractions(telemetry.absolute_util(list(node_telemetry.values())))
     judge.all([Measurement("telemetry.gpu_idle_fraction", f.percent, "%", where=w, detail=f.detail)
                for w, f in sorted(fractions.items()) if w.startswith(f"{node}:")])  # fmt: skip
@@ -48,5 +65,5 @@ def test_no_gpu_idles_while_its_peers_work(node_telemetry, judge, node):
 
 @pytest.mark.gpu
 def test_no_gpu_throttles_for_heat_or_power_faults(node_telemetry, judge, node):
-    problems = telemetry.throttle_problems([_of(node_telemetry, node)])
+    problems = telemetry.throttle_problems([_gpus_sampled(node_telemetry, node, judge)])
     judge.problems(problems, f"{node}: GPU clocks slowed down for a reason that needs attention")

@@ -149,8 +149,13 @@ def _record(record, run: TrainingSummary, where: str) -> None:
 
 
 def _speed(run, baseline, where, job, gpucluster, thresholds, record):
-    """tokens/s per GPU and scaling efficiency of ``run`` as measurements (scaling series recorded)."""
+    """tokens/s per GPU and scaling efficiency of ``run`` as measurements (scaling series recorded).
+    A run of one GPU has no scaling: only its tokens/s are judged, and the detail says why."""
     base, _, alone = baseline
+    if run.world_size < 2:
+        detail = f"{_detail(run, gpucluster)}; scaling efficiency not judged: 1 GPU in the run, nothing to scale to"
+        return [Measurement(f"train.{run.mode}.tokens_per_s_per_gpu", run.tokens_per_s_per_gpu, "tokens/s", where,
+                            detail, job)]  # fmt: skip
     eff = 100.0 * run.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu
     record("series", name=f"train.{run.mode}.scaling", where=where, x_label="GPUs", y_label="tokens/s per GPU",
            points=[[1, base.tokens_per_s_per_gpu], [run.world_size, run.tokens_per_s_per_gpu]],
@@ -201,9 +206,16 @@ def test_node_was_watched_while_training(gpucluster, judge, record, node, node_t
     judge.problems(problems, f"job {job}: the telemetry sampler did not run while {node} trained")
 
 
+def _gpus_sampled(nt, job, judge):
+    """The check fails naming the node and the sampler's error when its GPU series are empty
+    (these checks run only where the GPUs are devices)."""
+    judge.problems(telemetry.empty_gpu_series_problems([nt]), f"job {job}: no GPU telemetry to judge on {nt.node}")
+
+
 @pytest.mark.gpu
 def test_no_gpu_idles_while_its_peers_train(gpucluster, judge, record, node, node_training):
     nt, job = _training_telemetry(gpucluster, node, node_training, record)
+    _gpus_sampled(nt, job, judge)
     fractions = telemetry.idle_fractions(telemetry.absolute_util([nt]))
     judge.all([Measurement("telemetry.gpu_idle_fraction", f.percent, "%", where=w, detail=f"training; {f.detail}",
                            job_id=job) for w, f in sorted(fractions.items())])  # fmt: skip
@@ -212,6 +224,7 @@ def test_no_gpu_idles_while_its_peers_train(gpucluster, judge, record, node, nod
 @pytest.mark.gpu
 def test_no_gpu_throttles_while_training(gpucluster, judge, record, node, node_training):
     nt, job = _training_telemetry(gpucluster, node, node_training, record)
+    _gpus_sampled(nt, job, judge)
     judge.problems(telemetry.throttle_problems([nt]), f"job {job}: on {node}, GPU clocks slowed down while training")
 
 

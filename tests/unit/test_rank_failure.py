@@ -98,3 +98,67 @@ def test_job_shape_and_time_limit():
     assert rf.job_shape(1) == (1, 2)
     assert rf.job_minutes(120) == 4  # 120 s bound + 30 s collective timeout + 60 s start-up
     assert rf.job_minutes(0) == 2
+
+
+def test_the_backend_of_the_ranks_is_in_the_detail(tmp_path):
+    _stamp(tmp_path, 0, "node1", {"entered_collective": 0.1, "noticed": 1.2, "done": 1.3}, backend="gloo",
+           error="RuntimeError: Connection closed by peer")  # fmt: skip
+    _stamp(tmp_path, 1, "node1", {"victim_exit": 1.1}, heartbeat=1.0, backend="gloo")
+    assert rf.teardown_from_stamps(tmp_path).detail.startswith("rank 1 on node1 exited with 17 (gloo ranks); ")
+
+
+def test_a_job_that_never_started_says_so_with_slurms_reason_and_its_nodes():
+    assert rf.never_started("41", "Slurm says CANCELLED, reason ReqNodeNotAvail", ("node1", "node2")) == (
+        "job 41 never started (Slurm says CANCELLED, reason ReqNodeNotAvail); it was to run on node1, node2, so no "
+        "rank failed and no teardown was measured")  # fmt: skip
+    assert "it was to run on any node of the partition" in rf.never_started("7", "Slurm says CANCELLED", ())
+
+
+def _job(monkeypatch, *, seen_running=False, nodes=(), record=None, pending=""):
+    from pytest_gpucluster import slurm
+    from pytest_gpucluster.launch import JobSpec
+    from pytest_gpucluster.launch.submitit_backend import SubmititJob
+
+    job = object.__new__(SubmititJob)
+    launcher = type("L", (), {"executor": "slurm", "_job_nodes": lambda self, job_id, expected=None: nodes})()
+    job.__dict__.update(_job=type("J", (), {"job_id": "41"})(), spec=JobSpec("rank-failure", nodes=2),
+                        _launcher=launcher, seen_running=seen_running, pending_reason=pending,
+                        _final_state="CANCELLED", _queue_state="")  # fmt: skip
+    monkeypatch.setattr(slurm, "controller_job", lambda job_id: record)
+    return job
+
+
+def test_the_launcher_tells_a_job_that_never_started(monkeypatch):
+    record = {"JobState": "CANCELLED", "Reason": "ReqNodeNotAvail,_UnavailableNodes:node2", "NodeList": "(null)"}
+    assert _job(monkeypatch, record=record).never_started() == (
+        "Slurm says CANCELLED, reason ReqNodeNotAvail,_UnavailableNodes:node2")
+    # The controller forgot the job, or says no reason: the reason last seen in the queue stands in.
+    assert _job(monkeypatch, pending="Resources").never_started() == "Slurm says CANCELLED, reason Resources"
+    assert _job(monkeypatch, record={"JobState": "CANCELLED", "Reason": "None"}, pending="Priority").never_started() \
+        == "Slurm says CANCELLED, reason Priority"
+    assert _job(monkeypatch, seen_running=True).never_started() is None
+    assert _job(monkeypatch, nodes=("node1", "node2")).never_started() is None  # it had nodes: it ran
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "real", "expected"),
+    [
+        (1, 1, True, rf.Plan(1, 2, 0, "gloo")),  # NCCL refuses two ranks on the one GPU
+        (1, 2, True, rf.Plan(1, 2, 2, None)),
+        (1, 8, True, rf.Plan(1, 2, 2, None)),
+        (2, 1, True, rf.Plan(2, 1, 1, None)),  # one rank per node: the one GPU each
+        (16, 8, True, rf.Plan(2, 1, 1, None)),
+        (1, 1, False, rf.Plan(1, 2, 0, None)),  # GRES only: CPU ranks, no GRES asked for
+        (1, 0, True, rf.Plan(1, 2, 0, None)),
+    ],
+)
+def test_rank_failure_job_fits_every_node_shape(nodes, gpus, real, expected):
+    got = rf.plan(nodes, gpus_per_node=gpus, real_gpus=real)
+    assert (got.nodes, got.tasks_per_node, got.gpus_per_node, got.backend) == (
+        expected.nodes, expected.tasks_per_node, expected.gpus_per_node, expected.backend)  # fmt: skip
+    assert bool(got.note) == (got.backend == "gloo")
+
+
+def test_rank_failure_on_cpu_ranks_says_so():
+    note = rf.plan(1, gpus_per_node=1, real_gpus=True).note
+    assert note == "2 ranks on the CPU over gloo: the node has 1 GPU and NCCL refuses two ranks on one GPU"

@@ -104,3 +104,60 @@ def test_under_telemetry_wraps_any_workload():
 
 def _double(ctx, *, x):
     return 2 * x
+
+
+def _empty(gpus=None, **kw) -> tm.NodeTelemetry:
+    return tm.NodeTelemetry(node="node2", interval_s=0.5, t0=0.0, gpus=gpus or {}, node_series={}, samples=10,
+                            busy_s=0.1, wall_s=5.0, **kw)  # fmt: skip
+
+
+def test_empty_gpu_series_name_the_node_and_the_samplers_error():
+    assert tm.empty_gpu_series_problems(_recorded()) == []
+    failed = _empty(gpu_error="NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded",
+                    errors=("NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded; GPU series not sampled",))
+    assert tm.empty_gpu_series_problems([failed]) == [
+        "node2: the telemetry sampler read no GPU (NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded)"]
+    unsampled = _empty({"gpu0": {m: [] for m in tm.GPU_METRICS}}, errors=("node2:gpu0: util not available (X)",))
+    assert tm.empty_gpu_series_problems([unsampled]) == [
+        "node2: the telemetry sampler read no sample of its 1 GPU(s) (node2:gpu0: util not available (X))"]
+    # On empty series the idle and throttle analyses find nothing: the check must not pass on that.
+    assert tm.idle_fractions(tm.absolute_util([failed])) == {} and tm.throttle_problems([failed]) == []
+
+
+class _BrokenNvml:
+    class NVMLError(Exception):
+        pass
+
+    @staticmethod
+    def nvmlInit():
+        raise _BrokenNvml.NVMLError("Driver Not Loaded")
+
+
+class _NvmlWithoutDevices(_BrokenNvml):
+    nvmlDeviceGetCurrentClocksEventReasons = None
+
+    @staticmethod
+    def nvmlInit():
+        pass
+
+    @staticmethod
+    def nvmlDeviceGetCurrentClocksThrottleReasons(handle):
+        return 0
+
+    @staticmethod
+    def nvmlDeviceGetCount():
+        raise _BrokenNvml.NVMLError("GPU is lost")
+
+
+@pytest.mark.parametrize(("nvml", "error"), [
+    (_BrokenNvml, "NVML unavailable: NVMLError: Driver Not Loaded"),
+    (_NvmlWithoutDevices, "NVML could not list the GPUs: NVMLError: GPU is lost"),
+])  # fmt: skip
+def test_the_sampler_carries_nvmls_error_back(monkeypatch, nvml, error):
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", nvml)
+    with tm.Sampler("node2", interval_s=0.05, proc_root=DATA / "telemetry_proc") as sampler:
+        time.sleep(0.12)
+    result = sampler.result()
+    assert result.gpu_error == error and result.gpus == {}
+    assert tm.empty_gpu_series_problems([result]) == [f"node2: the telemetry sampler read no GPU ({error})"]
+    assert result.node_series["mem_used_pct"]  # the node itself is still sampled

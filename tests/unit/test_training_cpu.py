@@ -112,3 +112,15 @@ def test_gradient_accumulation_counts_every_micro_batch(mode):
     summary = summarise([run], cfg)
     assert summary.problems == ()
     assert summary.losses[-1] < summary.losses[0]
+
+
+@pytest.mark.parametrize(("gpus", "ranks"), [(0, CPU_RANKS_PER_NODE), (1, 1), (2, 2), (8, CPU_RANKS_PER_NODE)])
+def test_gres_only_training_has_at_most_one_cpu_rank_per_gpu(gpus, ranks):
+    plan = plan_training(TrainingSettings(), gpus_per_node=gpus, real_gpus=False)
+    assert plan.ranks_per_node == ranks and plan.gpus_per_node == 0
+    assert f"{ranks} CPU rank{'s' * (ranks != 1)} per node" in plan.note
+
+
+def test_one_real_gpu_trains_on_one_rank():
+    plan = plan_training(TrainingSettings(), gpus_per_node=1, real_gpus=True)
+    assert (plan.ranks_per_node, plan.gpus_per_node) == (1, 1)

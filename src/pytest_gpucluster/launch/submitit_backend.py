@@ -171,6 +171,8 @@ class SubmititJob(Generic[R]):
         self.on_ran: Callable[[float, float], None] | None = None
         # Epoch seconds the first task's process started, once results are in (0: not known).
         self.process_started = 0.0
+        self.pending_reason = ""  # Slurm's last reason the job waited in the queue
+        self.seen_running = False  # the job was seen in a state past the queue
 
     @property
     def job_id(self) -> str:
@@ -267,6 +269,9 @@ class SubmititJob(Generic[R]):
             if state == "PENDING" and self._launcher.executor == "slurm" and (force or state != last_state):
                 # Kept fresh while it waits: at the timeout the controller may be too busy to answer.
                 pending_reason = self._launcher._pending_reason(self.job_id) or pending_reason
+                self.pending_reason = pending_reason
+            if state not in _WAITING and state != "GONE" and not state.startswith(_ENDED):
+                self.seen_running = True
             if state != last_state:
                 self._launcher._status(self.job_id, state, pending_reason if state == "PENDING" else "")
                 last_state = state
@@ -309,6 +314,25 @@ class SubmititJob(Generic[R]):
                         self.cancel()
                         return "CANCELLED"
             time.sleep(self._launcher.poll_s)
+
+    def never_started(self) -> str | None:
+        """For a job that ended: Slurm's state and reason when it never ran (cancelled or given up
+        in the queue, so no node was allocated to it), else None."""
+        if self.seen_running or self._launcher.executor != "slurm":
+            return None
+        if self._launcher._job_nodes(self.job_id, self.spec.nodes):
+            return None  # it had nodes: it started, however briefly
+        try:
+            record = slurm.controller_job(self.job_id) or {}
+        except Exception:  # the controller cannot say; what this process saw still does
+            record = {}
+        state = record.get("JobState") or self._final_state or self._queue_state or "ended"
+        reason = record.get("Reason", "")
+        if reason in ("", "None", "(null)"):
+            reason = self.pending_reason
+        waited = self.pending_reason if self.pending_reason not in ("", reason) else ""
+        waited = f"; it waited for: {waited}" if waited else ""
+        return f"Slurm says {state}" + (f", reason {reason}" if reason else "") + waited
 
     def _within_limit(self, state: str, running_s: float, limit_s: float) -> None:
         """Cancel and raise WallTimeoutError once the job ran past its limit and Slurm's grace."""

@@ -87,6 +87,38 @@ def job_shape(available_nodes: int) -> tuple[int, int]:
     return (2, 1) if available_nodes >= 2 else (1, 2)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """The rank-failure job: its shape, the GPUs it asks for per node and the ranks' backend."""
+
+    nodes: int
+    tasks_per_node: int
+    gpus_per_node: int
+    backend: str | None  # None: NCCL on GPUs where the job has them (``pick_backend``)
+    note: str = ""  # why the ranks run on the CPU, for the measurement's detail
+
+
+def plan(available_nodes: int, *, gpus_per_node: int, real_gpus: bool) -> Plan:
+    """One rank per GPU where the node has a GPU for each rank; otherwise CPU ranks over gloo:
+    NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), and a job asking for more GPUs
+    than a node has is refused by Slurm. GRES-only GPUs ask for none (the ranks are CPU ones)."""
+    nodes, tasks = job_shape(available_nodes)
+    if not real_gpus or gpus_per_node <= 0:
+        return Plan(nodes, tasks, 0, None)
+    if gpus_per_node >= tasks:
+        return Plan(nodes, tasks, tasks, None)
+    return Plan(nodes, tasks, 0, "gloo",
+                f"{tasks} ranks on the CPU over gloo: the node has {gpus_per_node} GPU and NCCL refuses two "
+                "ranks on one GPU")  # fmt: skip
+
+
+def never_started(job_id: str, why: str, nodes: tuple[str, ...]) -> str:
+    """The problem of a rank-failure job that ended before it ran: the fault was never injected."""
+    where = ", ".join(nodes) if nodes else "any node of the partition"
+    return (f"job {job_id} never started ({why}); it was to run on {where}, so no rank failed and no "
+            "teardown was measured")  # fmt: skip
+
+
 def job_minutes(bound_s: float) -> int:
     """A time limit that lets the slowest acceptable teardown finish, then stops a hung job."""
     return max(2, math.ceil((bound_s + PG_TIMEOUT_S + 60.0) / 60.0))
@@ -237,7 +269,8 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
         problems.append(f"only {len(ranks)} of {world} ranks wrote stamps to {folder}")
     if not lines:
         problems.append("no survivor left a stop time")
-    detail = f"rank {victim['rank']} on {victim['node']} exited with {EXIT_CODE}; " + "; ".join(lines)
+    backend = f" ({victim['backend']} ranks)" if victim.get("backend") else ""
+    detail = f"rank {victim['rank']} on {victim['node']} exited with {EXIT_CODE}{backend}; " + "; ".join(lines)
     starts = [float(r["started"]) for r in ranks if r.get("started")]
     stops = [exit_t, *(max([*r["events"].values(), (r.get("heartbeat") or 0.0) + heartbeat_s]) for r in ranks)]
     processes = [float(r["process_started"]) for r in ranks if r.get("process_started")]

@@ -59,6 +59,9 @@ class NodeTelemetry:
     busy_s: float  # time the sampler itself spent sampling
     wall_s: float
     errors: tuple[str, ...] = ()
+    # Why NVML read no GPU here (its exception, type and text), or "": the sampler still samples
+    # the node, and the GPU checks say this instead of judging empty series.
+    gpu_error: str = ""
 
     @property
     def busy_fraction(self) -> float:
@@ -132,6 +135,7 @@ class Sampler:
         self._gpus: dict[str, dict[str, list[tuple[float, float]]]] = {}
         self._node_series: dict[str, list[tuple[float, float]]] = {"cpu_util": [], "mem_used_pct": []}
         self._errors: list[str] = []
+        self._gpu_error = ""
         self._samples = 0
         self._busy = 0.0
         self._t0 = 0.0
@@ -144,21 +148,30 @@ class Sampler:
 
             pynvml.nvmlInit()
         except Exception as exc:  # no driver / no GPU: node series only
-            self._errors.append(f"NVML unavailable ({type(exc).__name__}); GPU series not sampled")
+            self._no_gpus("NVML unavailable", exc)
             return
         self._nvml = pynvml
         # NVML renamed "throttle reasons" to "clocks event reasons"; older bindings lack the new name.
         self._reasons = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-                         or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)
-        count = pynvml.nvmlDeviceGetCount()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        uuids = []
-        for h in handles:
-            u = pynvml.nvmlDeviceGetUUID(h)
-            uuids.append(u.decode() if isinstance(u, bytes) else str(u))
+                         or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)  # fmt: skip
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            uuids = []
+            for h in handles:
+                u = pynvml.nvmlDeviceGetUUID(h)
+                uuids.append(u.decode() if isinstance(u, bytes) else str(u))
+        except Exception as exc:  # a GPU fallen off the bus: the workload still runs, unwatched
+            self._no_gpus("NVML could not list the GPUs", exc)
+            return
         for i in select_gpus(uuids, self._visible):
             self._handles[f"gpu{i}"] = handles[i]
             self._gpus[f"gpu{i}"] = {m: [] for m in (*GPU_METRICS, "throttle")}
+
+    def _no_gpus(self, what: str, exc: BaseException) -> None:
+        text = str(exc).strip()
+        self._gpu_error = f"{what}: {type(exc).__name__}" + (f": {text}" if text else "")
+        self._errors.append(f"{self._gpu_error}; GPU series not sampled")
 
     def _sample_gpu(self, name: str, h: Any, t: float) -> None:
         nv = self._nvml
@@ -236,7 +249,7 @@ class Sampler:
                              gpus={g: {m: list(v) for m, v in s.items()} for g, s in self._gpus.items()},
                              node_series={k: list(v) for k, v in self._node_series.items()},
                              samples=self._samples, busy_s=self._busy, wall_s=self._wall,
-                             errors=tuple(self._errors))  # fmt: skip
+                             errors=tuple(self._errors), gpu_error=self._gpu_error)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- workloads
@@ -461,6 +474,20 @@ def idle_fractions(
             idle += v < idle_below
         out[where] = IdleFraction(where, round(100.0 * idle / busy, 1) if busy else 0.0, idle, busy)
     return out
+
+
+def empty_gpu_series_problems(telemetry: Sequence[NodeTelemetry]) -> list[str]:
+    """One sentence per node whose GPU series are empty (no GPU, or not one sample of any GPU),
+    naming the node and the sampler's error: on nodes with GPU devices, an idle or throttle check
+    over such series would pass on nothing."""
+    problems = []
+    for nt in telemetry:
+        if any(points for series in nt.gpus.values() for points in series.values()):
+            continue
+        why = nt.gpu_error or "; ".join(nt.errors) or "the sampler recorded no error"
+        what = "no GPU" if not nt.gpus else f"no sample of its {len(nt.gpus)} GPU(s)"
+        problems.append(f"{nt.node}: the telemetry sampler read {what} ({why})")
+    return problems
 
 
 def throttle_problems(telemetry: Sequence[NodeTelemetry]) -> list[str]:

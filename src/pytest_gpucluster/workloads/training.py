@@ -112,8 +112,9 @@ def plan_training(settings: Any, *, gpus_per_node: int, real_gpus: bool) -> Trai
 
     Rule: on nodes without real GPUs (CPU/gloo), a profile whose model shape and micro-batch are
     still the GPU-sized default gets ``TINY`` instead (a 937 M-parameter model would take hours
-    on a CPU), with ``CPU_RANKS_PER_NODE`` ranks per node; a profile that sets its own sizes is
-    run as written.
+    on a CPU), with ``CPU_RANKS_PER_NODE`` ranks per node (one per GPU where the profile's GPUs
+    are GRES only and fewer, so a node of one GPU trains on one rank, as it would on a device);
+    a profile that sets its own sizes is run as written.
     """
     from pytest_gpucluster.profile import TrainingSettings
 
@@ -122,13 +123,14 @@ def plan_training(settings: Any, *, gpus_per_node: int, real_gpus: bool) -> Trai
     if real_gpus and gpus_per_node > 0:
         return TrainingPlan(config, gpus_per_node, gpus_per_node, timeout_s)
     default = TrainConfig.from_settings(TrainingSettings())
+    ranks = min(CPU_RANKS_PER_NODE, gpus_per_node) if gpus_per_node > 0 else CPU_RANKS_PER_NODE
     note = ""
     if config.model == default.model and config.micro_batch == default.micro_batch:
         config = TINY
         note = (f"no GPUs: the GPU-sized default model was replaced by the tiny CPU model (d {TINY.d_model}, "
                 f"{TINY.n_layers} layers, seq {TINY.seq_len}, vocab {TINY.vocab}, micro-batch {TINY.micro_batch}, "
-                f"{TINY.steps} steps), fp32 over gloo, {CPU_RANKS_PER_NODE} CPU ranks per node")  # fmt: skip
-    return TrainingPlan(config, CPU_RANKS_PER_NODE, 0, timeout_s, note)
+                f"{TINY.steps} steps), fp32 over gloo, {ranks} CPU rank{'s' * (ranks != 1)} per node")  # fmt: skip
+    return TrainingPlan(config, ranks, 0, timeout_s, note)
 
 
 @dataclass(frozen=True)
