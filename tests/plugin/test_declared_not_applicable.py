@@ -43,7 +43,8 @@ def test_one_gpu_per_node_has_no_intra_node_collective_nor_its_telemetry(gpc):
     (gpc.path / "shapes.toml").write_text((gpc.path / "thresholds.toml").read_text() + ONE_GPU)
     for name in ("test_nccl.py", "test_telemetry.py"):
         shutil.copy(REPO / "tests" / "acceptance" / name, gpc.path / name)
-    result = gpc.runpytest("--cluster=one", "--thresholds=shapes.toml", "--results=r.json", "-rs")
+    # In a process of its own: the unit tier's test_telemetry module would shadow the copy.
+    result = gpc.runpytest_subprocess("--cluster=one", "--thresholds=shapes.toml", "--results=r.json", "-rs")
     tests = json.loads((gpc.path / "r.json").read_text())["tests"]
     assert tests and {t["verdict"] for t in tests} == {"n/a"}, [(t["nodeid"], t["verdict"]) for t in tests]
     assert not any(t["job_ids"] for t in tests)  # decided before any job
