@@ -35,6 +35,13 @@ def test_any_failure_rejects_even_an_interrupted_run_and_names_the_culprit():
     assert acc.headline == "REJECTED: 1 check failed"
 
 
+def test_a_cluster_error_reads_as_its_sentence_without_the_exception_path():
+    lost = _t("a::t2", "fail", message="pytest_gpucluster.errors.NodeLostError: job 1 (x-nccl-inter) on node1, "
+              "node2: lost its node(s) while RUNNING: node2 is DOWN\nlogs: ...")  # fmt: skip
+    acc = model.acceptance(_doc([lost]))
+    assert acc.reasons == ("job 1 (x-nccl-inter) on node1, node2: lost its node(s) while RUNNING: node2 is DOWN (a::t2)",)
+
+
 def test_every_problem_of_a_failure_is_a_reason_not_only_the_first_line():
     failed = _t("x/test_slurm_health.py::test_nodes_are_usable", "fail",
                 message="Failed: nodes of partition 'debug' are not usable:\n- node2: DRAIN (bad DIMM)",

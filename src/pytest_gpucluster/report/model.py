@@ -216,10 +216,13 @@ def _missing(nodeid: str, t: Mapping[str, Any] | None) -> list[str]:
 
 
 def first_line(text: str) -> str:
-    """The first non-empty line of ``text``, without pytest's ``Failed: `` / ``Skipped: `` prefix."""
+    """The first non-empty line of ``text``, without pytest's ``Failed: `` / ``Skipped: `` prefix
+    and without this plugin's exception path (``pytest_gpucluster.errors.NodeLostError: ``): the
+    sentence after it names the job and the node."""
     for line in str(text).splitlines():
         if line.strip():
-            return re.sub(r"^(Failed|Skipped|XFailed): ", "", line.strip())
+            line = re.sub(r"^(Failed|Skipped|XFailed): ", "", line.strip())
+            return re.sub(r"^pytest_gpucluster(\.\w+)*\.\w+: ", "", line)
     return ""
 
 
