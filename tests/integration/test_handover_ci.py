@@ -1,0 +1,36 @@
+"""The headline command on the project's 2-node Slurm cluster: ``-m multinode`` is the whole
+handover acceptance and gives its verdict; a narrower selection says PARTIAL."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_multinode_runs_the_whole_acceptance_and_gives_the_handover_verdict(run_acceptance):
+    run = run_acceptance("tests/acceptance", "-m", "multinode and not slow")
+    acc, sel = run.results["acceptance"], run.results["selection"]
+    assert run.returncode == 0, run.output
+    assert acc["verdict"] == "ACCEPTED", acc
+    assert sel["not_selected"] == [] and sel["markexpr"] == "multinode and not slow"
+    # Every required check ran and passed, or found at run time that it does not apply (MFU of a
+    # CPU run, dcgmi not installed).
+    judged = {t["nodeid"] for t in run.results["tests"] if t["verdict"] in ("pass", "warn", "n/a")}
+    assert set(sel["required"]) <= judged, set(sel["required"]) - judged
+    areas = {t["area"] for t in run.results["tests"] if t["verdict"] in ("pass", "warn")}
+    # Every area the ci profile can judge was judged, not only what needs two nodes.
+    assert {"slurm_health", "sharedfs", "placement", "gpu_isolation", "inventory", "nccl", "training",
+            "compute", "rank_failure", "telemetry"} <= areas, areas  # fmt: skip
+    reasons = set(sel["not_applicable"].values())
+    assert "profile 'ci' expects no InfiniBand (ib_hcas = 0)" in reasons
+    assert "profile 'ci' runs without Slurm accounting (accounting = false)" not in reasons  # ci has slurmdbd
+
+
+def test_a_narrower_selection_is_partial(run_acceptance):
+    run = run_acceptance("tests/acceptance", "-m", "quick")
+    acc = run.results["acceptance"]
+    assert run.returncode == 0, run.output
+    assert acc["verdict"] == "PARTIAL", acc
+    assert acc["headline"].startswith("PARTIAL: ") and "required checks not selected" in acc["headline"]
+    assert "gpucluster: PARTIAL: " in run.output
