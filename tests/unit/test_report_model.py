@@ -39,7 +39,8 @@ def test_a_cluster_error_reads_as_its_sentence_without_the_exception_path():
     lost = _t("a::t2", "fail", message="pytest_gpucluster.errors.NodeLostError: job 1 (x-nccl-inter) on node1, "
               "node2: lost its node(s) while RUNNING: node2 is DOWN\nlogs: ...")  # fmt: skip
     acc = model.acceptance(_doc([lost]))
-    assert acc.reasons == ("job 1 (x-nccl-inter) on node1, node2: lost its node(s) while RUNNING: node2 is DOWN (a::t2)",)
+    expected = "job 1 (x-nccl-inter) on node1, node2: lost its node(s) while RUNNING: node2 is DOWN (a::t2)"
+    assert acc.reasons == (expected,)
 
 
 def test_every_problem_of_a_failure_is_a_reason_not_only_the_first_line():
