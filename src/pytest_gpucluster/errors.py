@@ -58,4 +58,7 @@ class NodeLostError(LaunchError):
 
     def __init__(self, message: str, *, lost: dict[str, str], **kwargs: object) -> None:
         self.lost = dict(lost)
+        # The results of the tasks that did answer (TaskResult), for a caller that can judge the
+        # other nodes on them: what was measured is kept.
+        self.answered: list[object] = []
         super().__init__(message, **kwargs)  # type: ignore[arg-type]

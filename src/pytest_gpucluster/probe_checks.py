@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpucluster import nccl_checks
-from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.errors import GpuClusterError, NodeLostError
 from pytest_gpucluster.workloads.node_probe import NodeProbe, PartError, probe_node
 
 if TYPE_CHECKING:
@@ -29,7 +29,13 @@ if TYPE_CHECKING:
 def _probes(gc: GpuClusterSession) -> dict[str, NodeProbe]:
     def produce() -> dict[str, NodeProbe]:
         spec = gc.spec("node-probe", all_nodes=True)
-        return {r.value.node: r.value for r in gc.run(probe_node, spec, shared_fs=gc.profile.shared_fs)}
+        try:
+            results = gc.run(probe_node, spec, shared_fs=gc.profile.shared_fs)
+        except NodeLostError as exc:
+            if not exc.answered:
+                raise
+            results = exc.answered  # type: ignore[assignment]  # the lost nodes' checks fail on their own
+        return {r.value.node: r.value for r in results}
 
     if nccl_checks.probe_rides_along(gc):
         with contextlib.suppress(GpuClusterError):  # read again on its own below

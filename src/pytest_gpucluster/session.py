@@ -630,25 +630,37 @@ class GpuClusterSession:
             self.current_item = None
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        """Skip, with the reason, a test on a node lost earlier in the run, or an across-nodes
-        test once fewer than 2 nodes are left."""
+        """A check on a node lost earlier in the run fails for that node with the first evidence
+        (no job is tried on it again); so does an across-nodes check once fewer than 2 nodes are
+        left."""
         lost = self.lost_nodes
         if not lost:
             return
         callspec = getattr(item, "callspec", None)
         node = callspec.params.get("node") if callspec is not None else None
         if node in lost:
-            pytest.skip(f"{node} was lost earlier in this run ({lost[node]}); not tested")
+            pytest.fail(f"{node} was lost earlier in this run: {self.lost_evidence(node)}; not tested again",
+                        pytrace=False)  # fmt: skip
         if item.get_closest_marker("across_nodes") and len(self.live_nodes) < 2:
-            gone = "; ".join(f"{n}: {why}" for n, why in lost.items())
-            pytest.skip(f"{len(self.live_nodes)} node(s) left after losing {gone}; this test needs 2")
+            gone = "; ".join(f"{n}: {self.lost_evidence(n)}" for n in lost)
+            pytest.fail(f"{len(self.live_nodes)} node(s) left after losing {gone}; this check needs 2", pytrace=False)
+
+    def lost_evidence(self, node: str) -> str:
+        """How this run learned it lost ``node``: Slurm's state or what a job saw, when, and where."""
+        seen = self._launcher.lost_seen.get(node) if self._launcher is not None else None
+        if not seen:
+            return self.lost_nodes.get(node, "lost")
+        return f"{seen['why']} (seen {seen['how']}, {seen['when']})"
 
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
-        """Nodes lost during this test go to the results (also from xdist workers)."""
+        """Nodes lost during this test go to the results, with when and how each was seen (also
+        from xdist workers)."""
         lost = self.lost_nodes
         if lost and lost != self._lost_recorded:
             self._lost_recorded = lost
-            item.user_properties.append((PROPERTY, {"kind": "environment", "facts": {"lost_nodes": lost}}))
+            seen = self._launcher.lost_seen if self._launcher is not None else {}
+            facts = {n: dict(seen.get(n) or {"why": why}) for n, why in lost.items()}
+            item.user_properties.append((PROPERTY, {"kind": "environment", "facts": {"lost_nodes": facts}}))
 
     # Each test's reports are folded into self.results by report/hooks.py (ResultsHooks), which
     # also turns the data entries into readable JUnit properties.

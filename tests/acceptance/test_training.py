@@ -85,10 +85,13 @@ def _per_node_jobs(gpucluster):
         specs = {n: gpucluster.spec(f"train-{n}", nodelist=(n,), tasks_per_node=plan.ranks_per_node,
                                     gpus_per_node=plan.gpus_per_node, timeout_min=plan.timeout_min)
                  for n in gpucluster.nodes}  # fmt: skip
-        jobs = {n: gpucluster.submit(under_telemetry, spec, fn=train, config=plan.config, modes=NODE_MODES,
-                                     timeout_s=plan.timeout_s)
-                for n, spec in specs.items()}  # fmt: skip
-        out = {}
+        jobs, out = {}, {}
+        for n, spec in specs.items():
+            try:
+                jobs[n] = gpucluster.submit(under_telemetry, spec, fn=train, config=plan.config, modes=NODE_MODES,
+                                            timeout_s=plan.timeout_s)  # fmt: skip
+            except GpuClusterError as exc:  # a node lost earlier: that node's verdict only
+                out[n] = exc
         for n, job in jobs.items():
             try:
                 results = job.results()

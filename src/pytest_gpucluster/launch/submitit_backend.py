@@ -13,6 +13,7 @@ at once instead of after submitit's own per-task grace period.
 from __future__ import annotations
 
 import atexit
+import datetime as _dt
 import logging
 import os
 import pickle
@@ -283,8 +284,15 @@ class SubmititJob(Generic[R]):
                     self._launcher._note_ending(self.job_id)
                 return state
             if state in _WAITING and started is None:
+                if self.spec.nodelist and self._launcher.executor == "slurm" and now - last_node_check >= _NODE_CHECK_S:
+                    last_node_check = now
+                    self._check_pinned_nodes(state, pending_reason)
                 if now - self.submitted_at > queue_limit:
                     reason = self._launcher._pending_reason(self.job_id) or pending_reason or "reason unknown"
+                    if self._launcher.lost_nodes:
+                        gone = ", ".join(self._launcher.lost_nodes)
+                        reason += (f" (this run lost {gone} earlier: a job still ending there may hold what this "
+                                   "one waits for)")  # fmt: skip
                     self.cancel()
                     raise self._error(
                         QueueTimeoutError,
@@ -363,6 +371,17 @@ class SubmititJob(Generic[R]):
         if hard or any(now - t >= _NOT_RESPONDING_GRACE_S for t in since.values()):
             self._give_up(state, lost)
 
+    def _check_pinned_nodes(self, state: str, reason: str) -> None:
+        """A waiting job pinned to a node Slurm cannot use (down, not responding, drained) would
+        only wait out ``queue_timeout_s``: cancel it now and name the node."""
+        unusable = self._launcher._unusable_nodes(self.spec.nodelist)
+        if unusable:
+            self.cancel()
+            names = ", ".join(f"{n} is {why}" for n, why in unusable.items())
+            why = f" (Slurm's reason: {reason})" if reason else ""
+            raise self._node_lost(f"cannot start while {state}{why}: {names}; cancelled at once rather than "
+                                  "waiting queue_timeout_s.", state, unusable)  # fmt: skip
+
     def _give_up(self, state: str, lost: dict[str, str], requeued: bool = False) -> None:
         """Cancel the job and raise NodeLostError naming the nodes and Slurm's view of them."""
         lost = lost or self._launcher._lost_nodes(self._launcher._job_nodes(self.job_id, self.spec.nodes))
@@ -375,7 +394,7 @@ class SubmititJob(Generic[R]):
         raise self._node_lost(f"{what}; cancelled. Check slurmd there (scontrol show node).", state, lost)
 
     def _node_lost(self, message: str, state: str, lost: dict[str, str]) -> NodeLostError:
-        self._launcher.lost_nodes.update(lost)
+        self._launcher.learn_lost(lost, job_id=self.job_id, how=f"under job {self.job_id} ({self.spec.name}), {state}")
         self._launcher._status(self.job_id, "NODE_FAIL", "; ".join(f"{n} is {why}" for n, why in lost.items()))
         err = self._error(NodeLostError, message, state, lost=lost)
         assert isinstance(err, NodeLostError)
@@ -409,11 +428,13 @@ class SubmititJob(Generic[R]):
         while self._state(force=True) == "RUNNING" and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def results(self, *, lag_s: float | None = None) -> list[TaskResult[R]]:
+    def results(self, *, lag_s: float | None = None, learn_lost: bool = True) -> list[TaskResult[R]]:
         """One result per task, ordered by rank; a failed task raises LaunchError naming it.
         ``lag_s``: how long missing results are waited for after the job ended (by default
         10 s after a completed job, 3 s after a failed one), for a caller that knows a task
-        will not write one."""
+        will not write one. A node none of whose tasks wrote anything while another node's did
+        (a failed task launch, a dead slurmd) is lost for the rest of the run, unless
+        ``learn_lost`` is false (a job that kills a task on purpose)."""
         state = self.wait()
         tasks = self._tasks()
         # Results may lag the job's end on a shared filesystem: wait for them once, not per task,
@@ -459,11 +480,30 @@ class SubmititJob(Generic[R]):
             final = self._state(force=True) if self._launcher.executor == "slurm" else state
             message = f"ended {final} with {len(failures)} failed task(s): " + "; ".join(failures)
             lost = self._launcher._lost_nodes(nodes) if self._launcher.executor == "slurm" else {}
+            if not lost and learn_lost and self._launcher.executor == "slurm":
+                lost = _silent_nodes(failed, where, {r.node for r in out}, self.job_id, final)
             if lost:
-                message += "; " + ", ".join(f"{n} is {why}" for n, why in lost.items())
-                raise self._node_lost(message, final, lost)
+                message += "; " + ", ".join(f"{n}: {why}" for n, why in lost.items())
+                err = self._node_lost(message, final, lost)
+                answered = sorted(out, key=lambda r: r.rank)
+                err.answered = list(answered)
+                raise err
             raise self._error(LaunchError, message, final)
         return sorted(out, key=lambda r: r.rank)
+
+
+def _silent_nodes(failed: list[tuple[int, str]], where: list[str], answered: set[str], job_id: str,
+                  state: str) -> dict[str, str]:  # fmt: skip
+    """Nodes every task of which wrote no result at all, in a job where another node's tasks did."""
+    if not answered:
+        return {}
+    silent: dict[str, list[int]] = {}
+    for (index, why), node in zip(failed, where, strict=True):
+        if node != "?" and why.startswith("no result"):
+            silent.setdefault(node, []).append(index)
+    short = {h.split(".")[0] for h in answered}
+    return {n: f"wrote no result in job {job_id} ({state}) while other nodes did"
+            for n in silent if n.split(".")[0] not in short}  # fmt: skip
 
 
 def submitit_logs_to_stderr() -> None:
@@ -538,10 +578,28 @@ class SubmititLauncher:
         self._nodes_cache: dict[str, tuple[str, ...]] = {}
         self.failed_task_grace_s = _FAILED_TASK_GRACE_S
         # Nodes seen to fail under a job (name → Slurm's state and reason): not used again.
-        self.lost_nodes: dict[str, str] = {}
+        self.lost_nodes: dict[str, str] = {}  # node → Slurm's state and reason, or what this run saw
+        # node → how this run learned it lost the node: {"why", "when" (UTC), "job", "how"}; the first
+        # evidence is kept, later sightings do not overwrite it.
+        self.lost_seen: dict[str, dict[str, str]] = {}
+
+    def learn_lost(self, lost: Mapping[str, str], *, job_id: str, how: str) -> None:
+        """Remember nodes this run lost, once each: later jobs are planned without them and the
+        checks they would have had fail with this first evidence."""
+        when = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        for node, why in lost.items():
+            self.lost_nodes.setdefault(node, why)
+            self.lost_seen.setdefault(node, {"why": why, "when": when, "job": job_id, "how": how})
 
     def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> SubmititJob[R]:
-        """Start ``fn(ctx, **kwargs)`` on every task of ``spec``; returns at once."""
+        """Start ``fn(ctx, **kwargs)`` on every task of ``spec``; returns at once. A job pinned to
+        a node this run lost is refused without a submission, naming the first evidence."""
+        gone = [n for n in spec.nodelist if n in self.lost_nodes]
+        if gone:
+            seen = "; ".join(f"{n}: {self.lost_nodes[n]} (seen {self.lost_seen.get(n, {}).get('how', 'earlier')})"
+                             for n in gone)  # fmt: skip
+            raise NodeLostError(f"{spec.name}: not submitted: {seen}", lost={n: self.lost_nodes[n] for n in gone},
+                                nodes=tuple(gone))  # fmt: skip
         if self.executor == "local" and spec.nodes != 1:
             raise LaunchError(f"{spec.name}: the local executor runs on one node; {spec.nodes} were asked for.")
         folder = self.folder / f"{spec.name}-{uuid.uuid4().hex[:8]}"
@@ -671,6 +729,22 @@ class SubmititLauncher:
         except Exception:  # a reason is a nicety; never let it mask the real error
             return ""
         return "" if reason in ("None", "(null)") else reason  # not evaluated by the scheduler yet
+
+    def _unusable_nodes(self, nodes: tuple[str, ...]) -> dict[str, str]:
+        """Of ``nodes``, those Slurm will not start a job on (down, not responding, drained,
+        unknown): name → state and reason. Empty when Slurm cannot be asked."""
+        try:
+            found = {n.name: n for n in slurm.nodes()}
+        except Exception:  # cannot tell; queue_timeout_s still bounds the wait
+            return {}
+        out: dict[str, str] = {}
+        for name in nodes:
+            node = found.get(name)
+            if node is None:
+                out[name] = "not known to slurmctld"
+            elif not node.usable:
+                out[name] = node.state + (f" ({node.reason})" if node.reason else "")
+        return out
 
     def _lost_nodes(self, nodes: tuple[str, ...]) -> dict[str, str]:
         if not nodes:
