@@ -96,6 +96,35 @@ def test_warnings_accept_and_are_counted_in_the_headline():
     assert acc.headline == "ACCEPTED, 1 warning" and acc.warnings == ("node1: device cgroups are off (a::t1)",)
 
 
+def test_each_node_gets_its_verdict_and_the_rejected_ones_a_hostlist():
+    tests = [
+        _t("a::test_gpu[gpu-03]", "fail", params="gpu-03", problems=["gpu-03: mlx5_2 port 1 is DOWN"]),
+        _t("a::test_gpu[gpu-11]", "pass", params="gpu-11"),
+        _t("a::test_gpu[gpu-12]", "skip", params="gpu-12", message="Skipped: no result"),
+        _t("a::test_bw", "fail", [_m("nccl.x", 0, "fail", "gpu-11:gpu1")]),
+        _t("a::test_fabric", "fail", message="all_reduce across nodes = 12 GB/s is below the fail line"),
+    ]
+    doc = {**_doc(tests, nodes=("gpu-03", "gpu-11", "gpu-12", "gpu-13")),
+           "environment": {"lost_nodes": {"gpu-13": {"why": "DOWN", "when": "t", "job": "7", "how": "x"}}}}  # fmt: skip
+    nodes = model.node_verdicts(doc, "REJECTED")
+    verdicts = {v.node: v.verdict for v in nodes.verdicts}
+    assert verdicts == {"gpu-03": "REJECTED", "gpu-11": "REJECTED", "gpu-12": "INCOMPLETE", "gpu-13": "REJECTED"}
+    assert nodes.exclude == "gpu-[03,11,13]"
+    assert nodes.summary == ("0 of 4 nodes accepted; rejected: gpu-[03,11,13]; not judged in full: gpu-12; "
+                             "1 failure(s) name no single node")  # fmt: skip
+    assert nodes.cluster_wide == ("test_fabric: fail: all_reduce across nodes = 12 GB/s is below the fail line",)
+    by_node = {v.node: v.reasons for v in nodes.verdicts}
+    assert "gpu-03: mlx5_2 port 1 is DOWN" in by_node["gpu-03"]
+    assert by_node["gpu-13"] == ("gpu-13: lost during the run: DOWN",)
+
+
+def test_hostlist_is_what_sbatch_exclude_takes():
+    assert model.hostlist(["node2"]) == "node2"
+    assert model.hostlist(["gpu-03", "gpu-11", "gpu-12"]) == "gpu-[03,11-12]"
+    assert model.hostlist(["node1", "node2", "node10"]) == "node[1-2],node10"
+    assert model.hostlist([]) == ""
+
+
 def test_matrix_puts_results_on_the_node_they_name():
     tests = [
         _t("a::test_gpu[node2]", "fail", params="node2"),

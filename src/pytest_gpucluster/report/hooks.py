@@ -219,6 +219,7 @@ class ResultsHooks:
             "not_applicable": list(acc.not_applicable),
             "not_selected": list(acc.not_selected),
             "counts": dict(acc.counts),
+            "nodes": model.node_verdicts(doc, acc.verdict).to_json(),
         }
         collect_only = bool(self.config.option.collectonly)
         if acc.verdict == "INCOMPLETE" and session.exitstatus == pytest.ExitCode.OK and not collect_only:
@@ -261,6 +262,10 @@ class ResultsHooks:
         counts = ", ".join(f"{n} {k}" for k, n in acc["counts"].items() if n)
         colour = {"ACCEPTED": {"green": True}, "REJECTED": {"red": True}}.get(acc["verdict"], {"yellow": True})
         terminalreporter.write_sep("=", f"gpucluster: {acc['headline']} ({counts or 'no tests'})", bold=True, **colour)
+        nodes = acc.get("nodes") or {}
+        if nodes.get("verdicts"):
+            exclude = f" (sbatch --exclude={nodes['exclude']})" if nodes.get("exclude") else ""
+            terminalreporter.write_line(f"nodes: {nodes['summary']}{exclude}", bold=True)
         shown = acc["reasons"] if acc["verdict"] != "ACCEPTED" else acc["warnings"]
         for reason in shown[:20]:
             terminalreporter.write_line(f"  {reason}")

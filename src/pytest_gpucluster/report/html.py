@@ -121,6 +121,19 @@ def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
         if acc.counts.get(k, 0) or k in ("pass", "warn", "fail", "skip")
     )
     lists = ""
+    nodes = model.node_verdicts(doc, acc.verdict)
+    if nodes.verdicts:
+        rows_html = "".join(
+            f'<tr><td class="gc-mono">{_e(v.node)}</td><td>{badge(_NODE_BADGE[v.verdict])} {_e(v.verdict)}</td>'
+            f"<td>{_e('; '.join(v.reasons[:3]))}{' …' if len(v.reasons) > 3 else ''}</td></tr>"
+            for v in nodes.verdicts
+            if v.verdict != "ACCEPTED"
+        )
+        exclude = (f'<br>Hand back the rest with <span class="gc-mono">sbatch --exclude={_e(nodes.exclude)}</span>'
+                   if nodes.exclude else "")  # fmt: skip
+        table = f'<table class="gc-nodes">{rows_html}</table>' if rows_html else ""
+        wide = _list("Failures that name no single node", nodes.cluster_wide, 20) if nodes.cluster_wide else ""
+        lists += f'<h3 id="gc-node-summary">Nodes: {_e(nodes.summary)}</h3><p>{exclude}</p>{table}{wide}'
     if acc.reasons and acc.verdict != "ACCEPTED":
         title = {"REJECTED": "Failures", "INCOMPLETE": "Why incomplete", "PARTIAL": "Left out of this run"}
         lists += _list(title[acc.verdict], acc.reasons, 50)
@@ -147,6 +160,9 @@ def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
         f'<div class="gc-counts">{chips}</div>'
         f'<div class="gc-columns"><table class="gc-facts">{rows}</table><div>{lists}</div></div></section>'
     )
+
+
+_NODE_BADGE = {"ACCEPTED": "pass", "REJECTED": "fail", "INCOMPLETE": "skip", "PARTIAL": "n/a"}
 
 
 def _list(title: str, lines: Sequence[str], limit: int) -> str:

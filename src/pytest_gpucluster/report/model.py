@@ -343,8 +343,15 @@ def matrix(doc: Mapping[str, Any]) -> Matrix:
         label = str(t.get("nodeid", "")).split("::")[-1]
         param_nodes = nodes_in(str(t.get("params", "")), nodes)
         attributed_bad = False
+        if SEVERITY.get(verdict, 0) >= SEVERITY["xpass"]:
+            said = [f"{s} ({label})" for s in failure_sentences(t)]
+        elif verdict in ("skip", "n/a"):
+            said = [f"{label}: {'skipped' if verdict == 'skip' else 'n/a'}: {reason_of(str(t.get('message', '')))}"]
+        else:
+            said = [f"{label}: {verdict}"]
         for n in param_nodes:
-            add(n, col, verdict, f"{label}: {verdict}")
+            for line in said:
+                add(n, col, verdict, line)
             attributed_bad = attributed_bad or SEVERITY.get(verdict, 0) >= SEVERITY["warn"]
         for m in t.get("measurements", []):
             status = str(m.get("status", "pass"))
@@ -368,6 +375,127 @@ def matrix(doc: Mapping[str, Any]) -> Matrix:
         rows.append(CLUSTER_ROW)
     cells = {key: Cell(worst(s for s, _ in vals), tuple(line for _, line in vals)) for key, vals in collected.items()}
     return Matrix(tuple(rows), tuple(columns), cells)
+
+
+# --------------------------------------------------------------------------- per-node verdicts
+
+
+NodeOverall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE", "PARTIAL"]
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """One node's verdict and the sentences that decided it."""
+
+    node: str
+    verdict: NodeOverall
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """Every tested node's verdict, what no single node explains, and the one-line summary."""
+
+    verdicts: tuple[NodeVerdict, ...]
+    cluster_wide: tuple[str, ...]  # failures no node is named in (a fabric-wide fault, say)
+    summary: str  # "1 of 2 nodes accepted; rejected: node2"
+    exclude: str  # the rejected nodes as a Slurm hostlist, for sbatch --exclude=
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain dict for the results file."""
+        return {
+            "summary": self.summary,
+            "exclude": self.exclude,
+            "cluster_wide": list(self.cluster_wide),
+            "verdicts": {v.node: {"verdict": v.verdict, "reasons": list(v.reasons)} for v in self.verdicts},
+        }
+
+
+def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
+    """Per node, from the matrix's attribution: REJECTED when a check failed on it (or the run
+    lost it, or Slurm excluded it), INCOMPLETE when a check of it was skipped, otherwise
+    ACCEPTED (PARTIAL in a partial run: only the selected checks speak for it). Failures that
+    name no node are listed apart: they may be the fabric's, not any node's."""
+    m = matrix(doc)
+    env = doc.get("environment", {})
+    lost = env.get("lost_nodes") or {}
+    excluded = env.get("excluded_nodes") or {}
+    out: list[NodeVerdict] = []
+    known = known_nodes(doc)
+    for node in [*known, *[n for n in excluded if n not in known]]:
+        bad: list[str] = []
+        skipped: list[str] = []
+        if node in excluded:
+            bad.append(f"{node}: Slurm reports it {excluded[node]}; not tested")
+        if node in lost:
+            seen = lost[node]
+            why = seen.get("why", seen) if isinstance(seen, Mapping) else seen
+            bad.append(f"{node}: lost during the run: {why}")
+        for col in m.columns:
+            cell = m.cell(node, col)
+            if SEVERITY.get(cell.status, 0) >= SEVERITY["xpass"]:
+                bad += [line for line in cell.lines if _says_failure(line)]
+            elif cell.status == "skip":
+                skipped += list(cell.lines)
+        bad = list(dict.fromkeys(bad))
+        if bad:
+            out.append(NodeVerdict(node, "REJECTED", tuple(bad)))
+        elif skipped:
+            out.append(NodeVerdict(node, "INCOMPLETE", tuple(dict.fromkeys(skipped))))
+        else:
+            partial = run_verdict == "PARTIAL" or bool((doc.get("selection") or {}).get("partial"))
+            out.append(NodeVerdict(node, "PARTIAL" if partial else "ACCEPTED"))
+    everyone = [*known, *excluded]
+    cluster_wide = tuple(
+        line
+        for col in m.columns
+        for line in m.cell(CLUSTER_ROW, col).lines
+        if SEVERITY.get(m.cell(CLUSTER_ROW, col).status, 0) >= SEVERITY["xpass"] and not nodes_in(line, everyone)
+    )
+    accepted = [v.node for v in out if v.verdict == "ACCEPTED"]
+    rejected = [v.node for v in out if v.verdict == "REJECTED"]
+    unsure = [v.node for v in out if v.verdict in ("INCOMPLETE", "PARTIAL")]
+    parts = [f"{len(accepted)} of {len(out)} node{'s' if len(out) != 1 else ''} accepted"]
+    if rejected:
+        parts.append(f"rejected: {hostlist(rejected)}")
+    if unsure:
+        parts.append(f"not judged in full: {hostlist(unsure)}")
+    if cluster_wide:
+        parts.append(f"{len(cluster_wide)} failure(s) name no single node")
+    return Nodes(tuple(out), cluster_wide, "; ".join(parts), hostlist(rejected))
+
+
+def _says_failure(line: str) -> bool:
+    """Whether a matrix cell's line explains a failure (not a pass or a warning beside it)."""
+    return not line.endswith((": pass", ": warn")) and "within bounds" not in line and "the warn line" not in line
+
+
+def hostlist(names: Sequence[str]) -> str:
+    """Node names as a Slurm hostlist: ``gpu-03, gpu-11, gpu-12`` → ``gpu-[03,11-12]``."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    plain: list[str] = []
+    for name in names:
+        match = re.fullmatch(r"(.*?)(\d+)", name)
+        if match is None:
+            plain.append(name)
+            continue
+        prefix, digits = match.group(1), match.group(2)
+        groups.setdefault((prefix, len(digits)), []).append(int(digits))  # same width: one range
+    out = list(plain)
+    for (prefix, width), numbers in groups.items():
+        numbers = sorted(set(numbers))
+        spans: list[str] = []
+        start = prev = numbers[0]
+        for n in [*numbers[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            a, b = (str(start).zfill(width), str(prev).zfill(width))
+            spans.append(a if start == prev else f"{a}-{b}")
+            if n is not None:
+                start = prev = n
+        out.append(f"{prefix}{spans[0]}" if len(numbers) == 1 else f"{prefix}[{','.join(spans)}]")
+    return ",".join(out)
 
 
 # --------------------------------------------------------------------------- environment
