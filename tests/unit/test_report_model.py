@@ -118,6 +118,21 @@ def test_each_node_gets_its_verdict_and_the_rejected_ones_a_hostlist():
     assert by_node["gpu-13"] == ("gpu-13: lost during the run: DOWN",)
 
 
+def test_a_failed_pair_convicts_only_the_node_its_isolation_names():
+    undetermined = _m("nccl.all_reduce.inter_node", 1.4, "fail", "node1+node2")
+    undetermined["sentence"] = ("node1+node2: nccl.all_reduce.inter_node (...; isolation: could not isolate node1, "
+                                "node2: with two nodes ...) = 1.4 GB/s is below the fail line 5 GB/s")  # fmt: skip
+    nodes = model.node_verdicts(_doc([_t("a::test_across", "fail", [undetermined])], nodes=("node1", "node2")))
+    assert {v.node: v.verdict for v in nodes.verdicts} == {"node1": "ACCEPTED", "node2": "ACCEPTED"}
+    assert nodes.cluster_wide == (undetermined["sentence"],)
+    isolated = {**undetermined, "sentence": "node1+node2+node3: x (isolation: bad node(s): node3 (failed when "
+                "paired with a known-good node)) = 1 GB/s is below the fail line 5 GB/s"}  # fmt: skip
+    isolated["where"] = "node1+node2+node3"
+    doc = _doc([_t("a::test_across", "fail", [isolated])], nodes=("node1", "node2", "node3"))
+    verdicts = {v.node: v.verdict for v in model.node_verdicts(doc).verdicts}
+    assert verdicts == {"node1": "ACCEPTED", "node2": "ACCEPTED", "node3": "REJECTED"}
+
+
 def test_hostlist_is_what_sbatch_exclude_takes():
     assert model.hostlist(["node2"]) == "node2"
     assert model.hostlist(["gpu-03", "gpu-11", "gpu-12"]) == "gpu-[03,11-12]"

@@ -422,6 +422,7 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
     excluded = env.get("excluded_nodes") or {}
     out: list[NodeVerdict] = []
     known = known_nodes(doc)
+    unattributed: list[str] = []  # a failure of several nodes together that no isolation pinned on one
     for node in [*known, *[n for n in excluded if n not in known]]:
         bad: list[str] = []
         skipped: list[str] = []
@@ -434,7 +435,11 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
         for col in m.columns:
             cell = m.cell(node, col)
             if SEVERITY.get(cell.status, 0) >= SEVERITY["xpass"]:
-                bad += [line for line in cell.lines if _says_failure(line)]
+                for line in (x for x in cell.lines if _says_failure(x)):
+                    if _convicts(line, node):
+                        bad.append(line)
+                    else:
+                        unattributed.append(line)
             elif cell.status == "skip":
                 skipped += list(cell.lines)
         bad = list(dict.fromkeys(bad))
@@ -446,12 +451,13 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
             partial = run_verdict == "PARTIAL" or bool((doc.get("selection") or {}).get("partial"))
             out.append(NodeVerdict(node, "PARTIAL" if partial else "ACCEPTED"))
     everyone = [*known, *excluded]
-    cluster_wide = tuple(
-        line
-        for col in m.columns
-        for line in m.cell(CLUSTER_ROW, col).lines
-        if SEVERITY.get(m.cell(CLUSTER_ROW, col).status, 0) >= SEVERITY["xpass"] and not nodes_in(line, everyone)
-    )
+    cluster_wide = tuple(dict.fromkeys([
+        *(line
+          for col in m.columns
+          for line in m.cell(CLUSTER_ROW, col).lines
+          if SEVERITY.get(m.cell(CLUSTER_ROW, col).status, 0) >= SEVERITY["xpass"] and not nodes_in(line, everyone)),
+        *unattributed,
+    ]))  # fmt: skip
     accepted = [v.node for v in out if v.verdict == "ACCEPTED"]
     rejected = [v.node for v in out if v.verdict == "REJECTED"]
     unsure = [v.node for v in out if v.verdict in ("INCOMPLETE", "PARTIAL")]
@@ -463,6 +469,18 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
     if cluster_wide:
         parts.append(f"{len(cluster_wide)} failure(s) name no single node")
     return Nodes(tuple(out), cluster_wide, "; ".join(parts), hostlist(rejected))
+
+
+def _convicts(line: str, node: str) -> bool:
+    """Whether a failure sentence is ``node``'s own: its place is the node (``node3``,
+    ``node3:gpu5``), or it is a measurement of several nodes together (``node1+node2``) whose
+    bad-node isolation named ``node``. A pair that failed with no node isolated may be the
+    fabric's: it convicts neither node."""
+    where = line.split(": ", 1)[0]
+    if "+" not in where:
+        return True
+    named = re.search(r"bad node\(s\): ([^(]*)", line)
+    return bool(named and node in [n.strip() for n in named.group(1).split(",")])
 
 
 def _says_failure(line: str) -> bool:
