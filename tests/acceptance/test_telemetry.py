@@ -59,6 +59,8 @@ def _gpus_sampled(found, node, judge):
 def test_no_gpu_idles_while_its_peers_work(node_telemetry, judge, node):
     _gpus_sampled(node_telemetry, node, judge)
     fractions = telemetry.idle_fractions(telemetry.absolute_util(list(node_telemetry.values())))
+    mine = {w: f for w, f in fractions.items() if w.startswith(f"{node}:")}
+    judge.problems(telemetry.unjudged_idle(mine), f"{node}: GPU idleness not measured under the collective load")
     judge.all([Measurement("telemetry.gpu_idle_fraction", f.percent, "%", where=w, detail=f.detail)
                for w, f in sorted(fractions.items()) if w.startswith(f"{node}:")])  # fmt: skip
 

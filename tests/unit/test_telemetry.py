@@ -161,3 +161,13 @@ def test_the_sampler_carries_nvmls_error_back(monkeypatch, nvml, error):
     assert result.gpu_error == error and result.gpus == {}
     assert tm.empty_gpu_series_problems([result]) == [f"node2: the telemetry sampler read no GPU ({error})"]
     assert result.node_series["mem_used_pct"]  # the node itself is still sampled
+
+
+def test_a_gpu_whose_peers_never_worked_is_not_judged_idle_free():
+    from pytest_gpucluster.workloads.telemetry import IdleFraction, unjudged_idle
+
+    fractions = {"node1:gpu0": IdleFraction("node1:gpu0", 0.0, 0, 0),
+                 "node1:gpu1": IdleFraction("node1:gpu1", 0.0, 0, 12)}  # fmt: skip
+    assert unjudged_idle(fractions) == [
+        "node1:gpu0: no sample came while its peers were busy: its idleness cannot be judged"
+    ]

@@ -476,6 +476,13 @@ def idle_fractions(
     return out
 
 
+def unjudged_idle(fractions: Mapping[str, IdleFraction]) -> list[str]:
+    """GPUs whose idleness could not be judged: no sample came while their peers were busy (the
+    fraction would read 0 % on nothing)."""
+    return [f"{w}: no sample came while its peers were busy: its idleness cannot be judged"
+            for w, f in sorted(fractions.items()) if not f.peer_busy_samples]  # fmt: skip
+
+
 def empty_gpu_series_problems(telemetry: Sequence[NodeTelemetry]) -> list[str]:
     """One sentence per node whose GPU series are empty (no GPU, or not one sample of any GPU),
     naming the node and the sampler's error: on nodes with GPU devices, an idle or throttle check
