@@ -1,6 +1,7 @@
 """A node that dies before the run is learned once: its checks fail naming it with the first
-evidence, later jobs run without it, and the run costs at most one ``queue_timeout_s`` more than
-a clean one (node3/node4; the ci profile's node1/node2 stay undisturbed)."""
+evidence, later jobs run without it, and the run costs one ``queue_timeout_s`` and Slurm's
+detection of the failed launch more than a clean one, not a wait per job (node3/node4; the ci
+profile's node1/node2 stay undisturbed)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ def test_a_node_dead_before_the_run_costs_one_bounded_wait_and_is_named(slurm_cl
         restore_nodes(slurm_cluster)
     doc = dead.results
     assert dead.returncode == 1 and doc["acceptance"]["verdict"] == "REJECTED", dead.output[-4000:]
-    assert dead.seconds <= clean.seconds + queue_timeout_s + 10, (dead.seconds, clean.seconds)
+    # One queue wait (a job behind one still ending on node4) plus the time Slurm takes to end the
+    # first job whose launch on node4 fails (srun's message timeout): not one wait per later job.
+    launch_failure_s = 30
+    assert dead.seconds <= clean.seconds + queue_timeout_s + launch_failure_s, (dead.seconds, clean.seconds)
     seen = doc["environment"]["lost_nodes"]["node4"]
     assert seen["when"] and seen["how"], seen
     assert "node3" not in doc["environment"]["lost_nodes"]
