@@ -385,3 +385,17 @@ def lost_nodes(found: list[NodeInfo], names: tuple[str, ...]) -> dict[str, str]:
             out[name] = node.state + (f" ({node.reason})" if node.reason else "")
     return out
 
+
+DRAIN_REASON_CHARS = 240  # Slurm keeps the reason as one line; long ones only clutter sinfo -R
+
+
+def drain_reason(check: str, evidence: str) -> str:
+    """One line for Slurm's reason field: who drained the node, for which check, and why."""
+    text = " ".join(f"pytest-gpucluster: {check}: {evidence}".split())
+    return text if len(text) <= DRAIN_REASON_CHARS else text[: DRAIN_REASON_CHARS - 1] + "…"
+
+
+def drain(node: str, reason: str) -> None:
+    """``scontrol update nodename=NODE state=drain reason=...``; SlurmQueryError when refused.
+    The reason travels as one argument: nothing goes through a shell."""
+    run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])

@@ -102,3 +102,11 @@ def test_controller_job_record_says_how_an_ended_job_ended():
     record = slurm.parse_controller_job((DATA / "scontrol-show-job-failed.txt").read_text())
     assert record == {"JobState": "FAILED", "ExitCode": "17:0", "NodeList": "node1", "Reason": "NonZeroExitCode"}
     assert slurm.parse_controller_job("") == {}
+
+
+def test_a_drain_reason_is_one_bounded_line_naming_the_check_and_evidence():
+    from pytest_gpucluster import slurm
+
+    reason = slurm.drain_reason("rejected", "node2: mlx5_3 port 1 is DOWN\n (test_infiniband.py::test_ports[node2])")
+    assert reason == "pytest-gpucluster: rejected: node2: mlx5_3 port 1 is DOWN (test_infiniband.py::test_ports[node2])"
+    assert len(slurm.drain_reason("rejected", "x" * 1000)) == slurm.DRAIN_REASON_CHARS

@@ -483,7 +483,7 @@ class SubmititJob(Generic[R]):
             if not lost and learn_lost and self._launcher.executor == "slurm":
                 lost = _silent_nodes(failed, where, {r.node for r in out}, self.job_id, final)
             if lost:
-                message += "; " + ", ".join(f"{n}: {why}" for n, why in lost.items())
+                message += "; " + ", ".join(f"{n} is {why}" for n, why in lost.items())
                 err = self._node_lost(message, final, lost)
                 answered = sorted(out, key=lambda r: r.rank)
                 err.answered = list(answered)
@@ -502,7 +502,7 @@ def _silent_nodes(failed: list[tuple[int, str]], where: list[str], answered: set
         if node != "?" and why.startswith("no result"):
             silent.setdefault(node, []).append(index)
     short = {h.split(".")[0] for h in answered}
-    return {n: f"wrote no result in job {job_id} ({state}) while other nodes did"
+    return {n: f"silent: no task of it wrote a result in job {job_id} ({state}) while other nodes' did"
             for n in silent if n.split(".")[0] not in short}  # fmt: skip
 
 

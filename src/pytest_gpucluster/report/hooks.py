@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from pytest_gpucluster import slurm
 from pytest_gpucluster.baseline import REGRESSION_METRIC, Comparison, compare
 from pytest_gpucluster.calibrate import Fractions, calibrate, set_name_for
 from pytest_gpucluster.errors import ConfigError, GpuClusterError
@@ -42,6 +43,9 @@ class BaselineWarning(UserWarning):
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Where --calibrate puts the lines it writes."""
     group = parser.getgroup("gpucluster", "GPU cluster acceptance")
+    group.addoption("--drain-failed", action="store_true", default=False,
+                    help="after the run, drain each REJECTED node in Slurm with the check and its evidence as "
+                         "the reason (never a node Slurm had already excluded); off by default")  # fmt: skip
     group.addoption("--calibrate-fail", type=float, default=0.9, metavar="FRACTION",
                     help="--calibrate: fail line as a fraction of the worst value measured (default 0.9)")  # fmt: skip
     group.addoption("--calibrate-warn", type=float, default=0.95, metavar="FRACTION",
@@ -222,6 +226,8 @@ class ResultsHooks:
             "nodes": model.node_verdicts(doc, acc.verdict).to_json(),
         }
         collect_only = bool(self.config.option.collectonly)
+        if self.config.getoption("drain_failed", False) and not collect_only:
+            results.extra["drained"] = self._drain(results.extra["acceptance"]["nodes"])
         if acc.verdict == "INCOMPLETE" and session.exitstatus == pytest.ExitCode.OK and not collect_only:
             session.exitstatus = EXIT_INCOMPLETE  # a CI gate must not take it for a pass
         if self.comparison is not None and self.comparison.environment_differences:
@@ -243,6 +249,25 @@ class ResultsHooks:
             self.calibrate_path.parent.mkdir(parents=True, exist_ok=True)
             self.calibrate_path.write_text(text, encoding="utf-8")
             self.calibrated_path = self.calibrate_path
+
+    def _drain(self, nodes: dict[str, Any]) -> dict[str, dict[str, str]]:
+        """``--drain-failed``: drain each REJECTED node that this run tested, with the first
+        sentence that rejected it as Slurm's reason; node → {reason} or {error}. A node Slurm had
+        excluded before the run keeps the reason it has."""
+        if self.session.profile.executor != "slurm":
+            return {}
+        excluded = self.session.excluded_nodes
+        out: dict[str, dict[str, str]] = {}
+        for node, verdict in nodes.get("verdicts", {}).items():
+            if verdict.get("verdict") != "REJECTED" or node in excluded:
+                continue
+            reason = slurm.drain_reason("rejected", (verdict.get("reasons") or ["acceptance failed"])[0])
+            try:
+                slurm.drain(node, reason)
+                out[node] = {"reason": reason}
+            except GpuClusterError as exc:
+                out[node] = {"error": str(exc)}
+        return out
 
     def _speaks_for_a_cluster(self) -> bool:
         # The verdict line is for acceptance runs: asked for a record, or a test used the cluster.
@@ -266,6 +291,9 @@ class ResultsHooks:
         if nodes.get("verdicts"):
             exclude = f" (sbatch --exclude={nodes['exclude']})" if nodes.get("exclude") else ""
             terminalreporter.write_line(f"nodes: {nodes['summary']}{exclude}", bold=True)
+        for node, done in (results.extra.get("drained") or {}).items():
+            said = f"reason {done['reason']!r}" if "reason" in done else f"NOT drained: {done['error']}"
+            terminalreporter.write_line(f"drained {node} (--drain-failed): {said}")
         shown = acc["reasons"] if acc["verdict"] != "ACCEPTED" else acc["warnings"]
         for reason in shown[:20]:
             terminalreporter.write_line(f"  {reason}")
