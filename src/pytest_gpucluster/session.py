@@ -9,6 +9,7 @@ job still queued is cancelled).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import inspect
@@ -120,7 +121,6 @@ class GpuClusterSession:
         self._local = threading.local()  # per thread: record sink, early-start label, light depth
         self._ahead: list[threading.Thread] = []
         self._collected: list[Needs] = []  # every collected check's needs, before deselection
-        self._declared_na: dict[str, str] = {}  # node id → why its module declares it not applicable
         self.selection: Selection | None = None
         # Fixture names the selected, runnable tests use (set when the run starts): a check can
         # fold a measurement into a job that will run anyway instead of a job of its own.
@@ -494,12 +494,6 @@ class GpuClusterSession:
                      gpus_are_real=p.gpus_are_real, ib_hcas=p.ib_hcas, accounting=p.accounting,
                      require_slow=p.require_slow, unusable=unusable)  # fmt: skip
 
-    def unmet_need(self, item: pytest.Item) -> tuple[str | None, str | None]:
-        """(why ``item`` does not apply to this profile, why it cannot run now): either or both None."""
-        needs = needs_of(item)
-        shape = self.shape()
-        return not_applicable(needs, shape), cannot_run(needs, shape)
-
     def declared_not_applicable(self, item: pytest.Item) -> str | None:
         """Why ``item``'s own module declares it not applicable to this profile's shape, or None.
 
@@ -539,15 +533,14 @@ class GpuClusterSession:
         apply to the profile as not applicable and those that cannot run now as skipped, each
         with the reason, and remember every check's needs for the required set."""
         self._collected = []
-        self._declared_na = {}
+        shape = self.shape()
         for item in items:
             if not is_check(item):
                 continue
             item.add_marker(pytest.mark.multinode)
-            self._collected.append(needs_of(item))
-            na, blocked = self.unmet_need(item)
-            if na is None and (declared := self.declared_not_applicable(item)) is not None:
-                na = self._declared_na[item.nodeid] = declared
+            needs = dataclasses.replace(needs_of(item), declared=self.declared_not_applicable(item) or "")
+            self._collected.append(needs)
+            na, blocked = not_applicable(needs, shape), cannot_run(needs, shape)
             if na:
                 item.add_marker(pytest.mark.skip(reason=NOT_APPLICABLE + na))
             elif blocked:
@@ -592,7 +585,7 @@ class GpuClusterSession:
                 path = arg.split("::", 1)[0]
                 if "::" in arg or (base / path).is_file():
                     named.append(arg)
-        selection = plan_selection(
+        return plan_selection(
             self._collected,
             [item.nodeid for item in session.items],
             self.shape(),
@@ -602,13 +595,6 @@ class GpuClusterSession:
             markexpr=str(config.option.markexpr or ""),
             deselect=[str(d) for d in (config.option.deselect or [])],
         )
-        # What a test file declares not applicable is neither required nor missing, as for markers.
-        for nodeid, why in self._declared_na.items():
-            for listed in (selection.required, selection.optional, selection.not_selected):
-                if nodeid in listed:
-                    listed.remove(nodeid)
-            selection.not_applicable[nodeid] = why
-        return selection
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:

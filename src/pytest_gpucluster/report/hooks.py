@@ -141,8 +141,8 @@ class ResultsHooks:
 
     def pytest_warning_recorded(self, warning_message: Any, when: str, nodeid: str, location: Any) -> None:
         """A check's own warnings (``GpuClusterWarning``) go on its record: the results, the
-        report and the verdict count them. Reported after the check's last phase, so the results
-        file is written again."""
+        report and the verdict count them. Reported after the check's last phase: the next
+        check's write of the results file, or the run's last, carries them."""
         results = self.session.results
         category = getattr(warning_message, "category", None)
         if results is None or not nodeid or not isinstance(category, type):
@@ -150,8 +150,6 @@ class ResultsHooks:
         if not issubclass(category, GpuClusterWarning) or nodeid not in results.tests:
             return
         results.tests[nodeid].add_warning(str(warning_message.message))
-        if self.session.settings.results_path is not None:
-            results.write(self.session.settings.results_path)
 
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
         """A check that does not apply shows as ``n/a`` (``N``), not as a skip."""
