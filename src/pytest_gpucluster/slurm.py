@@ -191,6 +191,21 @@ def my_queue() -> dict[str, str]:
     return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
 
 
+def parse_holders(text: str) -> list[tuple[str, str, str, str]]:
+    """``squeue -h -o "%i|%j|%T|%N"`` lines → (job id, name, state, hostlist) tuples."""
+    rows = [line.strip().split("|", 3) for line in text.splitlines() if line.count("|") >= 3]
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+def holders(nodes: tuple[str, ...]) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """Jobs that run or end on any of ``nodes`` (any user's): (id, name, state, their nodes)."""
+    if not nodes:
+        return []
+    out = run(["squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED", "-w", ",".join(nodes),
+               "-o", "%i|%j|%T|%N"])  # fmt: skip
+    return [(i, name, state, expand_hostlist(hosts)) for i, name, state, hosts in parse_holders(out)]
+
+
 def cancel_by_name_prefix(prefix: str) -> list[str]:
     """Cancel this user's jobs whose name starts with ``prefix``; returns their ids."""
     ids = [job_id for job_id, name in my_queue().items() if name.startswith(prefix)]

@@ -110,3 +110,11 @@ def test_a_drain_reason_is_one_bounded_line_naming_the_check_and_evidence():
     reason = slurm.drain_reason("rejected", "node2: mlx5_3 port 1 is DOWN\n (test_infiniband.py::test_ports[node2])")
     assert reason == "pytest-gpucluster: rejected: node2: mlx5_3 port 1 is DOWN (test_infiniband.py::test_ports[node2])"
     assert len(slurm.drain_reason("rejected", "x" * 1000)) == slurm.DRAIN_REASON_CHARS
+
+
+def test_holders_lines_are_split_into_id_name_state_and_hostlist():
+    text = "23|ee195b5c-sharedfs|COMPLETING|node[3-4]\n24|train|RUNNING|node3\nnoise\n"
+    assert slurm.parse_holders(text) == [
+        ("23", "ee195b5c-sharedfs", "COMPLETING", "node[3-4]"),
+        ("24", "train", "RUNNING", "node3"),
+    ]

@@ -289,10 +289,9 @@ class SubmititJob(Generic[R]):
                     self._check_pinned_nodes(state, pending_reason)
                 if now - self.submitted_at > queue_limit:
                     reason = self._launcher._pending_reason(self.job_id) or pending_reason or "reason unknown"
-                    if self._launcher.lost_nodes:
-                        gone = ", ".join(self._launcher.lost_nodes)
-                        reason += (f" (this run lost {gone} earlier: a job still ending there may hold what this "
-                                   "one waits for)")  # fmt: skip
+                    held = self._launcher._what_holds(self.spec.nodelist, self.job_id)
+                    if held:
+                        reason += f" ({held})"
                     self.cancel()
                     raise self._error(
                         QueueTimeoutError,
@@ -582,6 +581,7 @@ class SubmititLauncher:
         # node → how this run learned it lost the node: {"why", "when" (UTC), "job", "how"}; the first
         # evidence is kept, later sightings do not overwrite it.
         self.lost_seen: dict[str, dict[str, str]] = {}
+        self._nodes_used: set[str] = set()  # every node a job of this run was pinned to
 
     def learn_lost(self, lost: Mapping[str, str], *, job_id: str, how: str) -> None:
         """Remember nodes this run lost, once each: later jobs are planned without them and the
@@ -600,6 +600,7 @@ class SubmititLauncher:
                              for n in gone)  # fmt: skip
             raise NodeLostError(f"{spec.name}: not submitted: {seen}", lost={n: self.lost_nodes[n] for n in gone},
                                 nodes=tuple(gone))  # fmt: skip
+        self._nodes_used.update(spec.nodelist)
         if self.executor == "local" and spec.nodes != 1:
             raise LaunchError(f"{spec.name}: the local executor runs on one node; {spec.nodes} were asked for.")
         folder = self.folder / f"{spec.name}-{uuid.uuid4().hex[:8]}"
@@ -745,6 +746,31 @@ class SubmititLauncher:
             elif not node.usable:
                 out[name] = node.state + (f" ({node.reason})" if node.reason else "")
         return out
+
+    def _what_holds(self, nodes: tuple[str, ...], job_id: str) -> str:
+        """Why a job pinned to ``nodes`` may still wait, as one clause: other jobs on those nodes,
+        and the nodes of this run's jobs that Slurm cannot use or this run lost (a job that failed
+        to launch on a dead node keeps the live nodes of its allocation until Slurm has ended it):
+        "node3 held by job 23 (x-sharedfs), RUNNING on node3, node4; node4 is DOWN+NOT_RESPONDING
+        (earlier jobs of this run ran there; Slurm may still be ending one)". Empty when nothing is
+        known or Slurm cannot be asked."""
+        if self.executor != "slurm":
+            return ""
+        parts: list[str] = []
+        try:
+            holders = [h for h in slurm.holders(nodes) if h[0] != job_id]
+        except Exception:  # a nicety for the message; the timeout itself stands
+            holders = []
+        for other, name, state, hosts in holders:
+            mine = ", ".join(n for n in nodes if n in hosts)
+            parts.append(f"{mine} held by job {other} ({name}), {state} on {', '.join(hosts) or 'its nodes'}")
+        used = sorted(self._nodes_used | {n for h in holders for n in h[3]})
+        bad = {**self._unusable_nodes(tuple(used)), **self.lost_nodes}
+        bad = {n: why for n, why in bad.items() if n not in nodes}
+        if bad:
+            names = ", ".join(f"{n} is {why}" for n, why in sorted(bad.items()))
+            parts.append(f"{names} (earlier jobs of this run ran there; Slurm may still be ending one)")
+        return "; ".join(parts)
 
     def _lost_nodes(self, nodes: tuple[str, ...]) -> dict[str, str]:
         if not nodes:
