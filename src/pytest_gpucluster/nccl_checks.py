@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.metrics import NVLS_COLLECTIVES
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.profile import Threshold
 from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
 from pytest_gpucluster.verdict import Measurement, judge
@@ -34,14 +35,7 @@ if TYPE_CHECKING:
     from pytest_gpucluster.session import GpuClusterSession
 
 CPU_TASKS_PER_NODE = 2  # without GPUs, two gloo processes per node still make a communicator
-# The tests (function names) and the fixture whose jobs may share the intra-node job.
-CEILINGS_TEST = "test_gpu_compute_and_memory"
-INTRA_NODE_TEST = "test_busbw_inside_node"
-TELEMETRY_FIXTURE = "node_telemetry"
-# The fixtures that read the node probe (those started ahead, then DCGM's), and the areas (test
-# files) they serve.
-PROBE_AHEAD_FIXTURES = ("nodes_gpus", "ib_nodes", "inventory")
-PROBE_FIXTURES = (*PROBE_AHEAD_FIXTURES, "diag_runs")
+# The areas (test files) the node probe serves: each is given the probe's part of a shared job.
 PROBE_AREAS = ("gpu_health", "infiniband", "inventory", "dcgm")
 
 
@@ -149,33 +143,35 @@ def no_intra_node_collective(gc: GpuClusterSession) -> str | None:
     return None
 
 
-def _intra_job_planned(gc: GpuClusterSession) -> bool:
-    """Whether this run has the intra-node job, as torch's sweeps (not the nccl-tests binaries):
-    a test of its sweeps or of the telemetry it samples is selected, and the nodes have one."""
-    planned = gc.will_run(INTRA_NODE_TEST) or TELEMETRY_FIXTURE in gc.planned_fixtures
-    return planned and not _uses_nccl_tests(gc, "node") and no_intra_node_collective(gc) is None
+def plan_flags(gc: GpuClusterSession) -> frozenset[str]:
+    """The facts of this run the suite's job requests name (``plan.jobs``): whether the nodes
+    have an intra-node collective, whether its sweeps run in torch (where other readings can ride
+    in the job), and whether the compute ceilings take one task per GPU as the sweeps do."""
+    flags = set()
+    if no_intra_node_collective(gc) is None:
+        flags.add(jobs.INTRA_NODE_PEERS)
+    if not _uses_nccl_tests(gc, "node"):
+        flags.add(jobs.TORCH_SWEEPS)
+    plan = plan_compute(gc.profile.compute, gpus_per_node=gc.gpus_per_node, real_gpus=gc.profile.gpus_are_real)
+    if plan.ranks_per_node == tasks_per_node(gc):
+        flags.add(jobs.COMPUTE_RANKS_MATCH)
+    return frozenset(flags)
 
 
 def probe_rides_along(gc: GpuClusterSession) -> bool:
-    """Whether the node probe (GPU health, InfiniBand, inventory, dcgmi) is read in the intra-node
-    job, first, instead of a job of its own started ahead: when this run has both. The probe holds
-    every GPU, as that job does; one job fewer is one start of a job fewer, and the GPUs are then
-    free at the start of the run for the isolation pair (``test_gpu_isolation.py``)."""
-    return _intra_job_planned(gc) and any(f in gc.planned_fixtures for f in PROBE_FIXTURES)
+    """Whether the plan reads the node probe (GPU health, InfiniBand, inventory, dcgmi) in the
+    intra-node job, first, instead of a job of its own started ahead. The probe holds every GPU, as
+    that job does; one job fewer is one start of a job fewer, and the GPUs are then free at the
+    start of the run for the isolation pair."""
+    return gc.plan.rides_in(jobs.NODE_PROBE.key) == jobs.NCCL_INTRA.key
 
 
 def ceilings_ride_along(gc: GpuClusterSession) -> ComputePlan | None:
-    """The compute test's plan when its ceilings are measured in the intra-node job, first, instead
-    of a job of their own: when this run has both that test and a test of the intra-node job
-    (sweeps or telemetry), the sweeps are torch's (not the nccl-tests binaries) and both take one
-    task per GPU (or the same number of CPU ranks). Two jobs one after the other would each pay
-    the scheduler's start of a job."""
-    if not gc.will_run(CEILINGS_TEST) or not _intra_job_planned(gc):
+    """The compute plan when the plan measures the ceilings in the intra-node job, first, instead
+    of a job of their own (two jobs one after the other would each pay the scheduler's start)."""
+    if gc.plan.rides_in(jobs.CEILINGS.key) != jobs.NCCL_INTRA.key:
         return None
-    plan = plan_compute(gc.profile.compute, gpus_per_node=gc.gpus_per_node, real_gpus=gc.profile.gpus_are_real)
-    if plan.ranks_per_node != tasks_per_node(gc):
-        return None
-    return plan
+    return plan_compute(gc.profile.compute, gpus_per_node=gc.gpus_per_node, real_gpus=gc.profile.gpus_are_real)
 
 
 def _run(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str],

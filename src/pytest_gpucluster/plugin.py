@@ -30,6 +30,10 @@ MARKERS = {
     "accounting": "needs Slurm accounting; not applicable where the profile says accounting = false",
     "slow": "minutes of load (burn checks); optional unless the profile sets require_slow = true",
     "quick": "the quick acceptance subset (about a minute on one node); a run of it alone is PARTIAL",
+    "uses(*requests, start=None)": (
+        "the jobs (pytest_gpucluster.plan.jobs.JobRequest) the check reads from; `start` produces the "
+        "job's value and is called ahead when the plan starts the job before the first test"
+    ),
 }
 
 
@@ -46,6 +50,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="compare measurements with an earlier --results file")  # fmt: skip
     group.addoption("--calibrate", default=None, metavar="PATH",
                     help="write a thresholds.toml fragment derived from this run's measurements")  # fmt: skip
+    group.addoption("--dry-run", action="store_true", dest="gpucluster_dry_run",
+                    help="print the plan of jobs for the selected checks and stop: nothing is submitted")  # fmt: skip
 
 
 def _thresholds_path(config: pytest.Config) -> Path:
@@ -83,6 +89,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     if config.option.help or config.option.version:
         return
+    if config.getoption("gpucluster_dry_run"):
+        config.option.collectonly = True  # collect and plan; no test runs, so no job is submitted
     try:
         settings = settings_from(config)
     except ConfigError as exc:

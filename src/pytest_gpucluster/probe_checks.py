@@ -1,6 +1,6 @@
 """Login side of the shared node probe (``workloads/node_probe.py``): once per run GPU health,
 InfiniBand, the inventory and dcgmi's presence are read on every node; each area takes its part.
-When the run has the intra-node NCCL job, the probe is that job's first phase
+When the plan has the intra-node NCCL job, the probe is that job's first phase
 (``nccl_checks.probe_rides_along``); otherwise it is a job of its own, started ahead. If the
 shared job fails, the probe is read again in a job of its own, so a broken collective does not
 hide the GPU readings that may explain it.
@@ -20,6 +20,7 @@ import pytest
 
 from pytest_gpucluster import nccl_checks
 from pytest_gpucluster.errors import GpuClusterError, NodeLostError
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.workloads.node_probe import NodeProbe, PartError, probe_node
 
 if TYPE_CHECKING:
@@ -49,36 +50,12 @@ Fallback = Callable[[], dict[str, Any]]
 
 
 def start(gc: GpuClusterSession) -> None:
-    """Submit the probe job ahead (see ahead.py); nothing when the probe rides in the intra-node
-    job, which measures and so never starts ahead."""
-    if not nccl_checks.probe_rides_along(gc):
-        readings(gc, "inventory")
+    """The probe's early start: its job of its own, when the plan starts it ahead."""
+    readings(gc, "inventory")
 
 
-def starts_ahead(gc: GpuClusterSession) -> bool:
-    """Whether this run starts the probe in a job of its own, ahead (it holds every GPU)."""
-    planned = any(f in gc.planned_fixtures for f in nccl_checks.PROBE_AHEAD_FIXTURES)
-    return planned and not nccl_checks.probe_rides_along(gc)
-
-
-# The early jobs that hold GPUs, first the one that goes ahead when several could.
-NODE_PROBE, ISOLATION_PAIR, RANK_FAILURE = "node-probe", "isolation-pair", "rank-failure"
-ISOLATION_FIXTURE = "half_node_views"  # test_gpu_isolation.py: the concurrency pair
-RANK_FAILURE_TEST = "test_a_dead_rank_ends_the_job"
-
-
-def early_gpu_job(gc: GpuClusterSession) -> str | None:
-    """Which one job that holds GPUs and measures no speed starts ahead with the light jobs: the
-    node probe in a job of its own, else the GPU-isolation pair (every GPU of every node), else
-    the rank-failure job; None when this run has none of them. Only one: Slurm could start part
-    of a second beside the first and queue the rest, and the pair's jobs wait for each other."""
-    if starts_ahead(gc):
-        return NODE_PROBE
-    if ISOLATION_FIXTURE in gc.planned_fixtures and gc.gpus_per_node >= 2:
-        return ISOLATION_PAIR
-    if gc.will_run(RANK_FAILURE_TEST):
-        return RANK_FAILURE
-    return None
+# What a check reading the probe declares: the probe's request and its early start.
+USES = pytest.mark.uses(jobs.NODE_PROBE, start=start)
 
 
 def readings(gc: GpuClusterSession, part: str, *, fallback: Fallback | None = None) -> dict[str, Any]:

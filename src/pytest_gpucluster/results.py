@@ -291,6 +291,7 @@ class ResultsDocument:
     tests: dict[str, TestRecord] = field(default_factory=dict)
     cluster: dict[str, Any] = field(default_factory=dict)
     selection: Selection | None = None  # the required set and what the selection left out
+    plan: dict[str, Any] | None = None  # the run's jobs as planned (``plan.Plan.to_json``)
     extra: dict[str, Any] = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic, repr=False)
     wall_s: float | None = None  # set by freeze() when the last test has ended
@@ -366,6 +367,7 @@ class ResultsDocument:
             "thresholds_sha256": self.thresholds_sha256,
             "nodes": self.nodes,
             "selection": self.selection.to_json() if self.selection is not None else None,
+            "plan": self.plan,
             "inventory": self.inventory,
             "tests": (tests := [t.to_json() for t in self.tests.values()]),
             "timing": self.timing(tests),

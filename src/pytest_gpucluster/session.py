@@ -29,13 +29,17 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pytest_gpucluster import ahead, slurm
+from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import GpuClusterError, SlurmQueryError
 from pytest_gpucluster.launch import JobSpec, TaskResult
 from pytest_gpucluster.launch.submitit_backend import SubmititJob, SubmititLauncher
+from pytest_gpucluster.nccl_checks import plan_flags
 from pytest_gpucluster.outcomes import NOT_APPLICABLE
+from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, make_plan
 from pytest_gpucluster.profile import Config, Profile, ThresholdSet
 from pytest_gpucluster.results import ResultsDocument, now_iso
+from pytest_gpucluster.run import Runner, Start
+from pytest_gpucluster.run.runner import SharedFailure
 from pytest_gpucluster.selection import (
     NEED_MARKERS,
     Needs,
@@ -116,17 +120,12 @@ class GpuClusterSession:
         self.excluded_nodes: dict[str, str] = {}
         self._lost_recorded: dict[str, str] = {}
         self.node_error: str | None = None
-        self._cache: dict[Any, _Slot] = {}
-        self._cache_lock = threading.Lock()
-        self._local = threading.local()  # per thread: record sink, early-start label, light depth
-        self._ahead: list[threading.Thread] = []
+        self.runner = Runner(limit_s=self._ahead_limit_s(), record_to_test=self._record_to_test)
         self._collected: list[Needs] = []  # every collected check's needs, before deselection
         self.selection: Selection | None = None
-        # Fixture names the selected, runnable tests use (set when the run starts): a check can
-        # fold a measurement into a job that will run anyway instead of a job of its own.
-        self.planned_fixtures: frozenset[str] = frozenset()
-        # The function names of those tests (``will_run``).
-        self.planned_tests: frozenset[str] = frozenset()
+        # The run's jobs (set when the run starts, from the requests of the selected, runnable
+        # tests): which job rides in another, which start ahead. Empty until then.
+        self.plan = Plan()
         self._job_entries: dict[str, dict[str, Any]] = {}  # job id → its record (``note_parts``)
         self.current_item: pytest.Item | None = None
         self.status_lines: list[str] = []
@@ -298,7 +297,7 @@ class GpuClusterSession:
     def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> SubmititJob[R]:
         """Submit without waiting; the job id is recorded on the running test. Outside a light
         measurement (``once(..., light=True)``), first wait for the jobs started ahead to end."""
-        if not getattr(self._local, "light", 0):
+        if not self.runner.light:
             self._await_ahead()
         job = self.launcher.submit(fn, spec, **kwargs)
         entry: dict[str, Any] = {"kind": "job", "job_id": job.job_id, "name": spec.name, "folder": str(job.folder),
@@ -324,112 +323,66 @@ class GpuClusterSession:
         if entry is not None:
             entry["parts"] = {area: [round(a, 3), round(b, 3)] for area, (a, b) in parts.items()}
 
-    def will_run(self, *test_names: str) -> bool:
-        """Whether a selected test that is not skipped has one of these function names."""
-        return any(name in self.planned_tests for name in test_names)
-
     def run(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> list[TaskResult[R]]:
         """Submit, wait (bounded) and return one result per task."""
         return self.submit(fn, spec, **kwargs).results()
 
     def once(self, key: Any, produce: Callable[[], R], *, light: bool = False) -> R:
-        """Measure once per run, judge many times: per-node tests of one area share one job.
-        A failure is cached too, so every test that depends on it reports it. The first test to
-        take the value gets everything recorded while it was produced; every other one gets its
-        jobs. ``light``: the jobs it submits measure no speed and may run beside the jobs started
-        ahead (see ahead.py); any other submission waits until those have ended."""
-        with self._cache_lock:
-            slot = self._cache.get(key)
-            mine = slot is None
-            if slot is None:
-                slot = self._cache[key] = _Slot()
-        if mine:
-            outer = getattr(self._local, "sink", None)
-            self._local.sink = slot.entries
-            self._local.light = getattr(self._local, "light", 0) + int(light)
-            try:
-                slot.value, slot.ok = produce(), True
-            except BaseException as exc:  # every consumer re-raises it, pytest's outcomes too
-                slot.value, slot.ok = exc, False
-            finally:
-                self._local.sink = outer
-                self._local.light -= int(light)
-                slot.done.set()
-        elif not slot.done.wait(self._ahead_limit_s()):
-            raise GpuClusterError(f"{key}: still being measured after {self._ahead_limit_s():.0f} s; gave up waiting")
-        self._attach(slot)
-        if not slot.ok:
-            raise slot.value  # type: ignore[misc]
-        return slot.value  # type: ignore[no-any-return]
+        """Measure once per run, judge many times: per-node tests of one area share one job
+        (``run.Runner.once``). A failure is kept too: the first test to read it shows it in full,
+        every later one in a line naming that test. ``light``: the jobs it submits measure no
+        speed and may run beside the jobs started ahead; any other submission waits until those
+        have ended."""
+        reader = self.current_item.nodeid if self.current_item is not None else None
+        try:
+            return self.runner.once(key, produce, light=light, reader=reader,
+                                    present=lambda: list(self._jobs_of_current()))  # fmt: skip
+        except SharedFailure as exc:
+            pytest.fail(str(exc), pytrace=False)
 
-    def _attach(self, slot: _Slot) -> None:
-        if getattr(self._local, "sink", None) is not None:  # an early start or a produce within a produce
-            for entry in slot.entries:
-                self.record(entry)
-            return
-        entries = slot.entries if not slot.claimed else [e for e in slot.entries if e.get("kind") == "job"]
-        slot.claimed = True
-        present = list(self._jobs_of_current())
-        for entry in entries:
-            if entry not in present:
-                self.record(entry)
-
-    # ------------------------------------------------------------------ early starts
+    # ------------------------------------------------------------------ the plan
 
     def _ahead_limit_s(self) -> float:
         """Longest a light job may take from submission to its end: queue wait, run time, grace."""
         return self.profile.queue_timeout_s + self.profile.job_timeout_min * 60 + 120.0
 
-    def start_ahead(self, items: list[pytest.Item]) -> list[str]:
-        """Call, each in a thread of its own, the ``@ahead`` fixture functions the runnable
-        ``items`` will use, so their light jobs are submitted together; returns their names."""
-        started: list[str] = []
-        seen: set[Any] = set()
+    def make_plan(self, items: list[pytest.Item]) -> tuple[Plan, dict[str, Start]]:
+        """The plan for the runnable ``items`` (``plan.make_plan``) from the requests their
+        ``uses`` markers declare, and for each request the first early start declared for it."""
+        uses: list[Use] = []
+        starts: dict[str, Callable[..., Any]] = {}
         for item in items:
-            if _skipped(item):
-                continue
-            info = getattr(item, "_fixtureinfo", None)
             params = dict(getattr(getattr(item, "callspec", None), "params", {}))
-            for name in getattr(item, "fixturenames", ()):
-                defs = info.name2fixturedefs.get(name, ()) if info is not None else ()
-                start = ahead.start_for(defs[-1].func) if defs else None
-                if start is None:
-                    continue
-                wanted = list(inspect.signature(start).parameters)[1:]
-                if any(arg not in params for arg in wanted):
-                    continue  # needs fixtures other than the session: it starts when its test runs
-                kwargs = {arg: params[arg] for arg in wanted}
-                try:
-                    key = (start, tuple(sorted(kwargs.items())))
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                except TypeError:  # an unhashable parameter: no early start
-                    continue
-                label = name + (f"[{'-'.join(str(v) for v in kwargs.values())}]" if kwargs else "")
-                thread = threading.Thread(target=self._run_ahead, args=(start, kwargs, label), daemon=True,
-                                          name=f"gpucluster-ahead-{label}")  # fmt: skip
-                self._ahead.append(thread)
-                thread.start()
-                started.append(label)
-        return started
-
-    def _run_ahead(self, start: Callable[..., Any], kwargs: dict[str, Any], label: str) -> None:
-        self._local.sink = []  # nothing lands on whatever test the main thread is running
-        self._local.ahead = label
-        self._local.light = 1
-        with contextlib.suppress(BaseException):  # the test that needs it meets the same error
-            start(self, **kwargs)
+            for mark in item.iter_markers("uses"):
+                start = mark.kwargs.get("start")
+                for request in mark.args:
+                    if not isinstance(request, JobRequest):
+                        raise GpuClusterError(f"{item.nodeid}: @pytest.mark.uses takes JobRequest objects "
+                                              f"(pytest_gpucluster.plan.jobs), not {request!r}")  # fmt: skip
+                    taken = _start_params(start, params) if start is not None else ()
+                    uses.append(Use(request, item.nodeid, taken))
+                    if start is not None:
+                        starts.setdefault(request.key, start)
+        flags = plan_flags(self)
+        facts = Facts(
+            nodes=len(self.nodes),
+            gpus_per_node=self.gpus_per_node,
+            flags=flags,
+            sees_whole_selection=not self.settings.is_xdist_worker,
+        )
+        plan = make_plan(uses, facts)
+        early = {
+            f"{job.key}{i}": Start(job.key, starts[job.key], dict(p))
+            for job in plan.ahead
+            if job.key in starts
+            for i, p in enumerate(job.params or ((),))
+            if len(p) == len(_start_args(starts[job.key]))
+        }
+        return plan, early
 
     def _await_ahead(self) -> None:
         """Wait (bounded) until every early start has ended."""
-        if not self._ahead:
-            return
-        deadline = time.monotonic() + self._ahead_limit_s()
-        for thread in list(self._ahead):
-            thread.join(max(0.0, deadline - time.monotonic()))
-        still = [t.name for t in self._ahead if t.is_alive()]
-        self._ahead = []
+        still = self.runner.await_ahead()
         if still:
             line = f"early jobs still running after {self._ahead_limit_s():.0f} s: {', '.join(still)}; going on"
             self.status_lines.append(line)
@@ -449,10 +402,10 @@ class GpuClusterSession:
         """Attach ``entry`` to the running test; it travels to the results file (also from xdist
         workers) and to JUnit XML as a property. While a ``once`` value is produced, entries go
         to it first and reach the tests that take the value."""
-        sink = getattr(self._local, "sink", None)
-        if sink is not None:
-            sink.append(entry)
-        elif self.current_item is not None:
+        self.runner.record(entry)
+
+    def _record_to_test(self, entry: dict[str, Any]) -> None:
+        if self.current_item is not None:
             self.current_item.user_properties.append((PROPERTY, entry))
 
     def _on_status(self, job_id: str, state: str, reason: str) -> None:
@@ -463,7 +416,7 @@ class GpuClusterSession:
         now = time.monotonic()
         if state == "PENDING":
             self._pending_since.setdefault(job_id, now)
-            early = getattr(self._local, "ahead", None)
+            early = self.runner.ahead_label
             if early:
                 line += f" (started ahead for {early})"
             elif self.current_item is not None:
@@ -548,17 +501,21 @@ class GpuClusterSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
-        """Before the first test: note what the selected tests use, and start their light jobs
-        together."""
+        """Before the first test: plan the run's jobs from the selected, runnable tests, record
+        the plan, print it for a dry run, and start the light jobs it starts ahead, together."""
+        config = session.config
         runnable = [item for item in session.items if not _skipped(item)]
-        self.planned_fixtures = frozenset(name for item in runnable for name in getattr(item, "fixturenames", ()))
-        # An xdist worker holds every item but runs only those it is handed: it cannot tell which
-        # tests run beside its own, so no measurement rides in another test's job there.
-        if not self.settings.is_xdist_worker:
-            self.planned_tests = frozenset(getattr(item, "originalname", item.name) for item in runnable)
-        if session.config.option.collectonly or session.testsfailed or self.settings.is_xdist_worker:
+        self.plan, early = self.make_plan(runnable)
+        if self.results is not None and session.items:
+            self.results.plan = self.plan.to_json()
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        if config.getoption("gpucluster_dry_run", False) and terminal is not None:
+            terminal.write_sep("-", f"gpucluster plan: {len(self.plan.jobs)} job(s), nothing submitted")
+            for line in self.plan.lines():
+                terminal.write_line(line)
+        if config.option.collectonly or session.testsfailed:
             return
-        started = self.start_ahead(list(session.items))
+        started = self.runner.start_ahead(self, list(early.values()))
         if started:
             self.status_lines.append("started ahead: " + ", ".join(started))
 
@@ -699,17 +656,6 @@ class GpuClusterSession:
         return cancelled
 
 
-class _Slot:
-    """One ``once`` value: produced by one thread, waited for by the others."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.ok = False
-        self.value: Any = None
-        self.entries: list[dict[str, Any]] = []  # recorded while it was produced
-        self.claimed = False  # a test took everything recorded
-
-
 def is_check(item: pytest.Item) -> bool:
     """Whether ``item`` is an acceptance check: it judges, uses the cluster, or states a need."""
     names = getattr(item, "fixturenames", ())
@@ -734,6 +680,19 @@ def needs_of(item: pytest.Item) -> Needs:
         accounting=item.get_closest_marker("accounting") is not None,
         slow=item.get_closest_marker("slow") is not None,
     )
+
+
+def _start_args(start: Callable[..., Any]) -> list[str]:
+    return list(inspect.signature(start).parameters)[1:]
+
+
+def _start_params(start: Callable[..., Any], params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The test parameters an early start takes (its arguments after the session), or () when the
+    test does not supply them all (it then starts when its test runs)."""
+    wanted = _start_args(start)
+    if any(arg not in params for arg in wanted):
+        return ()
+    return tuple((arg, params[arg]) for arg in wanted)
 
 
 def _skipped(item: pytest.Item) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster import nccl_checks
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads.compute import burn, by_node, fractions_of_median, measure_ceilings, plan_compute
 
@@ -49,6 +50,7 @@ def _per_gpu(metric, unit, values, median_of, job, detail):
         Measurement("compute.fraction_of_node_median", ratios[where], "ratio", where, f"{metric} vs node median", job))]
 
 
+@pytest.mark.uses(jobs.CEILINGS)
 def test_gpu_compute_and_memory(gpucluster, judge, record, thresholds, node):
     nodes, job, plan = _all_gpus(gpucluster, measure_ceilings, "ceilings")
     gpus = nodes.get(node) or pytest.fail(f"{node}: no result in job {job}", pytrace=False)
@@ -65,6 +67,7 @@ def test_gpu_compute_and_memory(gpucluster, judge, record, thresholds, node):
 
 @pytest.mark.slow
 @pytest.mark.gpu
+@pytest.mark.uses(jobs.BURN)
 def test_gpu_burn_without_throttling(gpucluster, judge, record, node):
     nodes, job, plan = _all_gpus(gpucluster, burn, "burn")
     gpus = nodes.get(node) or pytest.fail(f"{node}: no result in job {job}", pytrace=False)

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster import probe_checks
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.outcomes import not_applicable
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.probe_checks import readings
 from pytest_gpucluster.workloads import dcgm
+
+pytestmark = [probe_checks.USES, pytest.mark.uses(jobs.DCGM)]
 
 
 @pytest.fixture

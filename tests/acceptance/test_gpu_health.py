@@ -10,18 +10,16 @@ import warnings
 import pytest
 
 from pytest_gpucluster import probe_checks
-from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.metrics import METRICS
 from pytest_gpucluster.outcomes import ThresholdWarning
 from pytest_gpucluster.probe_checks import good, reading_of, readings
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import gpu_health
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, probe_checks.USES]
 
 
 @pytest.fixture
-@ahead(start=probe_checks.start)
 def nodes_gpus(gpucluster):
     """Every node's NVML readings, measured once per run (the node probe)."""
     return readings(gpucluster, "gpu_health")

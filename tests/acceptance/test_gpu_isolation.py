@@ -14,9 +14,8 @@ import warnings
 
 import pytest
 
-from pytest_gpucluster import probe_checks
-from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.outcomes import ThresholdWarning
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.workloads import isolation
 
 pytestmark = pytest.mark.slurm
@@ -52,16 +51,12 @@ def _pair(gpucluster):
     return (half, *gpucluster.once(("isolation-pair",), produce), per_task)
 
 
-def _pair_ahead(gpucluster):
-    """The early start of the pair: only as the run's one early job that holds GPUs
-    (probe_checks.early_gpu_job); beside another, one job of the pair could be queued behind it
-    while the other waits for it at the hold."""
-    if probe_checks.early_gpu_job(gpucluster) == probe_checks.ISOLATION_PAIR:
-        _pair(gpucluster)
+# The pair may start ahead only as the run's one early job that holds GPUs (plan/planner.py): beside
+# another, one job of the pair could be queued behind it while the other waits for it at the hold.
+PAIR = pytest.mark.uses(jobs.ISOLATION_PAIR, start=_pair)
 
 
 @pytest.fixture
-@ahead(start=_pair_ahead)
 def half_node_views(gpucluster):
     """Every node, jobs holding half of the node's GPUs (so there are GPUs they must not see):
     ``(GPUs per job, [(view, GPUs the task asked for)])`` for the two jobs of the concurrency
@@ -80,6 +75,7 @@ def half_node_views(gpucluster):
 
 
 @pytest.mark.gpu(2, gres_only=True)
+@PAIR
 def test_job_sees_exactly_its_gpus(half_node_views, profile, judge):
     holds, views = half_node_views
     found = [isolation.view_problems(v, asked, device_cgroups=profile.device_cgroups, job_holds=holds)
@@ -90,6 +86,8 @@ def test_job_sees_exactly_its_gpus(half_node_views, profile, judge):
 
 
 @pytest.mark.gpu
+@PAIR
+@pytest.mark.uses(jobs.ISOLATION_VIEW)
 def test_no_foreign_process_on_the_jobs_gpus(half_node_views, judge):
     _, views = half_node_views
     problems = [p for v, _ in views for p in isolation.foreign_process_problems(v)]
@@ -97,12 +95,15 @@ def test_no_foreign_process_on_the_jobs_gpus(half_node_views, judge):
 
 
 @pytest.mark.gpu(2, gres_only=True)
+@PAIR
 def test_concurrent_jobs_get_disjoint_gpus(gpucluster, judge):
     _, first, second, _ = _pair(gpucluster)
     judge.problems(isolation.disjoint_problems(first, second), "two jobs running at once share GPUs")
 
 
 @pytest.mark.gpu(2, gres_only=True)
+@PAIR
+@pytest.mark.uses(jobs.ISOLATION_PER_TASK)
 def test_gpus_per_task_gives_each_task_its_own_gpu(gpucluster, judge):
     if gpucluster.gpus_per_node >= 4:
         n, _, views, _ = _pair(gpucluster)

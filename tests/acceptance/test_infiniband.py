@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster import probe_checks
-from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.probe_checks import reading_of, readings
 from pytest_gpucluster.workloads import infiniband
 
+pytestmark = probe_checks.USES
+
 
 @pytest.fixture
-@ahead(start=probe_checks.start)
 def ib_nodes(gpucluster):
     """Every node's IB ports, read once per run in the node probe; if its job cannot run (it
     holds every GPU), in a job of their own that asks for none."""

@@ -10,15 +10,15 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster import probe_checks
-from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.probe_checks import good, reading_of, readings
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import homogeneity
 
+pytestmark = probe_checks.USES
+
 
 @pytest.fixture
-@ahead(start=probe_checks.start)
 def inventory(gpucluster, record):
     """node → summary facts (or why there are none), from one job for the whole run; the full
     inventory is recorded."""

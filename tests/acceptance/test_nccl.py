@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster import nccl_checks
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.plugin import SESSION_KEY
 
 
@@ -22,6 +23,7 @@ def gpucluster_not_applicable(gpucluster, name):
     return nccl_checks.no_intra_node_collective(gpucluster) if name == "test_busbw_inside_node" else None
 
 
+@pytest.mark.uses(jobs.NCCL_INTRA)
 def test_busbw_inside_node(gpucluster, judge, record, node, op):
     check = nccl_checks.intra_node(gpucluster, node, op)
     record("series", **check.series)
@@ -32,6 +34,7 @@ def test_busbw_inside_node(gpucluster, judge, record, node, op):
 
 
 @pytest.mark.across_nodes
+@pytest.mark.uses(jobs.NCCL_INTER)
 def test_busbw_across_nodes(gpucluster, judge, record, op):
     check = nccl_checks.inter_node(gpucluster, op)
     record("series", **check.series)

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster.ahead import ahead
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.workloads.placement import placement_problems, report_placement
 
 
-@pytest.fixture
-@ahead
-def placed(gpucluster, nodes, tasks_per_node):
+def _placed(gpucluster, nodes, tasks_per_node):
     """One job of ``nodes`` × ``tasks_per_node`` tasks, asking for no GPU: where each task ran."""
     spec = gpucluster.spec("placement", nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=0)
     return gpucluster.once(("placement", nodes, tasks_per_node), lambda: gpucluster.run(report_placement, spec),
                            light=True)  # fmt: skip
+
+
+pytestmark = pytest.mark.uses(jobs.PLACEMENT, start=_placed)
+
+
+@pytest.fixture
+def placed(gpucluster, nodes, tasks_per_node):
+    return _placed(gpucluster, nodes, tasks_per_node)
 
 
 @pytest.mark.quick

@@ -10,9 +10,8 @@ import dataclasses
 
 import pytest
 
-from pytest_gpucluster import probe_checks
-from pytest_gpucluster.ahead import ahead
 from pytest_gpucluster.errors import LaunchError
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import rank_failure as rf
 
@@ -44,21 +43,14 @@ def _dead_rank(gpucluster):
     return gpucluster.once(("rank-failure",), produce)
 
 
-def _start_ahead(gpucluster):
-    """The job measures how long a failure takes to end it, not a speed: it starts with the light
-    jobs when it is the run's one early job that holds GPUs (probe_checks.early_gpu_job)."""
-    if probe_checks.early_gpu_job(gpucluster) == probe_checks.RANK_FAILURE:
-        _dead_rank(gpucluster)
-
-
 @pytest.fixture
-@ahead(start=_start_ahead)
 def dead_rank(gpucluster):
     """(job id, teardown) of the run's rank-failure job."""
     return _dead_rank(gpucluster)
 
 
 @pytest.mark.quick
+@pytest.mark.uses(jobs.RANK_FAILURE, start=_dead_rank)  # measures no speed: may start ahead (plan/jobs.py)
 def test_a_dead_rank_ends_the_job(dead_rank, judge):
     job_id, teardown = dead_rank
     judge.problems(list(teardown.problems), f"job {job_id}: the rank failure was not injected as planned")

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster.ahead import ahead
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import sharedfs
 
 
-@pytest.fixture
-@ahead
-def shared(gpucluster):
+def _shared(gpucluster):
     """(prepared directory, one report per node, job id), measured once per run."""
     root = gpucluster.profile.shared_fs
     if root is None and gpucluster.profile.executor == "slurm":
@@ -31,6 +29,14 @@ def shared(gpucluster):
         return prepared, [r.value for r in results], results[0].job_id
 
     return gpucluster.once(("sharedfs", root), produce, light=True)
+
+
+pytestmark = pytest.mark.uses(jobs.SHAREDFS, start=_shared)
+
+
+@pytest.fixture
+def shared(gpucluster):
+    return _shared(gpucluster)
 
 
 @pytest.mark.quick

@@ -9,8 +9,11 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster import nccl_checks
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import telemetry
+
+pytestmark = pytest.mark.uses(jobs.NCCL_INTRA)
 
 
 def gpucluster_not_applicable(gpucluster, name):

@@ -17,6 +17,7 @@ import pytest
 
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.outcomes import not_applicable
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import telemetry
 from pytest_gpucluster.workloads.telemetry import under_telemetry
@@ -36,9 +37,9 @@ def _summaries(gpucluster, plan, results, modes):
 
 
 def _singles_in_node_jobs(gpucluster):
-    """True when the per-node training jobs run in this session: each of them first trains every
-    GPU of its node alone (all at once), and that is the baseline; no job of its own is needed."""
-    return "node_training" in gpucluster.planned_fixtures
+    """True when the plan takes the one-GPU baseline from the per-node training jobs: each of them
+    first trains every GPU of its node alone (all at once); no job of its own is needed."""
+    return gpucluster.plan.rides_in(jobs.TRAIN_BASELINE.key) is not None
 
 
 def _baselines(gpucluster):
@@ -106,6 +107,10 @@ def _per_node_jobs(gpucluster):
     return gpucluster.once("train.per_node", produce)
 
 
+PER_NODE = pytest.mark.uses(jobs.TRAIN_PER_NODE)
+BASELINE = pytest.mark.uses(jobs.TRAIN_BASELINE)
+
+
 @pytest.fixture
 def node_training(gpucluster, node):
     """``node``'s training job: (mode → summary, job id, telemetry samples)."""
@@ -170,6 +175,7 @@ def _speed(run, baseline, where, job, gpucluster, thresholds, record):
                         f"{detail}; one GPU ({alone}): {base.tokens_per_s_per_gpu:.0f} tokens/s", job)]  # fmt: skip
 
 
+@BASELINE
 def test_training_one_gpu(gpucluster, judge, record):
     bases = _baselines(gpucluster)
     for node, (base, _) in bases.items():
@@ -182,6 +188,8 @@ def test_training_one_gpu(gpucluster, judge, record):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@PER_NODE
+@BASELINE
 def test_training_on_node(gpucluster, judge, record, thresholds, node, mode, node_training):
     runs, job, _ = node_training
     _record(record, runs[mode], node)
@@ -190,6 +198,7 @@ def test_training_on_node(gpucluster, judge, record, thresholds, node, mode, nod
 
 
 @pytest.mark.parametrize("mode", MODES)
+@PER_NODE
 def test_training_mfu_on_node(gpucluster, judge, node, mode, node_training):
     runs, job, _ = node_training
     run = runs[mode]
@@ -202,6 +211,7 @@ def test_training_mfu_on_node(gpucluster, judge, node, mode, node_training):
                       f"{_detail(run, gpucluster)}, peak {run.peak_tflops:g} TFLOP/s", job))  # fmt: skip
 
 
+@PER_NODE
 def test_node_was_watched_while_training(gpucluster, judge, record, node, node_training):
     nt, job = _training_telemetry(gpucluster, node, node_training, record)
     problems = [f"{node}: {len(s)} {name} samples in {nt.wall_s:.1f} s at {nt.interval_s} s intervals"
@@ -216,6 +226,7 @@ def _gpus_sampled(nt, job, judge):
 
 
 @pytest.mark.gpu(2)  # peers on the node: with one GPU there is nothing to idle beside
+@PER_NODE
 def test_no_gpu_idles_while_its_peers_train(gpucluster, judge, record, node, node_training):
     nt, job = _training_telemetry(gpucluster, node, node_training, record)
     _gpus_sampled(nt, job, judge)
@@ -226,12 +237,14 @@ def test_no_gpu_idles_while_its_peers_train(gpucluster, judge, record, node, nod
 
 
 @pytest.mark.gpu
+@PER_NODE
 def test_no_gpu_throttles_while_training(gpucluster, judge, record, node, node_training):
     nt, job = _training_telemetry(gpucluster, node, node_training, record)
     _gpus_sampled(nt, job, judge)
     judge.problems(telemetry.throttle_problems([nt]), f"job {job}: on {node}, GPU clocks slowed down while training")
 
 
+@PER_NODE
 def test_ddp_and_fsdp_agree(judge, node, node_training):
     runs, job, _ = node_training
     ddp, fsdp = runs["ddp"], runs["fsdp"]
@@ -243,6 +256,8 @@ def test_ddp_and_fsdp_agree(judge, node, node_training):
 
 @pytest.mark.across_nodes
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.uses(jobs.TRAIN_ACROSS)
+@BASELINE
 def test_training_across_nodes(gpucluster, judge, record, thresholds, mode):
     runs, job = _across_nodes(gpucluster)
     where = f"{len(runs[mode].nodes)} nodes"

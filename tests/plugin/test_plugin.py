@@ -169,28 +169,41 @@ def test_a_profile_without_real_gpus_runs_its_workloads_on_the_cpu_path(gpc):
     assert result.ret == 0
 
 
-WILL_RUN = """
+RIDES = """
 import os
 import pytest
+from pytest_gpucluster.plan.jobs import JobRequest
 
-def test_a(gpucluster):
-    assert gpucluster.will_run("test_b") is (os.environ["EXPECT_B"] == "1")
-    assert not gpucluster.will_run("test_off")
+HOST = JobRequest("host", "a measuring job")
+RIDER = JobRequest("rider", "a reading that may ride in the host", rides_in="host")
 
-def test_b():
+@pytest.mark.uses(RIDER)
+def test_reader(gpucluster):
+    assert (gpucluster.plan.rides_in("rider") == "host") is (os.environ["EXPECT_RIDE"] == "1")
+
+@pytest.mark.uses(HOST)
+def test_host():
     pass
 
+@pytest.mark.uses(HOST)
 @pytest.mark.skip(reason="off")
 def test_off():
     pass
 """
 
 
-def test_will_run_knows_the_selected_tests_except_on_an_xdist_worker(gpc, monkeypatch):
+def test_a_reading_rides_only_in_a_job_the_selection_runs_and_never_on_an_xdist_worker(gpc, monkeypatch):
     # A measurement rides in another test's job only where that test surely runs in this process.
-    gpc.makepyfile(WILL_RUN)
-    monkeypatch.setenv("EXPECT_B", "1")
+    gpc.makepyfile(RIDES)
+    monkeypatch.setenv("EXPECT_RIDE", "1")
     gpc.runpytest_subprocess().assert_outcomes(passed=2, skipped=1)
-    monkeypatch.setenv("EXPECT_B", "0")
-    gpc.runpytest_subprocess("-k", "test_a or test_off").assert_outcomes(passed=1, skipped=1)
+    monkeypatch.setenv("EXPECT_RIDE", "0")
+    gpc.runpytest_subprocess("-k", "reader or off").assert_outcomes(passed=1, skipped=1)
     gpc.runpytest_subprocess("-n", "2").assert_outcomes(passed=2, skipped=1)  # a worker cannot tell
+
+
+def test_uses_takes_job_requests_only(gpc):
+    gpc.makepyfile("import pytest\n\n@pytest.mark.uses('node-probe')\ndef test_x(gpucluster):\n    pass\n")
+    result = gpc.runpytest_subprocess()
+    result.stdout.fnmatch_lines(["*test_x: @pytest.mark.uses takes JobRequest objects*not 'node-probe'*"])
+    assert result.ret != 0

@@ -9,24 +9,27 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_gpucluster import nccl_checks
+from pytest_gpucluster.plan import Facts, Use, jobs, make_plan
 from pytest_gpucluster.profile import ComputeSettings
 
-EVERYTHING = frozenset({"node_telemetry", "nodes_gpus", "inventory", "ib_nodes"})
+READERS = (jobs.NCCL_INTRA, jobs.NODE_PROBE, jobs.CEILINGS)
 
 
-def _session(gpus_per_node: int, *, real: bool = True, tests=("test_busbw_inside_node", "test_gpu_compute_and_memory"),
-             fixtures=EVERYTHING) -> SimpleNamespace:  # fmt: skip
+def _session(gpus_per_node: int, *, real: bool = True) -> SimpleNamespace:
     profile = SimpleNamespace(gpus_are_real=real, nccl=SimpleNamespace(nccl_tests_dir=None), compute=ComputeSettings())
-    return SimpleNamespace(gpus_per_node=gpus_per_node, profile=profile, planned_fixtures=fixtures,
-                           will_run=lambda *names: any(n in tests for n in names))  # fmt: skip
+    gc = SimpleNamespace(gpus_per_node=gpus_per_node, profile=profile)
+    facts = Facts(nodes=2, gpus_per_node=gpus_per_node, flags=nccl_checks.plan_flags(gc))
+    gc.plan = make_plan([Use(r, f"test_{r.key}") for r in READERS], facts)
+    return gc
 
 
 @pytest.mark.parametrize(("gpus", "real"), [(1, True), (1, False)])
 def test_one_gpu_per_node_has_no_intra_node_job(gpus, real):
     gc = _session(gpus, real=real)
     assert nccl_checks.no_intra_node_collective(gc) == "node has 1 GPU: no intra-node collective"
-    assert not nccl_checks._intra_job_planned(gc)
+    assert not gc.plan.has(jobs.NCCL_INTRA.key)
     assert not nccl_checks.probe_rides_along(gc)  # the probe runs in a job of its own
+    assert gc.plan.starts_ahead(jobs.NODE_PROBE.key)
     assert nccl_checks.ceilings_ride_along(gc) is None  # so do the compute ceilings
 
 
@@ -34,5 +37,6 @@ def test_one_gpu_per_node_has_no_intra_node_job(gpus, real):
 def test_other_shapes_keep_the_intra_node_job_and_what_rides_in_it(gpus, real):
     gc = _session(gpus, real=real)
     assert nccl_checks.no_intra_node_collective(gc) is None
-    assert nccl_checks._intra_job_planned(gc)
+    assert gc.plan.has(jobs.NCCL_INTRA.key)
     assert nccl_checks.probe_rides_along(gc)
+    assert not gc.plan.starts_ahead(jobs.NODE_PROBE.key)

@@ -1,0 +1,109 @@
+"""Job requests: what a check declares about the job it reads from.
+
+A test states the jobs it uses with ``@pytest.mark.uses(REQUEST, start=...)`` (or a module's
+``pytestmark``). The request is data the planner reads; ``start`` is the login-side function
+that produces the job's value through ``GpuClusterSession.once`` and is what the runner calls
+when the plan starts the job ahead.
+
+The requests of the suite's own areas are declared here, so that a job that may ride inside
+another names its host by the request, not by a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One job a check reads from.
+
+    ``light``: it measures no speed, so it may run beside other light jobs and start ahead of the
+    first test. ``holds_gpus``: it holds every GPU of its nodes; of those that are light, only one
+    starts ahead (``ahead_order`` picks it), since Slurm could start part of a second beside it.
+    ``rides_in``: the key of a measuring job this one runs inside, as its first phase, when the
+    plan has that job and the facts named in ``ride_needs`` hold (the host's ``host_needs`` too);
+    one job fewer is one scheduler start fewer. ``exists_if``: facts without which the run has no
+    such job; nodes with fewer GPUs than ``min_gpus`` or more than ``max_gpus`` have none."""
+
+    key: str
+    what: str
+    light: bool = False
+    holds_gpus: bool = False
+    rides_in: str | None = None
+    ride_needs: tuple[str, ...] = ()
+    host_needs: tuple[str, ...] = ()
+    ahead_order: int = 100
+    exists_if: tuple[str, ...] = ()
+    min_gpus: int = 0
+    max_gpus: int | None = None
+
+
+# Facts of a run (``Facts.flags``) that the suite's requests refer to.
+TORCH_SWEEPS = "torch_sweeps"  # the intra-node sweeps run in torch (not the nccl-tests binaries)
+COMPUTE_RANKS_MATCH = "compute_ranks_match"  # the compute plan takes one task per GPU, as the sweeps
+INTRA_NODE_PEERS = "intra_node_peers"  # a node has more than one GPU, or CPU ranks stand in for none
+
+NCCL_INTRA = JobRequest(
+    "nccl-intra",
+    "every node's intra-node collective sweeps, under the telemetry sampler",
+    host_needs=(TORCH_SWEEPS,),
+    exists_if=(INTRA_NODE_PEERS,),
+)
+NCCL_INTER = JobRequest("nccl-inter", "the collective sweeps across every node")
+NODE_PROBE = JobRequest(
+    "node-probe",
+    "NVML, InfiniBand, inventory and dcgmi readings of every node",
+    light=True,
+    holds_gpus=True,
+    rides_in=NCCL_INTRA.key,
+    ahead_order=0,
+)
+CEILINGS = JobRequest(
+    "compute-ceilings",
+    "every GPU's GEMM and device-copy ceilings",
+    rides_in=NCCL_INTRA.key,
+    ride_needs=(COMPUTE_RANKS_MATCH,),
+)
+BURN = JobRequest("compute-burn", "every GPU under a GEMM load, its clocks sampled")
+ISOLATION_PAIR = JobRequest(
+    "isolation-pair",
+    "two jobs at once, each holding half of every node's GPUs",
+    light=True,
+    holds_gpus=True,
+    ahead_order=1,
+    min_gpus=2,
+)
+ISOLATION_VIEW = JobRequest(
+    "isolation-view", "what a task sees of its node's one GPU", holds_gpus=True, min_gpus=1, max_gpus=1
+)
+ISOLATION_PER_TASK = JobRequest(
+    "isolation-per-task", "one task per GPU with --gpus-per-task=1", holds_gpus=True, min_gpus=2, max_gpus=3
+)
+RANK_FAILURE = JobRequest(
+    "rank-failure", "a collective job in which one rank dies", light=True, holds_gpus=True, ahead_order=2
+)
+PLACEMENT = JobRequest("placement", "where each task of a job ran", light=True)
+SHAREDFS = JobRequest("sharedfs", "the shared filesystem seen from every node", light=True)
+DCGM = JobRequest("dcgm", "dcgmi diag on every node, exclusive")
+TRAIN_PER_NODE = JobRequest("train-per-node", "each GPU alone, then DDP and FSDP, on every node")
+TRAIN_BASELINE = JobRequest("train-baseline", "one GPU training alone", rides_in=TRAIN_PER_NODE.key)
+TRAIN_ACROSS = JobRequest("train-across", "DDP and FSDP across every node")
+
+SUITE = (
+    NCCL_INTRA,
+    NCCL_INTER,
+    NODE_PROBE,
+    CEILINGS,
+    BURN,
+    ISOLATION_PAIR,
+    ISOLATION_VIEW,
+    ISOLATION_PER_TASK,
+    RANK_FAILURE,
+    PLACEMENT,
+    SHAREDFS,
+    DCGM,
+    TRAIN_PER_NODE,
+    TRAIN_BASELINE,
+    TRAIN_ACROSS,
+)
