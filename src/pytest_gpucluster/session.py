@@ -30,11 +30,11 @@ from typing import Any, TypeVar
 import pytest
 
 from pytest_gpucluster import ahead, slurm
+from pytest_gpucluster.config import Config, Profile, ThresholdSet
 from pytest_gpucluster.errors import GpuClusterError, SlurmQueryError
 from pytest_gpucluster.launch import JobSpec, TaskResult
 from pytest_gpucluster.launch.submitit_backend import SubmititJob, SubmititLauncher
 from pytest_gpucluster.outcomes import NOT_APPLICABLE
-from pytest_gpucluster.profile import Config, Profile, ThresholdSet
 from pytest_gpucluster.results import ResultsDocument, now_iso
 from pytest_gpucluster.selection import (
     NEED_MARKERS,

@@ -9,14 +9,14 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_gpucluster import nccl_checks
-from pytest_gpucluster.profile import ComputeSettings
+from pytest_gpucluster.workloads.compute import ComputeConfig
 
 EVERYTHING = frozenset({"node_telemetry", "nodes_gpus", "inventory", "ib_nodes"})
 
 
 def _session(gpus_per_node: int, *, real: bool = True, tests=("test_busbw_inside_node", "test_gpu_compute_and_memory"),
              fixtures=EVERYTHING) -> SimpleNamespace:  # fmt: skip
-    profile = SimpleNamespace(gpus_are_real=real, nccl=SimpleNamespace(nccl_tests_dir=None), compute=ComputeSettings())
+    profile = SimpleNamespace(gpus_are_real=real, nccl=SimpleNamespace(nccl_tests_dir=None), compute=ComputeConfig())
     return SimpleNamespace(gpus_per_node=gpus_per_node, profile=profile, planned_fixtures=fixtures,
                            will_run=lambda *names: any(n in tests for n in names))  # fmt: skip
 
