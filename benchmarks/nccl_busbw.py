@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_gpucluster.config import NcclSettings, load, parse_bytes
 from pytest_gpucluster.launch import JobSpec
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher, submitit_logs_to_stderr
-from pytest_gpucluster.profile import NcclSettings, load, parse_bytes
 from pytest_gpucluster.workloads.collectives import collective_sweeps
 
 MiB, GiB = 2**20, 2**30

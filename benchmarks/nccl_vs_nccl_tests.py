@@ -28,9 +28,9 @@ from typing import Any
 
 from nccl_busbw import NO_NVLS, launcher_for, sweep_arguments  # benchmarks/ is on the path when run as a script
 
+from pytest_gpucluster.config import parse_bytes
 from pytest_gpucluster.launch import JobSpec
 from pytest_gpucluster.launch.submitit_backend import submitit_logs_to_stderr
-from pytest_gpucluster.profile import parse_bytes
 from pytest_gpucluster.workloads.busbw import SweepResult
 from pytest_gpucluster.workloads.collectives import collective_sweeps
 from pytest_gpucluster.workloads.nccl_tests import run_nccl_tests

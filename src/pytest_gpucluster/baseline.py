@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpucluster.metrics import METRICS
-from pytest_gpucluster.profile import Threshold
+from pytest_gpucluster.config import METRICS, Threshold
 from pytest_gpucluster.verdict import Measurement, Verdict, judge
 
 Key = tuple[str, str, str]

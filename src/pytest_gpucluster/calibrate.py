@@ -5,7 +5,7 @@ and the warn line ``warn_fraction`` × it; for a metric that is better lower, th
 around the highest value (``max × (2 − fraction)``). The fragment is one
 ``[thresholds.<name>]`` set that extends the set in force, matched on the GPU model, so a
 metric this run did not measure keeps its current bounds. Pure: a results document in, TOML text
-out; ``profile.load`` reads the result back.
+out; ``config.load`` reads the result back.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpucluster.config import METRICS
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.metrics import METRICS
 
 NOT_CALIBRATED = ("baseline.regression",)  # judges a comparison, not the cluster
 

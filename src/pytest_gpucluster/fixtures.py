@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from pytest_gpucluster.config import Profile, Threshold, ThresholdSet
 from pytest_gpucluster.outcomes import ThresholdWarning
-from pytest_gpucluster.profile import Profile, Threshold, ThresholdSet
 from pytest_gpucluster.session import GpuClusterSession
 from pytest_gpucluster.verdict import Measurement, Verdict, judge
 

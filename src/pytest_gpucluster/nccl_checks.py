@@ -16,10 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpucluster.config import NVLS_COLLECTIVES, Threshold
 from pytest_gpucluster.errors import GpuClusterError
-from pytest_gpucluster.metrics import NVLS_COLLECTIVES
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.profile import Threshold
 from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
 from pytest_gpucluster.verdict import Measurement, judge
 from pytest_gpucluster.workloads.busbw import SweepResult, describe_judged

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucluster.config import load
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.profile import load
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
 
 pytest_plugins = ["pytest_gpucluster.fixtures", "pytest_gpucluster.report.hooks"]

@@ -30,13 +30,13 @@ from typing import Any, TypeVar
 import pytest
 
 from pytest_gpucluster import slurm
+from pytest_gpucluster.config import Config, Profile, ThresholdSet
 from pytest_gpucluster.errors import GpuClusterError, SlurmQueryError
 from pytest_gpucluster.launch import JobSpec, TaskResult
 from pytest_gpucluster.launch.submitit_backend import SubmititJob, SubmititLauncher
 from pytest_gpucluster.nccl_checks import plan_flags
 from pytest_gpucluster.outcomes import NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, make_plan
-from pytest_gpucluster.profile import Config, Profile, ThresholdSet
 from pytest_gpucluster.results import ResultsDocument, now_iso
 from pytest_gpucluster.run import Runner, Start
 from pytest_gpucluster.run.runner import SharedFailure

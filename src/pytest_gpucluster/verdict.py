@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from pytest_gpucluster.profile import Threshold
+from pytest_gpucluster.config import Threshold
 
 Status = Literal["pass", "warn", "fail", "xfail"]
 

@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 from pytest_gpucluster import probe_checks
-from pytest_gpucluster.metrics import METRICS
+from pytest_gpucluster.config import METRICS
 from pytest_gpucluster.outcomes import ThresholdWarning
 from pytest_gpucluster.probe_checks import good, reading_of, readings
 from pytest_gpucluster.verdict import Measurement

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_gpucluster.profile import load
+from pytest_gpucluster.config import load
 from pytest_gpucluster.verdict import Measurement, judge
 
 SUITE = """

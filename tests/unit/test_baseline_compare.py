@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pytest_gpucluster.baseline import compare, regression_pct
-from pytest_gpucluster.profile import Threshold
+from pytest_gpucluster.config import Threshold
 
 THRESHOLD = Threshold("baseline.regression", "%", fail_above=10, warn_above=5, source="t [baseline]")
 

@@ -10,9 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_gpucluster import nccl_checks
+from pytest_gpucluster.config import METRICS, load
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.metrics import METRICS
-from pytest_gpucluster.profile import load
 
 REPO_THRESHOLDS = Path(__file__).resolve().parents[2] / "thresholds.toml"
 

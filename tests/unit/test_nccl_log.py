@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+from pytest_gpucluster.config import NcclSettings
 from pytest_gpucluster.nccl_checks import make_check
-from pytest_gpucluster.profile import NcclSettings
 from pytest_gpucluster.workloads import collectives
 from pytest_gpucluster.workloads.busbw import (
     NcclLog,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucluster.config import load, parse_bytes
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.profile import load, parse_bytes
 
 REPO_THRESHOLDS = Path(__file__).resolve().parents[2] / "thresholds.toml"
 

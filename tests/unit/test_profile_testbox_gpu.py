@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_gpucluster.profile import load
+from pytest_gpucluster.config import load
 from pytest_gpucluster.testcluster import config as tc_config
 
 REPO_THRESHOLDS = Path(__file__).resolve().parents[2] / "thresholds.toml"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucluster import profile as config
+from pytest_gpucluster import config
 
 REPO = Path(__file__).resolve().parents[2]
 

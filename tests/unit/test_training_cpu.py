@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucluster.profile import TrainingSettings
 from pytest_gpucluster.workloads.context import local_context
 from pytest_gpucluster.workloads.training import (
     CPU_RANKS_PER_NODE,
@@ -59,13 +58,13 @@ def test_tiny_sizes_are_the_ci_profile_sizes():
 
 
 def test_cpu_rule_replaces_only_the_gpu_default():
-    plan = plan_training(TrainingSettings(), gpus_per_node=0, real_gpus=False)
+    plan = plan_training(TrainConfig(), gpus_per_node=0, real_gpus=False)
     assert plan.config == TINY and plan.ranks_per_node == CPU_RANKS_PER_NODE and plan.gpus_per_node == 0
     assert "tiny CPU model" in plan.note
-    own = plan_training(TrainingSettings(d_model=32, n_heads=2), gpus_per_node=4, real_gpus=False)
+    own = plan_training(TrainConfig(d_model=32, n_heads=2), gpus_per_node=4, real_gpus=False)
     assert own.config.d_model == 32 and own.note == ""
-    gpu = plan_training(TrainingSettings(), gpus_per_node=8, real_gpus=True)
-    assert gpu.config == TrainConfig.from_settings(TrainingSettings()) and gpu.ranks_per_node == 8 and not gpu.note
+    gpu = plan_training(TrainConfig(), gpus_per_node=8, real_gpus=True)
+    assert gpu.config == TrainConfig() and gpu.ranks_per_node == 8 and not gpu.note
 
 
 def test_summary_means_ranks_and_computes_mfu():
@@ -116,11 +115,11 @@ def test_gradient_accumulation_counts_every_micro_batch(mode):
 
 @pytest.mark.parametrize(("gpus", "ranks"), [(0, CPU_RANKS_PER_NODE), (1, 1), (2, 2), (8, CPU_RANKS_PER_NODE)])
 def test_gres_only_training_has_at_most_one_cpu_rank_per_gpu(gpus, ranks):
-    plan = plan_training(TrainingSettings(), gpus_per_node=gpus, real_gpus=False)
+    plan = plan_training(TrainConfig(), gpus_per_node=gpus, real_gpus=False)
     assert plan.ranks_per_node == ranks and plan.gpus_per_node == 0
     assert f"{ranks} CPU rank{'s' * (ranks != 1)} per node" in plan.note
 
 
 def test_one_real_gpu_trains_on_one_rank():
-    plan = plan_training(TrainingSettings(), gpus_per_node=1, real_gpus=True)
+    plan = plan_training(TrainConfig(), gpus_per_node=1, real_gpus=True)
     assert (plan.ranks_per_node, plan.gpus_per_node) == (1, 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from pytest_gpucluster.profile import Threshold
+from pytest_gpucluster.config import Threshold
 from pytest_gpucluster.verdict import Measurement, judge
 
 BUSBW = Threshold("nccl.all_reduce.intra_node", "GB/s", fail_below=330, warn_below=355, source="t.toml [x]")

@@ -572,7 +572,7 @@ class SubmititLauncher:
         self._ending: set[str] = set()  # results all read, the job not yet seen to leave the queue
         self._lock = threading.Lock()
         # submitit's job-state watcher is shared and not thread-safe: jobs started ahead (see
-        # ahead.py) are waited for from several threads.
+        # run/runner.py) are waited for from several threads.
         self.submitit_lock = threading.RLock()
         self._nodes_cache: dict[str, tuple[str, ...]] = {}
         self.failed_task_grace_s = _FAILED_TASK_GRACE_S

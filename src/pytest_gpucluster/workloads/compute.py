@@ -16,8 +16,8 @@ import math
 import statistics
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.distributed import device_for, pick_backend, process_group
@@ -26,20 +26,15 @@ from pytest_gpucluster.workloads.nvml_util import ClockWatcher, NvmlSample, fail
 
 @dataclass(frozen=True)
 class ComputeConfig:
-    """Probe sizes; field names follow the profile's ``[compute]`` table."""
+    """Probe sizes; a profile's ``[compute]`` table is one of these (config/profile.py lists the
+    keys it may set)."""
 
     matmul_n: int = 8192
     matmul_iters: int = 50
-    copy_bytes: int = 4 * 2**30
+    copy_bytes: Annotated[int, "bytes"] = 4 * 2**30  # "bytes": thresholds.toml may write "4GiB"
     copy_iters: int = 20
     burn_s: int = 120
     warmup_iters: int = 3
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> ComputeConfig:
-        """From any object with the profile's compute attributes (``ComputeSettings``)."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{n: getattr(settings, n) for n in names if hasattr(settings, n)})
 
 
 # What a CPU runs instead of the GPU-sized default: the ci profile's [compute] sizes.
@@ -61,16 +56,14 @@ class ComputePlan:
     note: str = ""
 
 
-def plan_compute(settings: Any, *, gpus_per_node: int, real_gpus: bool) -> ComputePlan:
-    """One task per GPU. Without real GPUs, ``CPU_RANKS_PER_NODE`` CPU ranks stand in, and a
-    profile still at the GPU-sized default runs ``TINY`` (fp32) instead."""
-    from pytest_gpucluster.profile import ComputeSettings
-
-    config = ComputeConfig.from_settings(settings)
+def plan_compute(config: ComputeConfig, *, gpus_per_node: int, real_gpus: bool) -> ComputePlan:
+    """One task per GPU for a profile's ``[compute]`` config. Without real GPUs,
+    ``CPU_RANKS_PER_NODE`` CPU ranks stand in, and a config still at the GPU-sized default runs
+    ``TINY`` (fp32) instead."""
     if real_gpus and gpus_per_node > 0:
         return ComputePlan(config, gpus_per_node, gpus_per_node)
     note = ""
-    if config == ComputeConfig.from_settings(ComputeSettings()):
+    if config == ComputeConfig():
         config = TINY
         note = (f"no GPUs: fp32 GEMM {TINY.matmul_n}³ and a {TINY.copy_bytes // 2**20} MiB copy on "
                 f"{CPU_RANKS_PER_NODE} CPU ranks per node stand in for the GPU-sized default")  # fmt: skip

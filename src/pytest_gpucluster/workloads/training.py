@@ -19,7 +19,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_gpucluster.workloads.context import TaskContext
@@ -45,7 +45,8 @@ LOSS_AGREEMENT = {"fp32": 1e-4, "bf16": 1e-2}
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Model shape and the run's length; field names follow the profile's ``[training]`` table."""
+    """Model shape and the run's length; a profile's ``[training]`` table is one of these
+    (config/profile.py lists the keys it may set)."""
 
     d_model: int = 2048
     n_layers: int = 16
@@ -61,6 +62,7 @@ class TrainConfig:
     steps: int = 10
     warmup_steps: int = 3
     compile: bool = False
+    timeout_s: int = 900  # the training job's time limit is derived from it (TrainingPlan)
     lr: float = 6e-4
     seed: int = 0
     ddp_bucket_mb: int = 100
@@ -72,13 +74,6 @@ class TrainConfig:
     def model(self) -> ModelConfig:
         """The decoder's shape."""
         return ModelConfig(self.d_model, self.n_layers, self.n_heads, self.seq_len, self.vocab)
-
-    @classmethod
-    def from_settings(cls, settings: Any, **overrides: Any) -> TrainConfig:
-        """From any object with the profile's training attributes (``TrainingSettings``)."""
-        names = {f.name for f in fields(cls)}
-        values = {n: getattr(settings, n) for n in names if hasattr(settings, n)}
-        return cls(**{**values, **overrides})
 
 
 # The model a CPU runs instead of the GPU-sized default: the ci profile's [training] sizes.
@@ -107,8 +102,8 @@ class TrainingPlan:
         return max(2, math.ceil(self.timeout_s / 60) + 1)
 
 
-def plan_training(settings: Any, *, gpus_per_node: int, real_gpus: bool) -> TrainingPlan:
-    """The plan for a profile's ``[training]`` settings on nodes with ``gpus_per_node`` GPUs.
+def plan_training(config: TrainConfig, *, gpus_per_node: int, real_gpus: bool) -> TrainingPlan:
+    """The plan for a profile's ``[training]`` config on nodes with ``gpus_per_node`` GPUs.
 
     Rule: on nodes without real GPUs (CPU/gloo), a profile whose model shape and micro-batch are
     still the GPU-sized default gets ``TINY`` instead (a 937 M-parameter model would take hours
@@ -116,17 +111,14 @@ def plan_training(settings: Any, *, gpus_per_node: int, real_gpus: bool) -> Trai
     are GRES only and fewer, so a node of one GPU trains on one rank, as it would on a device);
     a profile that sets its own sizes is run as written.
     """
-    from pytest_gpucluster.profile import TrainingSettings
-
-    config = TrainConfig.from_settings(settings)
-    timeout_s = int(getattr(settings, "timeout_s", 900))
+    timeout_s = config.timeout_s
     if real_gpus and gpus_per_node > 0:
         return TrainingPlan(config, gpus_per_node, gpus_per_node, timeout_s)
-    default = TrainConfig.from_settings(TrainingSettings())
+    default = TrainConfig()
     ranks = min(CPU_RANKS_PER_NODE, gpus_per_node) if gpus_per_node > 0 else CPU_RANKS_PER_NODE
     note = ""
     if config.model == default.model and config.micro_batch == default.micro_batch:
-        config = TINY
+        config = replace(TINY, timeout_s=timeout_s)
         note = (f"no GPUs: the GPU-sized default model was replaced by the tiny CPU model (d {TINY.d_model}, "
                 f"{TINY.n_layers} layers, seq {TINY.seq_len}, vocab {TINY.vocab}, micro-batch {TINY.micro_batch}, "
                 f"{TINY.steps} steps), fp32 over gloo, {ranks} CPU rank{'s' * (ranks != 1)} per node")  # fmt: skip

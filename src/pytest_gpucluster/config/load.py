@@ -1,0 +1,341 @@
+"""Reading thresholds.toml: ``load`` checks every key and value and returns a frozen ``Config``.
+
+The file holds two kinds of table, ``[profiles.NAME]`` (config/profile.py) and
+``[thresholds.SET]`` (config/thresholds.py); either may name another of its kind in ``extends``
+and take over what it does not set. It is read once, before any job exists. Every error names
+the file and the dotted key and says how to fix it; unknown keys are answered with the closest
+known one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import tomllib
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pytest_gpucluster.config.metrics import METRICS
+from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile
+from pytest_gpucluster.config.tables import build, reject_unknown
+from pytest_gpucluster.config.thresholds import Threshold, ThresholdSet, choose_set
+from pytest_gpucluster.errors import ConfigError
+
+# Slurm's own names for partitions, accounts and nodes; anything else is refused so a config value
+# can never smuggle shell syntax into an sbatch script.
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_SLURM_NODELIST = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
+_SBATCH_OPTION = re.compile(r"^[a-z][a-z0-9\-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NCCL_ALGOS = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+# Profile tables that replace the inherited one whole under ``extends`` instead of being merged.
+_REPLACED_WHOLE = ("env", "sbatch_extra")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything thresholds.toml says."""
+
+    path: Path
+    profiles: Mapping[str, Profile]
+    threshold_sets: Mapping[str, Mapping[str, Threshold]]
+    matches: Mapping[str, tuple[str, ...]]
+
+    def profile(self, name: str, option: str = "--cluster") -> Profile:
+        """The profile called ``name``; an unknown name lists the known ones."""
+        if name not in self.profiles:
+            guess = difflib.get_close_matches(name, list(self.profiles), n=1)
+            hint = f" Perhaps you meant '{guess[0]}'?" if guess else ""
+            raise ConfigError(
+                f"{option}={name}: no profile [profiles.{name}] in {self.path}; "
+                f"profiles are: {', '.join(sorted(self.profiles))}.{hint}"
+            )
+        return self.profiles[name]
+
+    def thresholds_for(self, profile: Profile, gpu_model: str | None = None) -> ThresholdSet:
+        """The set that applies to ``profile`` (see ``choose_set``)."""
+        return choose_set(self.threshold_sets, self.matches, profile, gpu_model, str(self.path))
+
+
+def load(path: Path) -> Config:
+    """Read and check ``path``; raises ConfigError naming file, key and fix."""
+    file = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: no such file. Pass --thresholds=PATH or create it.") from None
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot be read ({exc.strerror}).") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}.") from None
+    reject_unknown(data, ("profiles", "thresholds"), "(top level)", file)
+    profiles = _profiles(data.get("profiles", {}), file)
+    sets, matches = _threshold_sets(data.get("thresholds", {}), file)
+    for name, profile in profiles.items():
+        if profile.thresholds is not None and profile.thresholds not in sets:
+            raise ConfigError(
+                f"{file}: profiles.{name}.thresholds: no set [thresholds.{profile.thresholds}]; "
+                f"sets are: {', '.join(sorted(sets)) or '(none)'}."
+            )
+    return Config(path=path, profiles=types.MappingProxyType(profiles),
+                  threshold_sets=types.MappingProxyType(sets), matches=types.MappingProxyType(matches))  # fmt: skip
+
+
+# --------------------------------------------------------------------------- extends
+
+
+def resolve_extends(
+    items: Mapping[str, T],
+    parent_of: Callable[[str], str | None],
+    merge: Callable[[T, T], T],
+    kind: str,
+    noun: str,
+    file: str,
+) -> dict[str, T]:
+    """Every item of ``[kind.NAME]`` with what its ``extends`` chain gives it: ``merge(parent,
+    own)`` with the parent already resolved. ``parent_of`` reads (and checks) an item's
+    ``extends``; a missing parent or a loop names the key."""
+    out: dict[str, T] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> T:
+        if name in out:
+            return out[name]
+        value = items[name]
+        parent = parent_of(name)
+        if parent is not None:
+            if parent not in items:
+                raise ConfigError(
+                    f"{file}: {kind}.{name}.extends: no {noun} {parent!r}; {noun}s are: {', '.join(sorted(items))}."
+                )
+            if parent in chain:
+                raise ConfigError(f"{file}: {kind}.{name}.extends: loop through {' → '.join(chain)}.")
+            value = merge(resolve(parent, (*chain, name)), value)
+        out[name] = value
+        return value
+
+    for name in items:
+        resolve(name, ())
+    return out
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def _profiles(raw: Mapping[str, Any], file: str) -> dict[str, Profile]:
+    if not raw:
+        raise ConfigError(f"{file}: no [profiles.NAME] table; define at least one profile.")
+
+    def parent_of(name: str) -> str | None:
+        table = raw[name]
+        if not isinstance(table, dict):
+            raise ConfigError(f"{file}: profiles.{name}: expected a table.")
+        parent = table.get("extends")
+        if parent is not None and not isinstance(parent, str):
+            raise ConfigError(f"{file}: profiles.{name}.extends: expected the name of another profile.")
+        return parent
+
+    def merge(parent: dict[str, Any], own: dict[str, Any]) -> dict[str, Any]:
+        # Nested tables ([nccl], [training], ...) are merged one level; env and sbatch_extra
+        # are taken whole from whichever profile sets them.
+        merged = {key: dict(value) if isinstance(value, dict) else value for key, value in parent.items()}
+        for key, value in own.items():
+            if key == "extends":
+                continue
+            if isinstance(value, dict) and isinstance(merged.get(key), dict) and key not in _REPLACED_WHOLE:
+                merged[key].update(value)
+            else:
+                merged[key] = value
+        return merged
+
+    profiles: dict[str, Profile] = {}
+    for name, table in resolve_extends(raw, parent_of, merge, "profiles", "profile", file).items():
+        where = f"profiles.{name}"
+        profile = build(Profile, table, where, file, settable=PROFILE_KEYS, name=name)
+        _check_profile(profile, where, file)
+        profiles[name] = profile
+    return profiles
+
+
+def _check_profile(p: Profile, where: str, file: str) -> None:
+    def bad(key: str, why: str) -> ConfigError:
+        return ConfigError(f"{file}: {where}.{key}: {why}")
+
+    for key in ("partition", "account"):
+        value = getattr(p, key)
+        if value is not None and not _SLURM_NAME.match(value):
+            raise bad(key, f"{value!r} is not a Slurm name (letters, digits, '_', '.', '-' only).")
+    for node in p.nodelist:
+        if not _SLURM_NODELIST.match(node):
+            raise bad("nodelist", f"{node!r} is not a Slurm node name.")
+    for key, value in p.sbatch_extra.items():
+        if not _SBATCH_OPTION.match(key) or "\n" in value:
+            raise bad(f"sbatch_extra.{key}", "expected a long sbatch option name and a one-line value.")
+    for key, value in p.env.items():
+        if not _ENV_NAME.match(key) or "\n" in value or "\0" in value:
+            raise bad(f"env.{key}", "expected an environment variable name and a one-line value.")
+    positive = {"nodes": p.nodes, "job_timeout_min": p.job_timeout_min, "queue_timeout_s": p.queue_timeout_s}
+    for key, number in positive.items():
+        if number < 1:
+            raise bad(key, f"must be at least 1, got {number}.")
+    if p.gpus_per_node is not None and p.gpus_per_node < 0:
+        raise bad("gpus_per_node", f"must not be negative, got {p.gpus_per_node}.")
+    if p.ib_hcas < 0 or p.ib_rate_gbps <= 0:
+        raise bad("ib_hcas", "ib_hcas must be ≥ 0 and ib_rate_gbps > 0.")
+    if p.executor == "local" and p.nodes != 1:
+        raise bad("nodes", f"the local executor runs on this machine only; set nodes = 1 (got {p.nodes}).")
+    if p.executor == "slurm" and p.gpus_per_node is None:
+        raise bad("gpus_per_node", "a slurm profile must say how many GPUs each node has (0 for none).")
+    if p.nodelist and len(p.nodelist) != p.nodes:
+        raise bad("nodelist", f"lists {len(p.nodelist)} nodes but nodes = {p.nodes}.")
+    n = p.nccl
+    if not 0 < n.min_bytes <= n.judge_from_bytes <= n.max_bytes:
+        raise bad("nccl", "need 0 < min_bytes ≤ judge_from_bytes ≤ max_bytes.")
+    for op in n.ops:
+        if not any(m.startswith(f"nccl.{op}.") for m in METRICS):
+            known = sorted({m.split(".")[1] for m in METRICS if m.startswith("nccl.")})
+            raise bad("nccl.ops", f"unknown collective {op!r}; known: {', '.join(known)}.")
+    if n.iters < 1 or n.warmup_iters < 0 or n.retries < 0 or n.timeout_s < 1:
+        raise bad("nccl", "iters ≥ 1, warmup_iters ≥ 0, retries ≥ 0 and timeout_s ≥ 1 are required.")
+    for key in ("inter_node_fail_fraction", "inter_node_warn_fraction"):
+        fraction = getattr(n, key)
+        if not 0 < fraction <= 1:
+            raise bad(f"nccl.{key}", f"a fraction of the fabric's line rate, 0 < f ≤ 1; got {fraction:g}.")
+    if n.inter_node_warn_fraction < n.inter_node_fail_fraction:
+        raise bad("nccl.inter_node_warn_fraction",
+                  f"{n.inter_node_warn_fraction:g} is under inter_node_fail_fraction "
+                  f"({n.inter_node_fail_fraction:g}); the warn line must sit between pass and fail.")  # fmt: skip
+    _check_algo(n.inter_node_algo, lambda why: bad("nccl.inter_node_algo", why))
+    t = p.training
+    sizes = ("d_model", "n_layers", "n_heads", "seq_len", "vocab", "micro_batch", "grad_accum", "steps", "timeout_s")
+    for key in sizes:
+        if getattr(t, key) < 1:
+            raise bad(f"training.{key}", f"must be at least 1, got {getattr(t, key)}.")
+    if t.warmup_steps < 0:
+        raise bad("training.warmup_steps", f"must be 0 or more, got {t.warmup_steps}.")
+
+
+def _check_algo(value: str, bad: Callable[[str], ConfigError]) -> None:
+    """``auto`` or an NCCL_ALGO list (``Ring``, ``Tree,Ring``, ``^NVLS``): NCCL's algorithm names."""
+    if value == "auto":
+        return
+    known = {a.lower(): a for a in NCCL_ALGOS}
+    names = value.removeprefix("^").split(",")
+    for name in names:
+        if name.strip().lower() not in known:
+            guess = difflib.get_close_matches(name.strip(), [*NCCL_ALGOS, "auto"], n=1)
+            hint = f" Perhaps you meant '{guess[0]}'?" if guess else ""
+            raise bad(f"{name.strip()!r} is not an NCCL algorithm; write \"auto\" or a list of "
+                      f"{', '.join(NCCL_ALGOS)} (\"^\" first excludes them).{hint}")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- threshold sets
+
+
+def _threshold_sets(
+    raw: Mapping[str, Any], file: str
+) -> tuple[dict[str, Mapping[str, Threshold]], dict[str, tuple[str, ...]]]:
+    """Every ``[thresholds.SET]`` as metric → Threshold with its ``extends`` chain laid under it,
+    and each set's ``match`` fragments."""
+    sets: dict[str, Mapping[str, Threshold]] = {}
+    matches: dict[str, tuple[str, ...]] = {}
+    parents: dict[str, str] = {}
+    for set_name, table in raw.items():
+        where = f"thresholds.{set_name}"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{file}: {where}: expected a table.")
+        table = dict(table)
+        match = table.pop("match", [])
+        if not isinstance(match, list) or not all(isinstance(m, str) and m for m in match):
+            raise ConfigError(f"{file}: {where}.match: expected a list of GPU model name fragments.")
+        parent = table.pop("extends", None)
+        if parent is not None:
+            if not isinstance(parent, str):
+                raise ConfigError(f"{file}: {where}.extends: expected the name of another set.")
+            parents[set_name] = parent
+        matches[set_name] = tuple(match)
+        values: dict[str, Threshold] = {}
+        _flatten_thresholds(table, "", where, file, values)
+        sets[set_name] = values
+
+    def merge(parent: Mapping[str, Threshold], own: Mapping[str, Threshold]) -> Mapping[str, Threshold]:
+        return {**parent, **own}
+
+    resolved = resolve_extends(sets, parents.get, merge, "thresholds", "set", file)
+    return {name: types.MappingProxyType(dict(values)) for name, values in resolved.items()}, matches
+
+
+def _flatten_thresholds(
+    table: Mapping[str, Any], prefix: str, where: str, file: str, out: dict[str, Threshold]
+) -> None:
+    for key, value in table.items():
+        name = f"{prefix}.{key}" if prefix else key
+        here = f"{where}.{key}"
+        if not isinstance(value, dict):
+            raise ConfigError(f"{file}: {here}: expected a table of bounds (unit, fail_below, ...), got {value!r}.")
+        if name in METRICS:
+            out[name] = _threshold(name, value, here, file)
+        elif any(m.startswith(name + ".") for m in METRICS):
+            _flatten_thresholds(value, name, here, file, out)
+        else:
+            guess = difflib.get_close_matches(name, list(METRICS), n=1)
+            hint = f" Perhaps you meant '{guess[0]}'?" if guess else ""
+            raise ConfigError(f"{file}: {here}: {name!r} is not a known metric.{hint}")
+
+
+_THRESHOLD_KEYS = ("unit", "fail_below", "warn_below", "fail_above", "warn_above", "xfail")
+
+
+def _threshold(metric: str, table: Mapping[str, Any], where: str, file: str) -> Threshold:
+    spec = METRICS[metric]
+    reject_unknown(table, _THRESHOLD_KEYS, where, file)
+    unit = table.get("unit")
+    if unit is None:
+        raise ConfigError(f'{file}: {where}: missing unit; write unit = "{spec.unit}".')
+    if unit != spec.unit:
+        raise ConfigError(f'{file}: {where}.unit: {unit!r} is not the unit of {metric}; write unit = "{spec.unit}".')
+    bounds: dict[str, float] = {}
+    for key in ("fail_below", "warn_below", "fail_above", "warn_above"):
+        if key not in table:
+            continue
+        value = table[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{file}: {where}.{key}: expected a number, got {value!r}.")
+        if not math.isfinite(value):
+            raise ConfigError(f"{file}: {where}.{key}: must be a finite number, got {value!r}.")
+        if value < 0:
+            raise ConfigError(f"{file}: {where}.{key}: must not be negative, got {value!r}.")
+        bounds[key] = float(value)
+    wrong_side = ("fail_above", "warn_above") if spec.better == "higher" else ("fail_below", "warn_below")
+    for key in wrong_side:
+        if key in bounds:
+            good = "higher" if spec.better == "higher" else "lower"
+            right = key.replace("above", "below") if spec.better == "higher" else key.replace("below", "above")
+            raise ConfigError(f"{file}: {where}.{key}: {metric} is better when {good}; use {right} instead.")
+    if not bounds:
+        raise ConfigError(
+            f"{file}: {where}: no bound given; set "
+            + ("fail_below (and optionally warn_below)." if spec.better == "higher"
+               else "fail_above (and optionally warn_above).")
+        )  # fmt: skip
+    if "fail_below" in bounds and "warn_below" in bounds and bounds["warn_below"] < bounds["fail_below"]:
+        raise ConfigError(
+            f"{file}: {where}: warn_below ({bounds['warn_below']:g}) is under fail_below "
+            f"({bounds['fail_below']:g}); the warn line must sit between pass and fail."
+        )
+    if "fail_above" in bounds and "warn_above" in bounds and bounds["warn_above"] > bounds["fail_above"]:
+        raise ConfigError(
+            f"{file}: {where}: warn_above ({bounds['warn_above']:g}) is over fail_above "
+            f"({bounds['fail_above']:g}); the warn line must sit between pass and fail."
+        )
+    xfail = table.get("xfail")
+    if xfail is not None and not isinstance(xfail, str):
+        raise ConfigError(f"{file}: {where}.xfail: expected a reason (a string), got {xfail!r}.")
+    return Threshold(metric=metric, unit=unit, xfail=xfail, source=f"{file} [{where}]", **bounds)

@@ -1,0 +1,101 @@
+"""``[profiles.NAME]``: how to reach one cluster and what it should look like.
+
+A profile's ``[training]`` and ``[compute]`` tables are the node-side configs themselves
+(``TrainConfig``, ``ComputeConfig`` of the workloads), so their defaults are written once; the
+keys a profile may set are listed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from pytest_gpucluster.workloads.compute import ComputeConfig
+from pytest_gpucluster.workloads.training import TrainConfig
+
+# A byte count that thresholds.toml may write as "64MiB".
+Bytes = Annotated[int, "bytes"]
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """How the collective sweep runs (sizes are whole buffers, as nccl-tests counts them)."""
+
+    ops: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter")
+    min_bytes: Bytes = 2**20
+    max_bytes: Bytes = 8 * 2**30
+    judge_from_bytes: Bytes = 2**30
+    warmup_iters: int = 5
+    iters: int = 20
+    timeout_s: int = 600
+    retries: int = 1
+    nvls: bool = False
+    nccl_tests_dir: str | None = None
+    # NCCL_ALGO of the across-node sweeps: Ring makes busbw the network's (tree and NVLS-tree
+    # algorithms over few nodes read above it); "auto" leaves the choice to NCCL.
+    inter_node_algo: str = "Ring"
+    # Where the derived across-node lines sit, as fractions of the fabric's line rate (see
+    # derived_inter_node and docs/thresholds.md).
+    inter_node_fail_fraction: float = 0.75
+    inter_node_warn_fraction: float = 0.85
+
+
+# The fields of the node-side configs that a profile's [training] and [compute] tables may set;
+# the others (learning rate, seed, warm-up of the probes, ...) keep the workloads' defaults.
+PROFILE_KEYS: Mapping[type, tuple[str, ...]] = {
+    TrainConfig: ("d_model", "n_layers", "n_heads", "seq_len", "vocab", "micro_batch", "grad_accum", "steps",
+                  "warmup_steps", "compile", "timeout_s"),
+    ComputeConfig: ("matmul_n", "matmul_iters", "copy_bytes", "copy_iters", "burn_s"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How to reach one cluster and what it should look like."""
+
+    name: str
+    executor: Literal["slurm", "local"] = "slurm"
+    description: str = ""
+    partition: str | None = None
+    account: str | None = None
+    nodes: int = 1
+    nodelist: tuple[str, ...] = ()
+    gpus_per_node: int | None = None  # None: as many as NVML finds (local only)
+    # False: GPUs exist only as Slurm GRES (the project's test cluster); jobs then run every
+    # workload on the CPU path (gloo), also on a host that has GPUs.
+    gpus_are_real: bool = True
+    gpu_model: str | None = None
+    cpus_per_task: int | None = None
+    mem_gb: int | None = None
+    shared_fs: str | None = None
+    ib_hcas: int = 0
+    ib_rate_gbps: float = 400.0
+    ib_link_layer: str = "InfiniBand"
+    device_cgroups: bool = True
+    accounting: bool = True  # false: the cluster runs without slurmdbd (sacct is not judged)
+    min_driver: str | None = None
+    min_cuda: str | None = None
+    expect_kernel: str | None = None  # every node must run exactly this kernel (uname -r)
+    expect_memory_gib: float | None = None  # host RAM per node; judged by inventory.memory_spread
+    dcgm_level: int = 1
+    dcgm_required: bool = False  # true: a node without dcgmi fails; false: DCGM is not applicable there
+    # true: the slow burn checks belong to the required set (a run without them is PARTIAL)
+    require_slow: bool = False
+    job_timeout_min: int = 30
+    queue_timeout_s: int = 300
+    slurm_conf: str | None = None
+    sbatch_extra: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    thresholds: str | None = None
+    nccl: NcclSettings = field(default_factory=NcclSettings)
+    training: TrainConfig = field(default_factory=TrainConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+
+
+def node_network_gbps(profile: Profile) -> float | None:
+    """The fabric's line rate per node in GB/s (``ib_hcas × ib_rate_gbps / 8``), or None where
+    nothing crosses a network: no HCAs, or a single node."""
+    if profile.ib_hcas < 1 or profile.nodes < 2:
+        return None
+    return profile.ib_hcas * profile.ib_rate_gbps / 8

@@ -1,0 +1,141 @@
+"""``[thresholds.SET]``: the numbers every check is judged by.
+
+One set per GPU model (``match`` lists NVML name fragments) plus a ``default`` set every other set
+falls back on; the across-node busbw lines a set leaves out are derived from the profile's fabric.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pytest_gpucluster.config.metrics import METRICS
+from pytest_gpucluster.config.profile import Profile, node_network_gbps
+from pytest_gpucluster.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """Pass/warn/fail lines for one metric. Only the side matching the metric's direction is set."""
+
+    metric: str
+    unit: str
+    fail_below: float | None = None
+    warn_below: float | None = None
+    fail_above: float | None = None
+    warn_above: float | None = None
+    xfail: str | None = None
+    source: str = ""
+
+    def describe(self) -> str:
+        """The bounds as a short phrase, e.g. ``fail < 350 GB/s, warn < 400 GB/s``."""
+        parts = []
+        if self.fail_below is not None:
+            parts.append(f"fail < {self.fail_below:g} {self.unit}")
+        if self.warn_below is not None:
+            parts.append(f"warn < {self.warn_below:g} {self.unit}")
+        if self.fail_above is not None:
+            parts.append(f"fail > {self.fail_above:g} {self.unit}")
+        if self.warn_above is not None:
+            parts.append(f"warn > {self.warn_above:g} {self.unit}")
+        return ", ".join(parts) or "no bound"
+
+
+@dataclass(frozen=True)
+class ThresholdSet:
+    """The thresholds in force for one run: the model's set laid over ``default``."""
+
+    name: str
+    values: Mapping[str, Threshold]
+    file: str = "thresholds.toml"
+
+    def __getitem__(self, metric: str) -> Threshold:
+        try:
+            return self.values[metric]
+        except KeyError:
+            raise ConfigError(
+                f"{self.file}: no threshold for {metric!r} in set {self.name!r} nor in 'default'; "
+                f'add [thresholds.default.{metric}] with unit = "{METRICS[metric].unit}" '
+                "and its bounds."
+                if metric in METRICS
+                else f"{metric!r} is not a known metric."
+            ) from None
+
+    def get(self, metric: str) -> Threshold | None:
+        """The threshold for ``metric``, or None when neither the set nor default has one."""
+        return self.values.get(metric)
+
+
+def choose_set(
+    sets: Mapping[str, Mapping[str, Threshold]],
+    matches: Mapping[str, tuple[str, ...]],
+    profile: Profile,
+    gpu_model: str | None,
+    file: str,
+) -> ThresholdSet:
+    """The set that applies to ``profile``: named explicitly, else matched on the GPU model
+    (``gpu_model`` if given, e.g. what NVML reports, else the profile's), laid over default;
+    the across-node busbw lines it does not set are derived from the profile's fabric."""
+    name = profile.thresholds
+    model = (gpu_model or profile.gpu_model or "").lower()
+    if name is None and model:
+        for set_name, fragments in matches.items():
+            if any(fragment.lower() in model for fragment in fragments):
+                name = set_name
+                break
+    name = name or "default"
+    merged = dict(sets.get("default", {}))
+    merged.update(sets.get(name, {}))
+    # A line the file sets wins; the fabric fills in the across-node lines it leaves out.
+    for metric, derived in derived_inter_node(profile).items():
+        merged.setdefault(metric, derived)
+    return ThresholdSet(name=name, values=types.MappingProxyType(merged), file=file)
+
+
+# --------------------------------------------------------------------------- lines derived from the fabric
+
+# Collectives whose across-node busbw the network bounds, and how: Ring-bound ones at the node's
+# network bandwidth; alltoall at what uniform traffic lets through it.
+DERIVED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall")
+
+
+def network_busbw(op: str, per_node_gbps: float, nodes: int, gpus_per_node: int) -> tuple[float, str]:
+    """The busbw ``op`` reaches across ``nodes`` when the network runs at line rate, and the
+    arithmetic as a phrase.
+
+    On Ring, every channel crosses each node boundary on one NIC and carries busbw's share of the
+    data, so all_reduce, all_gather, reduce_scatter and broadcast read at most the node's network
+    bandwidth, whatever the node count. alltoall sends the fraction ``(nodes−1)/nodes`` of every
+    rank's buffer off its node: busbw ≤ per-GPU share × nodes/(nodes−1) × (n−1)/n over n ranks.
+    """
+    if op != "alltoall":
+        return per_node_gbps, " (the Ring bound)"
+    n = nodes * gpus_per_node
+    bound = per_node_gbps / gpus_per_node * nodes / (nodes - 1) * (n - 1) / n
+    return bound, (f"; alltoall over {nodes} × {gpus_per_node} GPUs: {per_node_gbps:g}/{gpus_per_node} × "
+                   f"{nodes}/{nodes - 1} × {n - 1}/{n} = {bound:.4g} GB/s")  # fmt: skip
+
+
+def derived_inter_node(profile: Profile) -> dict[str, Threshold]:
+    """``nccl.<op>.inter_node`` lines from the profile's fabric: the network bound of each
+    collective times ``[nccl] inter_node_fail_fraction`` and ``inter_node_warn_fraction``. Empty
+    where nothing crosses a network (``node_network_gbps`` is None)."""
+    per_node = node_network_gbps(profile)
+    if per_node is None:
+        return {}
+    s = profile.nccl
+    out: dict[str, Threshold] = {}
+    for op in DERIVED_OPS:
+        if op == "alltoall" and not profile.gpus_per_node:
+            continue  # its bound needs the GPUs per node
+        bound, how = network_busbw(op, per_node, profile.nodes, profile.gpus_per_node or 1)
+        fail, warn = bound * s.inter_node_fail_fraction, bound * s.inter_node_warn_fraction
+        source = (f"derived: {profile.ib_hcas} × {profile.ib_rate_gbps:g} Gb/s = {per_node:g} GB/s per node"
+                  f"{how}; fail × {s.inter_node_fail_fraction:g} = {fail:.4g}, warn × "
+                  f"{s.inter_node_warn_fraction:g} = {warn:.4g} GB/s ([profiles.{profile.name}] ib_hcas, "
+                  "ib_rate_gbps, nccl.inter_node_*_fraction)")  # fmt: skip
+        metric = f"nccl.{op}.inter_node"
+        out[metric] = Threshold(metric=metric, unit="GB/s", fail_below=round(fail, 3), warn_below=round(warn, 3),
+                                source=source)  # fmt: skip
+    return out
