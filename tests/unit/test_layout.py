@@ -36,7 +36,8 @@ def _runtime_imports(path: Path, name: str, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
             found.add(base)
             found.update(f"{base}.{a.name}" for a in node.names)
     return {m for m in found if m in known and m != name}

@@ -15,11 +15,11 @@ import re
 import tomllib
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pytest_gpucluster.config.metrics import METRICS
+from pytest_gpucluster.config.metrics import METRICS, Metric
 from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile
 from pytest_gpucluster.config.tables import build, reject_unknown
 from pytest_gpucluster.config.thresholds import Threshold, ThresholdSet, choose_set
@@ -46,6 +46,7 @@ class Config:
     profiles: Mapping[str, Profile]
     threshold_sets: Mapping[str, Mapping[str, Threshold]]
     matches: Mapping[str, tuple[str, ...]]
+    metrics: Mapping[str, Metric] = field(default_factory=lambda: types.MappingProxyType(METRICS))  # with the site's
 
     def profile(self, name: str, option: str = "--cluster") -> Profile:
         """The profile called ``name``; an unknown name lists the known ones."""
@@ -76,9 +77,10 @@ def load(path: Path) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}.") from None
-    reject_unknown(data, ("profiles", "thresholds"), "(top level)", file)
+    reject_unknown(data, ("profiles", "thresholds", "metrics"), "(top level)", file)
+    catalogue = {**METRICS, **_site_metrics(data.get("metrics", {}), file)}
     profiles = _profiles(data.get("profiles", {}), file)
-    sets, matches = _threshold_sets(data.get("thresholds", {}), file)
+    sets, matches = _threshold_sets(data.get("thresholds", {}), file, catalogue)
     for name, profile in profiles.items():
         if profile.thresholds is not None and profile.thresholds not in sets:
             raise ConfigError(
@@ -86,7 +88,35 @@ def load(path: Path) -> Config:
                 f"sets are: {', '.join(sorted(sets)) or '(none)'}."
             )
     return Config(path=path, profiles=types.MappingProxyType(profiles),
-                  threshold_sets=types.MappingProxyType(sets), matches=types.MappingProxyType(matches))  # fmt: skip
+                  threshold_sets=types.MappingProxyType(sets), matches=types.MappingProxyType(matches),
+                  metrics=types.MappingProxyType(catalogue))  # fmt: skip
+
+
+SITE_PREFIX = "site."
+_METRIC_KEYS = ("unit", "better", "description")
+
+
+def _site_metrics(raw: Any, file: str) -> dict[str, Metric]:
+    """``[metrics."site.NAME"]`` tables: metrics a site's own checks judge, named ``site.*`` so they
+    never shadow the suite's, each with its unit and which direction is better."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: metrics: expected tables such as [metrics.\"site.my_check.speed\"].")
+    out: dict[str, Metric] = {}
+    for name, table in raw.items():
+        where = f'metrics."{name}"'
+        if not name.startswith(SITE_PREFIX) or name == SITE_PREFIX:
+            raise ConfigError(f"{file}: {where}: a site's metric is named {SITE_PREFIX}<check>.<quantity>, "
+                              f"so it never shadows one of the suite's; rename it {SITE_PREFIX}{name}.")  # fmt: skip
+        if not isinstance(table, dict):
+            raise ConfigError(f"{file}: {where}: expected a table with unit, better and description.")
+        reject_unknown(table, _METRIC_KEYS, where, file)
+        unit, better = table.get("unit"), table.get("better")
+        if not isinstance(unit, str) or not unit:
+            raise ConfigError(f'{file}: {where}.unit: expected the unit as text, e.g. unit = "GB/s".')
+        if better not in ("higher", "lower"):
+            raise ConfigError(f'{file}: {where}.better: expected "higher" or "lower", got {better!r}.')
+        out[name] = Metric(name, unit, better, str(table.get("description", "")))
+    return out
 
 
 # --------------------------------------------------------------------------- extends
@@ -240,7 +270,7 @@ def _check_algo(value: str, bad: Callable[[str], ConfigError]) -> None:
 
 
 def _threshold_sets(
-    raw: Mapping[str, Any], file: str
+    raw: Mapping[str, Any], file: str, catalogue: Mapping[str, Metric]
 ) -> tuple[dict[str, Mapping[str, Threshold]], dict[str, tuple[str, ...]]]:
     """Every ``[thresholds.SET]`` as metric → Threshold with its ``extends`` chain laid under it,
     and each set's ``match`` fragments."""
@@ -262,7 +292,7 @@ def _threshold_sets(
             parents[set_name] = parent
         matches[set_name] = tuple(match)
         values: dict[str, Threshold] = {}
-        _flatten_thresholds(table, "", where, file, values)
+        _flatten_thresholds(table, "", where, file, values, catalogue)
         sets[set_name] = values
 
     def merge(parent: Mapping[str, Threshold], own: Mapping[str, Threshold]) -> Mapping[str, Threshold]:
@@ -273,19 +303,20 @@ def _threshold_sets(
 
 
 def _flatten_thresholds(
-    table: Mapping[str, Any], prefix: str, where: str, file: str, out: dict[str, Threshold]
+    table: Mapping[str, Any], prefix: str, where: str, file: str, out: dict[str, Threshold],
+    catalogue: Mapping[str, Metric],
 ) -> None:
     for key, value in table.items():
         name = f"{prefix}.{key}" if prefix else key
         here = f"{where}.{key}"
         if not isinstance(value, dict):
             raise ConfigError(f"{file}: {here}: expected a table of bounds (unit, fail_below, ...), got {value!r}.")
-        if name in METRICS:
-            out[name] = _threshold(name, value, here, file)
-        elif any(m.startswith(name + ".") for m in METRICS):
-            _flatten_thresholds(value, name, here, file, out)
+        if name in catalogue:
+            out[name] = _threshold(catalogue[name], value, here, file)
+        elif any(m.startswith(name + ".") for m in catalogue):
+            _flatten_thresholds(value, name, here, file, out, catalogue)
         else:
-            guess = difflib.get_close_matches(name, list(METRICS), n=1)
+            guess = difflib.get_close_matches(name, list(catalogue), n=1)
             hint = f" Perhaps you meant '{guess[0]}'?" if guess else ""
             raise ConfigError(f"{file}: {here}: {name!r} is not a known metric.{hint}")
 
@@ -293,8 +324,8 @@ def _flatten_thresholds(
 _THRESHOLD_KEYS = ("unit", "fail_below", "warn_below", "fail_above", "warn_above", "xfail")
 
 
-def _threshold(metric: str, table: Mapping[str, Any], where: str, file: str) -> Threshold:
-    spec = METRICS[metric]
+def _threshold(spec: Metric, table: Mapping[str, Any], where: str, file: str) -> Threshold:
+    metric = spec.name
     reject_unknown(table, _THRESHOLD_KEYS, where, file)
     unit = table.get("unit")
     if unit is None:

@@ -59,6 +59,9 @@ class ThresholdSet:
                 f'add [thresholds.default.{metric}] with unit = "{METRICS[metric].unit}" '
                 "and its bounds."
                 if metric in METRICS
+                else f"{self.file}: no threshold for {metric!r}: declare it under [metrics.\"{metric}\"] "
+                f"(unit, better) and add its bounds under [thresholds.default.\"{metric}\"]."
+                if metric.startswith("site.")
                 else f"{metric!r} is not a known metric."
             ) from None
 
