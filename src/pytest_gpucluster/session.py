@@ -229,7 +229,8 @@ class GpuClusterSession:
                     ) from None
                 self._job_root = root
             else:
-                self._job_root = Path(tempfile.mkdtemp(prefix="pytest-gpucluster-jobs-"))
+                _remove_orphaned_job_roots(Path(tempfile.gettempdir()))
+                self._job_root = Path(tempfile.mkdtemp(prefix=f"{LOCAL_JOB_ROOT_PREFIX}{os.getpid()}-"))
                 self._owns_job_root = True
         return self._job_root
 
@@ -680,6 +681,21 @@ def needs_of(item: pytest.Item) -> Needs:
         accounting=item.get_closest_marker("accounting") is not None,
         slow=item.get_closest_marker("slow") is not None,
     )
+
+
+LOCAL_JOB_ROOT_PREFIX = "pytest-gpucluster-jobs-"
+
+
+def _remove_orphaned_job_roots(tmp: Path) -> None:
+    """Job folders of local runs whose process is gone (killed before it could clean up): the
+    folder's name carries the run's process id. Folders of live runs, and of other users, stay."""
+    for folder in tmp.glob(f"{LOCAL_JOB_ROOT_PREFIX}*-*"):
+        pid = folder.name.removeprefix(LOCAL_JOB_ROOT_PREFIX).split("-", 1)[0]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        with contextlib.suppress(OSError):
+            if folder.stat().st_uid == os.getuid():
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _start_args(start: Callable[..., Any]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -207,3 +208,23 @@ def test_uses_takes_job_requests_only(gpc):
     result = gpc.runpytest_subprocess()
     result.stdout.fnmatch_lines(["*test_x: @pytest.mark.uses takes JobRequest objects*not 'node-probe'*"])
     assert result.ret != 0
+
+
+JOB = """
+def _hello(ctx):
+    return ctx.hostname
+
+def test_job(gpucluster):
+    assert gpucluster.run(_hello, gpucluster.spec("hello", gpus_per_node=0))[0].value
+"""
+
+
+def test_a_local_run_leaves_no_job_folder_and_removes_those_of_killed_runs(gpc, monkeypatch, tmp_path):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    orphan = tmp_path / "pytest-gpucluster-jobs-999999999-abcd1234"  # no such process
+    live = tmp_path / f"pytest-gpucluster-jobs-{os.getpid()}-abcd1234"  # this process: still running
+    for folder in (orphan, live):
+        (folder / "job").mkdir(parents=True)
+    gpc.makepyfile(JOB)
+    gpc.runpytest_subprocess().assert_outcomes(passed=1)
+    assert sorted(p.name for p in tmp_path.glob("pytest-gpucluster-jobs-*")) == [live.name]
