@@ -16,18 +16,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpucluster.checks.busbw import describe_judged
+from pytest_gpucluster.checks.pairing import Isolation, Pair, isolate
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.metrics import NVLS_COLLECTIVES
 from pytest_gpucluster.profile import Threshold
 from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
 from pytest_gpucluster.verdict import Measurement, judge
-from pytest_gpucluster.workloads.busbw import SweepResult, describe_judged
+from pytest_gpucluster.workloads.busbw import SweepResult
 from pytest_gpucluster.workloads.collectives import Groups, collective_sweeps
 from pytest_gpucluster.workloads.compute import ComputePlan, GpuCeiling, plan_compute
 from pytest_gpucluster.workloads.nccl_tests import run_nccl_tests
 from pytest_gpucluster.workloads.node_gpus import node_gpus_job
 from pytest_gpucluster.workloads.node_probe import NodeProbe
-from pytest_gpucluster.workloads.pairing import Isolation, Pair, isolate
 from pytest_gpucluster.workloads.telemetry import NodeTelemetry, under_telemetry
 
 if TYPE_CHECKING:

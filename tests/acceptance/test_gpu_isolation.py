@@ -16,6 +16,7 @@ import pytest
 
 from pytest_gpucluster import probe_checks
 from pytest_gpucluster.ahead import ahead
+from pytest_gpucluster.checks import isolation as isolation_checks
 from pytest_gpucluster.outcomes import ThresholdWarning
 from pytest_gpucluster.workloads import isolation
 
@@ -82,7 +83,7 @@ def half_node_views(gpucluster):
 @pytest.mark.gpu(2, gres_only=True)
 def test_job_sees_exactly_its_gpus(half_node_views, profile, judge):
     holds, views = half_node_views
-    found = [isolation.view_problems(v, asked, device_cgroups=profile.device_cgroups, job_holds=holds)
+    found = [isolation_checks.view_problems(v, asked, device_cgroups=profile.device_cgroups, job_holds=holds)
              for v, asked in views]  # fmt: skip
     _warn([w for _, ws in found for w in ws])
     judge.problems([p for ps, _ in found for p in ps], f"tasks of jobs holding {holds} GPU(s) per node do not "
@@ -92,14 +93,14 @@ def test_job_sees_exactly_its_gpus(half_node_views, profile, judge):
 @pytest.mark.gpu
 def test_no_foreign_process_on_the_jobs_gpus(half_node_views, judge):
     _, views = half_node_views
-    problems = [p for v, _ in views for p in isolation.foreign_process_problems(v)]
+    problems = [p for v, _ in views for p in isolation_checks.foreign_process_problems(v)]
     judge.problems(problems, "foreign processes hold the job's GPUs")
 
 
 @pytest.mark.gpu(2, gres_only=True)
 def test_concurrent_jobs_get_disjoint_gpus(gpucluster, judge):
     _, first, second, _ = _pair(gpucluster)
-    judge.problems(isolation.disjoint_problems(first, second), "two jobs running at once share GPUs")
+    judge.problems(isolation_checks.disjoint_problems(first, second), "two jobs running at once share GPUs")
 
 
 @pytest.mark.gpu(2, gres_only=True)
@@ -110,4 +111,5 @@ def test_gpus_per_task_gives_each_task_its_own_gpu(gpucluster, judge):
         n = gpucluster.gpus_per_node
         spec = gpucluster.spec("isolation-per-task", all_nodes=True, tasks_per_node=n, gpus_per_task=1)
         views = [r.value for r in gpucluster.run(isolation.gpu_view, spec, real=gpucluster.profile.gpus_are_real)]
-    judge.problems(isolation.per_task_problems(views), f"{n} tasks with --gpus-per-task=1 do not each get one GPU")
+    judge.problems(isolation_checks.per_task_problems(views),
+                   f"{n} tasks with --gpus-per-task=1 do not each get one GPU")

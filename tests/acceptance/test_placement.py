@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster.ahead import ahead
-from pytest_gpucluster.workloads.placement import placement_problems, report_placement
+from pytest_gpucluster.checks.placement import placement_problems
+from pytest_gpucluster.workloads.placement import report_placement
 
 
 @pytest.fixture

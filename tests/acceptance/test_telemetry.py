@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster import nccl_checks
+from pytest_gpucluster.checks import telemetry
 from pytest_gpucluster.verdict import Measurement
-from pytest_gpucluster.workloads import telemetry
 
 
 def gpucluster_not_applicable(gpucluster, name):
