@@ -2,7 +2,7 @@
 performance miss, isolate a bad node, and turn a sweep into a Measurement and a plot series.
 
 What runs on the nodes is ``workloads/collectives.py`` (torch) or ``workloads/nccl_tests.py``
-(nccl-tests binaries); the arithmetic is ``workloads/busbw.py``; pairing is ``workloads/pairing.py``.
+(nccl-tests binaries); the arithmetic is ``workloads/busbw.py``; pairing is ``checks/pairing.py``.
 Rules kept here: a wrong result is never retried and fails whatever its speed; a slow one is
 re-measured up to ``nccl.retries`` times; the verdict uses the lowest busbw over the sizes
 ≥ ``nccl.judge_from_bytes``, never the sweep average.

@@ -7,10 +7,16 @@ as much as one at the top of a module.
 from __future__ import annotations
 
 import ast
+import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from pytest_gpucluster.launch.node import TaskOutput, run_on_node
+from pytest_gpucluster.workloads.context import local_context
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "pytest_gpucluster"
 
@@ -94,3 +100,19 @@ def test_the_scan_sees_imports_inside_functions(tmp_path):
     module.write_text("import os\n\ndef f():\n    from pytest_gpucluster import session\n    import pytest\n")
     found = {(m, owner) for m, _, owner in _imports(module)}
     assert {("pytest_gpucluster.session", "f"), ("pytest", "f"), ("os", "")} <= found
+
+
+def test_the_jobs_entry_pickles_by_reference():
+    # submitit pickles the entry and its result by module and name: both must be importable there.
+    assert pickle.loads(pickle.dumps(run_on_node)) is run_on_node
+    out = TaskOutput(local_context(), {"x": 1}, 1.0, 2.0, 0.5)
+    assert pickle.loads(pickle.dumps(out)) == out
+    assert b"pytest_gpucluster.launch.node" in pickle.dumps(out)
+
+
+def test_a_task_that_unpickles_the_entry_loads_nothing_of_the_login_side():
+    code = ("import sys, pytest_gpucluster.launch.node, pytest_gpucluster.workloads.node_gpus; "
+            "print(' '.join(sorted(sys.modules)))")  # fmt: skip
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            check=True).stdout.split()  # fmt: skip
+    assert [m for m in loaded if any(m == b or m.startswith(b + ".") for b in LOGIN_SIDE)] == []
