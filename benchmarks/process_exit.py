@@ -1,5 +1,5 @@
 """How long a GPU process takes to exit once its work is done: Python's normal shutdown against
-``os._exit`` (what the launcher does once a task's result is written, launch/submitit_backend.py).
+``os._exit`` (what the launcher does once a task's result is written, launch/node.py).
 
 Starts one process per GPU (4 by default) that imports torch, joins a process group (gloo or
 NCCL), runs a bf16 GEMM of 8192², copies 4 GiB, runs one collective, destroys the group, prints

@@ -19,13 +19,111 @@ import os
 import statistics
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pytest_gpucluster.launch import JobSpec
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
-from pytest_gpucluster.workloads.telemetry import telemetry_overhead
+from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.inventory import node_name
+from pytest_gpucluster.workloads.telemetry import DEFAULT_INTERVAL_S, Sampler
 
 _PASS_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
+# --------------------------------------------------------------------------- the load (runs in the job)
+# Defined in this script, so submitit pickles it by value: the nodes need only the package.
+
+# CPU runs prove the path, not the speed: sizes are capped there.
+_CPU_CAPS = {"matmul_n": 256, "all_reduce_bytes": 2**18}
+
+
+def _operands(ctx: TaskContext, backend: str, matmul_n: int, all_reduce_bytes: int) -> tuple[Any, ...]:
+    import torch
+
+    from pytest_gpucluster.workloads.distributed import device_for
+
+    device = device_for(ctx, backend)
+    on_cpu = device.type == "cpu"
+    if on_cpu:
+        matmul_n = min(matmul_n, int(_CPU_CAPS["matmul_n"]))
+        all_reduce_bytes = min(all_reduce_bytes, int(_CPU_CAPS["all_reduce_bytes"]))
+    dtype = torch.float32 if on_cpu else torch.bfloat16
+    a = torch.randn(matmul_n, matmul_n, device=device, dtype=dtype)
+    b = torch.randn(matmul_n, matmul_n, device=device, dtype=dtype)
+    buf = torch.zeros(max(2, all_reduce_bytes // 4), device=device, dtype=torch.float32)
+    return device, a, b, buf
+
+
+def _loop(a: Any, b: Any, buf: Any, iterations: int) -> tuple[int, float]:
+    """GEMM + all_reduce ``iterations`` times, timed from a barrier every rank passes."""
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        torch.matmul(a, b)
+        dist.all_reduce(buf)
+    if buf.is_cuda:
+        torch.cuda.synchronize(buf.device)
+    return iterations, time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class OverheadResult:
+    """Seconds per GEMM + all_reduce iteration, per round, without sampling ("off") and with a
+    sampler at each interval ("0.5", ...), and how busy the sampler thread was."""
+
+    backend: str
+    device: str
+    world_size: int
+    matmul_n: int
+    all_reduce_bytes: int
+    iterations: int
+    seconds_per_iteration: dict[str, list[float]]
+    sampler_busy_fraction: dict[str, list[float]]
+    gpus_sampled: int
+
+
+def telemetry_overhead(
+    ctx: TaskContext,
+    *,
+    rounds: int = 6,
+    iterations: int = 500,
+    matmul_n: int = 8192,
+    all_reduce_bytes: int = 256 * 2**20,
+    intervals: tuple[float, ...] = (DEFAULT_INTERVAL_S,),
+    backend: str | None = None,
+    timeout_s: float = 300.0,
+) -> OverheadResult:
+    """Workload: a bf16 GEMM then an all_reduce on every rank, timed with and without the sampler on
+    the node's first task, in alternating order (off, on, on, off, ...) so slow drift cancels."""
+    from pytest_gpucluster.workloads.distributed import process_group
+
+    modes = ["off"] + [f"{i:g}" for i in intervals]
+    per: dict[str, list[float]] = {m: [] for m in modes}
+    busy: dict[str, list[float]] = {m: [] for m in modes[1:]}
+    gpus = 0
+    with process_group(ctx, backend=backend, timeout_s=timeout_s) as used:
+        device, a, b, buf = _operands(ctx, used, matmul_n, all_reduce_bytes)
+        _loop(a, b, buf, max(5, iterations // 10))  # warm-up
+        for r in range(rounds):
+            for mode in modes if r % 2 == 0 else modes[::-1]:
+                if mode == "off" or ctx.local_rank != 0:
+                    done, elapsed = _loop(a, b, buf, iterations)
+                else:
+                    with Sampler(node_name(ctx), interval_s=float(mode)) as sampler:
+                        done, elapsed = _loop(a, b, buf, iterations)
+                    result = sampler.result()
+                    busy[mode].append(round(result.busy_fraction, 5))
+                    gpus = len(result.gpus)
+                per[mode].append(elapsed / done)
+    return OverheadResult(used, str(device), ctx.world_size, a.shape[0], buf.numel() * 4, iterations, per, busy, gpus)
+
+
+# --------------------------------------------------------------------------- login side
 
 
 def summarise(per: dict[str, list[float]], busy: dict[str, list[float]]) -> dict[str, object]:

@@ -2,7 +2,7 @@
 performance miss, isolate a bad node, and turn a sweep into a Measurement and a plot series.
 
 What runs on the nodes is ``workloads/collectives.py`` (torch) or ``workloads/nccl_tests.py``
-(nccl-tests binaries); the arithmetic is ``workloads/busbw.py``; pairing is ``workloads/pairing.py``.
+(nccl-tests binaries); the arithmetic is ``workloads/busbw.py``; pairing is ``checks/pairing.py``.
 Rules kept here: a wrong result is never retried and fails whatever its speed; a slow one is
 re-measured up to ``nccl.retries`` times; the verdict uses the lowest busbw over the sizes
 ≥ ``nccl.judge_from_bytes``, never the sweep average.
@@ -16,18 +16,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_gpucluster.checks.busbw import describe_judged
+from pytest_gpucluster.checks.pairing import Isolation, Pair, isolate
 from pytest_gpucluster.config import NVLS_COLLECTIVES, Threshold
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
 from pytest_gpucluster.verdict import Measurement, judge
-from pytest_gpucluster.workloads.busbw import SweepResult, describe_judged
+from pytest_gpucluster.workloads.busbw import SweepResult
 from pytest_gpucluster.workloads.collectives import Groups, collective_sweeps
 from pytest_gpucluster.workloads.compute import ComputePlan, GpuCeiling, plan_compute
 from pytest_gpucluster.workloads.nccl_tests import run_nccl_tests
 from pytest_gpucluster.workloads.node_gpus import node_gpus_job
 from pytest_gpucluster.workloads.node_probe import NodeProbe
-from pytest_gpucluster.workloads.pairing import Isolation, Pair, isolate
 from pytest_gpucluster.workloads.telemetry import NodeTelemetry, under_telemetry
 
 if TYPE_CHECKING:

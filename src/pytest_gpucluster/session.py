@@ -32,8 +32,8 @@ import pytest
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Config, Profile, ThresholdSet
 from pytest_gpucluster.errors import GpuClusterError, SlurmQueryError
-from pytest_gpucluster.launch import JobSpec, TaskResult
-from pytest_gpucluster.launch.submitit_backend import SubmititJob, SubmititLauncher
+from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult
+from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.nccl_checks import plan_flags
 from pytest_gpucluster.outcomes import NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, make_plan
@@ -115,7 +115,7 @@ class GpuClusterSession:
         self.thresholds: ThresholdSet = self.config.thresholds_for(self.profile, gpu_model=model)
         self._job_root: Path | None = None
         self._owns_job_root = False
-        self._launcher: SubmititLauncher | None = None
+        self._launcher: Launcher | None = None
         self._nodes: tuple[str, ...] | None = None
         self.excluded_nodes: dict[str, str] = {}
         self._lost_recorded: dict[str, str] = {}
@@ -235,7 +235,7 @@ class GpuClusterSession:
         return self._job_root
 
     @property
-    def launcher(self) -> SubmititLauncher:
+    def launcher(self) -> Launcher:
         """The submitit launcher, built on first use (no folder or job before a test needs one)."""
         if self._launcher is None:
             env = {"PYTHONUNBUFFERED": "1", **self.profile.env}
@@ -295,7 +295,7 @@ class GpuClusterSession:
             env=env,
         )
 
-    def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> SubmititJob[R]:
+    def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> Job[R]:
         """Submit without waiting; the job id is recorded on the running test. Outside a light
         measurement (``once(..., light=True)``), first wait for the jobs started ahead to end."""
         if not self.runner.light:

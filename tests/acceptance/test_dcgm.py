@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster import probe_checks
+from pytest_gpucluster.checks import dcgm as dcgm_checks
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.plan import jobs
@@ -24,7 +25,7 @@ def diag_runs(gpucluster):
     level = gpucluster.profile.dcgm_level
 
     def produce():
-        spec = gpucluster.spec("dcgm", all_nodes=True, exclusive=True, timeout_min=dcgm.job_minutes(level))
+        spec = gpucluster.spec("dcgm", all_nodes=True, exclusive=True, timeout_min=dcgm_checks.job_minutes(level))
         return {r.value.node: r.value for r in gpucluster.run(dcgm.run_diag, spec, level=level) if r.value}
 
     try:
@@ -47,4 +48,4 @@ def test_dcgm_diagnostics(diag_runs, judge, node, profile):
     if not run.found:
         pytest.fail(f"{node}: dcgmi is not installed, and profile {profile.name!r} requires DCGM diagnostics "
                     "(dcgm_required = true)", pytrace=False)  # fmt: skip
-    judge.problems(dcgm.diag_problems(run), f"{node}: dcgmi diag -r {run.level} found faults")
+    judge.problems(dcgm_checks.diag_problems(run), f"{node}: dcgmi diag -r {run.level} found faults")

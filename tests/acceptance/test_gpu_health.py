@@ -10,11 +10,11 @@ import warnings
 import pytest
 
 from pytest_gpucluster import probe_checks
+from pytest_gpucluster.checks import gpu_health
 from pytest_gpucluster.config import METRICS
 from pytest_gpucluster.outcomes import ThresholdWarning
 from pytest_gpucluster.probe_checks import good, reading_of, readings
 from pytest_gpucluster.verdict import Measurement
-from pytest_gpucluster.workloads import gpu_health
 
 pytestmark = [pytest.mark.gpu, probe_checks.USES]
 

@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 
+from pytest_gpucluster.checks import isolation as isolation_checks
 from pytest_gpucluster.outcomes import ThresholdWarning
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.workloads import isolation
@@ -78,7 +79,7 @@ def half_node_views(gpucluster):
 @PAIR
 def test_job_sees_exactly_its_gpus(half_node_views, profile, judge):
     holds, views = half_node_views
-    found = [isolation.view_problems(v, asked, device_cgroups=profile.device_cgroups, job_holds=holds)
+    found = [isolation_checks.view_problems(v, asked, device_cgroups=profile.device_cgroups, job_holds=holds)
              for v, asked in views]  # fmt: skip
     _warn([w for _, ws in found for w in ws])
     judge.problems([p for ps, _ in found for p in ps], f"tasks of jobs holding {holds} GPU(s) per node do not "
@@ -90,7 +91,7 @@ def test_job_sees_exactly_its_gpus(half_node_views, profile, judge):
 @pytest.mark.uses(jobs.ISOLATION_VIEW)
 def test_no_foreign_process_on_the_jobs_gpus(half_node_views, judge):
     _, views = half_node_views
-    problems = [p for v, _ in views for p in isolation.foreign_process_problems(v)]
+    problems = [p for v, _ in views for p in isolation_checks.foreign_process_problems(v)]
     judge.problems(problems, "foreign processes hold the job's GPUs")
 
 
@@ -98,7 +99,7 @@ def test_no_foreign_process_on_the_jobs_gpus(half_node_views, judge):
 @PAIR
 def test_concurrent_jobs_get_disjoint_gpus(gpucluster, judge):
     _, first, second, _ = _pair(gpucluster)
-    judge.problems(isolation.disjoint_problems(first, second), "two jobs running at once share GPUs")
+    judge.problems(isolation_checks.disjoint_problems(first, second), "two jobs running at once share GPUs")
 
 
 @pytest.mark.gpu(2, gres_only=True)
@@ -111,4 +112,5 @@ def test_gpus_per_task_gives_each_task_its_own_gpu(gpucluster, judge):
         n = gpucluster.gpus_per_node
         spec = gpucluster.spec("isolation-per-task", all_nodes=True, tasks_per_node=n, gpus_per_task=1)
         views = [r.value for r in gpucluster.run(isolation.gpu_view, spec, real=gpucluster.profile.gpus_are_real)]
-    judge.problems(isolation.per_task_problems(views), f"{n} tasks with --gpus-per-task=1 do not each get one GPU")
+    judge.problems(isolation_checks.per_task_problems(views),
+                   f"{n} tasks with --gpus-per-task=1 do not each get one GPU")

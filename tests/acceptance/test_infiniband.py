@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster import probe_checks
+from pytest_gpucluster.checks import infiniband as infiniband_checks
 from pytest_gpucluster.probe_checks import reading_of, readings
 from pytest_gpucluster.workloads import infiniband
 
@@ -28,6 +29,6 @@ def ib_nodes(gpucluster):
 @pytest.mark.infiniband
 def test_infiniband_ports(ib_nodes, node, profile, judge):
     ports = reading_of(ib_nodes, node, "InfiniBand report")
-    problems = infiniband.problems(ports, hcas=profile.ib_hcas, rate_gbps=profile.ib_rate_gbps,
+    problems = infiniband_checks.problems(ports, hcas=profile.ib_hcas, rate_gbps=profile.ib_rate_gbps,
                                    link_layer=profile.ib_link_layer)  # fmt: skip
     judge.problems(problems, f"{node}: InfiniBand not as the profile expects")

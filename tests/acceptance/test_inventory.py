@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster import probe_checks
+from pytest_gpucluster.checks import homogeneity
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.probe_checks import good, reading_of, readings
 from pytest_gpucluster.verdict import Measurement
-from pytest_gpucluster.workloads import homogeneity
 
 pytestmark = probe_checks.USES
 

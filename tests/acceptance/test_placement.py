@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster.checks.placement import placement_problems
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.workloads.placement import placement_problems, report_placement
+from pytest_gpucluster.workloads.placement import report_placement
 
 
 def _placed(gpucluster, nodes, tasks_per_node):

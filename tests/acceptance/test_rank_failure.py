@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 
+from pytest_gpucluster.checks import rank_failure as rf_checks
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
@@ -21,18 +22,19 @@ def _dead_rank(gpucluster):
 
     def produce():
         bound = gpucluster.thresholds["robustness.rank_failure_teardown"].fail_above or 0.0
-        plan = rf.plan(len(gpucluster.nodes), gpus_per_node=gpucluster.gpus_per_node,
+        plan = rf_checks.plan(len(gpucluster.nodes), gpus_per_node=gpucluster.gpus_per_node,
                        real_gpus=gpucluster.profile.gpus_are_real)  # fmt: skip
         spec = gpucluster.spec("rank-failure", nodes=plan.nodes, tasks_per_node=plan.tasks_per_node,
-                               gpus_per_node=plan.gpus_per_node, timeout_min=rf.job_minutes(bound))  # fmt: skip
+                               gpus_per_node=plan.gpus_per_node, timeout_min=rf_checks.job_minutes(bound))  # fmt: skip
         stamps = rf.new_stamp_dir(gpucluster.job_root)
         job = gpucluster.submit(rf.rank_failure, spec, stamp_dir=str(stamps), backend=plan.backend)
         with pytest.raises(LaunchError):  # the victim rank has no result: the launcher must say so
             # The victim never writes a result (its node is not lost for it); the survivors wrote theirs.
             job.results(lag_s=0.0, learn_lost=False)
-        teardown = rf.teardown_from_stamps(stamps)
+        teardown = rf_checks.teardown_from_stamps(stamps)
         if not any(stamps.glob("rank*.json")) and (why := job.never_started()) is not None:
-            teardown = dataclasses.replace(teardown, problems=(rf.never_started(job.job_id, why, spec.nodelist),))
+            never = rf_checks.never_started(job.job_id, why, spec.nodelist)
+            teardown = dataclasses.replace(teardown, problems=(never,))
         elif plan.note:
             teardown = dataclasses.replace(teardown, detail=f"{teardown.detail}; {plan.note}")
         if teardown.ran_from and job.on_ran is not None:  # the job's run time, for the run's timing

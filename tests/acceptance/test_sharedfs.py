@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster.checks import sharedfs as sharedfs_checks
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
 from pytest_gpucluster.workloads import sharedfs
@@ -42,31 +43,31 @@ def shared(gpucluster):
 @pytest.mark.quick
 def test_mounted_everywhere_as_one_filesystem(shared, gpucluster, judge):
     prepared, reports, job = shared
-    problems = sharedfs.visibility_problems(reports, prepared, len(gpucluster.nodes))
+    problems = sharedfs_checks.visibility_problems(reports, prepared, len(gpucluster.nodes))
     judge.problems(problems, f"job {job}: {prepared.root_template} is not one shared filesystem on every node")
 
 
 def test_capacity_and_free_space(shared, judge):
     prepared, reports, job = shared
-    space = sharedfs.space(reports, prepared.root)
+    space = sharedfs_checks.space(reports, prepared.root)
     judge.all(Measurement(metric, gib, "GiB", where, job_id=job) for metric, where, gib in space)
 
 
 @pytest.mark.across_nodes
 def test_file_written_on_one_node_reads_back_on_another(shared, gpucluster, judge):
     _, reports, job = shared
-    problems = sharedfs.readback_problems(reports, len(gpucluster.nodes))
+    problems = sharedfs_checks.readback_problems(reports, len(gpucluster.nodes))
     judge.problems(problems, f"job {job}: files do not read back byte-identical across nodes")
 
 
 def test_concurrent_appends_lose_nothing(shared, gpucluster, judge):
     _, reports, job = shared
-    problems = sharedfs.append_problems(reports, len(gpucluster.nodes))
+    problems = sharedfs_checks.append_problems(reports, len(gpucluster.nodes))
     judge.problems(problems, f"job {job}: concurrent appends to one shared file lost data")
 
 
 @pytest.mark.across_nodes
 def test_atomic_rename_is_seen_complete_on_another_node(shared, gpucluster, judge):
     _, reports, job = shared
-    problems = sharedfs.readback_problems(reports, len(gpucluster.nodes), renamed=True)
+    problems = sharedfs_checks.readback_problems(reports, len(gpucluster.nodes), renamed=True)
     judge.problems(problems, f"job {job}: a file published by rename was not seen complete on another node")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster import nccl_checks
+from pytest_gpucluster.checks import telemetry
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
-from pytest_gpucluster.workloads import telemetry
 
 pytestmark = pytest.mark.uses(jobs.NCCL_INTRA)
 

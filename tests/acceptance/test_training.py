@@ -15,11 +15,11 @@ import dataclasses
 
 import pytest
 
+from pytest_gpucluster.checks import telemetry
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
-from pytest_gpucluster.workloads import telemetry
 from pytest_gpucluster.workloads.telemetry import under_telemetry
 from pytest_gpucluster.workloads.training import TrainingSummary, loss_agreement, plan_training, summarise, train
 

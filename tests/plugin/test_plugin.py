@@ -9,7 +9,8 @@ import pytest
 
 PLACEMENT = """
 import pytest
-from pytest_gpucluster.workloads.placement import placement_problems, report_placement
+from pytest_gpucluster.checks.placement import placement_problems
+from pytest_gpucluster.workloads.placement import report_placement
 
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_placement(gpucluster, judge, tasks):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from pytest_gpucluster.checks import gpu_health as gh_checks
 from pytest_gpucluster.workloads import gpu_health as gh
 from pytest_gpucluster.workloads.context import local_context
 
@@ -27,9 +28,9 @@ def _node(*gpus: gh.GpuHealth, **kw) -> gh.NodeGpus:
 
 def test_healthy_node_passes_everything():
     node = _node(*(_gpu(i) for i in range(8)))
-    assert gh.inventory_problems(node, count=8, model="H100") == []
-    assert gh.link_problems(node) == ([], [])
-    readings, unsupported = gh.health_readings(node)
+    assert gh_checks.inventory_problems(node, count=8, model="H100") == []
+    assert gh_checks.link_problems(node) == ([], [])
+    readings, unsupported = gh_checks.health_readings(node)
     assert unsupported == []  # retired pages are not supported, row remapping stands in for them
     assert ("gpu.temperature", "w0:gpu3", 31.0) in readings
     assert not any(metric == "gpu.retired_pages_pending" for metric, _, _ in readings)
@@ -45,7 +46,7 @@ def test_every_bad_gpu_is_listed():
         _gpu(5, pcie_gen=(4, 4, 5)),  # slot limits the link: a warning, not a failure
         _gpu(6, pcie_gen=(1, 5, 5)),  # idle downshift: nothing
     )
-    problems, warns = gh.link_problems(node)
+    problems, warns = gh_checks.link_problems(node)
     assert problems == [
         "w0:gpu1: NVLink(s) [16, 17] down (16 of 18 up)",
         "w0:gpu2: PCIe link x8, the link supports x16 (lanes lost)",
@@ -57,7 +58,7 @@ def test_every_bad_gpu_is_listed():
 
 def test_sick_memory_readings_are_judged_values():
     node = _node(_gpu(0, ecc_volatile_uncorrectable=3, remapped_rows_pending=1, temperature_c=91.0), _gpu(1))
-    readings, _ = gh.health_readings(node)
+    readings, _ = gh_checks.health_readings(node)
     assert ("gpu.ecc_volatile_uncorrectable", "w0:gpu0", 3.0) in readings
     assert ("gpu.remapped_rows_pending", "w0:gpu0", 1.0) in readings
     assert ("gpu.temperature", "w0:gpu0", 91.0) in readings
@@ -66,7 +67,7 @@ def test_sick_memory_readings_are_judged_values():
 def test_not_supported_is_never_a_pass():
     gpu = _gpu(0, memory_temperature_c=None, remapped_rows_pending=None, remapped_rows_failed=None,
                unsupported=("memory temperature", "remapped rows", "retired pages"))  # fmt: skip
-    readings, unsupported = gh.health_readings(_node(gpu))
+    readings, unsupported = gh_checks.health_readings(_node(gpu))
     assert unsupported == [
         "w0:gpu0: gpu.memory_temperature not supported by NVML; not measured",
         "w0:gpu0: gpu.retired_pages_pending not supported by NVML; not measured",
@@ -76,27 +77,28 @@ def test_not_supported_is_never_a_pass():
     measured = {m for m, _, _ in readings}
     assert measured == {"gpu.temperature", "gpu.memory_used_at_rest", "gpu.ecc_volatile_uncorrectable"}
     no_clocks = _gpu(1, clock_reasons=None, unsupported=("clock event reasons",))
-    assert gh.link_problems(_node(no_clocks))[1] == ["w0:gpu1: clock event reasons not supported by NVML; not checked"]
+    assert gh_checks.link_problems(_node(no_clocks))[1] == [
+        "w0:gpu1: clock event reasons not supported by NVML; not checked"]
 
 
 def test_node_without_nvml_fails_every_metric():
     node = _node(error="NVML unusable: Driver Not Loaded")
-    readings, _ = gh.health_readings(node)
-    assert len(readings) == len(gh.HEALTH_METRICS)
+    readings, _ = gh_checks.health_readings(node)
+    assert len(readings) == len(gh_checks.HEALTH_METRICS)
     assert all(math.isnan(v) and w == "w0 (NVML unusable: Driver Not Loaded)" for _, w, v in readings)
-    assert gh.inventory_problems(node, count=8, model=None) == ["w0: NVML unusable: Driver Not Loaded"]
-    assert gh.link_problems(node)[0] == ["w0: NVML unusable: Driver Not Loaded; links and clocks not checked"]
+    assert gh_checks.inventory_problems(node, count=8, model=None) == ["w0: NVML unusable: Driver Not Loaded"]
+    assert gh_checks.link_problems(node)[0] == ["w0: NVML unusable: Driver Not Loaded; links and clocks not checked"]
 
 
 def test_inventory_and_versions():
     node = _node(_gpu(0), _gpu(1, name="NVIDIA A100-SXM4-80GB"), _gpu(2, errors=("temperature: Unknown Error",)))
-    assert gh.inventory_problems(node, count=8, model="H100") == [
+    assert gh_checks.inventory_problems(node, count=8, model="H100") == [
         "w0: 3 GPU(s) visible to NVML, expected 8",
         "w0:gpu1: is 'NVIDIA A100-SXM4-80GB', expected 'H100'",
         "w0:gpu2: temperature: Unknown Error",
     ]
     other = replace(_node(_gpu(0)), node="w1", driver="535.104.05", cuda="12.2")
-    assert gh.version_problems([node, other], min_driver="550", min_cuda="12.3") == [
+    assert gh_checks.version_problems([node, other], min_driver="550", min_cuda="12.3") == [
         "driver versions differ: 550.54.15 on w0; 535.104.05 on w1",
         "w1: driver 535.104.05 is older than the profile's minimum 550",
         "CUDA versions differ: 12.4 on w0; 12.2 on w1",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucluster.workloads import homogeneity as h
+from pytest_gpucluster.checks import homogeneity as h
 
 CLUSTER = json.loads((Path(__file__).parent.parent / "data" / "inventory_cluster_16xh100.json").read_text())
 

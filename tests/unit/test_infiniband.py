@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pytest_gpucluster.checks import infiniband as infiniband_checks
 from pytest_gpucluster.workloads import infiniband
 from pytest_gpucluster.workloads.context import local_context
 
@@ -26,7 +27,7 @@ def _healthy(n: int = 8) -> dict[str, tuple[str, str, str, str]]:
 
 def _check(root: str) -> list[str]:
     node = infiniband.read_node(local_context(), root=root)
-    return infiniband.problems(node, hcas=8, rate_gbps=400, link_layer="InfiniBand")
+    return infiniband_checks.problems(node, hcas=8, rate_gbps=400, link_layer="InfiniBand")
 
 
 def _host() -> str:
@@ -71,4 +72,4 @@ def test_no_infiniband_at_all(tmp_path):
         f"{_host()}: no RDMA device under {absent} (is the HCA driver, e.g. mlx5_ib, loaded?), expected 8"
     ]
     node = infiniband.read_node(local_context(), root=absent)
-    assert infiniband.problems(node, hcas=0, rate_gbps=400, link_layer="InfiniBand") == []
+    assert infiniband_checks.problems(node, hcas=0, rate_gbps=400, link_layer="InfiniBand") == []

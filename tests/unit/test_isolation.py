@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from pytest_gpucluster.checks import isolation as iso_checks
 from pytest_gpucluster.workloads import isolation as iso
 from pytest_gpucluster.workloads.context import local_context
 
@@ -19,7 +20,7 @@ def _devices(minors, procs=None) -> tuple[iso.Device, ...]:
 
 
 def test_gres_only_view_passes_with_a_warning_when_cgroups_are_off():
-    problems, warns = iso.view_problems(_view(), 2, device_cgroups=False)
+    problems, warns = iso_checks.view_problems(_view(), 2, device_cgroups=False)
     assert problems == []
     assert warns == [
         "node1 (job 10, task 0): device cgroups are off on this cluster (profile device_cgroups = false): a job "
@@ -28,38 +29,39 @@ def test_gres_only_view_passes_with_a_warning_when_cgroups_are_off():
 
 
 def test_wrong_counts_are_named():
-    problems, _ = iso.view_problems(_view(cvd="0,1,2", job_gpus="0"), 2, device_cgroups=False)
+    problems, _ = iso_checks.view_problems(_view(cvd="0,1,2", job_gpus="0"), 2, device_cgroups=False)
     assert problems == [
         "node1 (job 10, task 0): CUDA_VISIBLE_DEVICES='0,1,2' lists 3 GPU(s), the job asked for 2",
         "node1 (job 10, task 0): Slurm allotted GPU(s) ['0'] (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for 2",
     ]
-    problems, _ = iso.view_problems(_view(cvd=None), 2, device_cgroups=True)
+    problems, _ = iso_checks.view_problems(_view(cvd=None), 2, device_cgroups=True)
     assert problems[0] == "node1 (job 10, task 0): CUDA_VISIBLE_DEVICES is not set; Slurm did not bind the job's GPUs"
 
 
 def test_real_gpus_with_device_cgroups():
     view = _view(job_gpus="2,3", nvml=_devices([2, 3]), torch_count=2, torch_uuids=("2aaa", "3aaa"))
-    assert iso.view_problems(view, 2, device_cgroups=True) == ([], [])
+    assert iso_checks.view_problems(view, 2, device_cgroups=True) == ([], [])
 
 
 def test_nvml_seeing_every_gpu_is_a_failure_or_a_warning():
     view = _view(cvd="2,3", job_gpus="2,3", nvml=_devices([0, 1, 2, 3]), torch_count=2, torch_uuids=("2aaa", "3aaa"))
     text = ("node1 (job 10, task 0): NVML inside the job sees 4 GPUs, the job was allotted 2: devices are not "
             "constrained (ConstrainDevices=yes in cgroup.conf)")  # fmt: skip
-    assert iso.view_problems(view, 2, device_cgroups=True) == ([text], [])
-    assert iso.view_problems(view, 2, device_cgroups=False) == ([], [text])
+    assert iso_checks.view_problems(view, 2, device_cgroups=True) == ([text], [])
+    assert iso_checks.view_problems(view, 2, device_cgroups=False) == ([], [text])
     wrong = replace(view, torch_uuids=("0aaa", "3aaa"))  # CUDA's index 0 is not a GPU Slurm gave
-    assert iso.view_problems(wrong, 2, device_cgroups=False)[0] == [
+    assert iso_checks.view_problems(wrong, 2, device_cgroups=False)[0] == [
         "node1 (job 10, task 0): CUDA sees GPU(s) ['0aaa'] outside the allotment ['2aaa', '3aaa']"
     ]
 
 
 def test_foreign_process():
     view = _view(job_gpus="0,1", nvml=_devices([0, 1], {1: ((4242, 30000), (100, 500))}))
-    assert iso.foreign_process_problems(view) == [
+    assert iso_checks.foreign_process_problems(view) == [
         "node1:gpu1 (GPU-1aaa): process 4242 holds 30000 MiB (job 10 was given this GPU)"
     ]
-    assert iso.foreign_process_problems(_view()) == ["node1 (job 10, task 0): NVML could not be read (not measured)"]
+    assert iso_checks.foreign_process_problems(_view()) == [
+        "node1 (job 10, task 0): NVML could not be read (not measured)"]
 
 
 def test_concurrent_jobs_recorded_on_the_test_cluster_are_disjoint():
@@ -67,11 +69,11 @@ def test_concurrent_jobs_recorded_on_the_test_cluster_are_disjoint():
     a = [_view(0, "node1", "10", peer_seen=True), _view(1, "node2", "10", peer_seen=True)]
     b = [_view(0, "node1", "11", cvd="2,3", job_gpus="2,3", peer_seen=True),
          _view(1, "node2", "11", cvd="2,3", job_gpus="2,3", peer_seen=True)]  # fmt: skip
-    assert iso.disjoint_problems(a, b) == []
+    assert iso_checks.disjoint_problems(a, b) == []
     clash = [replace(b[0], job_gpus="1,2", step_gpus="1,2"), b[1]]
-    assert iso.disjoint_problems(a, clash) == ["node1: jobs 10 and 11 ran at the same time on ['gres index 1']"]
+    assert iso_checks.disjoint_problems(a, clash) == ["node1: jobs 10 and 11 ran at the same time on ['gres index 1']"]
     late = [replace(b[0], peer_seen=False), b[1]]
-    assert iso.disjoint_problems(a, late) == [
+    assert iso_checks.disjoint_problems(a, late) == [
         "node1 (job 11, task 0): the other job never ran alongside it (it waited in the queue?); overlap not tested"
     ]
 
@@ -79,11 +81,11 @@ def test_concurrent_jobs_recorded_on_the_test_cluster_are_disjoint():
 def test_gpus_per_task_recorded_on_the_test_cluster():
     # --gpus-per-task=1, 4 tasks: CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS 0..3, SLURM_JOB_GPUS 0,1,2,3.
     views = [_view(r, cvd=str(r), job_gpus="0,1,2,3", step=str(r)) for r in range(4)]
-    assert iso.per_task_problems(views) == []
+    assert iso_checks.per_task_problems(views) == []
     views[3] = _view(3, cvd="2", job_gpus="0,1,2,3", step="2")
-    assert iso.per_task_problems(views) == ["node1: tasks [2, 3] share gres index 2"]
+    assert iso_checks.per_task_problems(views) == ["node1: tasks [2, 3] share gres index 2"]
     views[3] = _view(3, cvd="2,3", job_gpus="0,1,2,3", step="2,3")
-    assert iso.per_task_problems(views)[0] == (
+    assert iso_checks.per_task_problems(views)[0] == (
         "node1 (job 10, task 3): sees 2 GPU(s) ['gres index 2', 'gres index 3'] (CUDA_VISIBLE_DEVICES='2,3'), "
         "expected exactly 1"
     )
@@ -97,7 +99,7 @@ def test_gpu_view_reads_the_environment(monkeypatch, tmp_path):
     view = iso.gpu_view(local_context(), real=False, hold_dir=str(tmp_path), hold_as="a", hold_for="b", timeout_s=1)
     assert (view.cuda_visible_devices, view.job_gpus, view.step_gpus) == ("1", "1", None)
     assert (view.nvml, view.peer_seen) == (None, True)
-    assert iso.parse_list("NoDevFiles") == ()
+    assert iso_checks.parse_list("NoDevFiles") == ()
 
 
 def test_a_task_of_a_gpus_per_task_job_is_judged_against_its_one_gpu_and_its_jobs_hold():
@@ -108,18 +110,18 @@ def test_a_task_of_a_gpus_per_task_job_is_judged_against_its_one_gpu_and_its_job
                         torch_uuids=("3aaa",))  # fmt: skip
     task_cgroup = replace(step_cgroup, nvml=_devices([3]))
     for view in (step_cgroup, task_cgroup):
-        assert iso.view_problems(view, 1, device_cgroups=True, job_holds=2) == ([], [])
+        assert iso_checks.view_problems(view, 1, device_cgroups=True, job_holds=2) == ([], [])
     loose = replace(step_cgroup, nvml=_devices([0, 1, 2, 3]))
-    assert iso.view_problems(loose, 1, device_cgroups=True, job_holds=2)[0] == [
+    assert iso_checks.view_problems(loose, 1, device_cgroups=True, job_holds=2)[0] == [
         "node1 (job 10, task 1): NVML inside the job sees 4 GPUs, the job was allotted 2: devices are not "
         "constrained (ConstrainDevices=yes in cgroup.conf)"
     ]
     two = replace(step_cgroup, cuda_visible_devices="2,3", torch_count=2, torch_uuids=("2aaa", "3aaa"))
-    assert iso.view_problems(two, 1, device_cgroups=True, job_holds=2)[0][0] == (
+    assert iso_checks.view_problems(two, 1, device_cgroups=True, job_holds=2)[0][0] == (
         "node1 (job 10, task 1): CUDA_VISIBLE_DEVICES='2,3' lists 2 GPU(s), the job asked for 1"
     )
-    assert iso.foreign_process_problems(replace(step_cgroup, nvml=_devices([2, 3], {2: ((77, 900),)}))) == []
-    assert iso.foreign_process_problems(replace(step_cgroup, nvml=_devices([2, 3], {3: ((77, 900),)}))) == [
+    assert iso_checks.foreign_process_problems(replace(step_cgroup, nvml=_devices([2, 3], {2: ((77, 900),)}))) == []
+    assert iso_checks.foreign_process_problems(replace(step_cgroup, nvml=_devices([2, 3], {3: ((77, 900),)}))) == [
         "node1:gpu3 (GPU-3aaa): process 77 holds 900 MiB (job 10 was given this GPU)"
     ]
 
@@ -145,24 +147,24 @@ def test_per_task_views_as_the_4xh200_machine_gave_them():
                gpus_per_task="1")  # fmt: skip
     t1 = replace(t0, rank=1, nvml=_devices([3]), torch_uuids=("3aaa",))
     for task in (t0, t1):
-        assert iso.view_problems(task, 1, device_cgroups=True, job_holds=2) == ([], [])
-    assert iso.per_task_problems([t0, t1]) == []
+        assert iso_checks.view_problems(task, 1, device_cgroups=True, job_holds=2) == ([], [])
+    assert iso_checks.per_task_problems([t0, t1]) == []
     # The same with device cgroups per step: NVML shows both GPUs, and a process of task 0 on GPU 2
     # is not foreign to task 1, whose GPU is 3.
     step_wide = [replace(t, nvml=_devices([2, 3], {2: ((t0.pid + 1, 500),)})) for t in (t0, t1)]
     for task in step_wide:
-        assert iso.view_problems(task, 1, device_cgroups=True, job_holds=2) == ([], [])
-    assert iso.per_task_problems(step_wide) == []
-    assert iso.foreign_process_problems(step_wide[1]) == []
+        assert iso_checks.view_problems(task, 1, device_cgroups=True, job_holds=2) == ([], [])
+    assert iso_checks.per_task_problems(step_wide) == []
+    assert iso_checks.foreign_process_problems(step_wide[1]) == []
     outside = replace(t1, nvml=_devices([0, 1, 2, 3]), torch_uuids=("1aaa",))  # GPU 1 is not the job's
-    assert iso.view_problems(outside, 1, device_cgroups=False, job_holds=2)[0] == [
+    assert iso_checks.view_problems(outside, 1, device_cgroups=False, job_holds=2)[0] == [
         "node1 (job 10, task 1): CUDA sees GPU(s) ['1aaa'] outside the allotment ['2aaa', '3aaa']"
     ]
     shared = [step_wide[0], replace(step_wide[1], torch_uuids=("2aaa",))]  # CUDA gives both tasks GPU 2
-    assert iso.per_task_problems(shared) == ["node1: tasks [0, 1] share GPU-2aaa"]
+    assert iso_checks.per_task_problems(shared) == ["node1: tasks [0, 1] share GPU-2aaa"]
     # SLURM_STEP_GPUS as Slurm documents it (the step's GPUs) is no fault either; three are.
-    assert iso.view_problems(replace(t1, step_gpus="2,3"), 1, device_cgroups=True, job_holds=2) == ([], [])
-    assert iso.view_problems(replace(t1, step_gpus="1,2,3"), 1, device_cgroups=True, job_holds=2)[0] == [
+    assert iso_checks.view_problems(replace(t1, step_gpus="2,3"), 1, device_cgroups=True, job_holds=2) == ([], [])
+    assert iso_checks.view_problems(replace(t1, step_gpus="1,2,3"), 1, device_cgroups=True, job_holds=2)[0] == [
         "node1 (job 10, task 1): Slurm allotted GPU(s) ['1', '2', '3'] (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job "
         "asked for 1"
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster.workloads.pairing import Pairing, isolate
+from pytest_gpucluster.checks.pairing import Pairing, isolate
 
 
 def _cluster(n: int, bad: set[str]):

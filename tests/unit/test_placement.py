@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pytest_gpucluster.workloads.placement import Placement, placement_problems
+from pytest_gpucluster.checks.placement import placement_problems
+from pytest_gpucluster.workloads.placement import Placement
 
 
 def p(procid: int, host: str, nodeid: int, localid: int, ntasks: int = 2) -> Placement:

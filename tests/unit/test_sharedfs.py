@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucluster.checks import sharedfs as sharedfs_checks
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.workloads import sharedfs
 from pytest_gpucluster.workloads.context import local_context
@@ -39,12 +40,12 @@ def test_three_tasks_share_a_directory(tmp_path):
     assert os.stat(prepared.directory).st_mode & 0o777 == 0o700
     reports = _run_nodes(prepared, 3)
     assert [r.marker for r in reports] == ["ok"] * 3
-    assert sharedfs.visibility_problems(reports, prepared, 3) == []
-    assert sharedfs.readback_problems(reports, 3) == []
-    assert sharedfs.readback_problems(reports, 3, renamed=True) == []
-    assert sharedfs.append_problems(reports, 3) == []
+    assert sharedfs_checks.visibility_problems(reports, prepared, 3) == []
+    assert sharedfs_checks.readback_problems(reports, 3) == []
+    assert sharedfs_checks.readback_problems(reports, 3, renamed=True) == []
+    assert sharedfs_checks.append_problems(reports, 3) == []
     assert reports[0].append_lines == {0: 20, 1: 20, 2: 20}
-    metrics = sharedfs.space(reports, prepared.root)
+    metrics = sharedfs_checks.space(reports, prepared.root)
     assert [m for m, _, _ in metrics] == ["sharedfs.capacity", "sharedfs.free"]
     assert all(v > 0 for _, _, v in metrics)
     sharedfs.cleanup(prepared)
@@ -64,20 +65,21 @@ def test_a_node_that_does_not_share_the_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("NODE", "n0")
     (report,) = _run_nodes(prepared, 1)
     assert report.marker == "missing"
-    (problem,) = sharedfs.visibility_problems([report], prepared, 1)
+    (problem,) = sharedfs_checks.visibility_problems([report], prepared, 1)
     assert problem.startswith(f"n0: does not see login-marker that the login node wrote in {prepared.directory}: ")
     assert f"{tmp_path}/n0 on n0 is not the login node's filesystem (not shared" in problem
-    assert sharedfs.append_problems([report], 1) == ["n0: took no part (it does not see the login node's directory)"]
+    assert sharedfs_checks.append_problems([report], 1) == [
+        "n0: took no part (it does not see the login node's directory)"]
 
 
 def test_missing_mount_and_missing_node():
     report = sharedfs.NodeReport("n1", 0, "/mnt/sharedfs/.x", root_exists=False)
     prepared = sharedfs.Prepared("/mnt/sharedfs", "/mnt/sharedfs", ".x", "t")
-    assert sharedfs.visibility_problems([report], prepared, 2) == [
+    assert sharedfs_checks.visibility_problems([report], prepared, 2) == [
         "1 node(s) reported, 2 expected",
         "n1: /mnt/sharedfs does not exist (shared filesystem not mounted?)",
     ]
-    assert [(m, w) for m, w, v in sharedfs.space([report], "/mnt/sharedfs")] == [
+    assert [(m, w) for m, w, v in sharedfs_checks.space([report], "/mnt/sharedfs")] == [
         ("sharedfs.capacity", "/mnt/sharedfs"), ("sharedfs.free", "/mnt/sharedfs")]  # fmt: skip
 
 
@@ -85,7 +87,7 @@ def test_barrier_wait_is_bounded(tmp_path):
     prepared = sharedfs.prepare(str(tmp_path))
     (report,) = _run_nodes(prepared, 2, timeout_s=0.5, ranks=[0])  # rank 1 never comes
     assert report.barrier_timeout == "start: rank(s) [1] missing after 0 s"
-    assert sharedfs.readback_problems([report], 2) == [
+    assert sharedfs_checks.readback_problems([report], 2) == [
         "only 1 of 2 node(s) reported",
         "n0: gave up waiting at barrier start: rank(s) [1] missing after 0 s",
     ]
@@ -98,18 +100,18 @@ def test_sick_reports_name_node_and_file():
     b = sharedfs.NodeReport("n1", 1, "/s/x", True, marker="ok", mode=0o755,
                             wrote={"data-1.bin": "c" * 64, "renamed-1.bin": "d" * 64},
                             read={"data-0.bin": "a" * 64}, appended=5, append_lines={0: 5, 1: 5})  # fmt: skip
-    assert sharedfs.readback_problems([a, b], 2) == [
+    assert sharedfs_checks.readback_problems([a, b], 2) == [
         f"n0: read the file data-1.bin written by n1 with sha256 {'b' * 12}…, n1 wrote {'c' * 12}…"
     ]
-    assert sharedfs.readback_problems([a, b], 2, renamed=True) == [
+    assert sharedfs_checks.readback_problems([a, b], 2, renamed=True) == [
         f"n0: read the file published by rename renamed-1.bin written by n1 with sha256 …, n1 wrote {'d' * 12}…"
     ]
-    assert sharedfs.append_problems([a, b], 2) == [
+    assert sharedfs_checks.append_problems([a, b], 2) == [
         "n0: the shared append.log lost or doubled lines (n1 appended 5, 3 found)",
         "n0: the shared append.log has 1 torn or mixed line(s)",
     ]
     prepared = sharedfs.Prepared("/s", "/s", "x", "t")
-    assert sharedfs.visibility_problems([a, b], prepared, 2) == [
+    assert sharedfs_checks.visibility_problems([a, b], prepared, 2) == [
         "n1: the private directory reads as mode 0755, the login node made 0700"
     ]
 
@@ -119,7 +121,8 @@ def test_different_filesystems_are_named():
     local = sharedfs.Mount("/", "ext4", "/dev/vda")
     a = sharedfs.NodeReport("n0", 0, "/mnt/sharedfs/x", True, mount=nfs, marker="ok", mode=0o700, capacity_bytes=100)
     b = sharedfs.NodeReport("n1", 1, "/mnt/sharedfs/x", True, mount=local, marker="ok", mode=0o700, capacity_bytes=50)
-    problems = sharedfs.visibility_problems([a, b], sharedfs.Prepared("/mnt/sharedfs", "/mnt/sharedfs", "x", "t"), 2)
+    prepared = sharedfs.Prepared("/mnt/sharedfs", "/mnt/sharedfs", "x", "t")
+    problems = sharedfs_checks.visibility_problems([a, b], prepared, 2)
     assert "n0: /mnt/sharedfs/x lies on nfs4 10.0.0.5:/export at /mnt/sharedfs" in problems
     assert "n1: /mnt/sharedfs/x lies on ext4 /dev/vda at /" in problems
     assert "n1: the filesystem's size reads 0.0 GiB" in problems

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucluster.checks import telemetry as tm_checks
 from pytest_gpucluster.workloads import telemetry as tm
 
 DATA = Path(__file__).parent.parent / "data"
@@ -49,7 +50,7 @@ def test_select_gpus(uuids, visible, picked):
 
 
 def test_gpu_idle_while_peers_work_is_found():
-    fractions = tm.idle_fractions(tm.absolute_util(_recorded()))
+    fractions = tm_checks.idle_fractions(tm_checks.absolute_util(_recorded()))
     odd = fractions["node2:gpu1"]
     assert odd.percent == pytest.approx(56.6, abs=0.1)  # idle 10 s..25 s of the 2 s..28 s load
     assert odd.detail == "idle in 30 of 53 samples while its peers were busy"
@@ -59,25 +60,25 @@ def test_gpu_idle_while_peers_work_is_found():
 
 def test_peers_that_never_work_do_not_count_as_idle():
     flat = {"n:gpu0": [(float(t), 0.0) for t in range(10)], "n:gpu1": [(float(t), 0.0) for t in range(10)]}
-    assert {w: (f.percent, f.peer_busy_samples) for w, f in tm.idle_fractions(flat).items()} == {
+    assert {w: (f.percent, f.peer_busy_samples) for w, f in tm_checks.idle_fractions(flat).items()} == {
         "n:gpu0": (0.0, 0), "n:gpu1": (0.0, 0)}  # fmt: skip
 
 
 def test_throttle_problems_ignore_power_cap_and_idle():
-    assert tm.throttle_problems(_recorded()) == ["node1:gpu2: HW thermal slowdown in 6 of 61 samples (~3 s)"]
+    assert tm_checks.throttle_problems(_recorded()) == ["node1:gpu2: HW thermal slowdown in 6 of 61 samples (~3 s)"]
 
 
 def test_series_records_share_one_time_axis():
-    records = tm.series_records(_recorded())
+    records = tm_checks.series_records(_recorded())
     util = {r["where"]: r for r in records if r["name"] == "telemetry.gpu_util"}
     assert sorted(util) == [f"node{n}:gpu{g}" for n in (1, 2) for g in range(4)]
     assert util["node1:gpu0"]["points"][0] == [0.0, 0.0]
     assert util["node2:gpu0"]["points"][0][0] == pytest.approx(0.2)  # node2 started 0.2 s later
     assert util["node1:gpu0"]["y_label"] == "%"
-    long = tm._thin([(float(t), 1.0) for t in range(5000)])
-    assert len(long) <= tm.MAX_POINTS
+    long = tm_checks._thin([(float(t), 1.0) for t in range(5000)])
+    assert len(long) <= tm_checks.MAX_POINTS
     # Each watched workload names its own series (the training job's beside the collectives').
-    training = {r["name"] for r in tm.series_records(_recorded(), prefix="telemetry.training")}
+    training = {r["name"] for r in tm_checks.series_records(_recorded(), prefix="telemetry.training")}
     assert "telemetry.training.gpu_util" in training
     assert not any(name.startswith("telemetry.gpu_") for name in training)
 
@@ -112,16 +113,17 @@ def _empty(gpus=None, **kw) -> tm.NodeTelemetry:
 
 
 def test_empty_gpu_series_name_the_node_and_the_samplers_error():
-    assert tm.empty_gpu_series_problems(_recorded()) == []
+    assert tm_checks.empty_gpu_series_problems(_recorded()) == []
     failed = _empty(gpu_error="NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded",
                     errors=("NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded; GPU series not sampled",))
-    assert tm.empty_gpu_series_problems([failed]) == [
+    assert tm_checks.empty_gpu_series_problems([failed]) == [
         "node2: the telemetry sampler read no GPU (NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded)"]
     unsampled = _empty({"gpu0": {m: [] for m in tm.GPU_METRICS}}, errors=("node2:gpu0: util not available (X)",))
-    assert tm.empty_gpu_series_problems([unsampled]) == [
+    assert tm_checks.empty_gpu_series_problems([unsampled]) == [
         "node2: the telemetry sampler read no sample of its 1 GPU(s) (node2:gpu0: util not available (X))"]
     # On empty series the idle and throttle analyses find nothing: the check must not pass on that.
-    assert tm.idle_fractions(tm.absolute_util([failed])) == {} and tm.throttle_problems([failed]) == []
+    assert tm_checks.idle_fractions(tm_checks.absolute_util([failed])) == {}
+    assert tm_checks.throttle_problems([failed]) == []
 
 
 class _BrokenNvml:
@@ -159,12 +161,12 @@ def test_the_sampler_carries_nvmls_error_back(monkeypatch, nvml, error):
         time.sleep(0.12)
     result = sampler.result()
     assert result.gpu_error == error and result.gpus == {}
-    assert tm.empty_gpu_series_problems([result]) == [f"node2: the telemetry sampler read no GPU ({error})"]
+    assert tm_checks.empty_gpu_series_problems([result]) == [f"node2: the telemetry sampler read no GPU ({error})"]
     assert result.node_series["mem_used_pct"]  # the node itself is still sampled
 
 
 def test_a_gpu_whose_peers_never_worked_is_not_judged_idle_free():
-    from pytest_gpucluster.workloads.telemetry import IdleFraction, unjudged_idle
+    from pytest_gpucluster.checks.telemetry import IdleFraction, unjudged_idle
 
     fractions = {"node1:gpu0": IdleFraction("node1:gpu0", 0.0, 0, 0),
                  "node1:gpu1": IdleFraction("node1:gpu1", 0.0, 0, 12)}  # fmt: skip

@@ -1,13 +1,15 @@
-"""Launching workloads on nodes: the protocol every backend fills in.
+"""Launching workloads on nodes: the job shape, the task result and the protocol a backend fills in.
 
-``submitit_backend`` is the one module that imports submitit; it serves both Slurm and the
-embedded local executor, so the same client code runs on a cluster and on a laptop.
+``submitit_backend`` implements ``Launcher`` and ``Job`` over submitit; it serves both Slurm and
+the embedded local executor, so the same client code runs on a cluster and on a laptop. ``node``
+is what runs inside the job (the task's entry point); it imports nothing of the login side.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 R = TypeVar("R")
@@ -52,26 +54,49 @@ class TaskResult(Generic[R]):
 StatusCallback = Callable[[str, str, str], None]
 
 
-class Job(Protocol):
-    """A submitted job."""
+class Job(Protocol[R]):
+    """A submitted job: what the session and the tests may ask of one, whatever the backend."""
+
+    # Set by the session: called with (first task's start, last task's end), epoch seconds,
+    # once the results are in.
+    on_ran: Callable[[float, float], None] | None
+    submitted_epoch: float  # when it was submitted (epoch seconds)
+    process_started: float  # when its first task's process started (epoch seconds), once results are in; 0 before
 
     @property
     def job_id(self) -> str:
         """The scheduler's id."""
 
-    def results(self, *, lag_s: float | None = None) -> list[TaskResult[Any]]:
+    @property
+    def folder(self) -> Path:
+        """Where the job's files and logs are kept."""
+
+
+    def results(self, *, lag_s: float | None = None, learn_lost: bool = True) -> list[TaskResult[R]]:
         """Wait (bounded) and return one result per task, ordered by rank; ``lag_s`` bounds the
-        wait for results still missing once the job ended."""
+        wait for results still missing once the job ended; ``learn_lost`` false: a node whose
+        tasks all stayed silent is not taken as lost (a job that kills a task on purpose)."""
+
+    def never_started(self) -> str | None:
+        """Why the job ended without ever running (the scheduler's words), or None when it ran."""
 
     def cancel(self) -> None:
         """Cancel the job; a no-op once it ended."""
 
 
 class Launcher(Protocol):
-    """Runs workloads on the cluster."""
+    """Runs workloads on the cluster. ``submitit_backend.SubmititLauncher`` (Slurm, and this
+    machine through submitit's local executor) implements it; the session holds a ``Launcher``."""
 
-    def submit(self, fn: Callable[..., Any], spec: JobSpec, /, **kwargs: Any) -> Job:
+    lost_nodes: dict[str, str]  # nodes this run saw fail under a job: name → Slurm's state and reason
+    lost_seen: dict[str, dict[str, str]]  # how this run learned it lost each node: {"why", "when", "job", "how"}
+
+    def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> Job[R]:
         """Start ``fn(ctx, **kwargs)`` on every task of ``spec`` without waiting."""
+
+    def settle(self) -> list[str]:
+        """At a run's normal end: wait (bounded) for finished jobs to leave the queue; returns
+        the ids still listed."""
 
     def cancel_all(self) -> list[str]:
         """Cancel every job still pending or running; returns their ids."""

@@ -1,5 +1,6 @@
 """The launcher over submitit: Slurm through ``AutoExecutor(cluster="slurm")``, this machine
-through submitit's local executor. The only module that imports submitit.
+through submitit's local executor. With ``node`` (what runs in the job), the only module that
+imports submitit.
 
 Every wait here is bounded: a job may stay PENDING for ``queue_timeout_s`` and RUN for its time
 limit plus a grace period; past either it is cancelled and a LaunchError names the job, its state,
@@ -12,10 +13,8 @@ at once instead of after submitit's own per-task grace period.
 
 from __future__ import annotations
 
-import atexit
 import datetime as _dt
 import logging
-import os
 import pickle
 import shutil
 import socket
@@ -24,16 +23,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import submitit
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import GpuClusterError, LaunchError, NodeLostError, QueueTimeoutError, WallTimeoutError
-from pytest_gpucluster.launch import JobSpec, StatusCallback, TaskResult
-from pytest_gpucluster.workloads.context import TaskContext, master_port_for, process_start_time
+from pytest_gpucluster.launch import Job, JobSpec, Launcher, StatusCallback, TaskResult
+from pytest_gpucluster.launch.node import TaskOutput, run_on_node
 
 R = TypeVar("R")
 
@@ -74,69 +72,6 @@ _SETTLE_S = 10.0
 _SETTLE_POLL_S = 0.1
 
 
-@dataclass(frozen=True)
-class _TaskOutput(Generic[R]):
-    context: TaskContext
-    value: R
-    started: float = 0.0
-    ended: float = 0.0
-    process_started: float = 0.0
-
-
-def _run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[str, Any]) -> _TaskOutput[R]:
-    """Runs on the compute node: build the task's context from the scheduler's environment,
-    then call the workload."""
-    os.environ.update(env)
-    job_env = submitit.JobEnvironment()
-    hostnames = tuple(job_env.hostnames) or (socket.gethostname(),)
-    job_id = str(job_env.job_id)
-    ctx = TaskContext(
-        job_id=job_id,
-        rank=job_env.global_rank,
-        local_rank=job_env.local_rank,
-        node_rank=job_env.node,
-        world_size=job_env.num_tasks,
-        num_nodes=job_env.num_nodes,
-        hostname=socket.gethostname(),
-        hostnames=hostnames,
-        master_addr=hostnames[0],
-        master_port=master_port_for(job_id),
-    )
-    started = time.time()
-    try:
-        value = fn(ctx, **kwargs)
-    except BaseException:
-        _exit_once_written(1)
-        raise
-    _exit_once_written(0)
-    return _TaskOutput(ctx, value, started, time.time(), process_start_time())
-
-
-def _exit_once_written(code: int) -> None:
-    """In a job's own process, end it as soon as submitit has written the task's result, with
-    ``code``: without this, Python's shutdown tears down torch, CUDA contexts and communicators
-    one object at a time (0.6–0.8 s on the 4×H200 machine, 0.25–0.35 s when skipped), and the
-    next job cannot start on the node until this one has ended. An exit hook registered now runs
-    before the ones the workload's imports registered (they run last-in, first-out), so none of
-    theirs run. Should writing the result fail after all, submitit raises and Python has set
-    ``sys.last_value`` before exit hooks run: the process then ends with 1. Anywhere else (a test
-    calling this function directly) it does nothing."""
-    main = sys.modules.get("__main__")
-    if getattr(getattr(main, "__spec__", None), "name", "") != "submitit.core._submit":
-        return
-
-    def now() -> None:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-        os._exit(1 if uncaught is not None else code)
-
-    atexit.register(now)
-
-
 def _tail(path: Path, lines: int = 25) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -145,12 +80,12 @@ def _tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-class SubmititJob(Generic[R]):
-    """A submitted job with a bounded wait."""
+class SubmititJob(Job[R]):
+    """A submitted job with a bounded wait (the submitit implementation of ``launch.Job``)."""
 
     def __init__(
         self,
-        job: submitit.Job[_TaskOutput[R]],
+        job: submitit.Job[TaskOutput[R]],
         spec: JobSpec,
         launcher: SubmititLauncher,
     ) -> None:
@@ -185,7 +120,7 @@ class SubmititJob(Generic[R]):
         """Where submitit keeps this job's pickles and logs."""
         return Path(self._job.paths.folder)
 
-    def _tasks(self) -> list[submitit.Job[_TaskOutput[R]]]:
+    def _tasks(self) -> list[submitit.Job[TaskOutput[R]]]:
         n = self.spec.nodes * self.spec.tasks_per_node
         return [self._job.task(i) for i in range(n)] if n > 1 else [self._job]
 
@@ -541,8 +476,9 @@ def _last_error_line(lines: list[str]) -> str:
     return lines[0] if lines else "no output"
 
 
-class SubmititLauncher:
-    """Submits workloads through submitit; tracks live jobs so they can all be cancelled."""
+class SubmititLauncher(Launcher):
+    """Submits workloads through submitit; tracks live jobs so they can all be cancelled (the
+    submitit implementation of ``launch.Launcher``)."""
 
     def __init__(
         self,
@@ -639,7 +575,7 @@ class SubmititLauncher:
         env = {**self.env, **(spec.env or {})}
         try:
             with self.submitit_lock:
-                job = executor.submit(_run_on_node, fn, env, kwargs)
+                job = executor.submit(run_on_node, fn, env, kwargs)
         except OSError as exc:  # the job folder: read-only, full or gone
             shutil.rmtree(folder, ignore_errors=True)
             raise LaunchError(

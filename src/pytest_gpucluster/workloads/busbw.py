@@ -13,7 +13,7 @@ Everything here follows NVIDIA/nccl-tests 2.x so a number from this suite and on
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
@@ -238,17 +238,6 @@ class SweepResult:
 def merge_rows(rows: Iterable[SizeResult]) -> tuple[SizeResult, ...]:
     """Rows sorted as nccl-tests prints them: by size, out-of-place before in-place."""
     return tuple(sorted(rows, key=lambda r: (r.size_bytes, r.in_place)))
-
-
-def describe_judged(row: SizeResult, judge_from_bytes: int, sizes: Sequence[int]) -> str:
-    """How the judged value was chosen, for the failure message."""
-    top = max(sizes) if sizes else 0
-    basis = (
-        f"min busbw over sizes ≥ {_human(judge_from_bytes)}"
-        if top >= judge_from_bytes
-        else f"largest size measured ({_human(top)} < judge_from {_human(judge_from_bytes)})"
-    )
-    return f"{basis}, at {_human(row.size_bytes)} {row.place}"
 
 
 # --------------------------------------------------------------------------- NCCL's own account

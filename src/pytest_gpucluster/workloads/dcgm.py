@@ -1,21 +1,13 @@
-"""NVIDIA DCGM diagnostics where DCGM is installed: ``dcgmi diag -r LEVEL -j`` on a node, judged.
-
-The parser reads DCGM 3.x documents (everything under ``"DCGM GPU Diagnostic"``, tests grouped
-into categories, one result per GPU with ``gpu_ids``/``gpu_id``, ``warnings`` as strings or as
-``{"warning": ..., "error_id": ...}``) and the 4.x shape (``"DCGM Diagnostic"``, results by
-``entity_id``, lower-case statuses). Pass and Skip are fine; Fail and Warn are named with the GPU
-and DCGM's own words.
+"""NVIDIA DCGM diagnostics where DCGM is installed: ``dcgmi diag -r LEVEL -j`` run on a node,
+bounded by the level's timeout. ``checks.dcgm`` parses and judges its output on the login node.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.inventory import node_name
@@ -23,12 +15,6 @@ from pytest_gpucluster.workloads.inventory import node_name
 # How long each run level may take on an 8-GPU node (DCGM's documentation: r1 seconds, r2 about
 # 2 min, r3 about 30 min, r4 up to 2 h), with margin.
 DIAG_TIMEOUT_S = {1: 300, 2: 900, 3: 3600, 4: 3 * 3600}
-_OK = {"pass", "skip", "skipped", "not run"}
-
-
-def job_minutes(level: int) -> int:
-    """The job's time limit for one run level: the diagnostic's bound plus start-up margin."""
-    return DIAG_TIMEOUT_S.get(level, DIAG_TIMEOUT_S[4]) // 60 + 5
 
 
 @dataclass(frozen=True)
@@ -43,17 +29,6 @@ class DiagRun:
     stderr: str = ""
     seconds: float = 0.0
     timed_out: bool = False
-
-
-@dataclass(frozen=True)
-class DiagResult:
-    """One test's result for one GPU (``gpu`` "all" for software tests that cover every GPU)."""
-
-    category: str
-    test: str
-    gpu: str
-    status: str  # normalised: pass, fail, warn, skip
-    messages: tuple[str, ...]
 
 
 def run_diag(ctx: TaskContext, *, level: int = 1, timeout_s: float | None = None) -> DiagRun | None:
@@ -73,85 +48,3 @@ def run_diag(ctx: TaskContext, *, level: int = 1, timeout_s: float | None = None
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         return DiagRun(node, True, level, None, out, "", time.monotonic() - started, timed_out=True)
     return DiagRun(node, True, level, done.returncode, done.stdout, done.stderr, time.monotonic() - started)
-
-
-def _document(text: str) -> dict[str, Any]:
-    """The JSON object in dcgmi's output (it may print a line such as "Successfully ran
-    diagnostic for group." before it)."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
-        raise ValueError("no JSON object in dcgmi's output")
-    doc = json.loads(text[start : end + 1])
-    if not isinstance(doc, dict):
-        raise ValueError("dcgmi's JSON is not an object")
-    return doc
-
-
-def _messages(result: Mapping[str, Any]) -> tuple[str, ...]:
-    out: list[str] = []
-    for key in ("warnings", "info"):
-        value = result.get(key)
-        items = value if isinstance(value, list) else ([value] if value else [])
-        for item in items:
-            if isinstance(item, dict):
-                text = str(item.get("warning") or item.get("message") or item)
-                code = item.get("error_id", item.get("error_code"))
-                out.append(f"{text} (DCGM error {code})" if code is not None else text)
-            else:
-                out.append(str(item))
-    return tuple(out)
-
-
-def _gpu(result: Mapping[str, Any]) -> str:
-    for key in ("gpu_id", "gpu_ids", "entity_id"):
-        if key in result and result[key] not in (None, ""):
-            value = str(result[key])
-            return "all" if "," in value else value
-    return "all"
-
-
-def parse_diag(text: str) -> tuple[list[DiagResult], dict[str, Any]]:
-    """Every per-GPU result in a ``dcgmi diag -j`` document, and its facts (DCGM version, driver).
-    Raises ValueError when the text is not a DCGM diagnostic document."""
-    doc = _document(text)
-    body = doc.get("DCGM GPU Diagnostic") or doc.get("DCGM Diagnostic")
-    if not isinstance(body, dict):
-        raise ValueError("no 'DCGM GPU Diagnostic' (3.x) or 'DCGM Diagnostic' (4.x) object")
-    meta: dict[str, Any] = doc["metadata"] if isinstance(doc.get("metadata"), dict) else body
-    facts = {"version": meta.get("version", doc.get("version")),
-             "driver": meta.get("Driver Version Detected", meta.get("driver_version"))}  # fmt: skip
-    results: list[DiagResult] = []
-    for category in body.get("test_categories", []):
-        for test in category.get("tests", []):
-            for result in test.get("results", []) or []:
-                if not isinstance(result, dict):
-                    continue  # json arrays indexed by GPU id leave nulls for GPUs not in the run
-                status = str(result.get("status", "")).strip().lower()
-                results.append(DiagResult(str(category.get("category", "?")), str(test.get("name", "?")),
-                                          _gpu(result), status, _messages(result)))  # fmt: skip
-    if not results:
-        raise ValueError("the DCGM document holds no test results")
-    return results, facts
-
-
-def diag_problems(run: DiagRun) -> list[str]:
-    """Sentences for every Fail/Warn of one node's run, naming the GPU and DCGM's message; a run
-    that timed out or produced no readable document is a problem too."""
-    where = run.node
-    if run.timed_out:
-        return [f"{where}: dcgmi diag -r {run.level} did not finish within its time limit "
-                f"({run.seconds:.0f} s); the GPUs may be hung"]  # fmt: skip
-    try:
-        results, _ = parse_diag(run.stdout)
-    except ValueError as exc:
-        tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
-        return [f"{where}: dcgmi diag -r {run.level} exited {run.returncode} without a readable result ({exc})"
-                + (": " + " | ".join(tail) if tail else "")]
-    problems = []
-    for r in results:
-        if r.status in _OK:
-            continue
-        gpu = f"{where}:gpu{r.gpu}" if r.gpu != "all" else f"{where} (all GPUs)"
-        words = "; ".join(r.messages) or "no message"
-        problems.append(f"{gpu}: DCGM {r.category} test '{r.test}' {r.status.upper()}: {words}")
-    return problems

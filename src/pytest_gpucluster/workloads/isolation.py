@@ -1,10 +1,6 @@
-"""GPU isolation inside Slurm jobs (seed 000, phase 4): a job sees exactly the GPUs it was
-allotted, two jobs on one node get disjoint GPUs, each ``--gpus-per-task=1`` task gets its own,
-and no foreign process holds memory on them.
-
-``gpu_view`` runs in the job and reads what the task can see three ways: the scheduler's
-variables, NVML and (on real GPUs) torch. The ``*_problems`` functions judge on the login node and
-return (problems, warnings): missing device cgroups is a warning, never a silent pass.
+"""GPU isolation inside Slurm jobs, the part that runs in the job: ``gpu_view`` reads what the
+task can see of the node's GPUs three ways: the scheduler's variables, NVML and (on real GPUs)
+torch. ``checks.isolation`` judges the views on the login node.
 """
 
 from __future__ import annotations
@@ -12,7 +8,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,14 +46,6 @@ class GpuView:
     def where(self) -> str:
         """``node`` or ``node rank N`` for multi-task jobs."""
         return f"{self.node} (job {self.job_id}, task {self.rank})"
-
-
-def parse_list(text: str | None) -> tuple[str, ...]:
-    """``"0,1"`` / ``"GPU-ab,GPU-cd"`` / ``""`` → entries (Slurm writes ``NoDevFiles`` when the GRES
-    has no device files)."""
-    if not text or text.strip() in ("NoDevFiles", "(null)"):
-        return ()
-    return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
 def _nvml_devices() -> tuple[tuple[Device, ...] | None, str]:
@@ -139,140 +126,3 @@ def gpu_view(
         nvml=nvml, nvml_error=nvml_error, torch_count=torch_count, torch_uuids=torch_uuids, pid=os.getpid(),
         peer_seen=peer_seen, gpus_per_task=os.environ.get("SLURM_GPUS_PER_TASK"),
     )  # fmt: skip
-
-
-# --------------------------------------------------------------------------- judging (login node)
-
-
-def _norm(uuid: str) -> str:
-    # NVML writes "GPU-<uuid>", torch the bare uuid.
-    return uuid.lower().removeprefix("gpu-")
-
-
-def allotted(view: GpuView) -> tuple[Device, ...]:
-    """The NVML devices Slurm gave the task: all of them when NVML sees only the allotment (device
-    cgroups), else those whose /dev/nvidiaN minor is in the allotted GRES indices. A task of a
-    ``--gpus-per-task`` job: the one CUDA gives it, where it read one. Its SLURM_STEP_GPUS did not
-    always name it: Slurm 22.05.8 gave SLURM_STEP_GPUS=2 to the task that held /dev/nvidia3 (the
-    4×H200 machine, gres.conf File=/dev/nvidia[0-3], the job holding GPUs 2 and 3)."""
-    if view.nvml is None:
-        return ()
-    if view.gpus_per_task and view.torch_uuids:
-        cuda = {_norm(u) for u in view.torch_uuids}
-        own = tuple(d for d in view.nvml if _norm(d.uuid) in cuda)
-        if own:
-            return own
-    return _of(view, parse_list(view.step_gpus) or parse_list(view.job_gpus))
-
-
-def _of(view: GpuView, indices: tuple[str, ...]) -> tuple[Device, ...]:
-    nvml = view.nvml or ()
-    if len(nvml) <= len(indices) or not indices:
-        return nvml
-    return tuple(d for d in nvml if str(d.minor) in indices)
-
-
-def view_problems(view: GpuView, asked: int, *, device_cgroups: bool,
-                  job_holds: int | None = None) -> tuple[list[str], list[str]]:  # fmt: skip
-    """(problems, warnings) for one task that asked for ``asked`` GPUs. ``job_holds``: what the
-    task's job holds on its node, when that is more (a task of a ``--gpus-per-task=1`` job): the
-    device cgroup may be the job's or the step's, so NVML may show that many, not more."""
-    problems: list[str] = []
-    warns: list[str] = []
-    w = view.where
-    cvd = view.cuda_visible_devices
-    if cvd is None:
-        problems.append(f"{w}: CUDA_VISIBLE_DEVICES is not set; Slurm did not bind the job's GPUs")
-    elif len(parse_list(cvd)) != asked:
-        problems.append(
-            f"{w}: CUDA_VISIBLE_DEVICES={cvd!r} lists {len(parse_list(cvd))} GPU(s), the job asked for {asked}"
-        )
-    slurm = parse_list(view.step_gpus) or parse_list(view.job_gpus)
-    # A per-task task's SLURM_STEP_GPUS may name its own GPU or the whole step's (the variable is
-    # the step's in Slurm's documentation); either count is Slurm's allotment, not a fault.
-    if len(slurm) != asked and not (view.gpus_per_task and len(slurm) == max(asked, job_holds or 0)):
-        problems.append(
-            f"{w}: Slurm allotted GPU(s) {list(slurm)} (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for {asked}"
-        )
-    if view.torch_count is not None and view.torch_count != asked:
-        problems.append(f"{w}: torch.cuda.device_count() = {view.torch_count}, the job asked for {asked}")
-    if view.nvml is None:
-        if view.nvml_error:
-            problems.append(f"{w}: NVML could not be read ({view.nvml_error})")
-        elif not device_cgroups:
-            warns.append(f"{w}: device cgroups are off on this cluster (profile device_cgroups = false): a job can "
-                         "open GPUs it was not given; only Slurm's view was checked")  # fmt: skip
-        return problems, warns
-    mine = allotted(view)
-    holds = max(asked, job_holds or 0)
-    if len(view.nvml) > holds:
-        text = (f"{w}: NVML inside the job sees {len(view.nvml)} GPUs, the job was allotted {holds}: devices are not "
-                "constrained (ConstrainDevices=yes in cgroup.conf)")  # fmt: skip
-        (problems if device_cgroups else warns).append(text)
-    elif not view.gpus_per_task:  # a per-task SLURM_STEP_GPUS may not name the task's GPU (``allotted``)
-        minors = sorted(str(d.minor) for d in mine)
-        if slurm and all(s.isdigit() for s in slurm) and minors != sorted(slurm):
-            warns.append(f"{w}: the job holds /dev/nvidia{{{','.join(minors)}}} but Slurm names GRES indices "
-                         f"{list(slurm)}; gres.conf may not list devices in minor-number order")  # fmt: skip
-    if view.torch_uuids:
-        seen = {_norm(u) for u in view.torch_uuids}
-        if view.gpus_per_task:  # the task's own GPU is the one CUDA gives it: one of its job's
-            given = {_norm(d.uuid) for d in _of(view, parse_list(view.job_gpus))}
-            wrong = bool(seen - given)
-        else:
-            given = {_norm(d.uuid) for d in mine}
-            wrong = seen != given
-        if wrong:
-            problems.append(f"{w}: CUDA sees GPU(s) {sorted(seen - given) or sorted(seen)} outside the allotment "
-                            f"{sorted(given)}")  # fmt: skip
-    return problems, warns
-
-
-def foreign_process_problems(view: GpuView) -> list[str]:
-    """Processes other than the task itself holding memory on the task's GPUs."""
-    if view.nvml is None:
-        return [f"{view.where}: NVML could not be read ({view.nvml_error or 'not measured'})"]
-    return [
-        f"{view.node}:gpu{d.minor} ({d.uuid}): process {pid} holds {mib} MiB (job {view.job_id} was given this GPU)"
-        for d in allotted(view)
-        for pid, mib in d.processes
-        if pid != view.pid
-    ]
-
-
-def _identities(view: GpuView) -> set[str]:
-    if view.nvml is not None:
-        return {d.uuid for d in allotted(view)}
-    return {f"gres index {i}" for i in parse_list(view.step_gpus) or parse_list(view.job_gpus)}
-
-
-def disjoint_problems(first: Sequence[GpuView], second: Sequence[GpuView]) -> list[str]:
-    """Two jobs that ran at the same time share no GPU on any node."""
-    problems = [f"{v.where}: the other job never ran alongside it (it waited in the queue?); overlap not tested"
-                for v in (*first, *second) if v.peer_seen is False]  # fmt: skip
-    for a in first:
-        for b in second:
-            if a.node == b.node and (shared := _identities(a) & _identities(b)):
-                problems.append(f"{a.node}: jobs {a.job_id} and {b.job_id} ran at the same time on {sorted(shared)}")
-    return problems
-
-
-def per_task_problems(views: Sequence[GpuView]) -> list[str]:
-    """With ``--gpus-per-task=1``: each task sees exactly one GPU, and tasks of a node differ.
-    A task's GPU is the one CUDA gives it (its UUID) where it read one (see ``allotted``)."""
-    problems: list[str] = []
-    by_node: dict[str, list[tuple[GpuView, set[str]]]] = {}
-    for v in views:
-        ids = _identities(v)
-        visible = len(v.nvml) if v.nvml is not None and len(v.nvml) <= 1 else len(parse_list(v.cuda_visible_devices))
-        if len(ids) != 1 or visible != 1:
-            problems.append(f"{v.where}: sees {visible} GPU(s) {sorted(ids)} (CUDA_VISIBLE_DEVICES="
-                            f"{v.cuda_visible_devices!r}), expected exactly 1")  # fmt: skip
-        by_node.setdefault(v.node, []).append((v, ids))
-    for node, entries in by_node.items():
-        owners: dict[str, list[int]] = {}
-        for v, ids in entries:
-            for i in ids:
-                owners.setdefault(i, []).append(v.rank)
-        problems += [f"{node}: tasks {ranks} share {gpu}" for gpu, ranks in owners.items() if len(ranks) > 1]
-    return problems

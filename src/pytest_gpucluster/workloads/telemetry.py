@@ -1,23 +1,19 @@
-"""Telemetry under load (seed 001, "the monitoring harness"): what the GPUs, CPUs and memory of
-a node did while a workload ran.
+"""Telemetry under load: what the GPUs, CPUs and memory of a node did while a workload ran.
 
 ``Sampler`` is a context manager that samples in a side thread at a fixed interval: per GPU
 through NVML (utilisation, SM clock, memory used, power, temperature, clock-event reasons) and per
 node from /proc/stat and /proc/meminfo. ``under_telemetry`` runs any other workload under it, so
-the collective and training workloads get telemetry without being edited. The analysis functions
-at the end are pure and tested on recorded series: a GPU idling while its peers work, and clock
-throttling for reasons an operator must act on.
+the collective and training workloads get telemetry without being edited. ``checks.telemetry``
+analyses what was sampled on the login node.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import threading
 import time
-from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -28,22 +24,7 @@ from pytest_gpucluster.workloads.inventory import node_name
 
 R = TypeVar("R")
 DEFAULT_INTERVAL_S = 0.5
-MAX_POINTS = 600  # per recorded series; longer runs are thinned so the results file stays small
 GPU_METRICS = ("util", "sm_clock", "mem_used", "power", "temperature")
-UNITS = {"util": "%", "sm_clock": "MHz", "mem_used": "MiB", "power": "W", "temperature": "C",
-         "cpu_util": "%", "mem_used_pct": "%"}  # fmt: skip
-
-# Clock-event reasons an operator must act on (NVML bit → words). SW power cap and GPU idle are
-# how a healthy GPU under load or at rest looks, so they are not flagged.
-BAD_THROTTLE = {
-    0x8: "HW slowdown",
-    0x20: "SW thermal slowdown",
-    0x40: "HW thermal slowdown",
-    0x80: "HW power brake slowdown",
-}
-# A GPU counts as idle below this utilisation, its peers as busy from this median utilisation.
-IDLE_BELOW_PCT = 10.0
-BUSY_FROM_PCT = 50.0
 
 
 @dataclass(frozen=True)
@@ -275,264 +256,3 @@ def under_telemetry(
     with Sampler(node_name(ctx), interval_s=interval_s) as sampler:
         value = fn(ctx, **kwargs)
     return UnderTelemetry(value, sampler.result())
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    """What the built-in load did: GEMM + all_reduce iterations on every rank."""
-
-    backend: str
-    device: str
-    iterations: int
-    seconds: float
-    matmul_n: int
-    all_reduce_bytes: int
-
-    @property
-    def iterations_per_s(self) -> float:
-        """Throughput of the loop: the figure the telemetry overhead benchmark compares."""
-        return self.iterations / self.seconds if self.seconds > 0 else 0.0
-
-
-# CPU runs prove the path, not the speed: sizes and duration are capped there.
-_CPU_CAPS = {"matmul_n": 256, "all_reduce_bytes": 2**18, "seconds": 5.0}
-
-
-def _operands(ctx: TaskContext, backend: str, matmul_n: int, all_reduce_bytes: int) -> tuple[Any, ...]:
-    import torch
-
-    from pytest_gpucluster.workloads.distributed import device_for
-
-    device = device_for(ctx, backend)
-    on_cpu = device.type == "cpu"
-    if on_cpu:
-        matmul_n = min(matmul_n, int(_CPU_CAPS["matmul_n"]))
-        all_reduce_bytes = min(all_reduce_bytes, int(_CPU_CAPS["all_reduce_bytes"]))
-    dtype = torch.float32 if on_cpu else torch.bfloat16
-    a = torch.randn(matmul_n, matmul_n, device=device, dtype=dtype)
-    b = torch.randn(matmul_n, matmul_n, device=device, dtype=dtype)
-    buf = torch.zeros(max(2, all_reduce_bytes // 4), device=device, dtype=torch.float32)
-    return device, a, b, buf
-
-
-def _loop(ctx: TaskContext, a: Any, b: Any, buf: Any, *, seconds: float | None, iterations: int | None
-          ) -> tuple[int, float]:  # fmt: skip
-    """GEMM + all_reduce until rank 0's clock passes ``seconds`` (the stop flag rides in the
-    all_reduce, so every rank stops at the same iteration) or for exactly ``iterations``."""
-    import torch
-    import torch.distributed as dist
-
-    dist.barrier()
-    start = time.perf_counter()
-    done = 0
-    while True:
-        torch.matmul(a, b)
-        buf[0] = 1.0 if (ctx.rank == 0 and seconds is not None and time.perf_counter() - start >= seconds) else 0.0
-        dist.all_reduce(buf)
-        done += 1
-        if iterations is not None and done >= iterations:
-            break
-        if seconds is not None and float(buf[0].item()) > 0:  # .item() also syncs the GPU
-            break
-    if buf.is_cuda:
-        torch.cuda.synchronize(buf.device)
-    return done, time.perf_counter() - start
-
-
-def matmul_all_reduce(
-    ctx: TaskContext,
-    *,
-    seconds: float | None = None,
-    iterations: int | None = None,
-    matmul_n: int = 8192,
-    all_reduce_bytes: int = 256 * 2**20,
-    backend: str | None = None,
-    timeout_s: float = 300.0,
-) -> LoadResult:
-    """Workload: a bf16 GEMM then an all_reduce on every rank, repeated for ``seconds`` or for
-    exactly ``iterations``. The stand-in load of the telemetry check."""
-    from pytest_gpucluster.workloads.distributed import process_group
-
-    if seconds is None and iterations is None:
-        raise ValueError("matmul_all_reduce: give seconds or iterations")
-    with process_group(ctx, backend=backend, timeout_s=timeout_s) as used:
-        device, a, b, buf = _operands(ctx, used, matmul_n, all_reduce_bytes)
-        if device.type == "cpu" and seconds is not None:
-            seconds = min(seconds, _CPU_CAPS["seconds"])
-        done, elapsed = _loop(ctx, a, b, buf, seconds=seconds, iterations=iterations)
-    return LoadResult(used, str(device), done, elapsed, a.shape[0], buf.numel() * 4)
-
-
-@dataclass(frozen=True)
-class OverheadResult:
-    """Seconds per GEMM + all_reduce iteration, per round, without sampling ("off") and with a
-    sampler at each interval ("0.5", ...), and how busy the sampler thread was."""
-
-    backend: str
-    device: str
-    world_size: int
-    matmul_n: int
-    all_reduce_bytes: int
-    iterations: int
-    seconds_per_iteration: dict[str, list[float]]
-    sampler_busy_fraction: dict[str, list[float]]
-    gpus_sampled: int
-
-
-def telemetry_overhead(
-    ctx: TaskContext,
-    *,
-    rounds: int = 6,
-    iterations: int = 500,
-    matmul_n: int = 8192,
-    all_reduce_bytes: int = 256 * 2**20,
-    intervals: tuple[float, ...] = (DEFAULT_INTERVAL_S,),
-    backend: str | None = None,
-    timeout_s: float = 300.0,
-) -> OverheadResult:
-    """Workload: the same loop as ``matmul_all_reduce`` with and without the sampler on the
-    node's first task, in alternating order (off, on, on, off, ...) so slow drift cancels."""
-    from pytest_gpucluster.workloads.distributed import process_group
-
-    modes = ["off"] + [f"{i:g}" for i in intervals]
-    per: dict[str, list[float]] = {m: [] for m in modes}
-    busy: dict[str, list[float]] = {m: [] for m in modes[1:]}
-    gpus = 0
-    with process_group(ctx, backend=backend, timeout_s=timeout_s) as used:
-        device, a, b, buf = _operands(ctx, used, matmul_n, all_reduce_bytes)
-        _loop(ctx, a, b, buf, seconds=None, iterations=max(5, iterations // 10))  # warm-up
-        for r in range(rounds):
-            for mode in modes if r % 2 == 0 else modes[::-1]:
-                if mode == "off" or ctx.local_rank != 0:
-                    done, elapsed = _loop(ctx, a, b, buf, seconds=None, iterations=iterations)
-                else:
-                    with Sampler(node_name(ctx), interval_s=float(mode)) as sampler:
-                        done, elapsed = _loop(ctx, a, b, buf, seconds=None, iterations=iterations)
-                    result = sampler.result()
-                    busy[mode].append(round(result.busy_fraction, 5))
-                    gpus = len(result.gpus)
-                per[mode].append(elapsed / done)
-    return OverheadResult(used, str(device), ctx.world_size, a.shape[0], buf.numel() * 4, iterations, per, busy, gpus)
-
-
-# --------------------------------------------------------------------------- analysis (pure)
-
-
-@dataclass(frozen=True)
-class IdleFraction:
-    """How often one GPU idled while the median of its peers was busy."""
-
-    where: str
-    percent: float
-    idle_samples: int
-    peer_busy_samples: int
-
-    @property
-    def detail(self) -> str:
-        """Words for the measurement's detail field."""
-        return f"idle in {self.idle_samples} of {self.peer_busy_samples} samples while its peers were busy"
-
-
-def absolute_util(telemetry: Sequence[NodeTelemetry]) -> dict[str, list[tuple[float, float]]]:
-    """Every GPU's utilisation series on one clock (Unix time), keyed ``node:gpuN``."""
-    out: dict[str, list[tuple[float, float]]] = {}
-    for nt in telemetry:
-        for gpu, series in nt.gpus.items():
-            out[f"{nt.node}:{gpu}"] = [(nt.t0 + t, v) for t, v in series.get("util", [])]
-    return out
-
-
-def _nearest(series: Sequence[tuple[float, float]], times: Sequence[float], t: float, tol: float) -> float | None:
-    i = bisect_left(times, t)
-    best: tuple[float, float] | None = None
-    for j in (i - 1, i):
-        if 0 <= j < len(series) and abs(series[j][0] - t) <= tol and (best is None or abs(series[j][0] - t) < best[0]):
-            best = (abs(series[j][0] - t), series[j][1])
-    return None if best is None else best[1]
-
-
-def idle_fractions(
-    util: Mapping[str, Sequence[tuple[float, float]]],
-    *,
-    interval_s: float = DEFAULT_INTERVAL_S,
-    idle_below: float = IDLE_BELOW_PCT,
-    busy_from: float = BUSY_FROM_PCT,
-) -> dict[str, IdleFraction]:
-    """Per GPU: of the samples in which its peers' median utilisation was ≥ ``busy_from``, the %
-    in which it was itself below ``idle_below``. Peers' samples are matched to the nearest within
-    1.5 intervals (clocks of different nodes are not in step). 0 % when the peers never worked."""
-    times = {w: [t for t, _ in s] for w, s in util.items()}
-    out: dict[str, IdleFraction] = {}
-    for where, series in util.items():
-        peers = [p for p in util if p != where]
-        busy = idle = 0
-        for t, v in series:
-            values = [x for p in peers if (x := _nearest(util[p], times[p], t, 1.5 * interval_s)) is not None]
-            if not values or statistics.median(values) < busy_from:
-                continue
-            busy += 1
-            idle += v < idle_below
-        out[where] = IdleFraction(where, round(100.0 * idle / busy, 1) if busy else 0.0, idle, busy)
-    return out
-
-
-def unjudged_idle(fractions: Mapping[str, IdleFraction]) -> list[str]:
-    """GPUs whose idleness could not be judged: no sample came while their peers were busy (the
-    fraction would read 0 % on nothing)."""
-    return [f"{w}: no sample came while its peers were busy: its idleness cannot be judged"
-            for w, f in sorted(fractions.items()) if not f.peer_busy_samples]  # fmt: skip
-
-
-def empty_gpu_series_problems(telemetry: Sequence[NodeTelemetry]) -> list[str]:
-    """One sentence per node whose GPU series are empty (no GPU, or not one sample of any GPU),
-    naming the node and the sampler's error: on nodes with GPU devices, an idle or throttle check
-    over such series would pass on nothing."""
-    problems = []
-    for nt in telemetry:
-        if any(points for series in nt.gpus.values() for points in series.values()):
-            continue
-        why = nt.gpu_error or "; ".join(nt.errors) or "the sampler recorded no error"
-        what = "no GPU" if not nt.gpus else f"no sample of its {len(nt.gpus)} GPU(s)"
-        problems.append(f"{nt.node}: the telemetry sampler read {what} ({why})")
-    return problems
-
-
-def throttle_problems(telemetry: Sequence[NodeTelemetry]) -> list[str]:
-    """One sentence per GPU and bad clock-event reason seen, with how long it lasted."""
-    problems = []
-    for nt in telemetry:
-        for gpu, series in sorted(nt.gpus.items()):
-            samples = series.get("throttle", [])
-            for bit, words in BAD_THROTTLE.items():
-                hits = sum(1 for _, mask in samples if int(mask) & bit)
-                if hits:
-                    problems.append(f"{nt.node}:{gpu}: {words} in {hits} of {len(samples)} samples "
-                                    f"(~{hits * nt.interval_s:g} s)")  # fmt: skip
-    return problems
-
-
-def _thin(points: Sequence[tuple[float, float]], limit: int = MAX_POINTS) -> list[list[float]]:
-    step = max(1, -(-len(points) // limit))
-    return [[round(t, 2), v] for t, v in points[::step]]
-
-
-def series_records(telemetry: Sequence[NodeTelemetry], prefix: str = "telemetry") -> list[dict[str, Any]]:
-    """``record("series", ...)`` payloads: every GPU metric per ``node:gpuN`` and the node's CPU
-    and memory use, on one time axis (seconds after the earliest node's first sample), named
-    ``<prefix>.gpu_<metric>`` and ``<prefix>.<metric>`` (one prefix per watched workload)."""
-    if not telemetry:
-        return []
-    origin = min(nt.t0 for nt in telemetry)
-    out: list[dict[str, Any]] = []
-    for nt in sorted(telemetry, key=lambda n: n.node):
-        shift = nt.t0 - origin
-        for gpu, series in sorted(nt.gpus.items()):
-            for metric in GPU_METRICS:
-                points = [(t + shift, v) for t, v in series.get(metric, [])]
-                out.append({"name": f"{prefix}.gpu_{metric}", "where": f"{nt.node}:{gpu}", "x_label": "s",
-                            "y_label": UNITS[metric], "points": _thin(points)})  # fmt: skip
-        for metric, series_ in sorted(nt.node_series.items()):
-            points = [(t + shift, v) for t, v in series_]
-            out.append({"name": f"{prefix}.{metric}", "where": nt.node, "x_label": "s",
-                        "y_label": UNITS[metric], "points": _thin(points)})  # fmt: skip
-    return out

@@ -1,6 +1,7 @@
-"""Are the nodes alike? Pure comparison of node inventories (``inventory.summarise`` output).
+"""Are the nodes alike? Pure comparison, on the login node, of the node inventories the nodes
+returned (``workloads.inventory.summarise`` output).
 
-"Workers are identical" (seed 000) is checked fact by fact: the value most nodes share is the
+"Workers are identical" is checked fact by fact: the value most nodes share is the
 reference and every other node is named with its value, e.g.
 ``worker3: driver 550.54 vs 560.35 on 15 others``. Where no value has a majority (one node
 against one), every node is named and the sentence says so. The profile's own expectations
@@ -164,7 +165,8 @@ def memory_deviation(
 
 @dataclass(frozen=True)
 class Sizing:
-    """Seed 000's CPU/RAM sizing: logical CPUs and GiB of host RAM per GPU on one node."""
+    """The reference acceptance procedure's CPU/RAM sizing: logical CPUs and GiB of host RAM per GPU
+    on one node."""
 
     cpus_per_gpu: float
     memory_gib_per_gpu: float

@@ -1,0 +1,90 @@
+"""What runs in the job: the entry point every task of every job starts in.
+
+``run_on_node`` builds the task's ``TaskContext`` from the scheduler's environment, times the
+workload, and returns its value in a ``TaskOutput`` that the launcher reads back on the login
+node. submitit pickles ``run_on_node`` and ``TaskOutput`` by reference (module and name), so both
+live here at module level; this module imports only submitit's job environment and the workloads'
+context, never the login side (Slurm queries, the session, the backend's waiting logic).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import submitit
+
+from pytest_gpucluster.workloads.context import TaskContext, master_port_for, process_start_time
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class TaskOutput(Generic[R]):
+    """What one task sends back: its context, the workload's value and when it ran (epoch s)."""
+
+    context: TaskContext
+    value: R
+    started: float = 0.0
+    ended: float = 0.0
+    process_started: float = 0.0
+
+
+def run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[str, Any]) -> TaskOutput[R]:
+    """Runs on the compute node: build the task's context from the scheduler's environment,
+    then call the workload."""
+    os.environ.update(env)
+    job_env = submitit.JobEnvironment()
+    hostnames = tuple(job_env.hostnames) or (socket.gethostname(),)
+    job_id = str(job_env.job_id)
+    ctx = TaskContext(
+        job_id=job_id,
+        rank=job_env.global_rank,
+        local_rank=job_env.local_rank,
+        node_rank=job_env.node,
+        world_size=job_env.num_tasks,
+        num_nodes=job_env.num_nodes,
+        hostname=socket.gethostname(),
+        hostnames=hostnames,
+        master_addr=hostnames[0],
+        master_port=master_port_for(job_id),
+    )
+    started = time.time()
+    try:
+        value = fn(ctx, **kwargs)
+    except BaseException:
+        exit_once_written(1)
+        raise
+    exit_once_written(0)
+    return TaskOutput(ctx, value, started, time.time(), process_start_time())
+
+
+def exit_once_written(code: int) -> None:
+    """In a job's own process, end it as soon as submitit has written the task's result, with
+    ``code``: without this, Python's shutdown tears down torch, CUDA contexts and communicators
+    one object at a time (docs/gpu-runs.md has the cost, ``benchmarks/process_exit.py`` measures
+    it), and the next job cannot start on the node until this one has ended. An exit hook registered now runs
+    before the ones the workload's imports registered (they run last-in, first-out), so none of
+    theirs run. Should writing the result fail after all, submitit raises and Python has set
+    ``sys.last_value`` before exit hooks run: the process then ends with 1. Anywhere else (a test
+    calling this function directly) it does nothing."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", "") != "submitit.core._submit":
+        return
+
+    def now() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        os._exit(1 if uncaught is not None else code)
+
+    atexit.register(now)
