@@ -14,7 +14,11 @@ from pytest_gpucluster.config import load
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
 
-pytest_plugins = ["pytest_gpucluster.fixtures", "pytest_gpucluster.report.hooks"]
+pytest_plugins = [
+    "pytest_gpucluster.fixtures",
+    "pytest_gpucluster.report.hooks",
+    "pytest_gpucluster.report.pytest_html_hooks",
+]
 
 MARKERS = {
     "multinode": (

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import base64
+import re
 
+from pytest_gpucluster.profile import Threshold
 from pytest_gpucluster.report import html, model, plots
+from pytest_gpucluster.results import ResultsDocument
+from pytest_gpucluster.selection import Selection
+from pytest_gpucluster.verdict import Measurement, judge
 
 
 def _m(metric, value, status, where, **threshold):
@@ -194,3 +199,122 @@ def test_series_with_the_same_name_share_one_plot_with_its_threshold_line():
     svg = base64.b64decode(plot.data_uri.split(",", 1)[1]).decode()
     assert plot.title == "busbw" and svg.startswith("<?xml") and "<svg" in svg
     assert "node1" in svg and "node2" in svg and "fail line" in svg
+
+
+# --------------------------------------------------------------------------- a 64-node cluster
+
+NODES_64 = [f"gpu-{i:03d}" for i in range(1, 65)]
+
+
+def synthetic_64_node_doc() -> dict:
+    """A synthetic results document of 64 nodes × 8 H100 GPUs, built from the plugin's own types
+    (ResultsDocument, TestRecord, judged Measurements): three nodes fail (a hot GPU, a slow GPU, an
+    InfiniBand port down), one is not judged in full (a skipped check), one passes with a warning.
+    docs/samples/acceptance-64node-synthetic.html is rendered from it (docs/report.md says how)."""
+    doc = ResultsDocument(profile="synthetic-64x8", thresholds_file="thresholds.toml", thresholds_sha256="0" * 64)
+    doc.started, doc.finished, doc.status, doc.wall_s = "2026-11-23T20:00:00+00:00", "2026-11-23T20:41:07+00:00", \
+        "complete", 2467.0  # fmt: skip
+    doc.nodes = list(NODES_64)
+    doc.cluster = {"profile": doc.profile, "description": "synthetic: 64 nodes × 8 GPUs, no real measurement",
+                   "executor": "slurm", "gpu_model": "NVIDIA H100 80GB HBM3", "gpus_per_node": 8,
+                   "nodes_expected": 64}  # fmt: skip
+    doc.environment = {"plugin": "0.1.0", "python": "3.12.3", "torch": "2.11.0", "nccl": "2.27.5", "cuda": "12.9",
+                       "driver": "575.57.08", "slurm": "24.11.5", "thresholds_set": "h100"}  # fmt: skip
+    summary = {"os": "Ubuntu 24.04.3 LTS", "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "driver": "575.57.08",
+               "cuda": "12.9", "ib_devices": 8, "ib_active_ports": 8}  # fmt: skip
+    doc.inventory = {n: {"summary": summary, "hostname": n} for n in NODES_64}
+    temp = Threshold("gpu.temperature", "C", fail_above=85, warn_above=75, source="thresholds.h100.gpu.temperature")
+    tflops = Threshold("compute.matmul_bf16", "TFLOP/s", fail_below=600, warn_below=650, source="thresholds.h100")
+    busbw = Threshold("nccl.all_reduce.intra_node", "GB/s", fail_below=320, warn_below=340, source="thresholds.h100")
+
+    def measured(t: Threshold, value: float, where: str) -> dict:
+        return {"kind": "measurement", **judge(Measurement(t.metric, value, t.unit, where=where), t).to_json()}
+
+    def add(nodeid: str, outcome: str, measurements=(), problems=(), message: str = "") -> None:
+        rec = doc.record(nodeid)
+        rec.outcome, rec.measurements, rec.problems, rec.message = outcome, list(measurements), list(problems), message
+        rec.duration_s = 12.0
+
+    acceptance = "tests/acceptance"
+    for n in NODES_64:
+        temps = [measured(temp, 88 if (n, g) == ("gpu-017", 3) else 78 if (n, g) == ("gpu-042", 0) else 41 + g,
+                          f"{n}:gpu{g}") for g in range(8)]  # fmt: skip
+        hot = n == "gpu-017"
+        add(
+            f"{acceptance}/test_gpu_health.py::test_gpu_health[{n}]",
+            "failed" if hot else "passed",
+            temps,
+            message="Failed: gpu-017:gpu3: gpu.temperature = 88 C is above the fail line 85 C" if hot else "",
+        )
+        down = n == "gpu-051"
+        add(
+            f"{acceptance}/test_infiniband.py::test_ib_ports_active[{n}]",
+            "failed" if down else "passed",
+            problems=[f"{n}: mlx5_3 port 1 is DOWN"] if down else [],
+            message=f"Failed: {n}: mlx5_3 port 1 is DOWN" if down else "",
+        )
+        add(f"{acceptance}/test_nccl.py::test_all_reduce_intra_node[{n}]", "passed",
+            [measured(busbw, 361.0 + int(n[-3:]) % 7, n)])  # fmt: skip
+        skipped = n == "gpu-060"
+        add(
+            f"{acceptance}/test_dcgm.py::test_dcgm_diagnostics[{n}]",
+            "skipped" if skipped else "passed",
+            message=f"Skipped: dcgmi is not installed on {n}" if skipped else "",
+        )
+    speed = [measured(tflops, 410.0 if (n, g) == ("gpu-033", 5) else 702.0 + g, f"{n}:gpu{g}")
+             for n in NODES_64 for g in range(8)]  # fmt: skip
+    add(
+        f"{acceptance}/test_compute.py::test_matmul_bf16",
+        "failed",
+        speed,
+        message="Failed: gpu-033:gpu5: compute.matmul_bf16 = 410 TFLOP/s is below the fail line 600 TFLOP/s",
+    )
+    add(f"{acceptance}/test_nccl.py::test_all_reduce_across_nodes", "passed",
+        [measured(Threshold("nccl.all_reduce.inter_node", "GB/s", fail_below=300, source="thresholds.h100"), 371.5,
+                  "all nodes")])  # fmt: skip
+    doc.selection = Selection(required=list(doc.tests))
+    return doc.to_json()
+
+
+def test_a_64_node_report_names_the_bad_nodes_and_stays_compact():
+    doc = synthetic_64_node_doc()
+    nodes = model.node_verdicts(doc, model.acceptance(doc).verdict)
+    assert nodes.summary == "60 of 64 nodes accepted; rejected: gpu-[017,033,051]; not judged in full: gpu-060"
+    assert nodes.exclude == "gpu-[017,033,051]"
+    decided = {v.node: v.checks for v in nodes.verdicts if v.checks}
+    assert decided == {"gpu-017": ("test_gpu_health",), "gpu-033": ("test_matmul_bf16",),
+                       "gpu-051": ("test_ib_ports_active",), "gpu-060": ("test_dcgm_diagnostics",)}  # fmt: skip
+
+    page = html.render_page(doc)
+    summary = page.split('id="gc-environment"')[0]
+    assert "Nodes: 60 of 64 nodes accepted; rejected: gpu-[017,033,051]; not judged in full: gpu-060" in summary
+    assert "64 nodes: gpu-[001-064]" in summary and "sbatch --exclude=gpu-[017,033,051]" in summary
+    # the nodes that are not accepted come first, with the check that decided and its evidence
+    rows = re.findall(r'<tr><td class="gc-mono">(gpu-\d+)</td><td>.*?</td><td class="gc-mono">(.*?)</td><td>(.*?)</td>',
+                      summary)  # fmt: skip
+    assert [(n, c) for n, c, _ in rows] == [("gpu-017", "gpu_health"), ("gpu-033", "matmul_bf16"),
+                                           ("gpu-051", "ib_ports_active"), ("gpu-060", "dcgm_diagnostics")]  # fmt: skip
+    assert "gpu-017:gpu3: gpu.temperature = 88 C is above the fail line 85 C" in rows[0][2]
+    accepted = re.search(r'id="gc-nodes-accepted">Accepted \(60\): <span class="gc-mono">(.*?)</span>', summary)
+    assert accepted and accepted.group(1) == "gpu-[001-016,018-032,034-050,052-059,061-064]"
+    assert "gpu-005" not in summary  # an accepted node is in the hostlist only
+
+    matrix = re.search(r'<table class="gc-matrix" id="gc-matrix">(.*?)</table>', page, re.S).group(1)
+    labels = re.findall(r'<tr><th class="gc-mono[^"]*">(.*?)</th>', matrix)
+    clean = "gpu-[001-016,018-032,034-041,043-050,052-059,061-064] (59 nodes)"
+    assert labels == ["gpu-017", "gpu-033", "gpu-051", "gpu-060", "gpu-042", clean, model.CLUSTER_ROW]
+    assert matrix.count("<tr>") == 2 + len(labels)  # two header rows, no row per green node
+    assert 'title="pass on gpu-[001-016,018-032,034-041,043-050,052-059,061-064]"' in matrix
+    inventory = re.search(r'<table id="gc-inventory">(.*?)</table>', page, re.S).group(1)
+    assert inventory.count("<tr>") == 1 + 7 and "gpu-[001-064] (64)" in inventory  # one column for 64 alike
+
+
+def test_hostile_names_stay_text_on_a_large_cluster_too():
+    evil = "<img src=x onerror=alert(1)>"
+    names = [f"n{i}" for i in range(1, 20)] + [f"{evil}1", f"{evil}2"]
+    tests = [_t(f"a::test_gpu[{n}]", "fail" if n.endswith("2") and evil in n else "pass", params=n,
+                problems=[f"{n}: {evil}"] if evil in n else []) for n in names]  # fmt: skip
+    doc = {**_doc(tests, nodes=names), "inventory": {n: {"summary": {"os": evil}} for n in names}}
+    page = html.render_page(doc)
+    assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert 'id="gc-nodes-accepted"' in page and "n[1-9],n[10-19] (19 nodes)" in page

@@ -1,5 +1,6 @@
 """pytest hooks of the results file, readable JUnit properties, job log tails, ``--baseline`` and
-``--calibrate``; registers the pytest-html integration when ``--html`` is given.
+``--calibrate``. The pytest-html integration (``pytest_html_hooks.py``) registers itself; nothing
+here knows about it.
 
 Data path: tests attach ``("gpucluster", {...})`` entries to ``user_properties``. Where a test
 runs (an xdist worker or the only process), a failed phase gets the end of its jobs' logs
@@ -54,7 +55,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Build the results hooks on the run's session; add the HTML report when pytest-html writes one."""
+    """Build the results hooks on the run's session."""
     from pytest_gpucluster.plugin import SESSION_KEY
 
     session = config.stash.get(SESSION_KEY, None)
@@ -65,10 +66,6 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.pluginmanager.register(hooks, "gpucluster-results")
-    if session.results is not None and config.getoption("htmlpath", None) and config.pluginmanager.hasplugin("html"):
-        from pytest_gpucluster.report.pytest_html_hooks import HtmlReportHooks
-
-        config.pluginmanager.register(HtmlReportHooks(session, hooks), "gpucluster-html")
 
 
 class ResultsHooks:

@@ -377,6 +377,46 @@ def matrix(doc: Mapping[str, Any]) -> Matrix:
     return Matrix(tuple(rows), tuple(columns), cells)
 
 
+@dataclass(frozen=True)
+class MatrixRow:
+    """One row of the matrix as shown: one node, the cluster-wide row, or several nodes whose every
+    check passed (or did not apply), named by their hostlist."""
+
+    label: str
+    nodes: tuple[str, ...]
+
+    def cell(self, m: Matrix, column: tuple[str, str]) -> Cell:
+        """The row's cell: the node's own, or for a group the worst of its nodes' cells, explained
+        as the nodes that had each status (``pass on gpu-[01-60]``)."""
+        if len(self.nodes) == 1:
+            return m.cell(self.nodes[0], column)
+        by_status: dict[str, list[str]] = {}
+        for node in self.nodes:
+            by_status.setdefault(m.cell(node, column).status, []).append(node)
+        lines = tuple(f"{'not run' if s == 'none' else s} on {hostlist(ns)}" for s, ns in by_status.items())
+        return Cell(worst(by_status), lines)
+
+
+def matrix_rows(m: Matrix, max_node_rows: int = 16) -> tuple[MatrixRow, ...]:
+    """The rows to show: up to ``max_node_rows`` nodes, a row per node in the matrix's order. Past
+    that, the nodes with a failure first, then those with a skip, a warning or an expected failure,
+    each in a row of its own, and the nodes where every check passed or did not apply in one row
+    named by their hostlist; the cluster-wide row last."""
+    nodes = [r for r in m.rows if r != CLUSTER_ROW]
+    tail = (MatrixRow(CLUSTER_ROW, (CLUSTER_ROW,)),) if CLUSTER_ROW in m.rows else ()
+    if len(nodes) <= max_node_rows:
+        return tuple(MatrixRow(n, (n,)) for n in nodes) + tail
+    rank = {"fail": 0, "error": 0, "xpass": 0, "skip": 1, "warn": 2, "xfail": 3}
+    row_status = {n: worst(m.cell(n, c).status for c in m.columns) for n in nodes}
+    marked = sorted((n for n in nodes if row_status[n] in rank), key=lambda n: rank[row_status[n]])
+    clean = tuple(n for n in nodes if row_status[n] not in rank)
+    if len(clean) > 1:
+        group: tuple[MatrixRow, ...] = (MatrixRow(f"{hostlist(clean)} ({len(clean)} nodes)", clean),)
+    else:
+        group = tuple(MatrixRow(n, (n,)) for n in clean)
+    return tuple(MatrixRow(n, (n,)) for n in marked) + group + tail
+
+
 # --------------------------------------------------------------------------- per-node verdicts
 
 
@@ -390,6 +430,7 @@ class NodeVerdict:
     node: str
     verdict: NodeOverall
     reasons: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()  # the checks (test functions) whose results decided a REJECTED or INCOMPLETE
 
 
 @dataclass(frozen=True)
@@ -426,6 +467,8 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
     for node in [*known, *[n for n in excluded if n not in known]]:
         bad: list[str] = []
         skipped: list[str] = []
+        bad_checks: list[str] = []
+        skipped_checks: list[str] = []
         if node in excluded:
             bad.append(f"{node}: Slurm reports it {excluded[node]}; not tested")
         if node in lost:
@@ -438,15 +481,17 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
                 for line in (x for x in cell.lines if _says_failure(x)):
                     if _convicts(line, node):
                         bad.append(line)
+                        bad_checks.append(col[1])
                     else:
                         unattributed.append(line)
             elif cell.status == "skip":
                 skipped += list(cell.lines)
+                skipped_checks.append(col[1])
         bad = list(dict.fromkeys(bad))
         if bad:
-            out.append(NodeVerdict(node, "REJECTED", tuple(bad)))
+            out.append(NodeVerdict(node, "REJECTED", tuple(bad), tuple(dict.fromkeys(bad_checks))))
         elif skipped:
-            out.append(NodeVerdict(node, "INCOMPLETE", tuple(dict.fromkeys(skipped))))
+            out.append(NodeVerdict(node, "INCOMPLETE", tuple(dict.fromkeys(skipped)), tuple(skipped_checks)))
         else:
             partial = run_verdict == "PARTIAL" or bool((doc.get("selection") or {}).get("partial"))
             out.append(NodeVerdict(node, "PARTIAL" if partial else "ACCEPTED"))

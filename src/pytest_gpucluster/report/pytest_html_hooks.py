@@ -1,5 +1,7 @@
-"""The one module that speaks to pytest-html (4.x hooks); registered by ``report/hooks.py`` in the
-controlling process only, and only when pytest-html is installed and ``--html`` is given.
+"""The one module that speaks to pytest-html (4.x hooks). Loaded with the plugin; its
+``pytest_configure`` registers the hooks in the controlling process only, and only when pytest-html
+is active and ``--html`` is given. It reads the run's results document and nothing of
+``report/hooks.py``.
 
 Page layout (the style sheet reorders pytest-html's blocks): title; acceptance summary (verdict,
 cluster, nodes, GPUs, counts, failures, skips with reasons); environment and inventory; node ×
@@ -16,16 +18,27 @@ import pytest
 from pytest_html import extras as html_extras
 
 from pytest_gpucluster.report import html, model
-from pytest_gpucluster.report.hooks import ResultsHooks
 from pytest_gpucluster.session import GpuClusterSession
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the HTML report hooks where the results document lives and pytest-html writes a
+    report. Registered after pytest-html's own plugin, so these hooks run before its own."""
+    from pytest_gpucluster.plugin import SESSION_KEY
+
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None or session.results is None:
+        return
+    if config.getoption("htmlpath", None) and config.pluginmanager.hasplugin("html"):
+        config.pluginmanager.register(HtmlReportHooks(session), "gpucluster-html")
 
 
 class HtmlReportHooks:
     """pytest-html hook implementations over the run's results document."""
 
-    def __init__(self, session: GpuClusterSession, results_hooks: ResultsHooks) -> None:
+    def __init__(self, session: GpuClusterSession) -> None:
         self.session = session
-        self.results_hooks = results_hooks
 
     def _doc(self) -> dict[str, Any]:
         assert self.session.results is not None
