@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import re
 
-from pytest_gpucluster.profile import Threshold
+from pytest_gpucluster.config import Threshold
 from pytest_gpucluster.report import html, model, plots
 from pytest_gpucluster.results import ResultsDocument
 from pytest_gpucluster.selection import Selection
