@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucluster.testcluster import ClusterInfo, TestCluster, config
+from gpucluster_testcluster import ClusterInfo, TestCluster, config
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +22,7 @@ def slurm_cluster() -> Iterator[ClusterInfo]:
     """The local multi-node Slurm cluster, started once per session.
 
     A healthy cluster that is already running (e.g. from
-    ``python -m pytest_gpucluster.testcluster up``) is reused and left running;
+    ``python -m gpucluster_testcluster up``) is reused and left running;
     one started here is torn down at the end of the session.
     """
     if os.geteuid() != 0:

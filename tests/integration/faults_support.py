@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpucluster.testcluster import ClusterInfo, TestCluster
+from gpucluster_testcluster import ClusterInfo, TestCluster
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT_NODES = ("node3", "node4")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucluster.testcluster import ClusterInfo
+from gpucluster_testcluster import ClusterInfo
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucluster.testcluster import ClusterInfo
+from gpucluster_testcluster import ClusterInfo
 
 pytestmark = pytest.mark.integration
 

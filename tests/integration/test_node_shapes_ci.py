@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucluster.testcluster import ClusterInfo, TestCluster
+from gpucluster_testcluster import ClusterInfo, TestCluster
 
 pytestmark = pytest.mark.integration
 

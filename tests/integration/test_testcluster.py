@@ -19,10 +19,10 @@ import pytest
 import submitit
 from submitit.core.utils import UncompletedJobError
 
+from gpucluster_testcluster import ClusterInfo, TestCluster
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.launch import JobSpec
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
-from pytest_gpucluster.testcluster import ClusterInfo, TestCluster
 
 pytestmark = pytest.mark.integration
 

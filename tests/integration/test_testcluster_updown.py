@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from gpucluster_testcluster import ClusterInfo, TestCluster
+from gpucluster_testcluster import config as tc_config
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.launch import JobSpec
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
-from pytest_gpucluster.testcluster import ClusterInfo, TestCluster
-from pytest_gpucluster.testcluster import config as tc_config
 from pytest_gpucluster.workloads import rank_failure
 
 pytestmark = pytest.mark.integration

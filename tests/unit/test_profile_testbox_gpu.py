@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpucluster_testcluster import config as tc_config
+
 from pytest_gpucluster.config import load
-from pytest_gpucluster.testcluster import config as tc_config
 
 REPO_THRESHOLDS = Path(__file__).resolve().parents[2] / "thresholds.toml"
 NO_NVLS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucluster.testcluster import cli, config
-from pytest_gpucluster.testcluster.cluster import parse_sinfo
-from pytest_gpucluster.testcluster.config import ClusterSpec, Paths
+from gpucluster_testcluster import cli, config
+from gpucluster_testcluster.cluster import parse_sinfo
+from gpucluster_testcluster.config import ClusterSpec, Paths
 
 
 def conf_lines(text: str) -> dict[str, str]:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucluster.testcluster import cli, config
-from pytest_gpucluster.testcluster.cluster import _spec_json
-from pytest_gpucluster.testcluster.config import ClusterSpec, Paths
+from gpucluster_testcluster import cli, config
+from gpucluster_testcluster.cluster import _spec_json
+from gpucluster_testcluster.config import ClusterSpec, Paths
 
 
 def spec(**kw: object) -> ClusterSpec:

@@ -1,6 +1,6 @@
 """A real multi-node Slurm cluster on one machine, for this project's own tests.
 
-``python -m pytest_gpucluster.testcluster up`` starts munged, MariaDB,
+``python -m gpucluster_testcluster up`` starts munged, MariaDB,
 slurmdbd, slurmctld and one slurmd per node, each node in its own network and
 UTS namespace; see docs/testcluster.md. Only the standard library is used, so
 the module also runs under a bare system Python on the GPU machine.

@@ -1,4 +1,4 @@
-"""``python -m pytest_gpucluster.testcluster up|down|status``."""
+"""``python -m gpucluster_testcluster up|down|status``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .proc import ClusterError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pytest_gpucluster.testcluster",
+        prog="python -m gpucluster_testcluster",
         description="A multi-node Slurm test cluster on this machine (needs root).",
     )
     parser.add_argument("command", choices=("up", "down", "status"))
