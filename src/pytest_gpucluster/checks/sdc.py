@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pytest_gpucluster.workloads.sdc import SdcResult
 
 # Relative tolerance of a block sum against a reference, by the dtype the GPUs computed in.
-# float32 without TF32 stays within 1e-7 of float64 at the default sizes; bfloat16 keeps 8 bits.
-RTOL = {"float64": 1e-12, "float32": 1e-5, "bfloat16": 5e-2}
+# Each leaves a wide margin over the rounding of that precision against float64 (24 significant
+# bits for float32 without TF32, 8 for bfloat16), and is far below what a flipped exponent bit does.
+RTOL = {"float64": 1e-12, "float32": 1e-5, "bfloat16": 1e-2}
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,13 @@ import socket
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.distributed import device_for, pick_backend
+from pytest_gpucluster.workloads.nvml_util import gpu_label
 
 DTYPES = ("float32", "float64", "bfloat16")
 _MASK32 = 0xFFFFFFFF
@@ -121,7 +123,7 @@ def _matrix(torch: Any, n: int, seed: int, k: int, device: Any, dtype: Any) -> A
     it keeps the scale of its input. Integer hashing in int64 (every product < 2⁶³), 24-bit
     integers to float (exact), then scaling by powers of two (exact)."""
     x = torch.arange(n * n, dtype=torch.int64, device=device)
-    x = (x + (seed * 0x9E3779B1 + k * 0x85EBCA6B)) & _MASK32
+    x = (x + ((seed * 0x9E3779B1 + k * 0x85EBCA6B) & _MASK32)) & _MASK32
     x = (x * 1103515245 + 12345) & _MASK32
     for _ in range(2):
         x = x ^ (x >> 16)
@@ -258,8 +260,6 @@ def compute(config: SdcConfig, *, device: Any = None, node: str = "", gpu: str =
 def reference(config: SdcConfig) -> SdcResult:
     """The chain in float64 on this CPU, for the login side to judge every GPU against within a
     tolerance; meant for small sizes (float64 GEMMs on one CPU are slow)."""
-    from dataclasses import replace
-
     return compute(replace(config, dtype="float64"), node="reference", gpu="cpu")
 
 
@@ -267,9 +267,6 @@ def run(ctx: TaskContext, *, config: SdcConfig, backend: str | None = None) -> S
     """Run on each GPU (one task per GPU): the chain on this task's GPU, or on the CPU with one
     thread (bit-reproducible) where the job's backend is gloo."""
     import torch
-
-    from pytest_gpucluster.workloads.distributed import device_for, pick_backend
-    from pytest_gpucluster.workloads.nvml_util import gpu_label
 
     on_gpu = pick_backend(backend) == "nccl"
     device = device_for(ctx, "nccl" if on_gpu else "gloo")
