@@ -121,3 +121,17 @@ def test_bad_config_is_named():
         sdc.SdcConfig(dtype="float16")
     with pytest.raises(ValueError, match="block_elements=0"):
         sdc.SdcConfig(block_elements=0)
+
+
+def test_two_elements_of_one_block_are_not_mistaken_for_one():
+    with sdc.deterministic(on_gpu=False):
+        x, colsum = sdc.chain(sdc.TINY, torch.device("cpu"))
+    clean = sdc.fingerprint(x, colsum, sdc.TINY)
+    for first, second in ((FLIPPED, FLIPPED + 7), (FLIPPED, FLIPPED + 1)):
+        bad = x.clone().reshape(-1)
+        bad.view(torch.int32)[first] += 1  # a one-ulp change at ``first`` …
+        bad.view(torch.int32)[second] -= 2  # … and two ulps the other way at ``second``
+        corrupt = sdc.fingerprint(bad.reshape(x.shape), colsum, sdc.TINY)
+        base = sdc.SdcResult(node="node1", gpu="gpu0", device_name=H100, config=sdc.TINY, elapsed_s=0.0, **clean)
+        diff = judge.first_difference(replace(base, gpu="gpu1", **corrupt), base)
+        assert diff is not None and diff.block == 3 and diff.element is None

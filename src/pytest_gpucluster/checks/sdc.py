@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_gpucluster.workloads.sdc import SdcResult
+from pytest_gpucluster.workloads.sdc import SdcResult, scramble
 
 # Relative tolerance of a block sum against a reference, by the dtype the GPUs computed in.
 # Each leaves a wide margin over the rounding of that precision against float64 (24 significant
@@ -43,15 +43,15 @@ class BlockDiff:
 def first_difference(result: SdcResult, other: SdcResult) -> BlockDiff | None:
     """The first block whose checksums differ between two fingerprints, None when all agree."""
     size = result.config.block_elements
-    pairs = list(zip(result.block_s0, result.block_s1, other.block_s0, other.block_s1, strict=True))
-    differing = [i for i, (a0, a1, b0, b1) in enumerate(pairs) if (a0, a1) != (b0, b1)]
+    mine = list(zip(result.block_s0, result.block_s1, result.block_s2, strict=True))
+    theirs = list(zip(other.block_s0, other.block_s1, other.block_s2, strict=True))
+    differing = [i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b]
     if not differing:
         return None
     block = differing[0]
-    a0, a1, b0, b1 = pairs[block]
-    d0, d1 = a0 - b0, a1 - b1
+    d0, d1, d2 = (a - b for a, b in zip(mine[block], theirs[block], strict=True))
     element = None
-    if d0 != 0 and d1 % d0 == 0 and 1 <= d1 // d0 <= size:
+    if d0 != 0 and d1 % d0 == 0 and 1 <= d1 // d0 <= size and d2 == scramble(d1 // d0 - 1) * d0:
         element = block * size + d1 // d0 - 1
     count = result.config.n * result.config.n
     return BlockDiff(block, block * size, min(count, (block + 1) * size) - 1, element, len(differing))

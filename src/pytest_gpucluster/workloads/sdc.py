@@ -15,10 +15,11 @@ configuration alone, keeps the magnitudes near one without rounding anything.
 
 The fingerprint, all of it small enough to return from every GPU of a large cluster:
 - ``digest``: sha256 of the result's bytes and of the column sums; equal digests, equal bits;
-- per block of ``block_elements`` consecutive elements of the result, two integer checksums over
-  the elements' 16-bit words taken as signed integers, S0 = Σ w and S1 = Σ (e+1)·w with e the
-  element's index in the block: exact and independent of summation order, so where a single
-  element differs between two GPUs, ΔS1 / ΔS0 - 1 is its index;
+- per block of ``block_elements`` consecutive elements of the result, three integer checksums
+  over the elements' 16-bit words taken as signed integers, S0 = Σ w, S1 = Σ (e+1)·w and
+  S2 = Σ h(e)·w with e the element's index in the block and h a fixed integer hash of it: exact and
+  independent of summation order, so where a single element differs between two GPUs,
+  ΔS1 / ΔS0 - 1 is its index, and ΔS2 = h(index)·ΔS0 confirms that it is the only one;
 - per block, the float64 sum and sum of magnitudes of the values, to compare against a
   reference computed in another precision within a tolerance (the blocks are the same elements
   whatever the dtype);
@@ -45,7 +46,7 @@ from pytest_gpucluster.workloads.nvml_util import gpu_label
 DTYPES = ("float32", "float64", "bfloat16")
 _MASK32 = 0xFFFFFFFF
 # Largest block for the weighted checksum: with 16-bit words (|w| ≤ 2¹⁵, 4 per float64) and
-# weights up to 2²⁰, S1 stays below 2⁵⁶, far inside int64.
+# weights up to 2²⁰, S1 and S2 stay below 2⁵⁶, far inside int64.
 MAX_BLOCK_ELEMENTS = 2**20
 # The chain's step is X·(I + PERTURBATION·M).
 PERTURBATION = 0.25
@@ -88,6 +89,7 @@ class SdcResult:
     digest: str
     block_s0: tuple[int, ...]
     block_s1: tuple[int, ...]
+    block_s2: tuple[int, ...]
     block_sums: tuple[float, ...]
     block_abs_sums: tuple[float, ...]
     samples: tuple[tuple[int, float], ...]
@@ -108,7 +110,7 @@ class SdcResult:
         """The inverse of ``to_dict``."""
         d = dict(data)
         d["config"] = SdcConfig(**d["config"])
-        for key in ("block_s0", "block_s1", "block_sums", "block_abs_sums"):
+        for key in ("block_s0", "block_s1", "block_s2", "block_sums", "block_abs_sums"):
             d[key] = tuple(d[key])
         d["samples"] = tuple((int(i), float(v)) for i, v in d["samples"])
         return cls(**d)
@@ -190,6 +192,17 @@ def deterministic(on_gpu: bool) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = saved[5]
 
 
+def scramble(index: Any) -> Any:
+    """h(e), the third checksum's weight of in-block index ``e`` (an int or an int64 tensor): an
+    integer hash of e into 1 … 2²⁰, far from linear, so that changes of several elements that
+    happen to point S1 at one element do not also fit S2."""
+    x = (index * 0x9E3779B1) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x2C1B3C6D) & _MASK32
+    x = x ^ (x >> 12)
+    return (x & (MAX_BLOCK_ELEMENTS - 1)) + 1
+
+
 def _blocks(torch: Any, flat: Any, size: int, fill: Any) -> Any:
     """``flat`` as rows of ``size`` (the last one padded with ``fill``)."""
     rows = math.ceil(flat.numel() / size)
@@ -219,6 +232,7 @@ def fingerprint(x: Any, colsum: Any, config: SdcConfig) -> dict[str, Any]:
         "digest": digest.hexdigest(),
         "block_s0": tuple(int(v) for v in by_element.sum(dim=1).cpu().tolist()),
         "block_s1": tuple(int(v) for v in (by_element * weights).sum(dim=1).cpu().tolist()),
+        "block_s2": tuple(int(v) for v in (by_element * scramble(weights - 1)).sum(dim=1).cpu().tolist()),
         "block_sums": tuple(float(v) for v in values.sum(dim=1).cpu().tolist()),
         "block_abs_sums": tuple(float(v) for v in values.abs().sum(dim=1).cpu().tolist()),
         "samples": tuple(zip(indices, (float(v) for v in sampled), strict=True)),
