@@ -1,0 +1,233 @@
+"""Fabric error counters of one node: every InfiniBand port's error counters from sysfs and every
+NVLink's error counters from NVML, read at one moment into a picklable snapshot.
+
+Two snapshots, one before the first workload and one after the last NCCL or training job, are
+compared on the login node (``pytest_gpucluster.checks.fabric``): a link that corrupts or drops
+traffic under load shows as a counter that rose while the collectives still passed.
+
+InfiniBand, per ``<root>/<hca>/ports/<port>/``:
+- ``counters/``: the PortCounters error counters of the InfiniBand specification (the kernel's
+  sysfs ABI names them); the data and packet counters there are traffic, not errors, and are
+  not read.
+- ``hw_counters/``, where the driver provides it (mlx5 does): the error counters of the
+  device's queue counters (sequence errors, retries exceeded, completions with error).
+
+NVLink, per GPU and link: ``nvmlDeviceGetNvLinkErrorCounter`` for replay, recovery, CRC flit,
+CRC data and ECC data. A counter NVML does not support on a GPU is listed as unsupported; NVML
+missing altogether is recorded in ``nvml_status``. Neither raises.
+
+The sysfs root is a parameter so tests read recorded trees.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_gpucluster.workloads.context import TaskContext
+
+SYSFS_ROOT = "/sys/class/infiniband"
+
+# counters/ error counters → width in bits. These PortCounters fields saturate at their maximum
+# (they never wrap), so a counter already at 2**width - 1 cannot show a further increase.
+IB_ERROR_COUNTERS: dict[str, int] = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+}
+
+# hw_counters/ (driver-specific, 64-bit) that count errors; read only where present.
+IB_HW_ERROR_COUNTERS: tuple[str, ...] = (
+    "out_of_sequence",
+    "packet_seq_err",
+    "implied_nak_seq_err",
+    "local_ack_timeout_err",
+    "rnr_nak_retry_err",
+    "req_transport_retries_exceeded",
+    "req_rnr_retries_exceeded",
+    "req_cqe_error",
+    "resp_cqe_error",
+    "resp_local_length_error",
+    "req_remote_invalid_request",
+    "req_remote_access_errors",
+    "resp_remote_access_errors",
+)
+
+# Counter name in a snapshot → the nvmlNvLinkErrorCounter_t member it is read with.
+NVLINK_ERROR_COUNTERS: dict[str, str] = {
+    "nvlink_replay": "NVML_NVLINK_ERROR_DL_REPLAY",
+    "nvlink_recovery": "NVML_NVLINK_ERROR_DL_RECOVERY",
+    "nvlink_crc_flit": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
+    "nvlink_crc_data": "NVML_NVLINK_ERROR_DL_CRC_DATA",
+    "nvlink_ecc_data": "NVML_NVLINK_ERROR_DL_ECC_DATA",
+}
+
+
+@dataclass(frozen=True)
+class IbPortCounters:
+    """One HCA port's error counters; ``unreadable`` names files present but not an integer."""
+
+    hca: str
+    port: str
+    counters: dict[str, int]
+    unreadable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NvLinkCounters:
+    """One NVLink's error counters; ``unsupported`` names those NVML does not report on it."""
+
+    link: int
+    counters: dict[str, int]
+    unsupported: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuNvLinks:
+    """One GPU's NVLinks (empty when it has none); ``errors``: NVML failures other than unsupported."""
+
+    index: int
+    links: tuple[NvLinkCounters, ...]
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FabricSnapshot:
+    """Every fabric error counter of one node at ``time_s`` (epoch seconds).
+
+    ``nvml_status`` is ``"ok"`` or ``"unsupported: <why>"`` (no NVML library, no driver, NVML
+    refused to start); ``error`` says why the InfiniBand tree could not be read at all.
+    """
+
+    node: str
+    time_s: float
+    root: str
+    ib_ports: tuple[IbPortCounters, ...]
+    gpus: tuple[GpuNvLinks, ...]
+    nvml_status: str
+    error: str = ""
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_port(hca: str, port_dir: Path) -> IbPortCounters:
+    counters: dict[str, int] = {}
+    unreadable: list[str] = []
+    sources = [(port_dir / "counters", tuple(IB_ERROR_COUNTERS)), (port_dir / "hw_counters", IB_HW_ERROR_COUNTERS)]
+    for folder, names in sources:
+        for name in names:
+            path = folder / name
+            if name in counters or not path.exists():
+                continue
+            value = _read_int(path)
+            if value is None:
+                unreadable.append(name)
+            else:
+                counters[name] = value
+    return IbPortCounters(hca, port_dir.name, counters, tuple(unreadable))
+
+
+def read_ib_counters(root: str = SYSFS_ROOT) -> tuple[IbPortCounters, ...]:
+    """Error counters of every port of every HCA under ``root`` (empty when ``root`` does not exist)."""
+    base = Path(root)
+    if not base.is_dir():
+        return ()
+    ports = []
+    for hca in sorted(base.iterdir(), key=lambda p: p.name):
+        port_root = hca / "ports"
+        if not port_root.is_dir():
+            continue
+        for port_dir in sorted(port_root.iterdir(), key=lambda p: p.name):
+            ports.append(_read_port(hca.name, port_dir))
+    return tuple(ports)
+
+
+def _nvlink_counters(nvml: Any, handle: Any, link: int) -> NvLinkCounters:
+    counters: dict[str, int] = {}
+    unsupported: list[str] = []
+    for name, member in NVLINK_ERROR_COUNTERS.items():
+        kind = getattr(nvml, member, None)
+        if kind is None:  # an older NVML binding without this counter
+            unsupported.append(name)
+            continue
+        try:
+            counters[name] = int(nvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, kind))
+        except nvml.NVMLError_NotSupported:
+            unsupported.append(name)
+    return NvLinkCounters(link, counters, tuple(unsupported))
+
+
+def _gpu_links(nvml: Any, index: int) -> GpuNvLinks:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    links: list[NvLinkCounters] = []
+    errors: list[str] = []
+    for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+        try:
+            nvml.nvmlDeviceGetNvLinkState(handle, link)
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_InvalidArgument):
+            break  # past the GPU's last link, or no NVLink at all
+        try:
+            links.append(_nvlink_counters(nvml, handle, link))
+        except nvml.NVMLError as exc:
+            errors.append(f"link {link}: {exc}")
+    return GpuNvLinks(index, tuple(links), tuple(errors))
+
+
+def read_nvlink_counters(nvml: Any) -> tuple[tuple[GpuNvLinks, ...], str]:
+    """(every GPU's NVLink error counters, NVML status) through an initialised ``nvml`` module."""
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+    except nvml.NVMLError as exc:
+        return (), f"unsupported: {exc}"
+    gpus = []
+    for index in range(count):
+        try:
+            gpus.append(_gpu_links(nvml, index))
+        except nvml.NVMLError as exc:
+            gpus.append(GpuNvLinks(index, (), (f"NVML: {exc}",)))
+    return tuple(gpus), "ok"
+
+
+def _nvlink_snapshot() -> tuple[tuple[GpuNvLinks, ...], str]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:  # no library, no driver: recorded, never raised
+        return (), f"unsupported: NVML unusable ({exc})"
+    try:
+        return read_nvlink_counters(pynvml)
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def snapshot(ctx: TaskContext, *, root: str = SYSFS_ROOT, nvml: bool = True) -> FabricSnapshot:
+    """Run on each node: its InfiniBand and NVLink error counters now. ``nvml=False`` skips
+    NVLink (recorded as unsupported), for nodes or tests without GPUs."""
+    node = ctx.hostname or socket.gethostname()
+    gpus, status = _nvlink_snapshot() if nvml else ((), "unsupported: not read")
+    now = time.time()
+    try:
+        return FabricSnapshot(node, now, root, read_ib_counters(root), gpus, status)
+    except OSError as exc:
+        return FabricSnapshot(node, now, root, (), gpus, status, error=f"cannot read {root}: {exc}")
