@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpucluster_testcluster import config as tc_config
-
 from pytest_gpucluster.config import load
 
 REPO_THRESHOLDS = Path(__file__).resolve().parents[2] / "thresholds.toml"
