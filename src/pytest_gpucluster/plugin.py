@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucluster import slurm
 from pytest_gpucluster.config import load
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
@@ -54,6 +55,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="compare measurements with an earlier --results file")  # fmt: skip
     group.addoption("--calibrate", default=None, metavar="PATH",
                     help="write a thresholds.toml fragment derived from this run's measurements")  # fmt: skip
+    group.addoption(
+        "--nodes",
+        default=None,
+        metavar="HOSTLIST",
+        dest="gpucluster_nodes",
+        help="test only these nodes (a Slurm hostlist, e.g. gpu-[03,11]): a re-test of repaired nodes",
+    )
+    group.addoption(
+        "--merge-results",
+        default=None,
+        metavar="PATH",
+        help="merge this run's node verdicts with an earlier --results file into one handover verdict",
+    )
     group.addoption("--dry-run", action="store_true", dest="gpucluster_dry_run",
                     help="print the plan of jobs for the selected checks and stop: nothing is submitted")  # fmt: skip
 
@@ -74,6 +88,15 @@ def settings_from(config: pytest.Config) -> Settings:
     cfg = load(path)
     profile = cfg.profile(config.getoption("cluster"))
     results = config.getoption("results")
+    nodes = config.getoption("gpucluster_nodes", None)
+    if nodes is not None:
+        if profile.executor != "slurm":
+            raise ConfigError(f"--nodes={nodes}: profile {profile.name!r} uses the {profile.executor} executor; "
+                              "--nodes picks nodes of a Slurm partition.")  # fmt: skip
+        try:
+            picked = slurm.parse_hostlist(nodes)
+        except ValueError as exc:
+            raise ConfigError(f"--nodes={nodes}: {exc}") from None
     workerinput = getattr(config, "workerinput", None)
     run_id = workerinput.get("gpucluster_run_id") if workerinput else None
     return Settings(
@@ -81,6 +104,7 @@ def settings_from(config: pytest.Config) -> Settings:
         profile=profile,
         results_path=Path(results).resolve() if results else None,
         run_id=run_id or secrets.token_hex(4),
+        nodes=picked if nodes is not None else (),
         is_controller=workerinput is None,
         is_xdist_worker=workerinput is not None,
     )

@@ -68,6 +68,7 @@ class Settings:
     run_id: str
     is_controller: bool
     is_xdist_worker: bool = False
+    nodes: tuple[str, ...] = ()  # --nodes: test only these (a re-test); empty: the profile's choice
 
 
 def gpus_on_this_machine() -> tuple[int, str | None]:
@@ -177,15 +178,18 @@ class GpuClusterSession:
         except SlurmQueryError as exc:
             self.node_error = str(exc)
             return tuple(p.nodelist)  # the jobs will say what is wrong with them
-        if p.nodelist:
+        named = self.settings.nodes or p.nodelist
+        if named:
             # The operator named these nodes; one Slurm will not run jobs on is still left out (a
             # job pinned to it would only queue until queue_timeout_s), and said why.
             by_name = {n.name: n for n in known}
-            for name in p.nodelist:
+            for name in named:
                 n = by_name.get(name)
-                if n is not None and not n.usable:
+                if n is None and self.settings.nodes:
+                    self.excluded_nodes[name] = f"not in partition {p.partition!r} (--nodes)"
+                elif n is not None and not n.usable:
                     self.excluded_nodes[name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
-            return tuple(name for name in p.nodelist if name not in self.excluded_nodes)
+            return tuple(name for name in named if name not in self.excluded_nodes)
         usable = [n.name for n in known if n.usable]
         for n in known:
             if not n.usable:
@@ -443,7 +447,9 @@ class GpuClusterSession:
         unusable = "; ".join(f"{n}: {why}" for n, why in self.excluded_nodes.items())
         if self.node_error:
             unusable = "; ".join(x for x in (unusable, self.node_error) if x)
-        return Shape(profile=p.name, executor=p.executor, nodes=p.nodes, usable_nodes=usable,
+        # A re-test of some nodes (--nodes) is a cluster of those nodes: checks across more are n/a.
+        expected = len(self.settings.nodes) if self.settings.nodes else p.nodes
+        return Shape(profile=p.name, executor=p.executor, nodes=expected, usable_nodes=usable,
                      gpus_per_node=self.gpus_per_node, gpus_declared=p.gpus_per_node is not None,
                      gpus_are_real=p.gpus_are_real, ib_hcas=p.ib_hcas, accounting=p.accounting,
                      require_slow=p.require_slow, unusable=unusable)  # fmt: skip

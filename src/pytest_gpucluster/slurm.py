@@ -53,6 +53,29 @@ def expand_hostlist(hostlist: str) -> tuple[str, ...]:
     return tuple(run(["scontrol", "show", "hostnames", hostlist]).split())
 
 
+def parse_hostlist(text: str) -> tuple[str, ...]:
+    """A Slurm hostlist read without Slurm: ``gpu-[01-03,07],login1`` → gpu-01, gpu-02, gpu-03,
+    gpu-07, login1 (ranges keep their zero padding). ValueError names what cannot be read."""
+    names: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", text.replace(" ", "")):
+        match = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\]([^\[\]]*)", part)
+        if match is None:
+            if "[" in part or "]" in part or not part:
+                raise ValueError(f"{part!r} is not a host name or a bracketed range such as node[1-4]")
+            names.append(part)
+            continue
+        head, ranges, tail = match.groups()
+        for item in ranges.split(","):
+            lo, dash, hi = item.partition("-")
+            if not lo.isdigit() or (dash and not hi.isdigit()):
+                raise ValueError(f"{item!r} in {part!r} is not a number or a range such as 1-4")
+            width = len(lo)
+            names += [f"{head}{i:0{width}d}{tail}" for i in range(int(lo), int(hi or lo) + 1)]
+    if not names:
+        raise ValueError("no node named")
+    return tuple(dict.fromkeys(names))
+
+
 def job_nodes(job_id: str, expected: int | None = None) -> tuple[str, ...]:
     """The nodes a job ran or runs on, from accounting, else from the controller's memory of it.
     When accounting lists fewer than ``expected`` nodes (its record can hold part of the

@@ -1,8 +1,11 @@
 """``--drain-failed``: after the run, the node a check rejected is drained in Slurm with the check
-and its evidence as the reason, and no other node is touched (node3/node4; the ci profile's
-node1/node2 stay undisturbed)."""
+and its evidence as the reason, and no other node is touched; once repaired and resumed, a
+re-test of that node alone merges with the first run into an accepted handover (node3/node4; the
+ci profile's node1/node2 stay undisturbed)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from faults_support import fault_profile, restore_nodes, run_pytest, slurm_cmd
@@ -11,8 +14,11 @@ pytestmark = pytest.mark.integration
 
 # A per-node check that finds a fault on node4 only: the evidence the drain reason must carry.
 PLANTED = """
+from pathlib import Path
+
 def test_planted(judge, node):
-    judge.problems([f"{node}: planted fault for the drain test"] if node == "node4" else [], "planted")
+    bad = node == "node4" and Path(__file__).with_name("fault").exists()
+    judge.problems([f"{node}: planted fault for the drain test"] if bad else [], "planted")
 """
 
 
@@ -25,6 +31,7 @@ def test_drain_failed_drains_exactly_the_rejected_node_with_its_evidence(slurm_c
     profile = fault_profile(tmp_path)
     test_file = tmp_path / "test_planted.py"
     test_file.write_text(PLANTED)
+    (tmp_path / "fault").touch()
     try:
         run = run_pytest(profile, tmp_path, str(test_file), "--drain-failed", timeout=120)
         node4, node3 = reason_of("node4"), reason_of("node3")
@@ -38,3 +45,13 @@ def test_drain_failed_drains_exactly_the_rejected_node_with_its_evidence(slurm_c
     assert "drain" not in node3.split("|", 1)[0], node3
     assert run.results["drained"] == {"node4": {"reason": reason}}
     assert f"drained node4 (--drain-failed): reason {reason!r}" in run.output
+
+    # Repaired (the fault is gone) and resumed by restore_nodes: re-test node4 alone and merge.
+    (tmp_path / "fault").unlink()
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps(run.results))
+    retest = run_pytest(profile, tmp_path, str(test_file), "--nodes=node4", f"--merge-results={first}", timeout=120)
+    assert retest.returncode == 0, retest.output[-3000:]
+    merged = retest.results["handover"]
+    assert merged["verdict"] == "ACCEPTED" and merged["retested"] == ["node4"], merged
+    assert merged["nodes"]["node3"]["from"] == str(first) and merged["summary"] == "2 of 2 nodes accepted"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+import pytest
 
 from pytest_gpucluster import slurm
 
@@ -118,3 +121,11 @@ def test_holders_lines_are_split_into_id_name_state_and_hostlist():
         ("23", "ee195b5c-sharedfs", "COMPLETING", "node[3-4]"),
         ("24", "train", "RUNNING", "node3"),
     ]
+
+
+def test_a_hostlist_is_read_without_slurm_keeping_zero_padding():
+    assert slurm.parse_hostlist("gpu-[01-03,07],login1") == ("gpu-01", "gpu-02", "gpu-03", "gpu-07", "login1")
+    assert slurm.parse_hostlist("node4") == ("node4",)
+    for bad, said in (("node[a-b]", "'a-b' in 'node[a-b]' is not a number"), ("x]", "'x]' is not a host name")):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            slurm.parse_hostlist(bad)

@@ -82,9 +82,20 @@ class ResultsHooks:
         calibrate_to = config.getoption("calibrate", None)
         self.calibrate_path = Path(calibrate_to).resolve() if calibrate_to else None
         self.fractions = Fractions(config.getoption("calibrate_fail"), config.getoption("calibrate_warn"))
+        merge = config.getoption("merge_results", None)
+        self.merge_path = Path(merge).resolve() if merge else None
+        self.merge_doc: dict[str, Any] | None = None
         results = session.results
         if results is None:
             return  # an xdist worker: only log tails are its business
+        if self.merge_path is not None:
+            try:
+                self.merge_doc = load_results(self.merge_path)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"--merge-results={merge}: {exc}") from None
+            if not ((self.merge_doc.get("acceptance") or {}).get("nodes") or {}).get("verdicts"):
+                raise ConfigError(f"--merge-results={merge}: the file holds no node verdicts to merge with "
+                                  "(a run that ended before its verdict, or of an older plugin).")  # fmt: skip
         results.cluster = {
             "profile": session.profile.name,
             "description": session.profile.description,
@@ -225,6 +236,15 @@ class ResultsHooks:
             results.extra["drained"] = self._drain(results.extra["acceptance"]["nodes"])
         if acc.verdict == "INCOMPLETE" and session.exitstatus == pytest.ExitCode.OK and not collect_only:
             session.exitstatus = EXIT_INCOMPLETE  # a CI gate must not take it for a pass
+        if self.merge_doc is not None and self.merge_path is not None and not collect_only:
+            here = str(self.session.settings.results_path or "(this run, no --results file)")
+            merged = model.handover(self.merge_doc, str(self.merge_path), results.to_json(), here)
+            results.extra["handover"] = merged
+            # The operator asked for the cluster's handover: the exit status follows it.
+            if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, EXIT_INCOMPLETE):
+                session.exitstatus = {"ACCEPTED": pytest.ExitCode.OK, "REJECTED": pytest.ExitCode.TESTS_FAILED}.get(
+                    merged["verdict"], EXIT_INCOMPLETE
+                )
         if self.comparison is not None and self.comparison.environment_differences:
             warnings.warn(
                 BaselineWarning(
@@ -286,6 +306,17 @@ class ResultsHooks:
         if nodes.get("verdicts"):
             exclude = f" (sbatch --exclude={nodes['exclude']})" if nodes.get("exclude") else ""
             terminalreporter.write_line(f"nodes: {nodes['summary']}{exclude}", bold=True)
+        merged = results.extra.get("handover")
+        if merged:
+            exclude = f" (sbatch --exclude={merged['exclude']})" if merged.get("exclude") else ""
+            terminalreporter.write_line(
+                f"handover with {merged['earlier']}: {merged['verdict']}: {merged['summary']}{exclude}; "
+                f"re-tested now: {model.hostlist(merged['retested']) or 'none'}",
+                bold=True,
+            )
+            for node, v in merged["nodes"].items():
+                if v["verdict"] != "ACCEPTED":
+                    terminalreporter.write_line(f"  {node}: {v['verdict']}: {(v.get('reasons') or ['?'])[0]}")
         for node, done in (results.extra.get("drained") or {}).items():
             said = f"reason {done['reason']!r}" if "reason" in done else f"NOT drained: {done['error']}"
             terminalreporter.write_line(f"drained {node} (--drain-failed): {said}")

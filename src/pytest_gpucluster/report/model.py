@@ -448,7 +448,10 @@ class Nodes:
             "summary": self.summary,
             "exclude": self.exclude,
             "cluster_wide": list(self.cluster_wide),
-            "verdicts": {v.node: {"verdict": v.verdict, "reasons": list(v.reasons)} for v in self.verdicts},
+            "verdicts": {
+                v.node: {"verdict": v.verdict, "reasons": list(v.reasons), "checks": list(v.checks)}
+                for v in self.verdicts
+            },
         }
 
 
@@ -609,3 +612,60 @@ def gpu_summary(doc: Mapping[str, Any]) -> str:
     if not per_node:
         return f"{nodes} {noun}, no GPU devices ({model})"
     return f"{nodes} {noun} × {per_node} {model} = {nodes * per_node} GPUs"
+
+
+def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any], now_ref: str) -> dict[str, Any]:
+    """The handover verdict of a re-test merged with an earlier run (``--merge-results``).
+
+    A node this run tested takes this run's verdict, and an ACCEPTED or PARTIAL one counts as
+    ACCEPTED only when every check that decided its earlier verdict ran again and passed (INCOMPLETE
+    otherwise, naming those checks). A node this run did not test keeps its
+    earlier verdict. Failures the earlier run could pin on no node stand until a run without them.
+    ACCEPTED only when every node is; REJECTED when any node is."""
+    before = ((earlier.get("acceptance") or {}).get("nodes") or {}).get("verdicts") or {}
+    now_acc = doc.get("acceptance") or {}
+    now = (now_acc.get("nodes") or {}).get("verdicts") or {}
+    m = matrix(doc)
+    merged: dict[str, dict[str, Any]] = {}
+    for node in dict.fromkeys([*before, *now]):
+        if node not in now:
+            merged[node] = {**before[node], "from": earlier_ref}
+            continue
+        mine = dict(now[node])
+        if mine.get("verdict") in ("PARTIAL", "ACCEPTED"):
+            passed = {col[1] for col in m.columns if m.cell(node, col).status in ("pass", "warn")}
+            deciding = (before.get(node) or {}).get("checks") or []
+            missing = [c for c in deciding if c not in passed]
+            if missing:
+                mine = {**mine, "verdict": "INCOMPLETE",
+                        "reasons": [f"{node}: the re-test did not pass again {', '.join(missing)}, which decided "
+                                    f"its earlier verdict ({(before.get(node) or {}).get('verdict')}); a check across "
+                                    "nodes needs an accepted node beside it in --nodes"]}  # fmt: skip
+            else:
+                mine = {**mine, "verdict": "ACCEPTED"}
+        merged[node] = {**mine, "from": now_ref}
+    earlier_wide = list(((earlier.get("acceptance") or {}).get("nodes") or {}).get("cluster_wide") or [])
+    wide = list(dict.fromkeys([*earlier_wide, *((now_acc.get("nodes") or {}).get("cluster_wide") or [])]))
+    accepted = [n for n, v in merged.items() if v["verdict"] == "ACCEPTED"]
+    rejected = [n for n, v in merged.items() if v["verdict"] == "REJECTED"]
+    unsure = [n for n, v in merged.items() if v["verdict"] not in ("ACCEPTED", "REJECTED")]
+    verdict = "REJECTED" if rejected else "INCOMPLETE" if unsure or wide else "ACCEPTED"
+    parts = [f"{len(accepted)} of {len(merged)} node{'s' if len(merged) != 1 else ''} accepted"]
+    if rejected:
+        parts.append(f"rejected: {hostlist(rejected)}")
+    if unsure:
+        parts.append(f"not judged in full: {hostlist(unsure)}")
+    if wide:
+        parts.append(f"{len(wide)} failure(s) name no single node")
+    retested = [n for n in merged if n in now]
+    return {
+        "verdict": verdict,
+        "summary": "; ".join(parts),
+        "exclude": hostlist(rejected),
+        "retested": retested,
+        "earlier": earlier_ref,
+        "earlier_started": earlier.get("started"),
+        "this_run": now_ref,
+        "cluster_wide": wide,
+        "nodes": merged,
+    }
