@@ -238,7 +238,7 @@ def cancel_by_name_prefix(prefix: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- cluster health
-# Questions of the Slurm health check (seed 000, phase 1). Each ``*_problems`` function returns
+# Questions of the Slurm health check. Each ``*_problems`` function returns
 # one sentence per fault, naming the node or partition, so the test lists them all at once.
 
 

@@ -1,4 +1,4 @@
-"""Per-GPU compute and memory (seed 004 "GPUs maintain clock speeds"): every GPU of every node,
+"""Per-GPU compute and memory: every GPU of every node,
 all at once, reaches its bf16 GEMM and device-copy floors and none lags its own node's median;
 a slow burn under load shows no thermal or hardware power slowdown.
 

@@ -1,4 +1,4 @@
-"""GPU isolation (seed 000, phase 4): inside a Slurm job the task sees exactly the GPUs it was
+"""GPU isolation: inside a Slurm job the task sees exactly the GPUs it was
 allotted, concurrent jobs on one node get disjoint GPUs, --gpus-per-task=1 gives each task its
 own GPU, and nothing foreign holds memory on them. Without device cgroups: a warning, not a pass.
 Two jobs per run on nodes of 4 GPUs or more: they run at once, each holding half of every node's

@@ -1,4 +1,4 @@
-"""InfiniBand (seed 000, phase 5): every node has the profile's number of HCAs, each port ACTIVE
+"""InfiniBand: every node has the profile's number of HCAs, each port ACTIVE
 and LinkUp at the profile's rate and link layer. A failure names ``node:device/port``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Node inventory and homogeneity (seed 000: environment discovery, "workers are identical").
+"""Node inventory and homogeneity.
 
 One job (the node-probe job, shared with GPU health and InfiniBand) inventories every node; each
 per-node test judges that node against the others (majority vs minority), against the profile,

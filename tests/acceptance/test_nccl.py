@@ -1,4 +1,4 @@
-"""Collective bus bandwidth (seed phases 4–5), measured and checked the way nccl-tests does it:
+"""Collective bus bandwidth, measured and checked the way nccl-tests does it:
 inside every node at once (one test per node and collective, so a slow node is named), and
 across all nodes with NCCL_ALGO=Ring; a miss across nodes is narrowed down to the bad node."""
 

@@ -1,4 +1,4 @@
-"""Task placement (seed 000, phase 3): ranks, hosts and local ids are exactly the layout asked for."""
+"""Task placement: ranks, hosts and local ids are exactly the layout asked for."""
 
 from __future__ import annotations
 

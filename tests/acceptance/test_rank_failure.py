@@ -1,4 +1,4 @@
-"""Rank-failure propagation (seed 001, "failure propagation when a rank exits"): when one rank of
+"""Rank-failure propagation: when one rank of
 a collective job dies mid-job, the rest of the job stops within a bounded time instead of holding
 the allocation. What is measured is this cluster's setup (Slurm's KillOnBadExit, the collective
 library's error handling), from time stamps every rank leaves on the shared filesystem.

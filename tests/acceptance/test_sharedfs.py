@@ -1,4 +1,4 @@
-"""Shared filesystem (seed 000, phase 2): mounted on every node as the login node's filesystem,
+"""Shared filesystem: mounted on every node as the login node's filesystem,
 large enough, and coherent across nodes (read-back, concurrent appends, atomic rename). One job
 on all nodes, in a fresh private directory that is removed afterwards."""
 

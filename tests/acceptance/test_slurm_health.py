@@ -1,4 +1,4 @@
-"""Slurm health (seed 000, phase 1), asked from the login node without a job: the controller
+"""Slurm health, asked from the login node without a job: the controller
 answers, the partition is UP, its nodes are usable and advertise what the profile expects, and
 accounting answers."""
 

@@ -1,4 +1,4 @@
-"""Telemetry under load (seed 001, the monitoring harness): while the intra-node NCCL sweeps run
+"""Telemetry under load: while the intra-node NCCL sweeps run
 on every GPU of every node, no GPU idles while its peers work and no GPU slows down for heat or
 power faults. The sampler rides along the collective job itself (``nccl_checks``), so watching
 costs no extra load and no extra time.

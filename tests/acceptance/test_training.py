@@ -1,4 +1,4 @@
-"""Training (seed 001 phases 4–6, seed 003): a GPT-style decoder trains correctly and fast enough
+"""Training: a GPT-style decoder trains correctly and fast enough
 on one GPU, on every node's GPUs under DDP and FSDP2, and across all nodes.
 
 Correct: loss finite and falling, DDP replicas bit-identical, DDP and FSDP reaching the same loss.

@@ -28,9 +28,9 @@ def _norm(uuid: str) -> str:
 def allotted(view: GpuView) -> tuple[Device, ...]:
     """The NVML devices Slurm gave the task: all of them when NVML sees only the allotment (device
     cgroups), else those whose /dev/nvidiaN minor is in the allotted GRES indices. A task of a
-    ``--gpus-per-task`` job: the one CUDA gives it, where it read one. Its SLURM_STEP_GPUS did not
-    always name it: Slurm 22.05.8 gave SLURM_STEP_GPUS=2 to the task that held /dev/nvidia3 (the
-    4×H200 machine, gres.conf File=/dev/nvidia[0-3], the job holding GPUs 2 and 3)."""
+    ``--gpus-per-task`` job: the one CUDA gives it, where it read one, since its SLURM_STEP_GPUS
+    does not always name it (Slurm 22.05 can give a task the index of another GPU of the job;
+    docs/checks-infrastructure.md)."""
     if view.nvml is None:
         return ()
     if view.gpus_per_task and view.torch_uuids:

@@ -6,8 +6,8 @@ shared, as in training). A large square GEMM on random data gives TFLOP/s (bf16 
 a CPU); a device-to-device copy gives TB/s counting bytes read plus bytes written.
 
 ``fractions_of_median`` and ``outliers`` (pure) find the GPU that lags its own node: a contended
-or sick GPU measured 2× below its peers on the 4×H200 test machine while still far above any
-absolute floor one would dare to set.
+or sick GPU can run at half its peers' speed while still far above any absolute floor one would
+dare to set (docs/gpu-runs.md records such a case).
 """
 
 from __future__ import annotations

@@ -72,9 +72,9 @@ def training_flops_per_token(shape: ModelShape) -> float:
     that backward), counted for the full S×S square even though causal attention needs half, as
     PaLM and most published MFU figures do.
 
-    N counts every parameter, the embedding tables included, as the reference measurements on
-    the 4×H200 test machine did; the embedding lookup does no multiply, so a count without the
-    token and position tables (Megatron's formula) reads about 7 % lower for the default model.
+    N counts every parameter, the embedding tables included, as the reference measurements in
+    docs/training.md do; the embedding lookup does no multiply, so a count without the token and
+    position tables (Megatron's formula) reads lower, by about 7 % for the default model.
     Activation recomputation is not counted: it is work the hardware did but the model did not
     need.
     """

@@ -1,4 +1,4 @@
-"""Node inventory (seed 000, phase 1): what each node is, read on the node itself.
+"""Node inventory: what each node is, read on the node itself.
 
 Every reader takes the root it reads from (``/proc``, ``/sys``, ``/etc``) so the unit tests run it
 on recorded trees under ``tests/data/``. GPU facts come from NVML (``nvml_inventory``); a call a
