@@ -506,17 +506,23 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
           if SEVERITY.get(m.cell(CLUSTER_ROW, col).status, 0) >= SEVERITY["xpass"] and not nodes_in(line, everyone)),
         *unattributed,
     ]))  # fmt: skip
-    accepted = [v.node for v in out if v.verdict == "ACCEPTED"]
-    rejected = [v.node for v in out if v.verdict == "REJECTED"]
-    unsure = [v.node for v in out if v.verdict in ("INCOMPLETE", "PARTIAL")]
-    parts = [f"{len(accepted)} of {len(out)} node{'s' if len(out) != 1 else ''} accepted"]
+    summary = nodes_summary({v.node: v.verdict for v in out}, len(cluster_wide))
+    return Nodes(tuple(out), cluster_wide, summary, hostlist([v.node for v in out if v.verdict == "REJECTED"]))
+
+
+def nodes_summary(verdicts: Mapping[str, str], cluster_wide: int) -> str:
+    """"14 of 16 nodes accepted; rejected: gpu-[03,11]; not judged in full: ...": node → verdict."""
+    accepted = [n for n, v in verdicts.items() if v == "ACCEPTED"]
+    rejected = [n for n, v in verdicts.items() if v == "REJECTED"]
+    unsure = [n for n, v in verdicts.items() if v not in ("ACCEPTED", "REJECTED")]
+    parts = [f"{len(accepted)} of {len(verdicts)} node{'s' if len(verdicts) != 1 else ''} accepted"]
     if rejected:
         parts.append(f"rejected: {hostlist(rejected)}")
     if unsure:
         parts.append(f"not judged in full: {hostlist(unsure)}")
     if cluster_wide:
-        parts.append(f"{len(cluster_wide)} failure(s) name no single node")
-    return Nodes(tuple(out), cluster_wide, "; ".join(parts), hostlist(rejected))
+        parts.append(f"{cluster_wide} failure(s) name no single node")
+    return "; ".join(parts)
 
 
 def _convicts(line: str, node: str) -> bool:
@@ -646,21 +652,14 @@ def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any
         merged[node] = {**mine, "from": now_ref}
     earlier_wide = list(((earlier.get("acceptance") or {}).get("nodes") or {}).get("cluster_wide") or [])
     wide = list(dict.fromkeys([*earlier_wide, *((now_acc.get("nodes") or {}).get("cluster_wide") or [])]))
-    accepted = [n for n, v in merged.items() if v["verdict"] == "ACCEPTED"]
-    rejected = [n for n, v in merged.items() if v["verdict"] == "REJECTED"]
-    unsure = [n for n, v in merged.items() if v["verdict"] not in ("ACCEPTED", "REJECTED")]
+    verdicts = {n: str(v["verdict"]) for n, v in merged.items()}
+    rejected = [n for n, v in verdicts.items() if v == "REJECTED"]
+    unsure = [n for n, v in verdicts.items() if v not in ("ACCEPTED", "REJECTED")]
     verdict = "REJECTED" if rejected else "INCOMPLETE" if unsure or wide else "ACCEPTED"
-    parts = [f"{len(accepted)} of {len(merged)} node{'s' if len(merged) != 1 else ''} accepted"]
-    if rejected:
-        parts.append(f"rejected: {hostlist(rejected)}")
-    if unsure:
-        parts.append(f"not judged in full: {hostlist(unsure)}")
-    if wide:
-        parts.append(f"{len(wide)} failure(s) name no single node")
     retested = [n for n in merged if n in now]
     return {
         "verdict": verdict,
-        "summary": "; ".join(parts),
+        "summary": nodes_summary(verdicts, len(wide)),
         "exclude": hostlist(rejected),
         "retested": retested,
         "earlier": earlier_ref,

@@ -73,7 +73,7 @@ def build_model(cfg: ModelConfig, *, device: Any, seed: int) -> Any:
 
     # Drawn on the device itself: a CPU draw of a billion normals takes seconds. Ranks of one
     # device type get the same stream from the same seed, which is all DDP and FSDP need.
-    generator = torch.Generator(device=device).manual_seed
+    generator = torch.Generator(device=device).manual_seed(seed)
     with torch.device("meta"):
         model = Decoder()
     model = model.to_empty(device=device)
@@ -103,7 +103,7 @@ def synthetic_batches(cfg: ModelConfig, *, micro_batch: int, pool: int, seed: in
     import torch
 
     used = min(cfg.vocab, DATA_TOKENS)
-    g = torch.Generator(device=device).manual_seed
+    g = torch.Generator(device=device).manual_seed(seed)
     g_table = torch.Generator(device=device).manual_seed(12345)  # one table for every rank
     succ = torch.randperm(used, generator=g_table, device=device)
     batches = []

@@ -3,11 +3,11 @@ fingerprint of the result that the login side compares bit for bit (``checks.sdc
 
 One task per GPU (a CPU rank stands in where there is no CUDA). Each computes
 
-    X₀ = M;  Xₖ = Xₖ₋₁ · (I + ¼·M) · 2^-eₖ   for k = 1 … chain
+    X₀ = M(seed, 0);  Xₖ = Xₖ₋₁ · (I + ¼·M(seed, k)) · 2^-eₖ   for k = 1 … chain
 
 in one fixed dtype with deterministic algorithms on and TF32 and reduced-precision reductions off,
-then column sums of X (a reduction) and its fingerprint. M is an n×n matrix filled from
-an integer hash of done in int64 arithmetic and turned into floats by
+then column sums of X (a reduction) and its fingerprint. M(seed, k) is an n×n matrix filled from
+an integer hash of (seed, k, element index) done in int64 arithmetic and turned into floats by
 exact operations only, so the inputs are the same bits on every GPU, CPU and library version.
 The identity keeps the chain well conditioned (an error in any step stays visible in the result
 instead of fading into the product's smallest directions) and eₖ, a power of two taken from the
@@ -121,11 +121,11 @@ def _torch_dtype(torch: Any, name: str) -> Any:
 
 
 def _matrix(torch: Any, n: int, seed: int, k: int, device: Any, dtype: Any) -> Any:
-    """M: uniform values in [-1, 1) times a power of two near √(3/n), so a product with
+    """M(seed, k): uniform values in [-1, 1) times a power of two near √(3/n), so a product with
     it keeps the scale of its input. Integer hashing in int64 (every product < 2⁶³), 24-bit
     integers to float (exact), then scaling by powers of two (exact)."""
     x = torch.arange(n * n, dtype=torch.int64, device=device)
-    x = (x + ( & _MASK32)) & _MASK32
+    x = (x + ((seed * 0x9E3779B1 + k * 0x85EBCA6B) & _MASK32)) & _MASK32
     x = (x * 1103515245 + 12345) & _MASK32
     for _ in range(2):
         x = x ^ (x >> 16)
