@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -339,11 +339,7 @@ class GpuClusterSession:
         speed and may run beside the jobs started ahead; any other submission waits until those
         have ended."""
         reader = self.current_item.nodeid if self.current_item is not None else None
-        try:
-            return self.runner.once(key, produce, light=light, reader=reader,
-                                    present=lambda: list(self._jobs_of_current()))  # fmt: skip
-        except SharedFailure as exc:
-            pytest.fail(str(exc), pytrace=False)
+        return self.runner.once(key, produce, light=light, reader=reader, present=lambda: list(self._jobs_of_current()))
 
     # ------------------------------------------------------------------ the plan
 
@@ -578,6 +574,17 @@ class GpuClusterSession:
             return (yield)
         finally:
             self.current_item = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """A failure shared with an earlier test (``run.runner.SharedFailure``) is reported in its
+        one line, which names that test: the traceback is shown once, not under every test."""
+        report = yield
+        if call.excinfo is not None and isinstance(call.excinfo.value, SharedFailure):
+            report.longrepr = str(call.excinfo.value)
+        return report
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """A check on a node lost earlier in the run fails for that node with the first evidence

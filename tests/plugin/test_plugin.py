@@ -229,3 +229,29 @@ def test_a_local_run_leaves_no_job_folder_and_removes_those_of_killed_runs(gpc, 
     gpc.makepyfile(JOB)
     gpc.runpytest_subprocess().assert_outcomes(passed=1)
     assert sorted(p.name for p in tmp_path.glob("pytest-gpucluster-jobs-*")) == [live.name]
+
+
+SHARED_FAILURE = """
+import pytest
+from pytest_gpucluster.errors import LaunchError
+
+def _job(gpucluster):
+    def produce():
+        raise LaunchError("job 7 (x-probe): submission refused: node2 offers 4 GPU(s)")
+    return gpucluster.once("probe", produce)
+
+@pytest.mark.parametrize("part", ["a", "b", "c"])
+def test_reads(gpucluster, part):
+    _job(gpucluster)
+"""
+
+
+def test_a_failure_shared_by_several_tests_shows_its_traceback_once(gpc):
+    gpc.makepyfile(SHARED_FAILURE)
+    result = gpc.runpytest_subprocess()
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    assert out.count("raise LaunchError") == 1, out
+    result.stdout.fnmatch_lines(["job 7 (x-probe): submission refused: node2 offers 4 GPU(s) (the same failure as in "
+                                 "test_a_failure_shared_by_several_tests_shows_its_traceback_once.py::test_reads"
+                                 "[[]a[]], which shows it in full)"])  # fmt: skip

@@ -36,9 +36,10 @@ class Start:
         return self.key + (f"[{'-'.join(str(v) for v in self.kwargs.values())}]" if self.kwargs else "")
 
 
-class SharedFailure(Exception):
+class SharedFailure(GpuClusterError):
     """A reader of a value whose production failed in an earlier test: says where it failed first
-    and what failed, without a second traceback."""
+    and what failed; the session reports it in that one line, without a second traceback. It is a
+    GpuClusterError as the failure it repeats, so a caller with a fallback still catches it."""
 
 
 class _Slot:
