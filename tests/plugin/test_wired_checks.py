@@ -63,8 +63,9 @@ def test_a_counter_that_rose_between_the_snapshots_fails_naming_the_port(checks,
     thresholds = checks.path / "thresholds.toml"
     profile = f'\n[profiles.fabric]\nextends = "local"\nfabric_sysfs_root = "{root}"\n'
     thresholds.write_text(thresholds.read_text() + profile)
-    result = checks.runpytest_subprocess("test_fabric.py", "test_zz_traffic.py", "--cluster=fabric",
-                                         "--results=out.json", "-v")  # fmt: skip
+    result = checks.runpytest_subprocess(
+        "test_fabric.py", "test_zz_traffic.py", "--cluster=fabric", "--results=out.json", "-v"
+    )
     result.stdout.fnmatch_lines(["*test_traffic PASSED*", "*test_fabric_error_counters_did_not_rise*FAILED*"])
     fabric = _tests(checks.path)["test_fabric_error_counters_did_not_rise"]
     assert fabric["verdict"] == "fail", fabric
