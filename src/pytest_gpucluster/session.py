@@ -36,7 +36,7 @@ from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.nccl_checks import plan_flags
 from pytest_gpucluster.outcomes import NOT_APPLICABLE
-from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, make_plan
+from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, last_order, make_plan
 from pytest_gpucluster.results import ResultsDocument, now_iso
 from pytest_gpucluster.run import Runner, Start
 from pytest_gpucluster.run.runner import SharedFailure
@@ -487,7 +487,8 @@ class GpuClusterSession:
         """Before ``-k``/``-m``/``--deselect`` take their pick: mark every acceptance check
         ``multinode`` (the whole acceptance of a multi-node cluster), end the checks that do not
         apply to the profile as not applicable and those that cannot run now as skipped, each
-        with the reason, and remember every check's needs for the required set."""
+        with the reason, and remember every check's needs for the required set. Tests that use a
+        job that ``runs_last`` move to the end of the run (``plan.last_order``)."""
         self._collected = []
         shape = self.shape()
         for item in items:
@@ -501,6 +502,8 @@ class GpuClusterSession:
                 item.add_marker(pytest.mark.skip(reason=NOT_APPLICABLE + na))
             elif blocked:
                 item.add_marker(pytest.mark.skip(reason=blocked))
+        order = last_order([_requests(item) for item in items])
+        items[:] = [items[i] for i in order]
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
@@ -709,6 +712,11 @@ def _remove_orphaned_job_roots(tmp: Path) -> None:
         with contextlib.suppress(OSError):
             if folder.stat().st_uid == os.getuid():
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+def _requests(item: pytest.Item) -> list[JobRequest]:
+    """The job requests ``item``'s ``uses`` markers declare."""
+    return [r for mark in item.iter_markers("uses") for r in mark.args if isinstance(r, JobRequest)]
 
 
 def _start_args(start: Callable[..., Any]) -> list[str]:

@@ -21,7 +21,11 @@ def test_multinode_runs_the_whole_acceptance_and_gives_the_handover_verdict(run_
     areas = {t["area"] for t in run.results["tests"] if t["verdict"] in ("pass", "warn")}
     # Every area the ci profile can judge was judged, not only what needs two nodes.
     assert {"slurm_health", "sharedfs", "placement", "gpu_isolation", "inventory", "nccl", "training",
-            "compute", "rank_failure", "telemetry"} <= areas, areas  # fmt: skip
+            "compute", "rank_failure", "telemetry", "sdc"} <= areas, areas  # fmt: skip
+    # No InfiniBand and no GPU on the ci nodes: the fabric check says so on each node, never passes.
+    fabric = [t for t in run.results["tests"] if t["area"] == "fabric"]
+    assert len(fabric) == 2 and all(t["verdict"] == "n/a" for t in fabric), fabric
+    assert run.results["tests"][-1]["area"] == "fabric"  # its tests run last
     reasons = set(sel["not_applicable"].values())
     assert "profile 'ci' expects no InfiniBand (ib_hcas = 0)" in reasons
     assert "profile 'ci' runs without Slurm accounting (accounting = false)" not in reasons  # ci has slurmdbd

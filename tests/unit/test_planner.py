@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster.plan import Facts, JobRequest, Use, jobs, make_plan
+from pytest_gpucluster.plan import Facts, JobRequest, Use, jobs, last_order, make_plan
 from pytest_gpucluster.plan.jobs import COMPUTE_RANKS_MATCH, INTRA_NODE_PEERS, TORCH_SWEEPS
 
 # test file → (requests its tests declare, quick?, across nodes?, needs GPUs per node)
@@ -32,6 +32,9 @@ SUITE: dict[str, tuple[tuple[JobRequest, ...], bool, bool, int]] = {
     "test_training.py::test_training_one_gpu": ((jobs.TRAIN_BASELINE,), False, False, 0),
     "test_training.py::test_training_on_node": ((jobs.TRAIN_PER_NODE, jobs.TRAIN_BASELINE), False, False, 0),
     "test_training.py::test_training_across_nodes": ((jobs.TRAIN_ACROSS, jobs.TRAIN_BASELINE), False, True, 0),
+    "test_sdc.py::test_gpus_compute_bit_identical_results": ((jobs.SDC,), False, False, 0),
+    "test_fabric.py::test_fabric_error_counters_did_not_rise": (
+        (jobs.FABRIC_AFTER, jobs.FABRIC_BEFORE), False, False, 0),
 }  # fmt: skip
 
 
@@ -61,7 +64,7 @@ def test_one_node_of_one_gpu():
     assert summary(plan) == {
         "placement": "ahead", "sharedfs": "ahead", "node-probe": "ahead", "compute-ceilings": "own",
         "isolation-view": "own", "rank-failure": "own", "train-baseline": "in train-per-node",
-        "train-per-node": "own", "dcgm": "own",
+        "train-per-node": "own", "dcgm": "own", "sdc": "own", "fabric-after": "own", "fabric-before": "ahead",
     }  # fmt: skip
     # One test reads the pair or, on one-GPU nodes, a view job: the pair is not in this run.
     assert plan.dropped == {"isolation-pair": "nodes have 1 GPU(s); it needs 2"}
@@ -86,7 +89,7 @@ def test_many_nodes_of_eight_gpus(nodes):
     s = summary(plan)
     assert s["nccl-inter"] == "own" and s["train-across"] == "own"
     assert s["node-probe"] == "in nccl-intra" and s["isolation-pair"] == "ahead"
-    assert [j.key for j in plan.ahead] == ["placement", "sharedfs", "isolation-pair"]
+    assert [j.key for j in plan.ahead] == ["placement", "sharedfs", "isolation-pair", "fabric-before"]
     assert plan.jobs["placement"].tests == (
         "test_placement.py::test_task_placement[1node-1task]",
         "test_placement.py::test_task_placement[2nodes-1task-each]",
@@ -136,3 +139,24 @@ def test_parameter_sets_and_the_printed_plan():
     ]
     assert plan.to_json()["jobs"][0] == {"key": "placement", "rides_in": None, "ahead": True,
                                          "tests": ["t0", "t1", "t2"], "starts": 2}  # fmt: skip
+
+
+def test_a_job_that_runs_last_never_starts_ahead_and_says_so():
+    last = JobRequest("after", "read after everything", light=True, runs_last=True)
+    plan = make_plan([Use(jobs.FABRIC_BEFORE, "t"), Use(last, "t")], facts(2, 8))
+    assert summary(plan) == {"fabric-before": "ahead", "after": "own"}
+    assert plan.lines()[1].startswith("after: job of its own, after every other job (its tests run last); ")
+
+
+def test_tests_that_use_a_job_that_runs_last_move_to_the_end_in_their_order():
+    requests = [
+        (jobs.FABRIC_AFTER, jobs.FABRIC_BEFORE),  # the fabric check on node a
+        (jobs.SDC,),
+        (),  # a test that declares no job
+        (jobs.FABRIC_AFTER, jobs.FABRIC_BEFORE),  # the fabric check on node b
+        (jobs.FABRIC_BEFORE,),  # reads only the early snapshot: stays in place
+        (jobs.NCCL_INTER,),
+    ]
+    assert last_order(requests) == [1, 2, 4, 5, 0, 3]
+    assert last_order([(jobs.SDC,), ()]) == [0, 1]
+    assert last_order([]) == []

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pytest_gpucluster.checks.fabric import check_bounds
 from pytest_gpucluster.config.metrics import METRICS, Metric
 from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile
 from pytest_gpucluster.config.tables import build, reject_unknown
@@ -243,6 +244,12 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
                   f"{n.inter_node_warn_fraction:g} is under inter_node_fail_fraction "
                   f"({n.inter_node_fail_fraction:g}); the warn line must sit between pass and fail.")  # fmt: skip
     _check_algo(n.inter_node_algo, lambda why: bad("nccl.inter_node_algo", why))
+    try:
+        check_bounds(p.fabric_bounds)
+    except ValueError as exc:
+        raise bad("fabric_bounds", str(exc)) from None
+    if not p.fabric_sysfs_root.startswith("/"):
+        raise bad("fabric_sysfs_root", f"expected an absolute path on the nodes, got {p.fabric_sysfs_root!r}.")
     t = p.training
     sizes = ("d_model", "n_layers", "n_heads", "seq_len", "vocab", "micro_batch", "grad_accum", "steps", "timeout_s")
     for key in sizes:

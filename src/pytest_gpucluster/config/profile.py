@@ -1,7 +1,7 @@
 """``[profiles.NAME]``: how to reach one cluster and what it should look like.
 
-A profile's ``[training]`` and ``[compute]`` tables are the node-side configs themselves
-(``TrainConfig``, ``ComputeConfig`` of the workloads), so their defaults are written once; the
+A profile's ``[training]``, ``[compute]`` and ``[sdc]`` tables are the node-side configs themselves
+(``TrainConfig``, ``ComputeConfig``, ``SdcConfig`` of the workloads), so their defaults are written once; the
 keys a profile may set are listed here.
 """
 
@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from pytest_gpucluster.workloads.compute import ComputeConfig
+from pytest_gpucluster.workloads.fabric_counters import SYSFS_ROOT
+from pytest_gpucluster.workloads.sdc import SdcConfig
 from pytest_gpucluster.workloads.training import TrainConfig
 
 # A byte count that thresholds.toml may write as "64MiB".
@@ -41,12 +43,13 @@ class NcclSettings:
     inter_node_warn_fraction: float = 0.85
 
 
-# The fields of the node-side configs that a profile's [training] and [compute] tables may set;
+# The fields of the node-side configs that a profile's [training], [compute] and [sdc] tables may set;
 # the others (learning rate, seed, warm-up of the probes, ...) keep the workloads' defaults.
 PROFILE_KEYS: Mapping[type, tuple[str, ...]] = {
     TrainConfig: ("d_model", "n_layers", "n_heads", "seq_len", "vocab", "micro_batch", "grad_accum", "steps",
                   "warmup_steps", "compile", "timeout_s"),
     ComputeConfig: ("matmul_n", "matmul_iters", "copy_bytes", "copy_iters", "burn_s"),
+    SdcConfig: ("n", "chain", "seed", "dtype"),
 }  # fmt: skip
 
 
@@ -91,6 +94,11 @@ class Profile:
     nccl: NcclSettings = field(default_factory=NcclSettings)
     training: TrainConfig = field(default_factory=TrainConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
+    sdc: SdcConfig = field(default_factory=SdcConfig)
+    # Where the fabric check reads the InfiniBand error counters on each node.
+    fabric_sysfs_root: str = SYSFS_ROOT
+    # Fabric error counter → largest increase allowed over the run; a counter not named may not rise.
+    fabric_bounds: Mapping[str, int] = field(default_factory=dict)
 
 
 def node_network_gbps(profile: Profile) -> float | None:

@@ -62,7 +62,10 @@ def build(cls: Any, table: Mapping[str, Any], where: str, file: str, *,
             kwargs[f.name] = _convert(hints[f.name], table[f.name], f"{where}.{f.name}", file, settable)
         elif f.name not in given and f.default is MISSING and f.default_factory is MISSING:
             raise ConfigError(f"{file}: {where}: missing key {f.name!r}.")
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:  # the dataclass's own check of its values (``__post_init__``)
+        raise ConfigError(f"{file}: {where}: {exc}.") from None
 
 
 def _describe(tp: Any) -> str:
@@ -105,6 +108,11 @@ def _convert(tp: Any, value: Any, where: str, file: str, settable: Mapping[type,
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{file}: {where}: expected a list of strings, got {value!r}.")
         return tuple(value)
+    if origin in (Mapping, dict) and typing.get_args(tp)[1:] == (int,):
+        whole = isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+        if not whole:
+            raise ConfigError(f"{file}: {where}: expected a table of whole numbers, got {value!r}.")
+        return types.MappingProxyType(dict(value))
     if origin in (Mapping, dict):
         if not isinstance(value, dict) or not all(isinstance(v, str | int | float) for v in value.values()):
             raise ConfigError(f"{file}: {where}: expected a table of strings, got {value!r}.")

@@ -7,6 +7,6 @@ GPUs goes ahead. Pure: no pytest, no Slurm, no test names.
 """
 
 from pytest_gpucluster.plan.jobs import JobRequest
-from pytest_gpucluster.plan.planner import Facts, Plan, PlannedJob, Use, make_plan
+from pytest_gpucluster.plan.planner import Facts, Plan, PlannedJob, Use, last_order, make_plan
 
-__all__ = ["Facts", "JobRequest", "Plan", "PlannedJob", "Use", "make_plan"]
+__all__ = ["Facts", "JobRequest", "Plan", "PlannedJob", "Use", "last_order", "make_plan"]

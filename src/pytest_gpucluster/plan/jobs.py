@@ -24,7 +24,9 @@ class JobRequest:
     ``rides_in``: the key of a measuring job this one runs inside, as its first phase, when the
     plan has that job and the facts named in ``ride_needs`` hold (the host's ``host_needs`` too);
     one job fewer is one scheduler start fewer. ``exists_if``: facts without which the run has no
-    such job; nodes with fewer GPUs than ``min_gpus`` or more than ``max_gpus`` have none."""
+    such job; nodes with fewer GPUs than ``min_gpus`` or more than ``max_gpus`` have none.
+    ``runs_last``: it reads what every other job of the run left behind, so the tests that use it
+    run after every other test (``planner.last_order``) and it never starts ahead."""
 
     key: str
     what: str
@@ -37,6 +39,7 @@ class JobRequest:
     exists_if: tuple[str, ...] = ()
     min_gpus: int = 0
     max_gpus: int | None = None
+    runs_last: bool = False
 
 
 # Facts of a run (``Facts.flags``) that the suite's requests refer to.
@@ -89,6 +92,13 @@ DCGM = JobRequest("dcgm", "dcgmi diag on every node, exclusive")
 TRAIN_PER_NODE = JobRequest("train-per-node", "each GPU alone, then DDP and FSDP, on every node")
 TRAIN_BASELINE = JobRequest("train-baseline", "one GPU training alone", rides_in=TRAIN_PER_NODE.key)
 TRAIN_ACROSS = JobRequest("train-across", "DDP and FSDP across every node")
+SDC = JobRequest("sdc", "the same GEMM chain on every GPU of every node, its bits compared", holds_gpus=True)
+FABRIC_BEFORE = JobRequest(
+    "fabric-before", "every node's InfiniBand and NVLink error counters before the first workload", light=True
+)
+FABRIC_AFTER = JobRequest(
+    "fabric-after", "every node's InfiniBand and NVLink error counters after every other job", runs_last=True
+)
 
 SUITE = (
     NCCL_INTRA,
@@ -106,4 +116,7 @@ SUITE = (
     TRAIN_PER_NODE,
     TRAIN_BASELINE,
     TRAIN_ACROSS,
+    SDC,
+    FABRIC_BEFORE,
+    FABRIC_AFTER,
 )

@@ -10,6 +10,8 @@ Rules, in the order they apply:
    hold GPUs only the first by ``ahead_order`` does. Nothing starts ahead on an xdist worker.
 4. Every other job runs when its first test needs it, after the jobs started ahead have ended, so
    a measurement never shares nodes with them.
+5. A request that ``runs_last`` never starts ahead; the tests that use it run after every other
+   test (``last_order``), so its job follows every other job of the run.
 """
 
 from __future__ import annotations
@@ -56,11 +58,14 @@ class PlannedJob:
 
     def describe(self) -> str:
         """One line of the dry run."""
-        where = (
-            f"rides in {self.rides_in}"
-            if self.rides_in
-            else ("job of its own, started ahead" if self.ahead else "job of its own, when first needed")
-        )
+        if self.rides_in:
+            where = f"rides in {self.rides_in}"
+        elif self.ahead:
+            where = "job of its own, started ahead"
+        elif self.request.runs_last:
+            where = "job of its own, after every other job (its tests run last)"
+        else:
+            where = "job of its own, when first needed"
         count = f", {len(self.params)} parameter sets" if len(self.params) > 1 else ""
         return f"{self.key}: {where}{count}; {self.request.what}; read by {len(self.tests)} test(s)"
 
@@ -162,10 +167,17 @@ def _host(request: JobRequest, present: Sequence[str], requests: dict[str, JobRe
 def _ahead(own: Sequence[JobRequest], facts: Facts) -> set[str]:
     if not facts.sees_whole_selection:
         return set()
-    light = [r for r in own if r.light]
+    light = [r for r in own if r.light and not r.runs_last]
     holding = sorted((r for r in light if r.holds_gpus), key=lambda r: r.ahead_order)
     return {r.key for r in light if not r.holds_gpus} | ({holding[0].key} if holding else set())
 
 
 def _real(sets: list[tuple[tuple[str, Any], ...]]) -> tuple[tuple[tuple[str, Any], ...], ...]:
     return tuple(s for s in sets if s) if any(sets) else ()
+
+
+def last_order(requests: Sequence[Iterable[JobRequest]]) -> list[int]:
+    """The order to run tests in, given each test's requests in collection order: every test
+    that uses a ``runs_last`` request after all the others, each group in its own order."""
+    last = [any(r.runs_last for r in uses) for uses in requests]
+    return [i for i, flag in enumerate(last) if not flag] + [i for i, flag in enumerate(last) if flag]
