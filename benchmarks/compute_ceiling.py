@@ -42,29 +42,49 @@ def main(argv: list[str] | None = None) -> int:
 
         gpus = args.gpus or torch.cuda.device_count()
         tasks = max(1, gpus)
-        cfg = ComputeConfig(matmul_n=args.n, matmul_iters=args.iters, copy_bytes=int(args.copy_gib * 2**30),
-                            copy_iters=args.copy_iters)  # fmt: skip
+        cfg = ComputeConfig(
+            matmul_n=args.n, matmul_iters=args.iters, copy_bytes=int(args.copy_gib * 2**30), copy_iters=args.copy_iters
+        )
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
-    launcher = SubmititLauncher(executor="local", folder=Path(tempfile.mkdtemp(prefix="gpucluster-bench-")),
-                                env=env, queue_timeout_s=120)  # fmt: skip
+    launcher = SubmititLauncher(
+        executor="local", folder=Path(tempfile.mkdtemp(prefix="gpucluster-bench-")), env=env, queue_timeout_s=120
+    )
     spec = JobSpec(name="bench-compute", tasks_per_node=tasks, gpus_per_node=gpus, timeout_min=10)
     results = launcher.run(measure_ceilings, spec, config=cfg)
     values = [r.value for r in results]
     for v in values:
-        print(json.dumps({"where": v.where, "device": v.device_name, "dtype": v.dtype, "n": cfg.matmul_n,
-                          "matmul_tflops": round(v.matmul_tflops, 1), "copy_tbps": round(v.copy_tbps, 3),
-                          "matmul_checked": v.matmul_checked}), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "where": v.where,
+                    "device": v.device_name,
+                    "dtype": v.dtype,
+                    "n": cfg.matmul_n,
+                    "matmul_tflops": round(v.matmul_tflops, 1),
+                    "copy_tbps": round(v.copy_tbps, 3),
+                    "matmul_checked": v.matmul_checked,
+                }
+            ),
+            flush=True,
+        )
     mm = {v.where: v.matmul_tflops for v in values}
     cp = {v.where: v.copy_tbps for v in values}
-    print(json.dumps({
-        "node": values[0].node, "gpus": len(values),
-        "matmul_tflops_median": round(statistics.median(mm.values()), 1),
-        "matmul_tflops_min": round(min(mm.values()), 1),
-        "copy_tbps_median": round(statistics.median(cp.values()), 3), "copy_tbps_min": round(min(cp.values()), 3),
-        "matmul_fraction_of_median": {k: round(f, 3) for k, f in fractions_of_median(mm).items()},
-        "copy_fraction_of_median": {k: round(f, 3) for k, f in fractions_of_median(cp).items()},
-        "job_id": results[0].job_id,
-    }), flush=True)  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "node": values[0].node,
+                "gpus": len(values),
+                "matmul_tflops_median": round(statistics.median(mm.values()), 1),
+                "matmul_tflops_min": round(min(mm.values()), 1),
+                "copy_tbps_median": round(statistics.median(cp.values()), 3),
+                "copy_tbps_min": round(min(cp.values()), 3),
+                "matmul_fraction_of_median": {k: round(f, 3) for k, f in fractions_of_median(mm).items()},
+                "copy_fraction_of_median": {k: round(f, 3) for k, f in fractions_of_median(cp).items()},
+                "job_id": results[0].job_id,
+            }
+        ),
+        flush=True,
+    )
     return 0 if all(v.matmul_checked for v in values) else 1
 
 

@@ -64,23 +64,39 @@ def main(argv: list[str] | None = None) -> int:
     kinds = {"light": light, "heavy": heavy}
     previous_end = None
     for name in ["light"] if args.import_profile else SEQUENCE:
-        spec = JobSpec(name, nodes=1, tasks_per_node=args.gpus, gpus_per_node=args.gpus, timeout_min=5,
-                       cpus_per_task=args.cpus_per_task)  # fmt: skip
+        spec = JobSpec(
+            name,
+            nodes=1,
+            tasks_per_node=args.gpus,
+            gpus_per_node=args.gpus,
+            timeout_min=5,
+            cpus_per_task=args.cpus_per_task,
+        )
         job = launcher.submit(kinds[name], spec)
         results = job.results()
         process = min(r.process_started for r in results)
         start, end = min(r.started for r in results), max(r.ended for r in results)
-        print(json.dumps({
-            "job": name, "submit_to_process_s": round(process - job.submitted_epoch, 3),
-            "start_up_s": round(start - process, 3), "run_s": round(end - start, 3),
-            "prev_end_to_process_s": round(process - previous_end, 3) if previous_end else None,
-            "seen_after_end_s": round(time.time() - end, 3),
-        }), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "job": name,
+                    "submit_to_process_s": round(process - job.submitted_epoch, 3),
+                    "start_up_s": round(start - process, 3),
+                    "run_s": round(end - start, 3),
+                    "prev_end_to_process_s": round(process - previous_end, 3) if previous_end else None,
+                    "seen_after_end_s": round(time.time() - end, 3),
+                }
+            ),
+            flush=True,
+        )
         previous_end = end
     if args.import_profile:
         err = max(args.folder.glob("*/*_0_log.err"), key=lambda p: p.stat().st_mtime)
-        rows = [line for line in err.read_text().splitlines()
-                if line.startswith("import time:") and line.split("|")[1].strip().isdigit()]  # fmt: skip
+        rows = [
+            line
+            for line in err.read_text().splitlines()
+            if line.startswith("import time:") and line.split("|")[1].strip().isdigit()
+        ]
         rows.sort(key=lambda line: int(line.split("|")[1]))
         print("\n".join(rows[-25:]))
     return 0

@@ -58,13 +58,19 @@ def launcher_for(cluster: str | None, thresholds: Path, env: dict[str, str], *, 
         folder.mkdir(parents=True, exist_ok=True)
     if profile.slurm_conf:
         os.environ["SLURM_CONF"] = profile.slurm_conf
-    return SubmititLauncher(executor=profile.executor, folder=folder, partition=profile.partition,
-                            account=profile.account, env={**profile.env, **env},
-                            queue_timeout_s=profile.queue_timeout_s)  # fmt: skip
+    return SubmititLauncher(
+        executor=profile.executor,
+        folder=folder,
+        partition=profile.partition,
+        account=profile.account,
+        env={**profile.env, **env},
+        queue_timeout_s=profile.queue_timeout_s,
+    )
 
 
-def sweep_arguments(ap: argparse.ArgumentParser, *, min_bytes: str, max_bytes: str, warmup_iters: int,
-                    iters: int) -> None:  # fmt: skip
+def sweep_arguments(
+    ap: argparse.ArgumentParser, *, min_bytes: str, max_bytes: str, warmup_iters: int, iters: int
+) -> None:
     """The options both NCCL benchmarks take: the sweep's shape and where its jobs run."""
     ap.add_argument("--gpus", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--ops", nargs="+", default=["all_reduce", "all_gather", "reduce_scatter"])
@@ -81,8 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the sweeps, print JSON lines, exit 1 when a target is missed."""
     defaults = NcclSettings()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sweep_arguments(ap, min_bytes=str(defaults.min_bytes), max_bytes=str(defaults.max_bytes),
-                    warmup_iters=defaults.warmup_iters, iters=defaults.iters)  # fmt: skip
+    sweep_arguments(
+        ap,
+        min_bytes=str(defaults.min_bytes),
+        max_bytes=str(defaults.max_bytes),
+        warmup_iters=defaults.warmup_iters,
+        iters=defaults.iters,
+    )
     args = ap.parse_args(argv)
     submitit_logs_to_stderr()  # stdout is JSON lines only
     min_bytes, max_bytes = parse_bytes(args.min_bytes, "--min-bytes"), parse_bytes(args.max_bytes, "--max-bytes")
@@ -92,11 +103,20 @@ def main(argv: list[str] | None = None) -> int:
 
     missed: list[str] = []
     for n in args.gpus:
-        spec = JobSpec(name=f"nccl-busbw-{n}gpu", nodes=1, tasks_per_node=n, gpus_per_node=n,
-                       timeout_min=args.timeout_min)  # fmt: skip
+        spec = JobSpec(
+            name=f"nccl-busbw-{n}gpu", nodes=1, tasks_per_node=n, gpus_per_node=n, timeout_min=args.timeout_min
+        )
         t0 = time.perf_counter()
-        results = launcher.run(collective_sweeps, spec, ops=tuple(args.ops), min_bytes=min_bytes, max_bytes=max_bytes,
-                               warmup_iters=args.warmup_iters, iters=args.iters, groups="world")  # fmt: skip
+        results = launcher.run(
+            collective_sweeps,
+            spec,
+            ops=tuple(args.ops),
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            warmup_iters=args.warmup_iters,
+            iters=args.iters,
+            groups="world",
+        )
         wall = time.perf_counter() - t0
         sweeps = [s for r in results for s in r.value]
         for sweep in sweeps:
@@ -110,20 +130,34 @@ def main(argv: list[str] | None = None) -> int:
             for size, v in sorted(by_size.items()):
                 busbw = v.get("oop", v.get("ip", float("nan")))  # nccl-tests' first column
                 record: dict[str, Any] = {
-                    "op": sweep.op, "n_gpus": n, "size": size, "busbw": round(busbw, 2),
+                    "op": sweep.op,
+                    "n_gpus": n,
+                    "size": size,
+                    "busbw": round(busbw, 2),
                     "busbw_out_of_place": round(v["oop"], 2) if "oop" in v else None,
                     "busbw_in_place": round(v["ip"], 2) if "ip" in v else None,
-                    "backend": sweep.backend, "nccl": sweep.nccl_version,
-                }  # fmt: skip
+                    "backend": sweep.backend,
+                    "nccl": sweep.nccl_version,
+                }
                 if size in ref:
                     record["nccl_tests"] = ref[size]
                     record["ratio"] = round(busbw / ref[size], 4)
                     if size >= 64 * MiB and record["ratio"] < TARGET_RATIO:
                         missed.append(f"{sweep.op} ×{n} at {size // MiB} MiB: ratio {record['ratio']}")
                 _emit(record)
-        _emit({"summary": "sweep", "n_gpus": n, "ops": args.ops, "min_bytes": min_bytes, "max_bytes": max_bytes,
-               "iters": args.iters, "warmup_iters": args.warmup_iters, "wall_s": round(wall, 2),
-               "implementations": {s.op: s.implementation for s in sweeps}})  # fmt: skip
+        _emit(
+            {
+                "summary": "sweep",
+                "n_gpus": n,
+                "ops": args.ops,
+                "min_bytes": min_bytes,
+                "max_bytes": max_bytes,
+                "iters": args.iters,
+                "warmup_iters": args.warmup_iters,
+                "wall_s": round(wall, 2),
+                "implementations": {s.op: s.implementation for s in sweeps},
+            }
+        )
         if n == 4 and wall > TARGET_WALL_S:
             missed.append(f"4-GPU sweep took {wall:.1f} s > {TARGET_WALL_S:.0f} s")
     _emit({"summary": "targets", "ok": not missed, "missed": missed})

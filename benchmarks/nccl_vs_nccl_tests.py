@@ -65,17 +65,23 @@ def main(argv: list[str] | None = None) -> int:
     problems: list[str] = []
     for rnd in range(1, args.rounds + 1):
         for n in args.gpus:
-            spec = JobSpec(name=f"nccl-vs-{n}gpu", nodes=1, tasks_per_node=n, gpus_per_node=n,
-                           timeout_min=args.timeout_min)  # fmt: skip
+            spec = JobSpec(
+                name=f"nccl-vs-{n}gpu", nodes=1, tasks_per_node=n, gpus_per_node=n, timeout_min=args.timeout_min
+            )
             t0 = time.perf_counter()
-            got = [s for r in launcher.run(collective_sweeps, spec, ops=tuple(args.ops), groups="world", **sweep)
-                   for s in r.value]  # fmt: skip
+            got = [
+                s
+                for r in launcher.run(collective_sweeps, spec, ops=tuple(args.ops), groups="world", **sweep)
+                for s in r.value
+            ]
             ours_s = time.perf_counter() - t0
-            one = JobSpec(name=f"nccl-tests-{n}gpu", nodes=1, tasks_per_node=1, gpus_per_node=n,
-                          timeout_min=args.timeout_min)  # fmt: skip
+            one = JobSpec(
+                name=f"nccl-tests-{n}gpu", nodes=1, tasks_per_node=1, gpus_per_node=n, timeout_min=args.timeout_min
+            )
             t0 = time.perf_counter()
-            ref = launcher.run(run_nccl_tests, one, nccl_tests_dir=args.nccl_tests, ops=tuple(args.ops), gpus=n,
-                               **sweep)[0].value  # fmt: skip
+            ref = launcher.run(
+                run_nccl_tests, one, nccl_tests_dir=args.nccl_tests, ops=tuple(args.ops), gpus=n, **sweep
+            )[0].value
             theirs_s = time.perf_counter() - t0
             problems += [f"round {rnd}, ours {s.op} ×{n}: wrong results" for s in got if not s.correct]
             problems += [f"round {rnd}, nccl-tests {s.op} ×{n}: {s.error}" for s in ref if s.error]
@@ -84,27 +90,57 @@ def main(argv: list[str] | None = None) -> int:
                 ours.setdefault(cell, []).append(value)
             for cell, value in b.items():
                 theirs.setdefault(cell, []).append(value)
-            versions = {"nccl": sorted({str(s.nccl_version) for s in got}),
-                        "nccl_tests": sorted({str(s.nccl_version) for s in ref})}
-            _emit({"round": rnd, "n_gpus": n, "ours_s": round(ours_s, 1), "nccl_tests_s": round(theirs_s, 1),
-                   **versions,
-                   "readings": {f"{op}|{size}|{where}": [round(a.get((op, n, size, where), float("nan")), 2),
-                                                         round(b.get((op, n, size, where), float("nan")), 2)]
-                                for (op, _, size, where) in sorted(set(a) | set(b))}})  # fmt: skip
+            versions = {
+                "nccl": sorted({str(s.nccl_version) for s in got}),
+                "nccl_tests": sorted({str(s.nccl_version) for s in ref}),
+            }
+            _emit(
+                {
+                    "round": rnd,
+                    "n_gpus": n,
+                    "ours_s": round(ours_s, 1),
+                    "nccl_tests_s": round(theirs_s, 1),
+                    **versions,
+                    "readings": {
+                        f"{op}|{size}|{where}": [
+                            round(a.get((op, n, size, where), float("nan")), 2),
+                            round(b.get((op, n, size, where), float("nan")), 2),
+                        ]
+                        for (op, _, size, where) in sorted(set(a) | set(b))
+                    },
+                }
+            )
     missed: list[str] = []
     for cell in sorted(set(ours) & set(theirs)):
         op, n, size, where = cell
         mo, mt = statistics.median(ours[cell]), statistics.median(theirs[cell])
         ratio = mo / mt if mt else float("nan")
         per_round = [round(x / y, 3) for x, y in zip(ours[cell], theirs[cell], strict=False) if y]
-        _emit({"op": op, "n_gpus": n, "size": size, "placement": where, "ours_median": round(mo, 2),
-               "nccl_tests_median": round(mt, 2), "ratio_of_medians": round(ratio, 4), "ratios": per_round,
-               "ours": [round(x, 2) for x in ours[cell]],
-               "nccl_tests": [round(x, 2) for x in theirs[cell]]})  # fmt: skip
+        _emit(
+            {
+                "op": op,
+                "n_gpus": n,
+                "size": size,
+                "placement": where,
+                "ours_median": round(mo, 2),
+                "nccl_tests_median": round(mt, 2),
+                "ratio_of_medians": round(ratio, 4),
+                "ratios": per_round,
+                "ours": [round(x, 2) for x in ours[cell]],
+                "nccl_tests": [round(x, 2) for x in theirs[cell]],
+            }
+        )
         if size >= 64 * MiB and not ratio >= TARGET_RATIO:
             missed.append(f"{op} ×{n} {where} at {size // MiB} MiB: {ratio:.3f}")
-    _emit({"summary": "targets", "rounds": args.rounds, "ok": not missed and not problems, "missed": missed,
-           "problems": problems})  # fmt: skip
+    _emit(
+        {
+            "summary": "targets",
+            "rounds": args.rounds,
+            "ok": not missed and not problems,
+            "missed": missed,
+            "problems": problems,
+        }
+    )
     return 0 if not missed and not problems else 1
 
 

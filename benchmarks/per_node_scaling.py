@@ -45,14 +45,25 @@ def _profile(name: str, base: str, nodes: list[str]) -> str:
     return f'\n[profiles.{name}]\nextends = "{base}"\nnodes = {len(nodes)}\nnodelist = [{listed}]\n'
 
 
-def run_once(thresholds: Path, profile: str, tests: list[str], timeout_s: float,
-             keep: Path | None = None) -> dict[str, Any]:  # fmt: skip
+def run_once(
+    thresholds: Path, profile: str, tests: list[str], timeout_s: float, keep: Path | None = None
+) -> dict[str, Any]:
     """One pytest process; wall time, outcomes and the jobs it submitted. With ``keep``, its
     results file is kept there (``<profile>-<n>.json``)."""
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "results.json"
-        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--cluster={profile}",
-                f"--thresholds={thresholds}", f"--results={results}", *tests]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            f"--cluster={profile}",
+            f"--thresholds={thresholds}",
+            f"--results={results}",
+            *tests,
+        ]
         t0 = time.monotonic()
         proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False)
         wall = time.monotonic() - t0
@@ -67,10 +78,17 @@ def run_once(thresholds: Path, profile: str, tests: list[str], timeout_s: float,
         outcomes[t["outcome"]] = outcomes.get(t["outcome"], 0) + 1
         jobs.update(str(j) for j in t.get("job_ids", []))
     timing = doc.get("timing") or {}
-    return {"profile": profile, "nodes": len(doc.get("nodes", [])), "wall_s": round(wall, 2),
-            "returncode": proc.returncode, "outcomes": outcomes, "jobs": len(jobs),
-            # the results file's split: the time workloads ran on the nodes, and the rest
-            "workload_s": timing.get("workload_s"), "harness_s": timing.get("harness_s")}  # fmt: skip
+    return {
+        "profile": profile,
+        "nodes": len(doc.get("nodes", [])),
+        "wall_s": round(wall, 2),
+        "returncode": proc.returncode,
+        "outcomes": outcomes,
+        "jobs": len(jobs),
+        # the results file's split: the time workloads ran on the nodes, and the rest
+        "workload_s": timing.get("workload_s"),
+        "harness_s": timing.get("harness_s"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,8 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     many = f"scale{len(args.nodes)}"
     with tempfile.TemporaryDirectory() as tmp:
         thresholds = Path(tmp) / "thresholds.toml"
-        thresholds.write_text(Path(args.thresholds).read_text() + _profile("scale1", args.base, args.nodes[:1])
-                              + _profile(many, args.base, args.nodes))  # fmt: skip
+        thresholds.write_text(
+            Path(args.thresholds).read_text()
+            + _profile("scale1", args.base, args.nodes[:1])
+            + _profile(many, args.base, args.nodes)
+        )
         runs: dict[str, list[dict[str, Any]]] = {"scale1": [], many: []}
         for _ in range(args.repeat):
             for profile in runs:  # interleaved, so a busy moment of the machine hits both alike
@@ -99,19 +120,25 @@ def main(argv: list[str] | None = None) -> int:
     one = statistics.median(r["wall_s"] for r in runs["scale1"])
     n = statistics.median(r["wall_s"] for r in runs[many])
     ratio = n / one if one else float("inf")
+
     def median_of(key: str, profile: str) -> float | None:
         values = [r[key] for r in runs[profile] if r.get(key) is not None]
         return round(statistics.median(values), 2) if values else None
 
     summary = {
-        "summary": True, "tests": args.tests, "nodes": args.nodes, "repeat": args.repeat,
-        "median_wall_s": {"scale1": one, many: n}, "ratio": round(ratio, 3),
+        "summary": True,
+        "tests": args.tests,
+        "nodes": args.nodes,
+        "repeat": args.repeat,
+        "median_wall_s": {"scale1": one, many: n},
+        "ratio": round(ratio, 3),
         "median_workload_s": {p: median_of("workload_s", p) for p in runs},
         "median_harness_s": {p: median_of("harness_s", p) for p in runs},
         "jobs_per_run": {"scale1": runs["scale1"][0]["jobs"], many: runs[many][0]["jobs"]},
-        "max_ratio": args.max_ratio, "ok": ratio <= args.max_ratio,
+        "max_ratio": args.max_ratio,
+        "ok": ratio <= args.max_ratio,
         "host": os.uname().nodename,
-    }  # fmt: skip
+    }
     print(json.dumps(summary), flush=True)
     return 0 if summary["ok"] else 1
 

@@ -65,8 +65,12 @@ def once(mode: str, backend: str, port: int, world: int, timeout_s: float = 120.
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    return {"mode": mode, "backend": backend, "exit_lag_s": round(max(exits) - max(ends), 3),
-            "import_torch_s": round(max(imports), 3)}  # fmt: skip
+    return {
+        "mode": mode,
+        "backend": backend,
+        "exit_lag_s": round(max(exits) - max(ends), 3),
+        "import_torch_s": round(max(imports), 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -159,25 +159,37 @@ def main(argv: list[str] | None = None) -> int:
         gpus = args.gpus or torch.cuda.device_count()
         tasks, rounds, iters = max(1, gpus), args.rounds, args.iters
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
-    launcher = SubmititLauncher(executor="local", folder=Path(tempfile.mkdtemp(prefix="gpucluster-bench-")),
-                                env=env, queue_timeout_s=120)  # fmt: skip
+    launcher = SubmititLauncher(
+        executor="local", folder=Path(tempfile.mkdtemp(prefix="gpucluster-bench-")), env=env, queue_timeout_s=120
+    )
     spec = JobSpec(name="bench-telemetry", tasks_per_node=tasks, gpus_per_node=gpus, timeout_min=20)
-    results = launcher.run(telemetry_overhead, spec, rounds=rounds, iterations=iters, matmul_n=args.n,
-                           all_reduce_bytes=int(args.all_reduce_mib * 2**20), intervals=intervals)  # fmt: skip
+    results = launcher.run(
+        telemetry_overhead,
+        spec,
+        rounds=rounds,
+        iterations=iters,
+        matmul_n=args.n,
+        all_reduce_bytes=int(args.all_reduce_mib * 2**20),
+        intervals=intervals,
+    )
     first = results[0].value
-    print(json.dumps({
-        "benchmark": "telemetry_overhead",
-        "backend": first.backend,
-        "device": first.device,
-        "ranks": first.world_size,
-        "gpus_sampled": first.gpus_sampled,
-        "matmul_n": first.matmul_n,
-        "all_reduce_bytes": first.all_reduce_bytes,
-        "iterations_per_round": first.iterations,
-        "rounds": rounds,
-        **summarise(first.seconds_per_iteration, first.sampler_busy_fraction),
-        "seconds_per_iteration": first.seconds_per_iteration,
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "benchmark": "telemetry_overhead",
+                "backend": first.backend,
+                "device": first.device,
+                "ranks": first.world_size,
+                "gpus_sampled": first.gpus_sampled,
+                "matmul_n": first.matmul_n,
+                "all_reduce_bytes": first.all_reduce_bytes,
+                "iterations_per_round": first.iterations,
+                "rounds": rounds,
+                **summarise(first.seconds_per_iteration, first.sampler_busy_fraction),
+                "seconds_per_iteration": first.seconds_per_iteration,
+            }
+        )
+    )
     return 0
 
 

@@ -41,18 +41,28 @@ def _bools(text: str) -> list[bool]:
 def _line(cfg: TrainConfig, s: TrainingSummary, base: TrainingSummary | None, gpus: int, job: str) -> dict[str, Any]:
     eff = 100.0 * s.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu if base and s.mode != "single" else None
     return {
-        "mode": s.mode, "gpus": gpus, "micro_batch": cfg.micro_batch, "grad_accum": cfg.grad_accum,
+        "mode": s.mode,
+        "gpus": gpus,
+        "micro_batch": cfg.micro_batch,
+        "grad_accum": cfg.grad_accum,
         "compile": cfg.compile,
-        "ddp_bucket_mb": cfg.ddp_bucket_mb, "reduce_dtype": cfg.grad_reduce_dtype,
-        "fsdp_param_dtype": cfg.fsdp_param_dtype, "device": s.device_name, "dtype": s.dtype, "params": s.n_params,
+        "ddp_bucket_mb": cfg.ddp_bucket_mb,
+        "reduce_dtype": cfg.grad_reduce_dtype,
+        "fsdp_param_dtype": cfg.fsdp_param_dtype,
+        "device": s.device_name,
+        "dtype": s.dtype,
+        "params": s.n_params,
         "tokens_per_s_per_gpu": round(s.tokens_per_s_per_gpu, 1),
         "mfu_pct": None if s.mfu_percent is None else round(s.mfu_percent, 2),
-        "step_p50_ms": round(1e3 * s.step_p50_s, 2), "step_p95_ms": round(1e3 * s.step_p95_s, 2),
+        "step_p50_ms": round(1e3 * s.step_p50_s, 2),
+        "step_p95_ms": round(1e3 * s.step_p95_s, 2),
         "peak_mem_gib": round(s.peak_memory_gib, 2),
         "scaling_efficiency_pct": None if eff is None else round(eff, 2),
-        "loss_first": round(s.losses[0], 4), "loss_last": round(s.losses[-1], 4),
-        "problems": list(s.problems), "job_id": job,
-    }  # fmt: skip
+        "loss_first": round(s.losses[0], 4),
+        "loss_last": round(s.losses[-1], 4),
+        "problems": list(s.problems),
+        "job_id": job,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--micro-batch", default="4", help="micro-batch sizes, comma-separated (default 4)")
     p.add_argument("--compile", default="off", help="off, on or off,on (torch.compile of each block)")
     p.add_argument("--modes", default="ddp,fsdp", help="wrappings at more than one GPU (default ddp,fsdp)")
-    p.add_argument("--grad-accum", default=str(TrainConfig.grad_accum),
-                   help="micro-batches per optimiser step, comma-separated")  # fmt: skip
+    p.add_argument(
+        "--grad-accum", default=str(TrainConfig.grad_accum), help="micro-batches per optimiser step, comma-separated"
+    )
     p.add_argument("--steps", type=int, default=TrainConfig.steps)
     p.add_argument("--warmup", type=int, default=TrainConfig.warmup_steps)
     p.add_argument("--bucket-mb", default=str(TrainConfig.ddp_bucket_mb), help="DDP bucket sizes, comma-separated")
@@ -76,8 +87,12 @@ def main(argv: list[str] | None = None) -> int:
 
     base_cfg = TINY if args.tiny else TrainConfig()
     base_cfg = replace(base_cfg, steps=args.steps, warmup_steps=args.warmup)
-    comm = [(b, r, f) for b in _ints(args.bucket_mb) for r in args.reduce_dtype.split(",")
-            for f in args.fsdp_param_dtype.split(",")]  # fmt: skip
+    comm = [
+        (b, r, f)
+        for b in _ints(args.bucket_mb)
+        for r in args.reduce_dtype.split(",")
+        for f in args.fsdp_param_dtype.split(",")
+    ]
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
     folder = Path(tempfile.mkdtemp(prefix="gpucluster-bench-"))
     launcher = SubmititLauncher(executor="local", folder=folder, env=env, queue_timeout_s=120)
@@ -88,16 +103,34 @@ def main(argv: list[str] | None = None) -> int:
             base: TrainingSummary | None = None
             shapes = [(g, c) for g in sorted(_ints(args.gpus)) for c in (comm[:1] if g == 1 else comm)]
             for gpus, (bucket, reduce_dtype, param_dtype) in shapes:
-                cfg = replace(base_cfg, micro_batch=mb, grad_accum=accum, compile=compiled, ddp_bucket_mb=bucket,
-                              grad_reduce_dtype=reduce_dtype, fsdp_param_dtype=param_dtype)  # fmt: skip
-                spec = JobSpec(name=f"bench-train-{gpus}gpu", tasks_per_node=gpus, gpus_per_node=gpus,
-                               timeout_min=args.timeout_min)  # fmt: skip
+                cfg = replace(
+                    base_cfg,
+                    micro_batch=mb,
+                    grad_accum=accum,
+                    compile=compiled,
+                    ddp_bucket_mb=bucket,
+                    grad_reduce_dtype=reduce_dtype,
+                    fsdp_param_dtype=param_dtype,
+                )
+                spec = JobSpec(
+                    name=f"bench-train-{gpus}gpu", tasks_per_node=gpus, gpus_per_node=gpus, timeout_min=args.timeout_min
+                )
                 run_modes = ("single",) if gpus == 1 else modes
                 try:
                     results = launcher.run(train, spec, config=cfg, modes=run_modes)
                 except Exception as exc:  # one failed configuration must not hide the others
-                    print(json.dumps({"gpus": gpus, "micro_batch": mb, "grad_accum": accum, "compile": compiled,
-                                      "error": str(exc)[-2000:]}), flush=True)  # fmt: skip
+                    print(
+                        json.dumps(
+                            {
+                                "gpus": gpus,
+                                "micro_batch": mb,
+                                "grad_accum": accum,
+                                "compile": compiled,
+                                "error": str(exc)[-2000:],
+                            }
+                        ),
+                        flush=True,
+                    )
                     status = 1
                     continue
                 for i, mode in enumerate(run_modes):

@@ -62,8 +62,10 @@ class Check:
     @property
     def skip_reason(self) -> str:
         """Why there is nothing to judge (no threshold for this metric in the set)."""
-        return (f"no threshold for {self.metric} in the thresholds in force; the sweep ran and its results "
-                f"were {'right' if not self.problems else 'WRONG'}; add a bound to judge its speed")  # fmt: skip
+        return (
+            f"no threshold for {self.metric} in the thresholds in force; the sweep ran and its results "
+            f"were {'right' if not self.problems else 'WRONG'}; add a bound to judge its speed"
+        )
 
 
 def metric_name(gc: GpuClusterSession, op: str, scope: str) -> str:
@@ -109,12 +111,29 @@ def inter_env(gc: GpuClusterSession, name: str = "inter") -> dict[str, str]:
     return {**({} if algo == "auto" else {"NCCL_ALGO": algo}), **nccl_log_env(gc, name)}
 
 
-def run_sweeps(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str],
-               nodelist: tuple[str, ...] | None = None, env: dict[str, str] | None = None,
-               min_bytes: int | None = None, corrupt_rank: int | None = None) -> list[SweepResult]:  # fmt: skip
+def run_sweeps(
+    gc: GpuClusterSession,
+    name: str,
+    *,
+    groups: Groups,
+    ops: Sequence[str],
+    nodelist: tuple[str, ...] | None = None,
+    env: dict[str, str] | None = None,
+    min_bytes: int | None = None,
+    corrupt_rank: int | None = None,
+) -> list[SweepResult]:
     """One job over ``nodelist`` (default: every tested node); every group's sweeps."""
-    return _run(gc, name, groups=groups, ops=ops, nodelist=nodelist, env=env, min_bytes=min_bytes,
-                corrupt_rank=corrupt_rank, sampled=False).sweeps  # fmt: skip
+    return _run(
+        gc,
+        name,
+        groups=groups,
+        ops=ops,
+        nodelist=nodelist,
+        env=env,
+        min_bytes=min_bytes,
+        corrupt_rank=corrupt_rank,
+        sampled=False,
+    ).sweeps
 
 
 @dataclass(frozen=True)
@@ -174,10 +193,20 @@ def ceilings_ride_along(gc: GpuClusterSession) -> ComputePlan | None:
     return plan_compute(gc.profile.compute, gpus_per_node=gc.gpus_per_node, real_gpus=gc.profile.gpus_are_real)
 
 
-def _run(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str],
-         nodelist: tuple[str, ...] | None, env: dict[str, str] | None, min_bytes: int | None,
-         corrupt_rank: int | None, sampled: bool, ceilings: ComputePlan | None = None,
-         probe: bool = False) -> IntraNodeRun:  # fmt: skip
+def _run(
+    gc: GpuClusterSession,
+    name: str,
+    *,
+    groups: Groups,
+    ops: Sequence[str],
+    nodelist: tuple[str, ...] | None,
+    env: dict[str, str] | None,
+    min_bytes: int | None,
+    corrupt_rank: int | None,
+    sampled: bool,
+    ceilings: ComputePlan | None = None,
+    probe: bool = False,
+) -> IntraNodeRun:
     """``run_sweeps``; with ``sampled`` the job runs under the telemetry sampler (one per node),
     with ``ceilings`` each GPU's compute ceilings are measured first in the same job, with
     ``probe`` every node's probe is read before anything else."""
@@ -185,8 +214,12 @@ def _run(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str]
     memory = gpu_memory_bytes(gc.gpu_model) if gc.profile.gpus_are_real and gc.gpus_per_node else None
     if memory is not None:
         # Out of place: input and output buffers, plus the reference the result is checked against.
-        check_fits(3 * s.max_bytes, memory, f"[profiles.{gc.profile.name}.nccl] max_bytes = {s.max_bytes} "
-                   f"(3 buffers of that size on each {gc.gpu_model})")  # fmt: skip
+        check_fits(
+            3 * s.max_bytes,
+            memory,
+            f"[profiles.{gc.profile.name}.nccl] max_bytes = {s.max_bytes} "
+            f"(3 buffers of that size on each {gc.gpu_model})",
+        )
     use_tool = _uses_nccl_tests(gc, groups)
     if nodelist is None:
         spec = gc.spec(name, all_nodes=True, tasks_per_node=1 if use_tool else tasks_per_node(gc), env=env)
@@ -195,18 +228,36 @@ def _run(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str]
     if use_tool:
         fn: Any = run_nccl_tests
         kwargs: dict[str, Any] = dict(
-            nccl_tests_dir=s.nccl_tests_dir, ops=tuple(ops), min_bytes=min_bytes or s.min_bytes,
-            max_bytes=s.max_bytes, warmup_iters=s.warmup_iters, iters=s.iters, gpus=gc.gpus_per_node,
+            nccl_tests_dir=s.nccl_tests_dir,
+            ops=tuple(ops),
+            min_bytes=min_bytes or s.min_bytes,
+            max_bytes=s.max_bytes,
+            warmup_iters=s.warmup_iters,
+            iters=s.iters,
+            gpus=gc.gpus_per_node,
             timeout_s=s.timeout_s,
         )
     else:
         fn = collective_sweeps
-        kwargs = dict(ops=tuple(ops), min_bytes=min_bytes or s.min_bytes, max_bytes=s.max_bytes,
-                      warmup_iters=s.warmup_iters, iters=s.iters, groups=groups, timeout_s=s.timeout_s,
-                      corrupt_rank=corrupt_rank)  # fmt: skip
+        kwargs = dict(
+            ops=tuple(ops),
+            min_bytes=min_bytes or s.min_bytes,
+            max_bytes=s.max_bytes,
+            warmup_iters=s.warmup_iters,
+            iters=s.iters,
+            groups=groups,
+            timeout_s=s.timeout_s,
+            corrupt_rank=corrupt_rank,
+        )
     if (ceilings is not None or probe) and fn is collective_sweeps:
-        both = gc.run(node_gpus_job, spec, compute=ceilings.config if ceilings else None, probe=probe,
-                      shared_fs=gc.profile.shared_fs, **kwargs)  # fmt: skip
+        both = gc.run(
+            node_gpus_job,
+            spec,
+            compute=ceilings.config if ceilings else None,
+            probe=probe,
+            shared_fs=gc.profile.shared_fs,
+            **kwargs,
+        )
         parts = [r.value for r in both]
         sweeps_span = _span(p.sweeps_span for p in parts)
         areas = {"nccl": sweeps_span, "telemetry": sweeps_span}
@@ -217,17 +268,21 @@ def _run(gc: GpuClusterSession, name: str, *, groups: Groups, ops: Sequence[str]
             probe_span = _span(p.probe_span for p in parts if p.probe is not None)
             areas.update(dict.fromkeys(PROBE_AREAS, probe_span))
         gc.note_parts(both[0].job_id, areas)
-        return IntraNodeRun([sweep for p in parts for sweep in p.sweeps.value],
-                            [p.sweeps.telemetry for p in parts if p.sweeps.telemetry is not None],
-                            [p.ceiling for p in parts if p.ceiling is not None] if ceilings is not None else None,
-                            both[0].job_id, probes if probe else None)  # fmt: skip
+        return IntraNodeRun(
+            [sweep for p in parts for sweep in p.sweeps.value],
+            [p.sweeps.telemetry for p in parts if p.sweeps.telemetry is not None],
+            [p.ceiling for p in parts if p.ceiling is not None] if ceilings is not None else None,
+            both[0].job_id,
+            probes if probe else None,
+        )
     if not sampled:
         plain = gc.run(fn, spec, **kwargs)
         return IntraNodeRun([sweep for r in plain for sweep in r.value], [], None, plain[0].job_id)
     wrapped = gc.run(under_telemetry, spec, fn=fn, **kwargs)
     sweeps = [sweep for r in wrapped for sweep in r.value.value]
-    return IntraNodeRun(sweeps, [r.value.telemetry for r in wrapped if r.value.telemetry is not None], None,
-                        wrapped[0].job_id)  # fmt: skip
+    return IntraNodeRun(
+        sweeps, [r.value.telemetry for r in wrapped if r.value.telemetry is not None], None, wrapped[0].job_id
+    )
 
 
 def _span(spans: Iterable[tuple[float, float] | None]) -> tuple[float, float]:
@@ -247,8 +302,9 @@ def _find(sweeps: Sequence[SweepResult], nodes: tuple[str, ...], op: str) -> Swe
     )
 
 
-def measurement_of(sweep: SweepResult, metric: str, judge_from_bytes: int,
-                   attempts: Sequence[SweepResult] = ()) -> Measurement | None:  # fmt: skip
+def measurement_of(
+    sweep: SweepResult, metric: str, judge_from_bytes: int, attempts: Sequence[SweepResult] = ()
+) -> Measurement | None:
     """The value a verdict uses: the lowest busbw over sizes ≥ ``judge_from_bytes`` (both
     placements), with where, size and placement in the detail; None for a sweep with no row."""
     row = sweep.judged_row(judge_from_bytes)
@@ -265,24 +321,42 @@ def measurement_of(sweep: SweepResult, metric: str, judge_from_bytes: int,
     return Measurement(metric=metric, value=row.busbw, unit="GB/s", where=sweep.where, detail=detail)
 
 
-def make_check(gc: GpuClusterSession, sweep: SweepResult, metric: str,
-               attempts: Sequence[SweepResult] = ()) -> Check:  # fmt: skip
+def make_check(gc: GpuClusterSession, sweep: SweepResult, metric: str, attempts: Sequence[SweepResult] = ()) -> Check:
     """Judge-ready form of a sweep: its measurement (lowest busbw at the large sizes), its
     correctness problems and its plot series."""
     threshold = gc.thresholds.get(metric)
     measurement = measurement_of(sweep, metric, gc.profile.nccl.judge_from_bytes, attempts)
     series = {
-        "name": metric, "where": sweep.where, "x_label": "bytes", "x_log": True, "y_label": "busbw GB/s",
-        "points": sweep.series_points(), "threshold": threshold.fail_below if threshold else None,
-        "table": sweep.table(), "backend": sweep.backend, "implementation": sweep.implementation,
-        "nccl_version": sweep.nccl_version, "env": dict(sweep.env), "notes": list(sweep.notes),
-        "n_ranks": sweep.n_ranks, "iters": sweep.iters, "warmup_iters": sweep.warmup_iters,
-        "nccl_algo": sweep.nccl_algo, "nccl_proto": sweep.nccl_proto, "transports": list(sweep.transports),
+        "name": metric,
+        "where": sweep.where,
+        "x_label": "bytes",
+        "x_log": True,
+        "y_label": "busbw GB/s",
+        "points": sweep.series_points(),
+        "threshold": threshold.fail_below if threshold else None,
+        "table": sweep.table(),
+        "backend": sweep.backend,
+        "implementation": sweep.implementation,
+        "nccl_version": sweep.nccl_version,
+        "env": dict(sweep.env),
+        "notes": list(sweep.notes),
+        "n_ranks": sweep.n_ranks,
+        "iters": sweep.iters,
+        "warmup_iters": sweep.warmup_iters,
+        "nccl_algo": sweep.nccl_algo,
+        "nccl_proto": sweep.nccl_proto,
+        "transports": list(sweep.transports),
         "network": sweep.network,
-    }  # fmt: skip
-    return Check(sweep=sweep, metric=metric, threshold=threshold, measurement=measurement,
-                 problems=tuple(sweep.correctness_problems()), attempts=tuple(attempts) or (sweep,),
-                 series=series)  # fmt: skip
+    }
+    return Check(
+        sweep=sweep,
+        metric=metric,
+        threshold=threshold,
+        measurement=measurement,
+        problems=tuple(sweep.correctness_problems()),
+        attempts=tuple(attempts) or (sweep,),
+        series=series,
+    )
 
 
 def _with_retries(gc: GpuClusterSession, first: SweepResult, metric: str, again: Any) -> Check:
@@ -304,8 +378,14 @@ def intra_node(gc: GpuClusterSession, node: str, op: str) -> Check:
     sweeps = intra_node_job(gc, ops).sweeps
 
     def again() -> SweepResult:
-        redo = run_sweeps(gc, "nccl-intra-retry", groups="node", ops=(op,), env=_intra_env(gc, "intra-retry"),
-                          nodelist=(node,) if gc.profile.executor == "slurm" else None)  # fmt: skip
+        redo = run_sweeps(
+            gc,
+            "nccl-intra-retry",
+            groups="node",
+            ops=(op,),
+            env=_intra_env(gc, "intra-retry"),
+            nodelist=(node,) if gc.profile.executor == "slurm" else None,
+        )
         return _find(redo, (node,), op)
 
     return _with_retries(gc, _find(sweeps, (node,), op), metric_name(gc, op, "intra_node"), again)
@@ -319,9 +399,22 @@ def intra_node_job(gc: GpuClusterSession, ops: tuple[str, ...] | None = None) ->
     ceilings = ceilings_ride_along(gc)
     probe = probe_rides_along(gc)
     name = "probe-" * probe + "ceilings-" * (ceilings is not None) + "nccl-intra"
-    return gc.once(("nccl", "intra_node", ops), lambda: _run(
-        gc, name, groups="node", ops=ops, nodelist=None, env=_intra_env(gc), min_bytes=None,
-        corrupt_rank=None, sampled=True, ceilings=ceilings, probe=probe))  # fmt: skip
+    return gc.once(
+        ("nccl", "intra_node", ops),
+        lambda: _run(
+            gc,
+            name,
+            groups="node",
+            ops=ops,
+            nodelist=None,
+            env=_intra_env(gc),
+            min_bytes=None,
+            corrupt_rank=None,
+            sampled=True,
+            ceilings=ceilings,
+            probe=probe,
+        ),
+    )
 
 
 def intra_node_telemetry(gc: GpuClusterSession) -> list[NodeTelemetry]:
@@ -338,8 +431,9 @@ def inter_node(gc: GpuClusterSession, op: str) -> Check:
     if op not in ops:
         ops = (*ops, op)
     nodes = tuple(gc.nodes)
-    sweeps = gc.once(("nccl", "inter_node", ops),
-                     lambda: run_sweeps(gc, "nccl-inter", groups="world", ops=ops, env=inter_env(gc)))  # fmt: skip
+    sweeps = gc.once(
+        ("nccl", "inter_node", ops), lambda: run_sweeps(gc, "nccl-inter", groups="world", ops=ops, env=inter_env(gc))
+    )
 
     def again() -> SweepResult:
         redo = run_sweeps(gc, "nccl-inter-retry", groups="world", ops=(op,), env=inter_env(gc, "inter-retry"))
@@ -361,8 +455,14 @@ def isolate_bad_nodes(gc: GpuClusterSession, check: Check) -> Check:
     judge_from = min(gc.profile.nccl.judge_from_bytes, gc.profile.nccl.max_bytes)
 
     def run_round(pairs: list[Pair]) -> dict[Pair, bool]:
-        sweeps = run_sweeps(gc, "nccl-pairs", groups=[list(p) for p in pairs], ops=(op,),
-                            env=inter_env(gc, "pairs"), min_bytes=judge_from)  # fmt: skip
+        sweeps = run_sweeps(
+            gc,
+            "nccl-pairs",
+            groups=[list(p) for p in pairs],
+            ops=(op,),
+            env=inter_env(gc, "pairs"),
+            min_bytes=judge_from,
+        )
         return {p: pair_passes(gc, _find(sweeps, p, op), check.metric) for p in pairs}
 
     found = isolate(gc.nodes, run_round)

@@ -45,16 +45,33 @@ MARKERS = {
 def pytest_addoption(parser: pytest.Parser) -> None:
     """The ``gpucluster`` option group."""
     group = parser.getgroup("gpucluster", "GPU cluster acceptance")
-    group.addoption("--cluster", default="local", metavar="NAME",
-                    help="cluster profile from thresholds.toml (default: local, this machine)")  # fmt: skip
-    group.addoption("--thresholds", default=None, metavar="PATH",
-                    help="profiles and thresholds file (default: thresholds.toml at the rootdir)")  # fmt: skip
-    group.addoption("--results", default=None, metavar="PATH",
-                    help="write machine-readable JSON results here, updated after every test")  # fmt: skip
-    group.addoption("--baseline", default=None, metavar="PATH",
-                    help="compare measurements with an earlier --results file")  # fmt: skip
-    group.addoption("--calibrate", default=None, metavar="PATH",
-                    help="write a thresholds.toml fragment derived from this run's measurements")  # fmt: skip
+    group.addoption(
+        "--cluster",
+        default="local",
+        metavar="NAME",
+        help="cluster profile from thresholds.toml (default: local, this machine)",
+    )
+    group.addoption(
+        "--thresholds",
+        default=None,
+        metavar="PATH",
+        help="profiles and thresholds file (default: thresholds.toml at the rootdir)",
+    )
+    group.addoption(
+        "--results",
+        default=None,
+        metavar="PATH",
+        help="write machine-readable JSON results here, updated after every test",
+    )
+    group.addoption(
+        "--baseline", default=None, metavar="PATH", help="compare measurements with an earlier --results file"
+    )
+    group.addoption(
+        "--calibrate",
+        default=None,
+        metavar="PATH",
+        help="write a thresholds.toml fragment derived from this run's measurements",
+    )
     group.addoption(
         "--nodes",
         default=None,
@@ -68,8 +85,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         help="merge this run's node verdicts with an earlier --results file into one handover verdict",
     )
-    group.addoption("--dry-run", action="store_true", dest="gpucluster_dry_run",
-                    help="print the plan of jobs for the selected checks and stop: nothing is submitted")  # fmt: skip
+    group.addoption(
+        "--dry-run",
+        action="store_true",
+        dest="gpucluster_dry_run",
+        help="print the plan of jobs for the selected checks and stop: nothing is submitted",
+    )
 
 
 def _thresholds_path(config: pytest.Config) -> Path:
@@ -91,8 +112,10 @@ def settings_from(config: pytest.Config) -> Settings:
     nodes = config.getoption("gpucluster_nodes", None)
     if nodes is not None:
         if profile.executor != "slurm":
-            raise ConfigError(f"--nodes={nodes}: profile {profile.name!r} uses the {profile.executor} executor; "
-                              "--nodes picks nodes of a Slurm partition.")  # fmt: skip
+            raise ConfigError(
+                f"--nodes={nodes}: profile {profile.name!r} uses the {profile.executor} executor; "
+                "--nodes picks nodes of a Slurm partition."
+            )
         try:
             picked = slurm.parse_hostlist(nodes)
         except ValueError as exc:

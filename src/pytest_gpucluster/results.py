@@ -307,8 +307,9 @@ class ResultsDocument:
 
     def timing(self, tests: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Where the run's time went (``timing_summary``), from the tests' records."""
-        return timing_summary(tests if tests is not None else [t.to_json() for t in self.tests.values()],
-                              self.elapsed_s())  # fmt: skip
+        return timing_summary(
+            tests if tests is not None else [t.to_json() for t in self.tests.values()], self.elapsed_s()
+        )
 
     def record(self, nodeid: str) -> TestRecord:
         """The record for ``nodeid``, created on first use."""
@@ -390,7 +391,5 @@ def load_results(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a pytest-gpucluster results file (no 'tests' list).")
     version = document.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise ValueError(
-            f"{path}: results schema_version {version!r}; this plugin reads version {SCHEMA_VERSION}."
-        )
+        raise ValueError(f"{path}: results schema_version {version!r}; this plugin reads version {SCHEMA_VERSION}.")
     return document

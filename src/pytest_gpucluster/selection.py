@@ -82,8 +82,10 @@ def cannot_run(needs: Needs, shape: Shape) -> str | None:
     """Why a check that applies cannot run on what this run found, or None."""
     if needs.across_nodes and shape.executor == "slurm" and shape.usable_nodes < 2:
         extra = f" ({shape.unusable})" if shape.unusable else ""
-        return (f"profile {shape.profile!r} expects {shape.nodes} nodes, {shape.usable_nodes} usable{extra}; "
-                "this check needs 2")  # fmt: skip
+        return (
+            f"profile {shape.profile!r} expects {shape.nodes} nodes, {shape.usable_nodes} usable{extra}; "
+            "this check needs 2"
+        )
     return None
 
 
@@ -161,8 +163,9 @@ def plan_selection(
     """The required set over every collected check (before ``-k``/``-m``/``--deselect``), and
     the required checks missing from ``selected`` (the node ids that will run)."""
     chosen = set(selected)
-    sel = Selection(command=list(command), keyword=keyword, markexpr=markexpr, deselect=list(deselect),
-                    named=list(named))  # fmt: skip
+    sel = Selection(
+        command=list(command), keyword=keyword, markexpr=markexpr, deselect=list(deselect), named=list(named)
+    )
     for needs in collected:
         why = not_applicable(needs, shape)
         if why is not None:

@@ -305,8 +305,13 @@ class GpuClusterSession:
         if not self.runner.light:
             self._await_ahead()
         job = self.launcher.submit(fn, spec, **kwargs)
-        entry: dict[str, Any] = {"kind": "job", "job_id": job.job_id, "name": spec.name, "folder": str(job.folder),
-                                 "submitted_at": round(job.submitted_epoch, 3)}  # fmt: skip
+        entry: dict[str, Any] = {
+            "kind": "job",
+            "job_id": job.job_id,
+            "name": spec.name,
+            "folder": str(job.folder),
+            "submitted_at": round(job.submitted_epoch, 3),
+        }
         self.record(entry)
         self._job_entries[job.job_id] = entry
 
@@ -358,8 +363,10 @@ class GpuClusterSession:
                 start = mark.kwargs.get("start")
                 for request in mark.args:
                     if not isinstance(request, JobRequest):
-                        raise GpuClusterError(f"{item.nodeid}: @pytest.mark.uses takes JobRequest objects "
-                                              f"(pytest_gpucluster.plan.jobs), not {request!r}")  # fmt: skip
+                        raise GpuClusterError(
+                            f"{item.nodeid}: @pytest.mark.uses takes JobRequest objects "
+                            f"(pytest_gpucluster.plan.jobs), not {request!r}"
+                        )
                     taken = _start_params(start, params) if start is not None else ()
                     uses.append(Use(request, item.nodeid, taken))
                     if start is not None:
@@ -445,10 +452,19 @@ class GpuClusterSession:
             unusable = "; ".join(x for x in (unusable, self.node_error) if x)
         # A re-test of some nodes (--nodes) is a cluster of those nodes: checks across more are n/a.
         expected = len(self.settings.nodes) if self.settings.nodes else p.nodes
-        return Shape(profile=p.name, executor=p.executor, nodes=expected, usable_nodes=usable,
-                     gpus_per_node=self.gpus_per_node, gpus_declared=p.gpus_per_node is not None,
-                     gpus_are_real=p.gpus_are_real, ib_hcas=p.ib_hcas, accounting=p.accounting,
-                     require_slow=p.require_slow, unusable=unusable)  # fmt: skip
+        return Shape(
+            profile=p.name,
+            executor=p.executor,
+            nodes=expected,
+            usable_nodes=usable,
+            gpus_per_node=self.gpus_per_node,
+            gpus_declared=p.gpus_per_node is not None,
+            gpus_are_real=p.gpus_are_real,
+            ib_hcas=p.ib_hcas,
+            accounting=p.accounting,
+            require_slow=p.require_slow,
+            unusable=unusable,
+        )
 
     def declared_not_applicable(self, item: pytest.Item) -> str | None:
         """Why ``item``'s own module declares it not applicable to this profile's shape, or None.
@@ -599,8 +615,9 @@ class GpuClusterSession:
         callspec = getattr(item, "callspec", None)
         node = callspec.params.get("node") if callspec is not None else None
         if node in lost:
-            pytest.fail(f"{node} was lost earlier in this run: {self.lost_evidence(node)}; not tested again",
-                        pytrace=False)  # fmt: skip
+            pytest.fail(
+                f"{node} was lost earlier in this run: {self.lost_evidence(node)}; not tested again", pytrace=False
+            )
         if item.get_closest_marker("across_nodes") and len(self.live_nodes) < 2:
             gone = "; ".join(f"{n}: {self.lost_evidence(n)}" for n in lost)
             pytest.fail(f"{len(self.live_nodes)} node(s) left after losing {gone}; this check needs 2", pytrace=False)

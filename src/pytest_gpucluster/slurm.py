@@ -101,8 +101,11 @@ def job_nodes(job_id: str, expected: int | None = None) -> tuple[str, ...]:
 
 def parse_controller_job(text: str) -> dict[str, str]:
     """``JobState``, ``ExitCode``, ``NodeList`` and ``Reason`` from ``scontrol show job -o ID``."""
-    return {key: m.group(1) for key in ("JobState", "ExitCode", "NodeList", "Reason")
-            if (m := re.search(rf"(?:^|\s){key}=(\S+)", text))}  # fmt: skip
+    return {
+        key: m.group(1)
+        for key in ("JobState", "ExitCode", "NodeList", "Reason")
+        if (m := re.search(rf"(?:^|\s){key}=(\S+)", text))
+    }
 
 
 def controller_job(job_id: str) -> dict[str, str] | None:
@@ -145,8 +148,20 @@ class NodeInfo:
     def usable(self) -> bool:
         """Idle, mixed or allocated, and not draining, down or failing."""
         parts = set(self.state.upper().replace("+", " ").split())
-        bad = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING",
-               "MAINTENANCE", "REBOOT_REQUESTED", "INVALID_REG", "FUTURE", "UNKNOWN"}  # fmt: skip
+        bad = {
+            "DOWN",
+            "DRAIN",
+            "DRAINED",
+            "DRAINING",
+            "FAIL",
+            "FAILING",
+            "NOT_RESPONDING",
+            "MAINTENANCE",
+            "REBOOT_REQUESTED",
+            "INVALID_REG",
+            "FUTURE",
+            "UNKNOWN",
+        }
         good = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"}
         return bool(parts & good) and not parts & bad
 
@@ -224,8 +239,9 @@ def holders(nodes: tuple[str, ...]) -> list[tuple[str, str, str, tuple[str, ...]
     """Jobs that run or end on any of ``nodes`` (any user's): (id, name, state, their nodes)."""
     if not nodes:
         return []
-    out = run(["squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED", "-w", ",".join(nodes),
-               "-o", "%i|%j|%T|%N"])  # fmt: skip
+    out = run(
+        ["squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED", "-w", ",".join(nodes), "-o", "%i|%j|%T|%N"]
+    )
     return [(i, name, state, expand_hostlist(hosts)) for i, name, state, hosts in parse_holders(out)]
 
 
@@ -310,8 +326,10 @@ def partition_problems(name: str | None, found: list[PartitionInfo]) -> list[str
             return [f"partition {name!r} does not exist (partitions: {known})"]
         chosen = matches[0]
     if chosen.state != "UP":
-        return [f"partition {chosen.name!r} is {chosen.state}, not UP (scontrol update partitionname="
-                f"{chosen.name} state=up)"]  # fmt: skip
+        return [
+            f"partition {chosen.name!r} is {chosen.state}, not UP (scontrol update partitionname="
+            f"{chosen.name} state=up)"
+        ]
     return []
 
 

@@ -17,8 +17,9 @@ from pytest_gpucluster.workloads.compute import burn, by_node, fractions_of_medi
 
 
 def _plan(gpucluster):
-    return plan_compute(gpucluster.profile.compute, gpus_per_node=gpucluster.gpus_per_node,
-                        real_gpus=gpucluster.profile.gpus_are_real)  # fmt: skip
+    return plan_compute(
+        gpucluster.profile.compute, gpus_per_node=gpucluster.gpus_per_node, real_gpus=gpucluster.profile.gpus_are_real
+    )
 
 
 def _all_gpus(gpucluster, fn, key):
@@ -30,8 +31,9 @@ def _all_gpus(gpucluster, fn, key):
 
     def produce():
         plan = _plan(gpucluster)
-        spec = gpucluster.spec(key, all_nodes=True, tasks_per_node=plan.ranks_per_node,
-                               gpus_per_node=plan.gpus_per_node)  # fmt: skip
+        spec = gpucluster.spec(
+            key, all_nodes=True, tasks_per_node=plan.ranks_per_node, gpus_per_node=plan.gpus_per_node
+        )
         results = gpucluster.run(fn, spec, config=plan.config)
         return by_node([r.value for r in results]), results[0].job_id, plan
 
@@ -42,12 +44,21 @@ def _per_gpu(metric, unit, values, median_of, job, detail):
     """Each GPU's value and its fraction of its node's median; a node of one GPU has no peer to
     compare with, so only its value is judged, and the detail says so."""
     if len(values) == 1:
-        return [Measurement(metric, v, unit, where, f"{detail}; one GPU on the node: no node median to compare",
-                            job) for where, v in values.items()]  # fmt: skip
+        return [
+            Measurement(metric, v, unit, where, f"{detail}; one GPU on the node: no node median to compare", job)
+            for where, v in values.items()
+        ]
     ratios = fractions_of_median(median_of)
-    return [m for where, v in values.items() for m in (
-        Measurement(metric, v, unit, where, detail, job),
-        Measurement("compute.fraction_of_node_median", ratios[where], "ratio", where, f"{metric} vs node median", job))]
+    return [
+        m
+        for where, v in values.items()
+        for m in (
+            Measurement(metric, v, unit, where, detail, job),
+            Measurement(
+                "compute.fraction_of_node_median", ratios[where], "ratio", where, f"{metric} vs node median", job
+            ),
+        )
+    ]
 
 
 @pytest.mark.uses(jobs.CEILINGS)
@@ -57,12 +68,23 @@ def test_gpu_compute_and_memory(gpucluster, judge, record, thresholds, node):
     detail = f"{gpus[0].device_name}, {gpus[0].dtype}" + (" (CPU stand-in, tiny sizes)" if plan.note else "")
     mm, cp = {g.where: g.matmul_tflops for g in gpus}, {g.where: g.copy_tbps for g in gpus}
     for name, unit, values in (("compute.matmul_bf16", "TFLOP/s", mm), ("compute.memcopy", "TB/s", cp)):
-        record("series", name=name, where=node, x_label="gpu", y_label=unit, threshold=thresholds[name].fail_below,
-               points=[[i, v] for i, v in enumerate(values.values())])  # fmt: skip
-    judge.problems([f"{g.where}: GEMM result wrong (checked against fp32)" for g in gpus if not g.matmul_checked],
-                   f"job {job}: wrong matrix products")  # fmt: skip
-    judge.all(_per_gpu("compute.matmul_bf16", "TFLOP/s", mm, mm, job, detail)
-              + _per_gpu("compute.memcopy", "TB/s", cp, cp, job, detail))  # fmt: skip
+        record(
+            "series",
+            name=name,
+            where=node,
+            x_label="gpu",
+            y_label=unit,
+            threshold=thresholds[name].fail_below,
+            points=[[i, v] for i, v in enumerate(values.values())],
+        )
+    judge.problems(
+        [f"{g.where}: GEMM result wrong (checked against fp32)" for g in gpus if not g.matmul_checked],
+        f"job {job}: wrong matrix products",
+    )
+    judge.all(
+        _per_gpu("compute.matmul_bf16", "TFLOP/s", mm, mm, job, detail)
+        + _per_gpu("compute.memcopy", "TB/s", cp, cp, job, detail)
+    )
 
 
 @pytest.mark.slow
@@ -73,10 +95,20 @@ def test_gpu_burn_without_throttling(gpucluster, judge, record, node):
     gpus = nodes.get(node) or pytest.fail(f"{node}: no result in job {job}", pytrace=False)
     for g in gpus:
         for name, y, pick in (("sm_clock", "MHz", "sm_clock_mhz"), ("temperature", "C", "temperature_c")):
-            record("series", name=f"compute.burn.{name}", where=g.where, x_label="s", y_label=y,
-                   points=[[round(s.t_s, 1), getattr(s, pick)] for s in g.samples])  # fmt: skip
-    problems = [f"{g.where}: {', '.join(sorted({r for _, rs in g.failing for r in rs}))} in {len(g.failing)} "
-                f"of {len(g.samples)} samples (first at {g.failing[0][0]:.0f} s)" for g in gpus if g.failing]
+            record(
+                "series",
+                name=f"compute.burn.{name}",
+                where=g.where,
+                x_label="s",
+                y_label=y,
+                points=[[round(s.t_s, 1), getattr(s, pick)] for s in g.samples],
+            )
+    problems = [
+        f"{g.where}: {', '.join(sorted({r for _, rs in g.failing for r in rs}))} in {len(g.failing)} "
+        f"of {len(g.samples)} samples (first at {g.failing[0][0]:.0f} s)"
+        for g in gpus
+        if g.failing
+    ]
     problems += [f"{g.where}: NVML read no sample ({'; '.join(g.nvml_errors)})" for g in gpus if not g.samples]
     load = f"{plan.config.burn_s} s of GEMM load"
     judge.problems(problems, f"job {job}: GPUs slowed down for heat or power during {load}")

@@ -43,9 +43,13 @@ def test_dcgm_diagnostics(diag_runs, judge, node, profile):
     if run is None:
         pytest.fail(f"no dcgmi result came back from {node} (answered: {', '.join(diag_runs)})", pytrace=False)
     if not run.found and not profile.dcgm_required:
-        not_applicable(f"dcgmi is not installed on {node} and profile {profile.name!r} does not require it "
-                       "(dcgm_required = false)")  # fmt: skip
+        not_applicable(
+            f"dcgmi is not installed on {node} and profile {profile.name!r} does not require it (dcgm_required = false)"
+        )
     if not run.found:
-        pytest.fail(f"{node}: dcgmi is not installed, and profile {profile.name!r} requires DCGM diagnostics "
-                    "(dcgm_required = true)", pytrace=False)  # fmt: skip
+        pytest.fail(
+            f"{node}: dcgmi is not installed, and profile {profile.name!r} requires DCGM diagnostics "
+            "(dcgm_required = true)",
+            pytrace=False,
+        )
     judge.problems(dcgm_checks.diag_problems(run), f"{node}: dcgmi diag -r {run.level} found faults")

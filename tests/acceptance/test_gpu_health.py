@@ -30,14 +30,16 @@ def _of(nodes_gpus, node):
 
 
 def test_gpu_count_and_model(nodes_gpus, node, gpucluster, judge):
-    problems = gpu_health.inventory_problems(_of(nodes_gpus, node), count=gpucluster.gpus_per_node,
-                                             model=gpucluster.profile.gpu_model)  # fmt: skip
+    problems = gpu_health.inventory_problems(
+        _of(nodes_gpus, node), count=gpucluster.gpus_per_node, model=gpucluster.profile.gpu_model
+    )
     judge.problems(problems, f"{node}: GPUs are not what the profile expects")
 
 
 def test_driver_and_cuda_versions_agree(nodes_gpus, profile, judge):
-    problems = gpu_health.version_problems(list(good(nodes_gpus).values()), min_driver=profile.min_driver,
-                                           min_cuda=profile.min_cuda)  # fmt: skip
+    problems = gpu_health.version_problems(
+        list(good(nodes_gpus).values()), min_driver=profile.min_driver, min_cuda=profile.min_cuda
+    )
     judge.problems(problems, "driver / CUDA versions")
 
 

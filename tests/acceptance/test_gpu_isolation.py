@@ -34,8 +34,11 @@ def _pair(gpucluster):
     half = gpucluster.gpus_per_node // 2
     per_task = half >= 2
     first = gpucluster.spec("isolation-pair", all_nodes=True, gpus_per_node=half)
-    second = (gpucluster.spec("isolation-pair-per-task", all_nodes=True, tasks_per_node=half, gpus_per_task=1)
-              if per_task else first)  # fmt: skip
+    second = (
+        gpucluster.spec("isolation-pair-per-task", all_nodes=True, tasks_per_node=half, gpus_per_task=1)
+        if per_task
+        else first
+    )
     real = gpucluster.profile.gpus_are_real
 
     def produce():
@@ -79,11 +82,15 @@ def half_node_views(gpucluster):
 @PAIR
 def test_job_sees_exactly_its_gpus(half_node_views, profile, judge):
     holds, views = half_node_views
-    found = [isolation_checks.view_problems(v, asked, device_cgroups=profile.device_cgroups, job_holds=holds)
-             for v, asked in views]  # fmt: skip
+    found = [
+        isolation_checks.view_problems(v, asked, device_cgroups=profile.device_cgroups, job_holds=holds)
+        for v, asked in views
+    ]
     _warn([w for _, ws in found for w in ws])
-    judge.problems([p for ps, _ in found for p in ps], f"tasks of jobs holding {holds} GPU(s) per node do not "
-                   "see exactly what they were given")  # fmt: skip
+    judge.problems(
+        [p for ps, _ in found for p in ps],
+        f"tasks of jobs holding {holds} GPU(s) per node do not see exactly what they were given",
+    )
 
 
 @pytest.mark.gpu
@@ -112,5 +119,6 @@ def test_gpus_per_task_gives_each_task_its_own_gpu(gpucluster, judge):
         n = gpucluster.gpus_per_node
         spec = gpucluster.spec("isolation-per-task", all_nodes=True, tasks_per_node=n, gpus_per_task=1)
         views = [r.value for r in gpucluster.run(isolation.gpu_view, spec, real=gpucluster.profile.gpus_are_real)]
-    judge.problems(isolation_checks.per_task_problems(views),
-                   f"{n} tasks with --gpus-per-task=1 do not each get one GPU")
+    judge.problems(
+        isolation_checks.per_task_problems(views), f"{n} tasks with --gpus-per-task=1 do not each get one GPU"
+    )

@@ -29,6 +29,7 @@ def ib_nodes(gpucluster):
 @pytest.mark.infiniband
 def test_infiniband_ports(ib_nodes, node, profile, judge):
     ports = reading_of(ib_nodes, node, "InfiniBand report")
-    problems = infiniband_checks.problems(ports, hcas=profile.ib_hcas, rate_gbps=profile.ib_rate_gbps,
-                                   link_layer=profile.ib_link_layer)  # fmt: skip
+    problems = infiniband_checks.problems(
+        ports, hcas=profile.ib_hcas, rate_gbps=profile.ib_rate_gbps, link_layer=profile.ib_link_layer
+    )
     judge.problems(problems, f"{node}: InfiniBand not as the profile expects")

@@ -43,10 +43,15 @@ def test_node_matches_the_others(inventory, judge, node):
 @pytest.mark.quick
 def test_node_matches_the_profile(inventory, profile, judge, node):
     problems = homogeneity.profile_problems(
-        node, _of(inventory, node), gpu_model=profile.gpu_model, gpus_per_node=profile.gpus_per_node,
-        gpus_are_real=profile.gpus_are_real, min_driver=profile.min_driver, min_cuda=profile.min_cuda,
+        node,
+        _of(inventory, node),
+        gpu_model=profile.gpu_model,
+        gpus_per_node=profile.gpus_per_node,
+        gpus_are_real=profile.gpus_are_real,
+        min_driver=profile.min_driver,
+        min_cuda=profile.min_cuda,
         expect_kernel=profile.expect_kernel,
-    )  # fmt: skip
+    )
     judge.problems(problems, f"{node} is not what profile {profile.name!r} describes")
 
 
@@ -61,7 +66,9 @@ def test_cpus_and_memory_per_gpu(inventory, judge, node):
     sizing = homogeneity.per_gpu_sizing(_of(inventory, node))
     if sizing is None:
         not_applicable(f"{node} has no GPU visible to NVML: CPUs and RAM per GPU do not apply")
-    judge.all([
-        Measurement("inventory.cpus_per_gpu", sizing.cpus_per_gpu, "count", where=node),
-        Measurement("inventory.memory_per_gpu", sizing.memory_gib_per_gpu, "GiB", where=node),
-    ])  # fmt: skip
+    judge.all(
+        [
+            Measurement("inventory.cpus_per_gpu", sizing.cpus_per_gpu, "count", where=node),
+            Measurement("inventory.memory_per_gpu", sizing.memory_gib_per_gpu, "GiB", where=node),
+        ]
+    )

@@ -12,8 +12,9 @@ from pytest_gpucluster.workloads.placement import report_placement
 def _placed(gpucluster, nodes, tasks_per_node):
     """One job of ``nodes`` × ``tasks_per_node`` tasks, asking for no GPU: where each task ran."""
     spec = gpucluster.spec("placement", nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=0)
-    return gpucluster.once(("placement", nodes, tasks_per_node), lambda: gpucluster.run(report_placement, spec),
-                           light=True)  # fmt: skip
+    return gpucluster.once(
+        ("placement", nodes, tasks_per_node), lambda: gpucluster.run(report_placement, spec), light=True
+    )
 
 
 pytestmark = pytest.mark.uses(jobs.PLACEMENT, start=_placed)

@@ -22,10 +22,16 @@ def _dead_rank(gpucluster):
 
     def produce():
         bound = gpucluster.thresholds["robustness.rank_failure_teardown"].fail_above or 0.0
-        plan = rf_checks.plan(len(gpucluster.nodes), gpus_per_node=gpucluster.gpus_per_node,
-                       real_gpus=gpucluster.profile.gpus_are_real)  # fmt: skip
-        spec = gpucluster.spec("rank-failure", nodes=plan.nodes, tasks_per_node=plan.tasks_per_node,
-                               gpus_per_node=plan.gpus_per_node, timeout_min=rf_checks.job_minutes(bound))  # fmt: skip
+        plan = rf_checks.plan(
+            len(gpucluster.nodes), gpus_per_node=gpucluster.gpus_per_node, real_gpus=gpucluster.profile.gpus_are_real
+        )
+        spec = gpucluster.spec(
+            "rank-failure",
+            nodes=plan.nodes,
+            tasks_per_node=plan.tasks_per_node,
+            gpus_per_node=plan.gpus_per_node,
+            timeout_min=rf_checks.job_minutes(bound),
+        )
         stamps = rf.new_stamp_dir(gpucluster.job_root)
         job = gpucluster.submit(rf.rank_failure, spec, stamp_dir=str(stamps), backend=plan.backend)
         with pytest.raises(LaunchError):  # the victim rank has no result: the launcher must say so
@@ -56,5 +62,13 @@ def dead_rank(gpucluster):
 def test_a_dead_rank_ends_the_job(dead_rank, judge):
     job_id, teardown = dead_rank
     judge.problems(list(teardown.problems), f"job {job_id}: the rank failure was not injected as planned")
-    judge(Measurement("robustness.rank_failure_teardown", teardown.seconds, "s", where=teardown.where,
-                      detail=teardown.detail, job_id=job_id))  # fmt: skip
+    judge(
+        Measurement(
+            "robustness.rank_failure_teardown",
+            teardown.seconds,
+            "s",
+            where=teardown.where,
+            detail=teardown.detail,
+            job_id=job_id,
+        )
+    )

@@ -23,8 +23,9 @@ def _shared(gpucluster):
         prepared = sharedfs.prepare(root)
         try:
             spec = gpucluster.spec("sharedfs", all_nodes=True, gpus_per_node=0)
-            results = gpucluster.run(sharedfs.check_node, spec, root_template=root, name=prepared.name,
-                                     token=prepared.token)  # fmt: skip
+            results = gpucluster.run(
+                sharedfs.check_node, spec, root_template=root, name=prepared.name, token=prepared.token
+            )
         finally:
             sharedfs.cleanup(prepared)
         return prepared, [r.value for r in results], results[0].job_id

@@ -45,8 +45,11 @@ def _of(found, node):
 @pytest.mark.quick
 def test_node_was_sampled(node_telemetry, judge, node):
     nt = _of(node_telemetry, node)
-    problems = [f"{node}: {len(s)} {name} samples in {nt.wall_s:.1f} s at {nt.interval_s} s intervals"
-                for name, s in nt.node_series.items() if len(s) < 2]  # fmt: skip
+    problems = [
+        f"{node}: {len(s)} {name} samples in {nt.wall_s:.1f} s at {nt.interval_s} s intervals"
+        for name, s in nt.node_series.items()
+        if len(s) < 2
+    ]
     judge.problems(problems, f"{node}: the telemetry sampler did not run")
 
 
@@ -64,8 +67,13 @@ def test_no_gpu_idles_while_its_peers_work(node_telemetry, judge, node):
     fractions = telemetry.idle_fractions(telemetry.absolute_util(list(node_telemetry.values())))
     mine = {w: f for w, f in fractions.items() if w.startswith(f"{node}:")}
     judge.problems(telemetry.unjudged_idle(mine), f"{node}: GPU idleness not measured under the collective load")
-    judge.all([Measurement("telemetry.gpu_idle_fraction", f.percent, "%", where=w, detail=f.detail)
-               for w, f in sorted(fractions.items()) if w.startswith(f"{node}:")])  # fmt: skip
+    judge.all(
+        [
+            Measurement("telemetry.gpu_idle_fraction", f.percent, "%", where=w, detail=f.detail)
+            for w, f in sorted(fractions.items())
+            if w.startswith(f"{node}:")
+        ]
+    )
 
 
 @pytest.mark.gpu

@@ -28,8 +28,9 @@ NODE_MODES = ("single", *MODES)  # what each node's job trains, in this order
 
 
 def _plan(gpucluster):
-    return plan_training(gpucluster.profile.training, gpus_per_node=gpucluster.gpus_per_node,
-                         real_gpus=gpucluster.profile.gpus_are_real)  # fmt: skip
+    return plan_training(
+        gpucluster.profile.training, gpus_per_node=gpucluster.gpus_per_node, real_gpus=gpucluster.profile.gpus_are_real
+    )
 
 
 def _summaries(gpucluster, plan, results, modes):
@@ -55,8 +56,13 @@ def _baselines(gpucluster):
 
     def produce():
         plan = _plan(gpucluster)
-        spec = gpucluster.spec("train-1gpu", nodes=1, tasks_per_node=1, gpus_per_node=min(1, plan.gpus_per_node),
-                               timeout_min=plan.timeout_min)  # fmt: skip
+        spec = gpucluster.spec(
+            "train-1gpu",
+            nodes=1,
+            tasks_per_node=1,
+            gpus_per_node=min(1, plan.gpus_per_node),
+            timeout_min=plan.timeout_min,
+        )
         results = gpucluster.run(train, spec, config=plan.config, modes=("single",), timeout_s=plan.timeout_s)
         summaries, job = _summaries(gpucluster, plan, results, ["single"])
         return {summaries["single"].nodes[0]: (summaries["single"], job)}
@@ -83,14 +89,22 @@ def _per_node_jobs(gpucluster):
 
     def produce():
         plan = _plan(gpucluster)
-        specs = {n: gpucluster.spec(f"train-{n}", nodelist=(n,), tasks_per_node=plan.ranks_per_node,
-                                    gpus_per_node=plan.gpus_per_node, timeout_min=plan.timeout_min)
-                 for n in gpucluster.nodes}  # fmt: skip
+        specs = {
+            n: gpucluster.spec(
+                f"train-{n}",
+                nodelist=(n,),
+                tasks_per_node=plan.ranks_per_node,
+                gpus_per_node=plan.gpus_per_node,
+                timeout_min=plan.timeout_min,
+            )
+            for n in gpucluster.nodes
+        }
         jobs, out = {}, {}
         for n, spec in specs.items():
             try:
-                jobs[n] = gpucluster.submit(under_telemetry, spec, fn=train, config=plan.config, modes=NODE_MODES,
-                                            timeout_s=plan.timeout_s)  # fmt: skip
+                jobs[n] = gpucluster.submit(
+                    under_telemetry, spec, fn=train, config=plan.config, modes=NODE_MODES, timeout_s=plan.timeout_s
+                )
             except GpuClusterError as exc:  # a node lost earlier: that node's verdict only
                 out[n] = exc
         for n, job in jobs.items():
@@ -135,8 +149,13 @@ def _training_telemetry(gpucluster, node, node_training, record):
 def _across_nodes(gpucluster):
     def produce():
         plan = _plan(gpucluster)
-        spec = gpucluster.spec("train-all", all_nodes=True, tasks_per_node=plan.ranks_per_node,
-                               gpus_per_node=plan.gpus_per_node, timeout_min=plan.timeout_min)  # fmt: skip
+        spec = gpucluster.spec(
+            "train-all",
+            all_nodes=True,
+            tasks_per_node=plan.ranks_per_node,
+            gpus_per_node=plan.gpus_per_node,
+            timeout_min=plan.timeout_min,
+        )
         results = gpucluster.run(train, spec, config=plan.config, modes=tuple(MODES), timeout_s=plan.timeout_s)
         return _summaries(gpucluster, plan, results, MODES)
 
@@ -149,11 +168,26 @@ def _detail(run: TrainingSummary, gpucluster) -> str:
 
 
 def _record(record, run: TrainingSummary, where: str) -> None:
-    record("series", name=f"train.{run.mode}.loss", where=where, x_label="step", y_label="loss",
-           points=[[i, v] for i, v in enumerate(run.losses)])  # fmt: skip
-    record("training", mode=run.mode, where=where, gpus=run.world_size, tokens_per_s_per_gpu=run.tokens_per_s_per_gpu,
-           mfu_percent=run.mfu_percent, step_p50_s=run.step_p50_s, step_p95_s=run.step_p95_s,
-           peak_memory_gib=run.peak_memory_gib, params=run.n_params)  # fmt: skip
+    record(
+        "series",
+        name=f"train.{run.mode}.loss",
+        where=where,
+        x_label="step",
+        y_label="loss",
+        points=[[i, v] for i, v in enumerate(run.losses)],
+    )
+    record(
+        "training",
+        mode=run.mode,
+        where=where,
+        gpus=run.world_size,
+        tokens_per_s_per_gpu=run.tokens_per_s_per_gpu,
+        mfu_percent=run.mfu_percent,
+        step_p50_s=run.step_p50_s,
+        step_p95_s=run.step_p95_s,
+        peak_memory_gib=run.peak_memory_gib,
+        params=run.n_params,
+    )
 
 
 def _speed(run, baseline, where, job, gpucluster, thresholds, record):
@@ -162,17 +196,34 @@ def _speed(run, baseline, where, job, gpucluster, thresholds, record):
     base, _, alone = baseline
     if run.world_size < 2:
         detail = f"{_detail(run, gpucluster)}; scaling efficiency not judged: 1 GPU in the run, nothing to scale to"
-        return [Measurement(f"train.{run.mode}.tokens_per_s_per_gpu", run.tokens_per_s_per_gpu, "tokens/s", where,
-                            detail, job)]  # fmt: skip
+        return [
+            Measurement(
+                f"train.{run.mode}.tokens_per_s_per_gpu", run.tokens_per_s_per_gpu, "tokens/s", where, detail, job
+            )
+        ]
     eff = 100.0 * run.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu
-    record("series", name=f"train.{run.mode}.scaling", where=where, x_label="GPUs", y_label="tokens/s per GPU",
-           points=[[1, base.tokens_per_s_per_gpu], [run.world_size, run.tokens_per_s_per_gpu]],
-           threshold=thresholds[f"train.{run.mode}.tokens_per_s_per_gpu"].fail_below)  # fmt: skip
+    record(
+        "series",
+        name=f"train.{run.mode}.scaling",
+        where=where,
+        x_label="GPUs",
+        y_label="tokens/s per GPU",
+        points=[[1, base.tokens_per_s_per_gpu], [run.world_size, run.tokens_per_s_per_gpu]],
+        threshold=thresholds[f"train.{run.mode}.tokens_per_s_per_gpu"].fail_below,
+    )
     detail = _detail(run, gpucluster)
     tps = run.tokens_per_s_per_gpu
-    return [Measurement(f"train.{run.mode}.tokens_per_s_per_gpu", tps, "tokens/s", where, detail, job),
-            Measurement(f"train.{run.mode}.scaling_efficiency", eff, "%", where,
-                        f"{detail}; one GPU ({alone}): {base.tokens_per_s_per_gpu:.0f} tokens/s", job)]  # fmt: skip
+    return [
+        Measurement(f"train.{run.mode}.tokens_per_s_per_gpu", tps, "tokens/s", where, detail, job),
+        Measurement(
+            f"train.{run.mode}.scaling_efficiency",
+            eff,
+            "%",
+            where,
+            f"{detail}; one GPU ({alone}): {base.tokens_per_s_per_gpu:.0f} tokens/s",
+            job,
+        ),
+    ]
 
 
 @BASELINE
@@ -181,8 +232,13 @@ def test_training_one_gpu(gpucluster, judge, record):
     for node, (base, _) in bases.items():
         _record(record, base, node)
     base, _, _ = _baseline(gpucluster)
-    record("environment", facts={"training_model": _plan(gpucluster).note or
-                                 f"{base.n_params / 1e6:.0f} M parameters, {base.dtype} on {base.device_name}"})
+    record(
+        "environment",
+        facts={
+            "training_model": _plan(gpucluster).note
+            or f"{base.n_params / 1e6:.0f} M parameters, {base.dtype} on {base.device_name}"
+        },
+    )
     problems = [f"{node} (job {job}): {p}" for node, (b, job) in bases.items() for p in b.problems]
     judge.problems(problems, f"training on one GPU of {', '.join(bases)} is not correct")
 
@@ -205,17 +261,30 @@ def test_training_mfu_on_node(gpucluster, judge, node, mode, node_training):
     if run.mfu_percent is None and run.dtype != "bf16":
         not_applicable(f"{node} trains in fp32 on the CPU: MFU is a fraction of a GPU's bf16 peak")
     if run.mfu_percent is None:
-        pytest.skip(f"{node}: MFU not judged: no bf16 peak is known for {run.device_name!r}; "
-                    "add it to workloads/flops.py PEAK_BF16_TFLOPS")  # fmt: skip
-    judge(Measurement(f"train.{mode}.mfu", run.mfu_percent, "%", node,
-                      f"{_detail(run, gpucluster)}, peak {run.peak_tflops:g} TFLOP/s", job))  # fmt: skip
+        pytest.skip(
+            f"{node}: MFU not judged: no bf16 peak is known for {run.device_name!r}; "
+            "add it to workloads/flops.py PEAK_BF16_TFLOPS"
+        )
+    judge(
+        Measurement(
+            f"train.{mode}.mfu",
+            run.mfu_percent,
+            "%",
+            node,
+            f"{_detail(run, gpucluster)}, peak {run.peak_tflops:g} TFLOP/s",
+            job,
+        )
+    )
 
 
 @PER_NODE
 def test_node_was_watched_while_training(gpucluster, judge, record, node, node_training):
     nt, job = _training_telemetry(gpucluster, node, node_training, record)
-    problems = [f"{node}: {len(s)} {name} samples in {nt.wall_s:.1f} s at {nt.interval_s} s intervals"
-                for name, s in nt.node_series.items() if len(s) < 2]  # fmt: skip
+    problems = [
+        f"{node}: {len(s)} {name} samples in {nt.wall_s:.1f} s at {nt.interval_s} s intervals"
+        for name, s in nt.node_series.items()
+        if len(s) < 2
+    ]
     judge.problems(problems, f"job {job}: the telemetry sampler did not run while {node} trained")
 
 
@@ -232,8 +301,14 @@ def test_no_gpu_idles_while_its_peers_train(gpucluster, judge, record, node, nod
     _gpus_sampled(nt, job, judge)
     fractions = telemetry.idle_fractions(telemetry.absolute_util([nt]))
     judge.problems(telemetry.unjudged_idle(fractions), f"job {job}: on {node}, idleness not measured while training")
-    judge.all([Measurement("telemetry.gpu_idle_fraction", f.percent, "%", where=w, detail=f"training; {f.detail}",
-                           job_id=job) for w, f in sorted(fractions.items())])  # fmt: skip
+    judge.all(
+        [
+            Measurement(
+                "telemetry.gpu_idle_fraction", f.percent, "%", where=w, detail=f"training; {f.detail}", job_id=job
+            )
+            for w, f in sorted(fractions.items())
+        ]
+    )
 
 
 @pytest.mark.gpu
@@ -249,8 +324,14 @@ def test_ddp_and_fsdp_agree(judge, node, node_training):
     runs, job, _ = node_training
     ddp, fsdp = runs["ddp"], runs["fsdp"]
     rel, tol = loss_agreement(ddp, fsdp)
-    problems = [] if rel <= tol else [f"final losses DDP {ddp.losses[-1]:.5f} and FSDP {fsdp.losses[-1]:.5f} differ "
-                                      f"by {rel:.2e} relative; {ddp.dtype} allows {tol:g}"]  # fmt: skip
+    problems = (
+        []
+        if rel <= tol
+        else [
+            f"final losses DDP {ddp.losses[-1]:.5f} and FSDP {fsdp.losses[-1]:.5f} differ "
+            f"by {rel:.2e} relative; {ddp.dtype} allows {tol:g}"
+        ]
+    )
     judge.problems(problems, f"job {job}: on {node}, DDP and FSDP trained from the same weights and data disagree")
 
 

@@ -62,10 +62,19 @@ def fault_profile(tmp_path: Path, name: str = "faults", extra_text: str = "", **
     """Write thresholds.toml with a profile on node3/node4 and short time limits."""
     tag = f"faults-{uuid.uuid4().hex[:10]}"
     settings: dict[str, Any] = {
-        "executor": "slurm", "partition": "debug", "nodes": 2, "nodelist": list(FAULT_NODES),
-        "gpus_per_node": 4, "gpus_are_real": False, "shared_fs": SHARED, "slurm_conf": SLURM_CONF,
-        "device_cgroups": False, "thresholds": "cpu", "queue_timeout_s": 10, "job_timeout_min": 1,
-    }  # fmt: skip
+        "executor": "slurm",
+        "partition": "debug",
+        "nodes": 2,
+        "nodelist": list(FAULT_NODES),
+        "gpus_per_node": 4,
+        "gpus_are_real": False,
+        "shared_fs": SHARED,
+        "slurm_conf": SLURM_CONF,
+        "device_cgroups": False,
+        "thresholds": "cpu",
+        "queue_timeout_s": 10,
+        "job_timeout_min": 1,
+    }
     settings.update(overrides)
     extra = dict(settings.pop("sbatch_extra", {}))
     extra.setdefault("comment", tag)
@@ -116,8 +125,18 @@ class Run:
 
 def pytest_argv(profile: FaultProfile, results: Path, *args: str) -> list[str]:
     """A pytest command line the way an operator runs the suite, on the fault profile."""
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--cluster=faults",
-            f"--thresholds={profile.path}", f"--results={results}", *args]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-rA",
+        "--cluster=faults",
+        f"--thresholds={profile.path}",
+        f"--results={results}",
+        *args,
+    ]
 
 
 def run_pytest(profile: FaultProfile, tmp_path: Path, *args: str, timeout: float = 300.0) -> Run:
@@ -125,8 +144,15 @@ def run_pytest(profile: FaultProfile, tmp_path: Path, *args: str, timeout: float
     results = tmp_path / f"results-{uuid.uuid4().hex[:6]}.json"
     env = {**os.environ, "SLURM_CONF": SLURM_CONF}
     t0 = time.monotonic()
-    proc = subprocess.run(pytest_argv(profile, results, *args), cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)  # fmt: skip
+    proc = subprocess.run(
+        pytest_argv(profile, results, *args),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     doc = json.loads(results.read_text()) if results.exists() else {}
     return Run(proc.returncode, proc.stdout + proc.stderr, doc, time.monotonic() - t0)
 

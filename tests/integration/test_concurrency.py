@@ -30,8 +30,20 @@ def probe_dirs() -> set[str]:
 def test_four_workers_write_one_complete_results_file_and_leave_nothing(slurm_cluster, tmp_path):
     results, html = tmp_path / "results.json", tmp_path / "report.html"
     before = probe_dirs()
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "4", "--cluster=ci",
-            f"--results={results}", f"--html={html}", "-q", *SUITE]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "4",
+        "--cluster=ci",
+        f"--results={results}",
+        f"--html={html}",
+        "-q",
+        *SUITE,
+    ]
     env = {**os.environ, "SLURM_CONF": SLURM_CONF}
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=400, check=False)
     out = proc.stdout + proc.stderr

@@ -12,9 +12,14 @@ pytestmark = pytest.mark.integration
 
 # Light jobs on every node, a per-node check served by the node probe, and a per-node training
 # job: three chances to wait on the dead node, each of which must not cost a queue_timeout_s.
-SELECTION = ("tests/acceptance/test_sharedfs.py", "tests/acceptance/test_placement.py",
-             "tests/acceptance/test_inventory.py", "tests/acceptance/test_training.py",
-             "-k", "sharedfs or placement or matches_the_profile or training_on_node")  # fmt: skip
+SELECTION = (
+    "tests/acceptance/test_sharedfs.py",
+    "tests/acceptance/test_placement.py",
+    "tests/acceptance/test_inventory.py",
+    "tests/acceptance/test_training.py",
+    "-k",
+    "sharedfs or placement or matches_the_profile or training_on_node",
+)
 
 
 def test_a_node_dead_before_the_run_costs_one_bounded_wait_and_is_named(slurm_cluster, tmp_path):

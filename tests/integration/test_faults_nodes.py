@@ -53,8 +53,11 @@ def tasks_started(job_id: str, since: float, tasks: int = 2) -> bool:
     """Every task of ``job_id`` is inside the workload: submitit logged its start. RUNNING in the
     queue is not enough: a node killed while srun still launches the step fails the launch
     instead, and that is a different fault."""
-    logs = [p for p in Path(SHARED, ".pytest-gpucluster", "jobs").glob(f"*/*/*/{job_id}_*_log.out")
-            if p.stat().st_mtime >= since]  # fmt: skip
+    logs = [
+        p
+        for p in Path(SHARED, ".pytest-gpucluster", "jobs").glob(f"*/*/*/{job_id}_*_log.out")
+        if p.stat().st_mtime >= since
+    ]
     return sum("Starting with JobEnvironment" in p.read_text(errors="replace") for p in logs) >= tasks
 
 
@@ -90,8 +93,9 @@ def by_name(results, part):
 def test_a_node_dying_mid_job_fails_that_test_naming_the_node_and_the_suite_goes_on(slurm_cluster, tmp_path):
     profile = fault_profile(tmp_path)
     long_test = write_long_test(tmp_path, seconds=120)
-    proc, results = start_suite(profile, tmp_path, str(long_test),
-                                "tests/acceptance/test_inventory.py::test_node_matches_the_profile")  # fmt: skip
+    proc, results = start_suite(
+        profile, tmp_path, str(long_test), "tests/acceptance/test_inventory.py::test_node_matches_the_profile"
+    )
     cluster = cluster_handle(slurm_cluster)
     try:
         job_id = running_job(profile, proc)
@@ -124,8 +128,9 @@ def test_a_node_dying_mid_job_fails_that_test_naming_the_node_and_the_suite_goes
     # The check node4 would have had fails for node4, with the first evidence; no job tried it.
     on_node4 = by_name(doc, "[node4]")
     assert on_node4["outcome"] == "error" and not on_node4["job_ids"], on_node4
-    assert re.search(r"node4 was lost earlier in this run: .*(NOT_RESPONDING|DOWN).* \(seen under job \d+ ",
-                    on_node4["message"]), on_node4["message"]  # fmt: skip
+    assert re.search(
+        r"node4 was lost earlier in this run: .*(NOT_RESPONDING|DOWN).* \(seen under job \d+ ", on_node4["message"]
+    ), on_node4["message"]
     seen = doc["environment"]["lost_nodes"]["node4"]
     assert seen["job"] and seen["when"] and ("NOT_RESPONDING" in seen["why"] or "DOWN" in seen["why"]), seen
     assert doc["status"] == "complete"
@@ -161,8 +166,9 @@ def test_a_hung_rank_ends_the_job_through_the_collective_timeout(slurm_cluster, 
     monkeypatch.setenv("SLURM_CONF", SLURM_CONF)
     folder = slurm_cluster.shared_dir / f"faults-hang-{uuid.uuid4().hex[:8]}"
     tag = f"faults-{uuid.uuid4().hex[:8]}"
-    launcher = SubmititLauncher(executor="slurm", folder=folder, partition="debug",
-                                sbatch_extra={"comment": tag}, queue_timeout_s=30)  # fmt: skip
+    launcher = SubmititLauncher(
+        executor="slurm", folder=folder, partition="debug", sbatch_extra={"comment": tag}, queue_timeout_s=30
+    )
     launcher.failed_task_grace_s = 5.0
     spec = JobSpec("hang", nodes=2, nodelist=("node3", "node4"), timeout_min=2)
     t0 = time.monotonic()

@@ -18,8 +18,16 @@ def test_a_job_slurm_cannot_start_is_cancelled_after_queue_timeout_with_slurms_r
     # while the nodes themselves look healthy (idle), so the run does select them.
     profile = fault_profile(tmp_path, queue_timeout_s=8)
     resv = f"faults-{uuid.uuid4().hex[:8]}"
-    slurm_cmd("scontrol", "create", "reservation", f"reservationname={resv}", "starttime=now", "duration=5",
-              f"nodes={','.join(FAULT_NODES)}", "users=nobody")  # fmt: skip
+    slurm_cmd(
+        "scontrol",
+        "create",
+        "reservation",
+        f"reservationname={resv}",
+        "starttime=now",
+        "duration=5",
+        f"nodes={','.join(FAULT_NODES)}",
+        "users=nobody",
+    )
     try:
         run = run_pytest(profile, tmp_path, "tests/acceptance/test_placement.py", "-k", "2nodes", timeout=120)
     finally:
@@ -41,8 +49,13 @@ def test_a_drained_node_is_left_out_with_its_reason_and_its_tests_say_so(slurm_c
     profile = fault_profile(tmp_path)
     slurm_cmd("scontrol", "update", "nodename=node4", "state=drain", "reason=faults test: bad DIMM")
     try:
-        run = run_pytest(profile, tmp_path, "tests/acceptance/test_placement.py",
-                         "tests/acceptance/test_inventory.py::test_node_matches_the_profile", timeout=180)  # fmt: skip
+        run = run_pytest(
+            profile,
+            tmp_path,
+            "tests/acceptance/test_placement.py",
+            "tests/acceptance/test_inventory.py::test_node_matches_the_profile",
+            timeout=180,
+        )
     finally:
         restore_nodes(slurm_cluster)
         profile.cancel_all()

@@ -20,8 +20,19 @@ def test_multinode_runs_the_whole_acceptance_and_gives_the_handover_verdict(run_
     assert set(sel["required"]) <= judged, set(sel["required"]) - judged
     areas = {t["area"] for t in run.results["tests"] if t["verdict"] in ("pass", "warn")}
     # Every area the ci profile can judge was judged, not only what needs two nodes.
-    assert {"slurm_health", "sharedfs", "placement", "gpu_isolation", "inventory", "nccl", "training",
-            "compute", "rank_failure", "telemetry", "sdc"} <= areas, areas  # fmt: skip
+    assert {
+        "slurm_health",
+        "sharedfs",
+        "placement",
+        "gpu_isolation",
+        "inventory",
+        "nccl",
+        "training",
+        "compute",
+        "rank_failure",
+        "telemetry",
+        "sdc",
+    } <= areas, areas
     # No InfiniBand and no GPU on the ci nodes: the fabric check says so on each node, never passes.
     fabric = [t for t in run.results["tests"] if t["area"] == "fabric"]
     assert len(fabric) == 2 and all(t["verdict"] == "n/a" for t in fabric), fabric

@@ -50,38 +50,55 @@ def test_config_values_never_reach_a_shell(slurm_cluster, tmp_path):
 
 
 BAD = {
-    "nan": ('"gpu.temperature" = { unit = "C", fail_above = nan }',
-            "thresholds.hostile.gpu.temperature.fail_above: must be a finite number, got nan."),
-    "negative": ('"gpu.temperature" = { unit = "C", fail_above = -5 }',
-                 "thresholds.hostile.gpu.temperature.fail_above: must not be negative, got -5."),
-    "inf": ('"sharedfs.free" = { unit = "GiB", fail_below = inf }',
-            "thresholds.hostile.sharedfs.free.fail_below: must be a finite number, got inf."),
-    "wrong unit": ('"sharedfs.free" = { unit = "MB", fail_below = 1 }',
-                   "thresholds.hostile.sharedfs.free.unit: 'MB' is not the unit of "
-                   "sharedfs.free; write unit = \"GiB\"."),
-    "unknown metric": ('"gpu.temprature" = { unit = "C", fail_above = 85 }',
-                       "thresholds.hostile.gpu.temprature: 'gpu.temprature' is not a known metric. "
-                       "Perhaps you meant 'gpu.temperature'?"),
-}  # fmt: skip
+    "nan": (
+        '"gpu.temperature" = { unit = "C", fail_above = nan }',
+        "thresholds.hostile.gpu.temperature.fail_above: must be a finite number, got nan.",
+    ),
+    "negative": (
+        '"gpu.temperature" = { unit = "C", fail_above = -5 }',
+        "thresholds.hostile.gpu.temperature.fail_above: must not be negative, got -5.",
+    ),
+    "inf": (
+        '"sharedfs.free" = { unit = "GiB", fail_below = inf }',
+        "thresholds.hostile.sharedfs.free.fail_below: must be a finite number, got inf.",
+    ),
+    "wrong unit": (
+        '"sharedfs.free" = { unit = "MB", fail_below = 1 }',
+        "thresholds.hostile.sharedfs.free.unit: 'MB' is not the unit of sharedfs.free; write unit = \"GiB\".",
+    ),
+    "unknown metric": (
+        '"gpu.temprature" = { unit = "C", fail_above = 85 }',
+        "thresholds.hostile.gpu.temprature: 'gpu.temprature' is not a known metric. "
+        "Perhaps you meant 'gpu.temperature'?",
+    ),
+}
 
 BAD_PROFILE = {
-    "partition": ({"partition": "gpu; touch MARK"},
-                  "profiles.faults.partition: 'gpu; touch MARK' is not a Slurm name "
-                  "(letters, digits, '_', '.', '-' only)."),
-    "account": ({"account": "$(touch MARK)"},
-                "profiles.faults.account: '$(touch MARK)' is not a Slurm name "
-                  "(letters, digits, '_', '.', '-' only)."),
-    "nodelist": ({"nodelist": ["node3", "node4;touch MARK"]},
-                 "profiles.faults.nodelist: 'node4;touch MARK' is not a Slurm node name."),
-    "sbatch_extra key": ({"sbatch_extra": {"wrap=touch MARK;x": "1"}},
-                         "profiles.faults.sbatch_extra.wrap=touch MARK;x: expected a long sbatch "
-                  "option name and a one-line value."),
-    "sbatch_extra newline": ({"sbatch_extra": {"comment": "x\ntouch MARK"}},
-                             "profiles.faults.sbatch_extra.comment: expected a long sbatch "
-                  "option name and a one-line value."),
-    "env name": ({"env": {"A=$(touch MARK)": "1"}},
-                 "profiles.faults.env.A=$(touch MARK): expected an environment variable name and a one-line value."),
-}  # fmt: skip
+    "partition": (
+        {"partition": "gpu; touch MARK"},
+        "profiles.faults.partition: 'gpu; touch MARK' is not a Slurm name (letters, digits, '_', '.', '-' only).",
+    ),
+    "account": (
+        {"account": "$(touch MARK)"},
+        "profiles.faults.account: '$(touch MARK)' is not a Slurm name (letters, digits, '_', '.', '-' only).",
+    ),
+    "nodelist": (
+        {"nodelist": ["node3", "node4;touch MARK"]},
+        "profiles.faults.nodelist: 'node4;touch MARK' is not a Slurm node name.",
+    ),
+    "sbatch_extra key": (
+        {"sbatch_extra": {"wrap=touch MARK;x": "1"}},
+        "profiles.faults.sbatch_extra.wrap=touch MARK;x: expected a long sbatch option name and a one-line value.",
+    ),
+    "sbatch_extra newline": (
+        {"sbatch_extra": {"comment": "x\ntouch MARK"}},
+        "profiles.faults.sbatch_extra.comment: expected a long sbatch option name and a one-line value.",
+    ),
+    "env name": (
+        {"env": {"A=$(touch MARK)": "1"}},
+        "profiles.faults.env.A=$(touch MARK): expected an environment variable name and a one-line value.",
+    ),
+}
 
 
 def _refused(run, message: str, profile) -> None:

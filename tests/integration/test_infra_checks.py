@@ -22,17 +22,28 @@ RUN_TIMEOUT_S = 420
 def acceptance(info: ClusterInfo, *args: str) -> tuple[int, str]:
     """Run the acceptance suite as an operator would; (exit status, output)."""
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "-W", "always", *args]
-    proc = subprocess.run(argv, cwd=REPO, env=info.env(), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, check=False)  # fmt: skip
+    proc = subprocess.run(
+        argv, cwd=REPO, env=info.env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
 def profile_file(tmp_path: Path, name: str, **overrides: object) -> Path:
     """thresholds.toml plus a profile copied from [profiles.ci] with ``overrides``."""
-    keys = {"executor": "slurm", "partition": "debug", "nodes": 2, "gpus_per_node": 4, "gpus_are_real": False,
-            "shared_fs": "/srv/gpucluster-ci/shared", "slurm_conf": "/var/lib/gpucluster-testcluster/etc/slurm.conf",
-            "device_cgroups": False, "job_timeout_min": 5, "queue_timeout_s": 60, "thresholds": "cpu",
-            **overrides}  # fmt: skip
+    keys = {
+        "executor": "slurm",
+        "partition": "debug",
+        "nodes": 2,
+        "gpus_per_node": 4,
+        "gpus_are_real": False,
+        "shared_fs": "/srv/gpucluster-ci/shared",
+        "slurm_conf": "/var/lib/gpucluster-testcluster/etc/slurm.conf",
+        "device_cgroups": False,
+        "job_timeout_min": 5,
+        "queue_timeout_s": 60,
+        "thresholds": "cpu",
+        **overrides,
+    }
     lines = [f"\n[profiles.{name}]"]
     for key, value in keys.items():
         text = ("true" if value else "false") if isinstance(value, bool) else value
@@ -77,8 +88,9 @@ def test_sharedfs_fails_where_each_node_has_its_own_directory(slurm_cluster, tmp
     for node in ("node1", "node2", "$SLURMD_NODENAME"):
         (base / node).mkdir(parents=True)
     thresholds = profile_file(tmp_path, "ci_private", shared_fs=f"{base}/$SLURMD_NODENAME")
-    rc, out = acceptance(slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_private",
-                         "tests/acceptance/test_sharedfs.py")  # fmt: skip
+    rc, out = acceptance(
+        slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_private", "tests/acceptance/test_sharedfs.py"
+    )
     assert rc == 1, out
     assert "FAILED tests/acceptance/test_sharedfs.py::test_mounted_everywhere_as_one_filesystem" in out
     for node in ("node1", "node2"):
@@ -101,8 +113,9 @@ def test_infiniband_does_not_apply_without_hcas_and_fails_where_some_are_expecte
     assert rc == 0, out
     assert "2 × profile 'ci' expects no InfiniBand (ib_hcas = 0)" in out
     thresholds = profile_file(tmp_path, "ci_ib", ib_hcas=8)
-    rc, out = acceptance(slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_ib",
-                         "tests/acceptance/test_infiniband.py")  # fmt: skip
+    rc, out = acceptance(
+        slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_ib", "tests/acceptance/test_infiniband.py"
+    )
     assert rc == 1, out
     for node in ("node1", "node2"):
         assert f"{node}: no RDMA device under /sys/class/infiniband" in out
@@ -120,8 +133,13 @@ def test_a_node_short_of_gpus_fails_the_node_probe_but_infiniband_is_still_read(
     # (it holds every GPU). The inventory says why, naming the nodes; IB ports need no GPU and are
     # read in a job of their own (the profile expects one HCA; the namespaced nodes have none).
     thresholds = profile_file(tmp_path, "ci_short", gpus_per_node=5, ib_hcas=1)
-    rc, out = acceptance(slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_short",
-                         "tests/acceptance/test_inventory.py", "tests/acceptance/test_infiniband.py")  # fmt: skip
+    rc, out = acceptance(
+        slurm_cluster,
+        f"--thresholds={thresholds}",
+        "--cluster=ci_short",
+        "tests/acceptance/test_inventory.py",
+        "tests/acceptance/test_infiniband.py",
+    )
     assert rc == 1, out
     assert "node1: no RDMA device under /sys/class/infiniband" in out
     assert "ERROR tests/acceptance/test_inventory.py::test_node_matches_the_profile[node1]" in out
@@ -131,10 +149,17 @@ def test_a_node_short_of_gpus_fails_the_node_probe_but_infiniband_is_still_read(
 def test_light_jobs_start_together_and_a_measurement_waits_for_them(slurm_cluster, tmp_path):
     results = tmp_path / "results.json"
     # No intra-node NCCL job in this run, so the node probe is a job of its own, started ahead.
-    rc, out = acceptance(slurm_cluster, "--cluster=ci", f"--results={results}", "tests/acceptance/test_compute.py",
-                         "tests/acceptance/test_placement.py", "tests/acceptance/test_sharedfs.py",
-                         "tests/acceptance/test_inventory.py", "-k", "compute_and_memory or placement or "
-                         "sharedfs or matches_the_profile")  # fmt: skip
+    rc, out = acceptance(
+        slurm_cluster,
+        "--cluster=ci",
+        f"--results={results}",
+        "tests/acceptance/test_compute.py",
+        "tests/acceptance/test_placement.py",
+        "tests/acceptance/test_sharedfs.py",
+        "tests/acceptance/test_inventory.py",
+        "-k",
+        "compute_and_memory or placement or sharedfs or matches_the_profile",
+    )
     assert rc == 0, out
     jobs = {j["job_id"]: j for t in json.loads(results.read_text())["tests"] for j in t["jobs"]}
     light = [j for j in jobs.values() if j["name"].endswith(("-placement", "-sharedfs", "-node-probe"))]
@@ -144,5 +169,6 @@ def test_light_jobs_start_together_and_a_measurement_waits_for_them(slurm_cluste
     assert submitted[-1] - submitted[0] < 2.0, submitted  # together, before the first test ran
     # The compute job (the first test in file order) was submitted only after every light job ended.
     assert ceilings[0]["submitted_at"] >= max(j["ran_to"] for j in light), (ceilings, light)
-    assert all(j["seen_at"] >= j["ran_to"] >= j["ran_from"] >= j["process_from"] >= j["submitted_at"]
-               for j in jobs.values())  # fmt: skip
+    assert all(
+        j["seen_at"] >= j["ran_to"] >= j["ran_from"] >= j["process_from"] >= j["submitted_at"] for j in jobs.values()
+    )

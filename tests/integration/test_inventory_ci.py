@@ -22,10 +22,21 @@ RUN_TIMEOUT_S = 420.0
 
 def _suite(cluster: ClusterInfo, tmp_path: Path, *args: str) -> tuple[int, str, dict[str, Any]]:
     results = tmp_path / "results.json"
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cluster=ci", f"--results={results}",
-           "-rA", "--no-header", *args]  # fmt: skip
-    done = subprocess.run(cmd, cwd=ROOT, env=cluster.env(), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, check=False)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--cluster=ci",
+        f"--results={results}",
+        "-rA",
+        "--no-header",
+        *args,
+    ]
+    done = subprocess.run(
+        cmd, cwd=ROOT, env=cluster.env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
     output = done.stdout + done.stderr
     return done.returncode, output, json.loads(results.read_text()) if results.exists() else {}
 
@@ -56,8 +67,9 @@ def test_profile_demanding_another_kernel_and_ram_fails_naming_each_node(
 ) -> None:
     text = (ROOT / "thresholds.toml").read_text()
     assert "[profiles.ci]\n" in text
-    demanding = text.replace("[profiles.ci]\n", '[profiles.ci]\nexpect_kernel = "5.15.0-119-generic"\n'
-                                                "expect_memory_gib = 2015.5\n", 1)  # fmt: skip
+    demanding = text.replace(
+        "[profiles.ci]\n", '[profiles.ci]\nexpect_kernel = "5.15.0-119-generic"\nexpect_memory_gib = 2015.5\n', 1
+    )
     thresholds = tmp_path / "thresholds.toml"
     thresholds.write_text(demanding)
     rc, out, doc = _suite(slurm_cluster, tmp_path, f"--thresholds={thresholds}", "tests/acceptance/test_inventory.py")
@@ -77,8 +89,14 @@ def test_profile_demanding_another_kernel_and_ram_fails_naming_each_node(
 def test_rank_failure_propagates_across_nodes_with_gloo(slurm_cluster: ClusterInfo, tmp_path: Path) -> None:
     # The NCCL file first: its test would submit its job before any other. The rank-failure job
     # is the run's one early job holding GPUs (no isolation pair, no probe job): it starts ahead.
-    rc, out, doc = _suite(slurm_cluster, tmp_path, "tests/acceptance/test_nccl.py",
-                          "tests/acceptance/test_rank_failure.py", "-k", "dead_rank or all_reduce-node1")  # fmt: skip
+    rc, out, doc = _suite(
+        slurm_cluster,
+        tmp_path,
+        "tests/acceptance/test_nccl.py",
+        "tests/acceptance/test_rank_failure.py",
+        "-k",
+        "dead_rank or all_reduce-node1",
+    )
     assert rc == 0, out
     test, intra = (next(t for t in doc["tests"] if key in t["nodeid"]) for key in ("dead_rank", "inside_node"))
     (rf_job,), (nccl_job,) = test["jobs"], intra["jobs"]

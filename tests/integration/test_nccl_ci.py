@@ -56,8 +56,9 @@ def test_a_bound_above_the_measurement_fails_naming_node_size_and_bound(run_acce
 
 
 def test_compute_ceilings_ride_in_the_intra_node_job_when_both_run(run_acceptance):
-    run = run_acceptance("tests/acceptance/test_compute.py", "tests/acceptance/test_nccl.py", "-k",
-                         "compute_and_memory or inside_node")  # fmt: skip
+    run = run_acceptance(
+        "tests/acceptance/test_compute.py", "tests/acceptance/test_nccl.py", "-k", "compute_and_memory or inside_node"
+    )
     assert run.returncode == 0, run.output
     compute = [t for t in run.results["tests"] if "compute_and_memory" in t["nodeid"]]
     intra = [t for t in run.results["tests"] if "inside_node" in t["nodeid"]]
@@ -76,9 +77,14 @@ def test_compute_ceilings_ride_in_the_intra_node_job_when_both_run(run_acceptanc
 
 def test_the_node_probe_rides_in_the_intra_node_job_and_the_isolation_pair_starts_ahead(run_acceptance, slurm_cluster):
     # The NCCL file first: its first test would submit the intra-node job before any other.
-    run = run_acceptance("tests/acceptance/test_nccl.py", "tests/acceptance/test_gpu_isolation.py",
-                         "tests/acceptance/test_infiniband.py", "tests/acceptance/test_inventory.py", "-k",
-                         "isolation or infiniband or matches_the_profile or inside_node")  # fmt: skip
+    run = run_acceptance(
+        "tests/acceptance/test_nccl.py",
+        "tests/acceptance/test_gpu_isolation.py",
+        "tests/acceptance/test_infiniband.py",
+        "tests/acceptance/test_inventory.py",
+        "-k",
+        "isolation or infiniband or matches_the_profile or inside_node",
+    )
     assert run.returncode == 0, run.output
     jobs = {j["job_id"]: j for t in run.results["tests"] for j in t["jobs"]}
     names = sorted(j["name"].split("-", 1)[1] for j in jobs.values())
@@ -100,6 +106,12 @@ def test_the_node_probe_rides_in_the_intra_node_job_and_the_isolation_pair_start
     areas = run.results["timing"]["areas"]
     assert areas["inventory"]["workload_s"] == pytest.approx(p_to - p_from, abs=0.11)
     # Every job ended by itself, none cancelled at the run's end (the run let them leave the queue).
-    sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", ",".join(jobs)], env=slurm_cluster.env(),
-                           capture_output=True, text=True, timeout=30, check=True).stdout.split()  # fmt: skip
+    sacct = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-o", "State", "-j", ",".join(jobs)],
+        env=slurm_cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.split()
     assert sacct == ["COMPLETED"] * len(jobs), sacct

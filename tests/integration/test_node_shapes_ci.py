@@ -16,9 +16,15 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 # The checks whose jobs or applicability follow the node's GPU count.
-SHAPED = ["tests/acceptance/test_nccl.py", "tests/acceptance/test_telemetry.py", "tests/acceptance/test_compute.py",
-          "tests/acceptance/test_rank_failure.py", "tests/acceptance/test_training.py",
-          "tests/acceptance/test_gpu_isolation.py", "tests/acceptance/test_slurm_health.py"]  # fmt: skip
+SHAPED = [
+    "tests/acceptance/test_nccl.py",
+    "tests/acceptance/test_telemetry.py",
+    "tests/acceptance/test_compute.py",
+    "tests/acceptance/test_rank_failure.py",
+    "tests/acceptance/test_training.py",
+    "tests/acceptance/test_gpu_isolation.py",
+    "tests/acceptance/test_slurm_health.py",
+]
 
 
 @pytest.fixture
@@ -39,8 +45,9 @@ def gres_per_node(slurm_cluster: ClusterInfo) -> Iterator[Callable[[int], None]]
 
 def _profile(tmp_path: Path, gpus: int) -> Path:
     path = tmp_path / f"shape{gpus}.toml"
-    path.write_text((REPO / "thresholds.toml").read_text()
-                    + f'\n[profiles.shape{gpus}]\nextends = "ci"\ngpus_per_node = {gpus}\n')  # fmt: skip
+    path.write_text(
+        (REPO / "thresholds.toml").read_text() + f'\n[profiles.shape{gpus}]\nextends = "ci"\ngpus_per_node = {gpus}\n'
+    )
     return path
 
 
@@ -59,8 +66,14 @@ def test_one_and_eight_gpus_per_node_are_judged_without_false_fails(run_acceptan
         # At 8 GPUs the isolation pair runs 1 + 4 tasks per node at once: more than the 4 CPUs of a
         # test-cluster node, so its second job would only queue. Its shapes run at 1 GPU and in ci.
         files = SHAPED if gpus < 8 else [f for f in SHAPED if "gpu_isolation" not in f]
-        runs[gpus] = run = run_acceptance(*files, f"--thresholds={_profile(tmp_path, gpus)}",
-                                          f"--cluster=shape{gpus}", "-m", "not slow", timeout_s=420)  # fmt: skip
+        runs[gpus] = run = run_acceptance(
+            *files,
+            f"--thresholds={_profile(tmp_path, gpus)}",
+            f"--cluster=shape{gpus}",
+            "-m",
+            "not slow",
+            timeout_s=420,
+        )
         bad = [(t["nodeid"], t["message"][:300]) for t in run.results["tests"] if t["verdict"] in ("fail", "error")]
         assert not bad and run.returncode == 0, (gpus, bad, run.output[-3000:])
         assert run.outcome("test_a_dead_rank_ends_the_job") == "passed", gpus

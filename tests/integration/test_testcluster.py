@@ -209,8 +209,10 @@ def test_a_job_no_node_can_hold_is_refused_naming_what_the_nodes_offer(cluster: 
         launcher.submit(_never_runs, JobSpec("toobig", nodes=1, gpus_per_node=cluster.gpus_per_node + 1))
     want = cluster.gpus_per_node + 1
     message = str(refused.value)
-    assert message.startswith("toobig: submission refused: sbatch: error: Batch job submission failed: Requested "
-                              "node configuration is not available"), message  # fmt: skip
+    assert message.startswith(
+        "toobig: submission refused: sbatch: error: Batch job submission failed: Requested "
+        "node configuration is not available"
+    ), message
     assert f"; the job asked for 1 node(s) with {want} GPU(s) and 1 CPU(s) each; in partition debug: " in message
     assert f"node1 offers {cluster.gpus_per_node} GPU(s) (Gres=gpu:{cluster.gpus_per_node}) and 4 CPUs" in message
     assert launcher.live_job_ids() == []

@@ -85,8 +85,9 @@ def test_host_network_cluster_without_accounting_runs_jobs_and_reports_a_dead_ta
     plain = TestCluster(nodes=2, gpus_per_node=4, accounting=False, network="host", install=False)
     try:
         info = plain.up()
-        out = subprocess.run(["srun", "-N2", "hostname"], env=info.env(), capture_output=True, text=True,
-                             timeout=60, check=True).stdout  # fmt: skip
+        out = subprocess.run(
+            ["srun", "-N2", "hostname"], env=info.env(), capture_output=True, text=True, timeout=60, check=True
+        ).stdout
         assert sorted(out.split()) == ["node1", "node2"]
         sacct = subprocess.run(["sacct", "-X", "-n"], env=info.env(), capture_output=True, text=True, timeout=30)
         assert sacct.returncode != 0  # really no accounting
@@ -97,8 +98,11 @@ def test_host_network_cluster_without_accounting_runs_jobs_and_reports_a_dead_ta
         t0 = time.monotonic()
         stamps = rank_failure.new_stamp_dir(folder)
         with pytest.raises(LaunchError) as failed:  # rank 1 exits with 17 after a gloo barrier
-            launcher.run(rank_failure.rank_failure, JobSpec("dies", nodes=1, tasks_per_node=2, timeout_min=5),
-                         stamp_dir=str(stamps))  # fmt: skip
+            launcher.run(
+                rank_failure.rank_failure,
+                JobSpec("dies", nodes=1, tasks_per_node=2, timeout_min=5),
+                stamp_dir=str(stamps),
+            )
         took = time.monotonic() - t0
         assert " ended FAILED with 1 failed task(s): task 1 on node1: no result" in str(failed.value), failed.value
         assert took < 20, f"took {took:.1f} s"

@@ -12,8 +12,15 @@ pytestmark = pytest.mark.integration
 def test_tiny_model_trains_with_ddp_and_fsdp_on_and_across_both_nodes(run_acceptance):
     run = run_acceptance("tests/acceptance/test_training.py", timeout_s=300)
     assert run.returncode == 0, run.output
-    for name in ("test_training_one_gpu", "across_nodes[ddp]", "across_nodes[fsdp]", "test_training_on_node[node1-ddp]",
-                 "test_training_on_node[node2-fsdp]", "agree[node1]", "agree[node2]"):  # fmt: skip
+    for name in (
+        "test_training_one_gpu",
+        "across_nodes[ddp]",
+        "across_nodes[fsdp]",
+        "test_training_on_node[node1-ddp]",
+        "test_training_on_node[node2-fsdp]",
+        "agree[node1]",
+        "agree[node2]",
+    ):
         assert run.outcome(name) == "passed", name
     assert run.outcome("mfu_on_node[node1-ddp]") == "skipped"
     across = next(t for t in run.results["tests"] if "across_nodes[ddp]" in t["nodeid"])

@@ -75,9 +75,11 @@ def test_baseline_from_another_environment_is_warned_about(gpc, baseline):
     result = gpc.runpytest_subprocess("--baseline=base.json")
     assert result.ret == 0
     result.stdout.fnmatch_lines(
-        ["*BaselineWarning: --baseline=*base.json was measured on a different environment: "
-         "GPU model: NVIDIA H100 80GB HBM3 (baseline) → cpu (this run)*"]
-    )  # fmt: skip
+        [
+            "*BaselineWarning: --baseline=*base.json was measured on a different environment: "
+            "GPU model: NVIDIA H100 80GB HBM3 (baseline) → cpu (this run)*"
+        ]
+    )
 
 
 def test_unreadable_baseline_is_a_usage_error(gpc):
@@ -109,7 +111,7 @@ def test_calibrated_fragment_loads_back_and_passes_its_own_run(gpc):
     for v in values:
         assert judge(Measurement("compute.fraction_of_node_median", v, "ratio"), speed).status == "pass"
     # and the suite passes against its own calibration when a profile selects the set
-    text = combined.read_text().replace('[profiles.local]\n', '[profiles.local]\nthresholds = "calibrated-local"\n', 1)
+    text = combined.read_text().replace("[profiles.local]\n", '[profiles.local]\nthresholds = "calibrated-local"\n', 1)
     combined.write_text(text)
     assert gpc.runpytest_subprocess("--thresholds=combined.toml").ret == 0
 

@@ -30,7 +30,9 @@ def test_a_declared_not_applicable_check_is_neither_run_nor_required(gpc):
     result.stdout.fnmatch_lines(["*ACCEPTED*", "not applicable: 1 check(s)", "  1 × 1 GPU per node"])
     document = json.loads((gpc.path / "r.json").read_text())
     assert {t["nodeid"]: t["verdict"] for t in document["tests"]} == {
-        "test_declared.py::test_declared": "n/a", "test_declared.py::test_other": "pass"}  # fmt: skip
+        "test_declared.py::test_declared": "n/a",
+        "test_declared.py::test_other": "pass",
+    }
     selection = document["selection"]
     assert selection["not_applicable"] == {"test_declared.py::test_declared": "1 GPU per node"}
     assert selection["required"] == ["test_declared.py::test_other"]
@@ -48,11 +50,15 @@ def test_one_gpu_per_node_has_no_intra_node_collective_nor_its_telemetry(gpc):
     tests = json.loads((gpc.path / "r.json").read_text())["tests"]
     assert tests and {t["verdict"] for t in tests} == {"n/a"}, [(t["nodeid"], t["verdict"]) for t in tests]
     assert not any(t["job_ids"] for t in tests)  # decided before any job
-    reasons = {t["nodeid"].split("[")[0]: t["message"] for t in tests if "inside_node" in t["nodeid"]
-               or "test_telemetry" in t["nodeid"]}  # fmt: skip
+    reasons = {
+        t["nodeid"].split("[")[0]: t["message"]
+        for t in tests
+        if "inside_node" in t["nodeid"] or "test_telemetry" in t["nodeid"]
+    }
     intra = reasons["test_nccl.py::test_busbw_inside_node"]
     assert intra.endswith("not applicable: node has 1 GPU: no intra-node collective")
     assert reasons["test_telemetry.py::test_node_was_sampled"].endswith(
         "not applicable: node has 1 GPU: no intra-node collective, the load these checks sample; the training "
-        "job's telemetry is judged in test_training")  # fmt: skip
+        "job's telemetry is judged in test_training"
+    )
     result.stdout.fnmatch_lines(["*3 × node has 1 GPU: no intra-node collective"])

@@ -70,7 +70,7 @@ def test_unknown_cluster_is_a_usage_error_listing_profiles(gpc):
 
 
 def test_bad_thresholds_key_is_a_usage_error_naming_file_and_key(gpc):
-    text = (gpc.path / "thresholds.toml").read_text().replace('job_timeout_min = 15', 'job_timout_min = 15', 1)
+    text = (gpc.path / "thresholds.toml").read_text().replace("job_timeout_min = 15", "job_timout_min = 15", 1)
     (gpc.path / "bad.toml").write_text(text)
     gpc.makepyfile("def test_x():\n    pass\n")
     result = gpc.runpytest("--thresholds=bad.toml")
@@ -162,9 +162,11 @@ def test_backend(gpucluster):
 def test_a_profile_without_real_gpus_runs_its_workloads_on_the_cpu_path(gpc):
     # On a host with GPUs, a profile that says its GPUs are GRES only must not take the CUDA path:
     # its jobs are told to use gloo, and every workload's backend choice follows that.
-    (gpc.path / "fake.toml").write_text((gpc.path / "thresholds.toml").read_text()
-                                        + '\n[profiles.cpuonly]\nextends = "local"\ngpus_are_real = false\n'
-                                        + 'gpus_per_node = 2\n')  # fmt: skip
+    (gpc.path / "fake.toml").write_text(
+        (gpc.path / "thresholds.toml").read_text()
+        + '\n[profiles.cpuonly]\nextends = "local"\ngpus_are_real = false\n'
+        + "gpus_per_node = 2\n"
+    )
     gpc.makepyfile(BACKEND)
     result = gpc.runpytest("--cluster=cpuonly", "--thresholds=fake.toml", "-s")
     result.stdout.fnmatch_lines(["*BACKEND [[]('gloo', 'gloo')[]]"])
@@ -252,6 +254,10 @@ def test_a_failure_shared_by_several_tests_shows_its_traceback_once(gpc):
     result.assert_outcomes(failed=3)
     out = result.stdout.str()
     assert out.count("raise LaunchError") == 1, out
-    result.stdout.fnmatch_lines(["job 7 (x-probe): submission refused: node2 offers 4 GPU(s) (the same failure as in "
-                                 "test_a_failure_shared_by_several_tests_shows_its_traceback_once.py::test_reads"
-                                 "[[]a[]], which shows it in full)"])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        [
+            "job 7 (x-probe): submission refused: node2 offers 4 GPU(s) (the same failure as in "
+            "test_a_failure_shared_by_several_tests_shows_its_traceback_once.py::test_reads"
+            "[[]a[]], which shows it in full)"
+        ]
+    )

@@ -94,8 +94,17 @@ def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
     # environment: versions in a fixed order, the thresholds file and its checksum
     versions = re.search(r'<table class="gc-facts" id="gc-versions">(.*?)</table>', html, re.S).group(1)
     labels = re.findall(r"<tr><th>(.*?)</th>", versions)
-    assert labels[:9] == ["pytest-gpucluster", "Python", "PyTorch", "NCCL", "CUDA", "NVIDIA driver", "Slurm",
-                          "submitit", "pytest"]  # fmt: skip
+    assert labels[:9] == [
+        "pytest-gpucluster",
+        "Python",
+        "PyTorch",
+        "NCCL",
+        "CUDA",
+        "NVIDIA driver",
+        "Slurm",
+        "submitit",
+        "pytest",
+    ]
     assert "not recorded" in versions  # no GPU check recorded a driver here
     doc = json.loads((gpc.path / "out" / "results.json").read_text())
     assert doc["thresholds_sha256"] in versions and re.fullmatch(r"[0-9a-f]{64}", doc["thresholds_sha256"])
@@ -106,8 +115,14 @@ def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
     assert list(rows) == ["node1", "node2", "node3", "(cluster-wide)"]
     statuses = {row: re.findall(r'gc-cell gc-s-(\w+)"', cells) for row, cells in rows.items()}
     columns = re.findall(r'<th class="gc-col">(.*?)</th>', matrix)
-    assert columns == ["gpu_speed", "gpu_temperature", "bandwidth_sweep", "job_that_crashes", "place_name_is_escaped",
-                       "needs_eight_gpus"]  # fmt: skip
+    assert columns == [
+        "gpu_speed",
+        "gpu_temperature",
+        "bandwidth_sweep",
+        "job_that_crashes",
+        "place_name_is_escaped",
+        "needs_eight_gpus",
+    ]
     assert statuses["node1"][:3] == ["pass", "pass", "pass"]
     assert statuses["node2"][0] == "fail" and statuses["node2"][4] == "fail"
     assert statuses["node3"][1] == "warn"
@@ -135,7 +150,7 @@ def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
     assert "loading the &lt;b&gt;model&lt;/b&gt;" in extras[0]["content"]
 
     # a place name is text, never markup
-    assert "<script>alert(1)</script>" not in html.replace('\\u003cscript', '')
+    assert "<script>alert(1)</script>" not in html.replace("\\u003cscript", "")
     assert "node2:&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
 
@@ -145,8 +160,16 @@ def test_results_file_carries_measurements_with_thresholds_and_the_verdict(gpc):
     doc = json.loads((gpc.path / "results.json").read_text())
     assert doc["schema_version"] == 1 and doc["status"] == "complete"
     assert doc["acceptance"]["verdict"] == "REJECTED"
-    assert doc["acceptance"]["counts"] == {"pass": 3, "warn": 1, "fail": 3, "error": 0, "n/a": 1, "skip": 0,
-                                           "xfail": 0, "xpass": 0}  # fmt: skip
+    assert doc["acceptance"]["counts"] == {
+        "pass": 3,
+        "warn": 1,
+        "fail": 3,
+        "error": 0,
+        "n/a": 1,
+        "skip": 0,
+        "xfail": 0,
+        "xpass": 0,
+    }
     assert doc["cluster"]["profile"] == "local" and doc["cluster"]["gpu_model"] == "cpu"
     speed = next(t for t in doc["tests"] if t["name"] == "test_gpu_speed")
     assert (speed["area"], speed["verdict"]) == ("cluster", "fail")
@@ -200,8 +223,7 @@ def test_passing_run_is_accepted(gpc):
 
 def test_interrupted_run_is_incomplete(gpc):
     gpc.makepyfile(
-        test_cluster=PASSING.replace("SPEED", "0.95")
-        + "\ndef test_zz_interrupted():\n    raise KeyboardInterrupt\n"
+        test_cluster=PASSING.replace("SPEED", "0.95") + "\ndef test_zz_interrupted():\n    raise KeyboardInterrupt\n"
     )
     result = gpc.runpytest_subprocess("--html=report.html", "--self-contained-html", "--results=r.json")
     assert result.ret == pytest.ExitCode.INTERRUPTED

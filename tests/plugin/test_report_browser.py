@@ -45,16 +45,27 @@ def test_escaped(judge):
     judge(Measurement("gpu.temperature", 99, "C", where="node1:<script>document.title='pwned'</script>"))
 """
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM is not None
     return subprocess.run(
         [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
@@ -122,8 +133,13 @@ def test_report_renders_in_chromium(report: Path, tmp_path: Path) -> None:
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "report-screenshot.png"
-    taken = _chromium("--screenshot=" + str(shot), "--window-size=1400,2400", "--virtual-time-budget=5000", url,
-                      profile=tmp_path / "p2")  # fmt: skip
+    taken = _chromium(
+        "--screenshot=" + str(shot),
+        "--window-size=1400,2400",
+        "--virtual-time-budget=5000",
+        url,
+        profile=tmp_path / "p2",
+    )
     assert taken.returncode == 0 and shot.is_file(), taken.stderr[-2000:]
     shutil.copy(report, ARTIFACTS / "report-example.html")
     data = shot.read_bytes()

@@ -73,8 +73,9 @@ def test_all_required_checks_passed_is_accepted_exit_0(suite, monkeypatch):
     assert sel["markexpr"] == "not slow" and sel["optional"] == ["test_suite.py::test_burn"]
     # Known before any job: from markers; found at run time: from not_applicable() in the check.
     assert sel["not_applicable"] == {"test_suite.py::test_across": "profile 'local' has 1 node; this check needs 2"}
-    assert "test_suite.py::test_ports: profile 'local' expects no InfiniBand (ib_hcas = 0)" in (
-        doc["acceptance"]["not_applicable"]
+    assert (
+        "test_suite.py::test_ports: profile 'local' expects no InfiniBand (ib_hcas = 0)"
+        in (doc["acceptance"]["not_applicable"])
     )
     verdicts = {t["name"]: t["verdict"] for t in doc["tests"]}
     assert verdicts["test_ports"] == "n/a" and verdicts["test_across"] == "n/a"
@@ -83,8 +84,9 @@ def test_all_required_checks_passed_is_accepted_exit_0(suite, monkeypatch):
 def test_a_failure_rejects_exit_1_with_the_culprit_first(suite, monkeypatch):
     result, doc = _run(suite, monkeypatch, "fail")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*gpucluster: REJECTED: 1 check failed*",
-                                 "  node1: sharedfs.free = 0.5 GiB is below the fail line 1 GiB*"])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        ["*gpucluster: REJECTED: 1 check failed*", "  node1: sharedfs.free = 0.5 GiB is below the fail line 1 GiB*"]
+    )
     assert doc["acceptance"]["reasons"][0].startswith("node1: sharedfs.free = 0.5 GiB is below the fail line")
 
 
@@ -101,8 +103,9 @@ def test_an_error_before_judging_is_incomplete_not_a_pass(suite, monkeypatch):
     result, doc = _run(suite, monkeypatch, "harness")
     assert result.ret == 1  # pytest's own status for an error stays
     assert doc["acceptance"]["verdict"] == "INCOMPLETE"
-    assert doc["acceptance"]["reasons"][0].startswith("test_suite.py::test_temperature: could not be judged "
-                                                      "(AttributeError)")  # fmt: skip
+    assert doc["acceptance"]["reasons"][0].startswith(
+        "test_suite.py::test_temperature: could not be judged (AttributeError)"
+    )
 
 
 def test_warnings_reach_results_report_and_verdict(suite, monkeypatch):
@@ -129,8 +132,9 @@ def test_naming_a_file_or_a_test_is_partial(suite, monkeypatch):
     result, doc = _run(suite, monkeypatch, "", "test_suite.py::test_free_space")
     assert result.ret == 0 and doc["acceptance"]["verdict"] == "PARTIAL"
     assert doc["selection"]["named"] == ["test_suite.py::test_free_space"]
-    result.stdout.fnmatch_lines(["*PARTIAL: 1 selected check passed*",
-                                 "*the command line names test_suite.py::test_free_space*"])  # fmt: skip
+    result.stdout.fnmatch_lines(
+        ["*PARTIAL: 1 selected check passed*", "*the command line names test_suite.py::test_free_space*"]
+    )
 
 
 def test_a_failure_in_a_partial_run_still_rejects(suite, monkeypatch):

@@ -21,13 +21,27 @@ def test_regression_is_direction_aware():
 
 
 def test_compare_judges_common_measurements_and_lists_the_rest():
-    before = _doc([("nccl.all_reduce.inter_node", 400.0, "GB/s", "n1"), ("gpu.temperature", 50.0, "C", "n1:gpu0"),
-                   ("compute.memcopy", 3.0, "TB/s", "n1:gpu0")], gpu_model="H100")  # fmt: skip
-    after = _doc([("nccl.all_reduce.inter_node", 350.0, "GB/s", "n1"), ("gpu.temperature", 52.0, "C", "n1:gpu0"),
-                  ("compute.matmul_bf16", 700.0, "TFLOP/s", "n1:gpu0")], gpu_model="H200")  # fmt: skip
+    before = _doc(
+        [
+            ("nccl.all_reduce.inter_node", 400.0, "GB/s", "n1"),
+            ("gpu.temperature", 50.0, "C", "n1:gpu0"),
+            ("compute.memcopy", 3.0, "TB/s", "n1:gpu0"),
+        ],
+        gpu_model="H100",
+    )
+    after = _doc(
+        [
+            ("nccl.all_reduce.inter_node", 350.0, "GB/s", "n1"),
+            ("gpu.temperature", 52.0, "C", "n1:gpu0"),
+            ("compute.matmul_bf16", 700.0, "TFLOP/s", "n1:gpu0"),
+        ],
+        gpu_model="H200",
+    )
     c = compare(after, before, THRESHOLD)
     assert [(ch.key[0], ch.verdict.status) for ch in c.changes] == [
-        ("nccl.all_reduce.inter_node", "fail"), ("gpu.temperature", "pass")]  # fmt: skip
+        ("nccl.all_reduce.inter_node", "fail"),
+        ("gpu.temperature", "pass"),
+    ]
     assert c.failed[0].verdict.measurement.value == 12.5
     assert c.only_in_baseline == (("compute.memcopy", "n1:gpu0", ""),)
     assert c.only_in_run == (("compute.matmul_bf16", "n1:gpu0", ""),)

@@ -97,19 +97,35 @@ def test_gloo_sweep_is_clamped_and_says_so():
 
 
 def _row(size: int, busbw: float, in_place: bool = False, wrong: int = 0) -> SizeResult:
-    return SizeResult(size_bytes=size, count=size // 4, in_place=in_place, time_us=1.0, algbw=busbw / 1.75,
-                      busbw=busbw, wrong=wrong)  # fmt: skip
+    return SizeResult(
+        size_bytes=size, count=size // 4, in_place=in_place, time_us=1.0, algbw=busbw / 1.75, busbw=busbw, wrong=wrong
+    )
 
 
 def _sweep(rows, **kw) -> SweepResult:
-    base = dict(op="all_reduce", nodes=("node3",), n_ranks=8, backend="nccl", implementation="all_reduce",
-                rows=tuple(rows), warmup_iters=5, iters=20)  # fmt: skip
+    base = dict(
+        op="all_reduce",
+        nodes=("node3",),
+        n_ranks=8,
+        backend="nccl",
+        implementation="all_reduce",
+        rows=tuple(rows),
+        warmup_iters=5,
+        iters=20,
+    )
     return SweepResult(**{**base, **kw})
 
 
 def test_judged_value_is_the_minimum_at_large_sizes_not_the_average():
-    sweep = _sweep([_row(256 * MiB, 340.0), _row(GiB, 362.0), _row(GiB, 360.0, in_place=True),
-                    _row(2 * GiB, 351.0), _row(4 * GiB, 366.0)])  # fmt: skip
+    sweep = _sweep(
+        [
+            _row(256 * MiB, 340.0),
+            _row(GiB, 362.0),
+            _row(GiB, 360.0, in_place=True),
+            _row(2 * GiB, 351.0),
+            _row(4 * GiB, 366.0),
+        ]
+    )
     row = sweep.judged_row(GiB)
     assert (row.size_bytes, row.busbw, row.in_place) == (2 * GiB, 351.0, False)
     # below judge_from the sweep is not judged at all, even where it is lower
@@ -124,12 +140,18 @@ def test_series_points_keep_the_better_placement_of_each_size():
     assert sweep.series_points() == [[float(MiB), 12.0], [float(2 * MiB), 20.0]]
 
 
-H100_AR = Threshold(metric="nccl.all_reduce.intra_node", unit="GB/s", fail_below=330.0, warn_below=355.0,
-                    source="thresholds.toml [thresholds.h100.nccl.all_reduce.intra_node]")  # fmt: skip
+H100_AR = Threshold(
+    metric="nccl.all_reduce.intra_node",
+    unit="GB/s",
+    fail_below=330.0,
+    warn_below=355.0,
+    source="thresholds.toml [thresholds.h100.nccl.all_reduce.intra_node]",
+)
 
 
-@pytest.mark.parametrize(("value", "status"), [(366.0, "pass"), (355.0, "pass"), (351.0, "warn"),
-                                                 (330.0, "warn"), (301.5, "fail")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "status"), [(366.0, "pass"), (355.0, "pass"), (351.0, "warn"), (330.0, "warn"), (301.5, "fail")]
+)
 def test_verdict_with_warn_band(value, status):
     sweep = _sweep([_row(GiB, 999.0), _row(2 * GiB, value)])
     m = measurement_of(sweep, "nccl.all_reduce.intra_node", GiB)
@@ -140,8 +162,7 @@ def test_failure_sentence_states_value_unit_size_bound_and_node():
     sweep = _sweep([_row(GiB, 362.0), _row(2 * GiB, 301.5), _row(4 * GiB, 364.0)])
     sentence = judge(measurement_of(sweep, "nccl.all_reduce.intra_node", GiB), H100_AR).sentence
     assert sentence.startswith("node3: nccl.all_reduce.intra_node")
-    for part in ("301.5 GB/s", "at 2 GiB out-of-place", "min busbw over sizes ≥ 1 GiB", "fail < 330 GB/s",
-                 "8 ranks"):  # fmt: skip
+    for part in ("301.5 GB/s", "at 2 GiB out-of-place", "min busbw over sizes ≥ 1 GiB", "fail < 330 GB/s", "8 ranks"):
         assert part in sentence, sentence
 
 
@@ -154,8 +175,7 @@ def test_retry_detail_names_earlier_attempts():
 
 
 def test_wrong_result_is_a_problem_whatever_its_speed():
-    sweep = _sweep([_row(GiB, 999.0), _row(2 * GiB, 999.0, in_place=True, wrong=12)],
-                   wrong_places=("node3:gpu5",))  # fmt: skip
+    sweep = _sweep([_row(GiB, 999.0), _row(2 * GiB, 999.0, in_place=True, wrong=12)], wrong_places=("node3:gpu5",))
     assert not sweep.correct
     (problem,) = sweep.correctness_problems()
     assert "2 GiB in-place: 12 wrong elements" in problem

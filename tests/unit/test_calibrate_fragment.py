@@ -17,11 +17,18 @@ def _doc(*values):
 
 def test_fragment_is_valid_toml_with_bounds_below_the_worst_value():
     text = calibrate(
-        _doc(("compute.matmul_bf16", 700.0, "TFLOP/s", "pass"), ("compute.matmul_bf16", 650.0, "TFLOP/s", "pass"),
-             ("gpu.ecc_volatile_uncorrectable", 0, "count", "pass"), ("compute.memcopy", 0.00002, "TB/s", "pass"),
-             ("baseline.regression", 3.0, "%", "pass"), ("gpu.temperature", 40.0, "F", "fail")),
-        set_name="calibrated-nebius", match="NVIDIA H100 80GB HBM3", extends="nebius",
-    )  # fmt: skip
+        _doc(
+            ("compute.matmul_bf16", 700.0, "TFLOP/s", "pass"),
+            ("compute.matmul_bf16", 650.0, "TFLOP/s", "pass"),
+            ("gpu.ecc_volatile_uncorrectable", 0, "count", "pass"),
+            ("compute.memcopy", 0.00002, "TB/s", "pass"),
+            ("baseline.regression", 3.0, "%", "pass"),
+            ("gpu.temperature", 40.0, "F", "fail"),
+        ),
+        set_name="calibrated-nebius",
+        match="NVIDIA H100 80GB HBM3",
+        extends="nebius",
+    )
     table = tomllib.loads(text)["thresholds"]["calibrated-nebius"]
     assert table["match"] == ["NVIDIA H100 80GB HBM3"] and table["extends"] == "nebius"
     assert table["compute.matmul_bf16"] == {"unit": "TFLOP/s", "fail_below": 585, "warn_below": 617.5}

@@ -39,7 +39,10 @@ def test_every_collective_is_measured_and_right(launcher):
         assert sweep.correct, sweep.correctness_problems()
         assert (sweep.nodes, sweep.n_ranks, sweep.backend, sweep.nccl_version) == ((host,), 2, "gloo", None)
         assert [r.size_bytes for r in sweep.rows if not r.in_place or op in ("all_reduce", "broadcast")] == [
-            4096, 8192, 16384]  # fmt: skip
+            4096,
+            8192,
+            16384,
+        ]
         assert all(r.busbw > 0 and r.time_us > 0 for r in sweep.rows)
         assert (sweep.iters, sweep.warmup_iters) == (2, 1)
     assert {r.in_place for r in sweeps["all_gather"].rows} == {False, True}

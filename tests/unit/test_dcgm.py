@@ -15,8 +15,14 @@ DATA = Path(__file__).parent.parent / "data"
 
 
 def _run(name: str, **kw) -> dcgm.DiagRun:
-    return dcgm.DiagRun(node="worker3", found=True, level=2, returncode=kw.pop("returncode", 0),
-                        stdout=(DATA / name).read_text() if name else "", **kw)  # fmt: skip
+    return dcgm.DiagRun(
+        node="worker3",
+        found=True,
+        level=2,
+        returncode=kw.pop("returncode", 0),
+        stdout=(DATA / name).read_text() if name else "",
+        **kw,
+    )
 
 
 def test_passing_run_has_no_problem():

@@ -213,5 +213,6 @@ def test_reads_nvlink_counters_through_nvml():
     gpus, status = fabric_counters.read_nvlink_counters(_Nvml())
     assert status == "ok"
     assert [(g.index, len(g.links)) for g in gpus] == [(0, 2), (1, 2)]
-    assert gpus[1].links[1] == NvLinkCounters(1, {"nvlink_replay": 11, "nvlink_recovery": 0, "nvlink_crc_flit": 0},
-                                              HOPPER_UNSUPPORTED)  # fmt: skip
+    assert gpus[1].links[1] == NvLinkCounters(
+        1, {"nvlink_replay": 11, "nvlink_recovery": 0, "nvlink_crc_flit": 0}, HOPPER_UNSUPPORTED
+    )

@@ -63,8 +63,9 @@ def test_nebius_lines_are_derived_from_eight_ndr_rails():
 
 
 def test_four_hdr_rails_give_a_quarter_of_the_line(tmp_path):
-    config = config_of(tmp_path, LAB.replace("ib_hcas = 8", "ib_hcas = 4").replace("ib_rate_gbps = 400",
-                                                                                    "ib_rate_gbps = 200"))  # fmt: skip
+    config = config_of(
+        tmp_path, LAB.replace("ib_hcas = 8", "ib_hcas = 4").replace("ib_rate_gbps = 400", "ib_rate_gbps = 200")
+    )
     t = config.thresholds_for(config.profiles["lab"])["nccl.all_gather.inter_node"]
     assert (t.fail_below, t.warn_below) == (75.0, 85.0)
     assert t.source.startswith("derived: 4 × 200 Gb/s = 100 GB/s per node")
@@ -115,30 +116,51 @@ def test_fractions_are_a_profile_setting(tmp_path):
     assert "fail × 0.8 = 320, warn × 0.9 = 360 GB/s" in t.source
 
 
-@pytest.mark.parametrize(("setting", "message"), [
-    ("inter_node_fail_fraction = 1.5",
-     "T: profiles.lab.nccl.inter_node_fail_fraction: a fraction of the fabric's line rate, 0 < f ≤ 1; got 1.5."),
-    ("inter_node_warn_fraction = 0",
-     "T: profiles.lab.nccl.inter_node_warn_fraction: a fraction of the fabric's line rate, 0 < f ≤ 1; got 0."),
-    ("inter_node_fail_fraction = 0.9",
-     "T: profiles.lab.nccl.inter_node_warn_fraction: 0.85 is under inter_node_fail_fraction (0.9); "
-     "the warn line must sit between pass and fail."),
-    ('inter_node_fail_fraction = "most"',
-     "T: profiles.lab.nccl.inter_node_fail_fraction: expected a finite number, got 'most'."),
-    ("inter_node_fail_fracton = 0.7",
-     "T: profiles.lab.nccl.inter_node_fail_fracton: unknown key. Perhaps you meant 'inter_node_fail_fraction'?"),
-    ('inter_node_algo = "Rnig"',
-     "T: profiles.lab.nccl.inter_node_algo: 'Rnig' is not an NCCL algorithm; write \"auto\" or a list of Ring, "
-     "Tree, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT (\"^\" first excludes them). Perhaps you meant 'Ring'?"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (
+            "inter_node_fail_fraction = 1.5",
+            "T: profiles.lab.nccl.inter_node_fail_fraction: a fraction of the fabric's line rate, 0 < f ≤ 1; got 1.5.",
+        ),
+        (
+            "inter_node_warn_fraction = 0",
+            "T: profiles.lab.nccl.inter_node_warn_fraction: a fraction of the fabric's line rate, 0 < f ≤ 1; got 0.",
+        ),
+        (
+            "inter_node_fail_fraction = 0.9",
+            "T: profiles.lab.nccl.inter_node_warn_fraction: 0.85 is under inter_node_fail_fraction (0.9); "
+            "the warn line must sit between pass and fail.",
+        ),
+        (
+            'inter_node_fail_fraction = "most"',
+            "T: profiles.lab.nccl.inter_node_fail_fraction: expected a finite number, got 'most'.",
+        ),
+        (
+            "inter_node_fail_fracton = 0.7",
+            "T: profiles.lab.nccl.inter_node_fail_fracton: unknown key. Perhaps you meant 'inter_node_fail_fraction'?",
+        ),
+        (
+            'inter_node_algo = "Rnig"',
+            "T: profiles.lab.nccl.inter_node_algo: 'Rnig' is not an NCCL algorithm; write \"auto\" or a list of "
+            'Ring, Tree, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT ("^" first excludes them). '
+            "Perhaps you meant 'Ring'?",
+        ),
+    ],
+)
 def test_bad_settings_name_the_key(tmp_path, setting, message):
     assert error_of(tmp_path, LAB + f"\n[profiles.lab.nccl]\n{setting}\n") == message
 
 
-@pytest.mark.parametrize(("algo", "env"), [
-    ("Ring", {"NCCL_ALGO": "Ring"}), ("tree,ring", {"NCCL_ALGO": "tree,ring"}),
-    ("^NVLS,NVLSTree", {"NCCL_ALGO": "^NVLS,NVLSTree"}), ("auto", {}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("algo", "env"),
+    [
+        ("Ring", {"NCCL_ALGO": "Ring"}),
+        ("tree,ring", {"NCCL_ALGO": "tree,ring"}),
+        ("^NVLS,NVLSTree", {"NCCL_ALGO": "^NVLS,NVLSTree"}),
+        ("auto", {}),
+    ],
+)
 def test_the_across_node_algorithm_is_the_profiles(tmp_path, algo, env):
     config = config_of(tmp_path, LAB + f'\n[profiles.lab.nccl]\ninter_node_algo = "{algo}"\n')
     profile = config.profiles["lab"]

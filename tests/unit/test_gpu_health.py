@@ -14,11 +14,23 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 def _gpu(i: int, **sick) -> gh.GpuHealth:
     healthy = gh.GpuHealth(
-        index=i, name=H100, uuid=f"GPU-{i:08d}", pci_bus_id=f"00000000:{i:02X}:00.0", temperature_c=31.0,
-        memory_temperature_c=29.0, memory_used_mib=0.5, ecc_volatile_uncorrectable=0, retired_pages_pending=None,
-        remapped_rows_pending=0, remapped_rows_failed=0, nvlinks=(True,) * 18, pcie_gen=(1, 5, 5),
-        pcie_width=(16, 16), clock_reasons=0x1, unsupported=("retired pages",),
-    )  # fmt: skip
+        index=i,
+        name=H100,
+        uuid=f"GPU-{i:08d}",
+        pci_bus_id=f"00000000:{i:02X}:00.0",
+        temperature_c=31.0,
+        memory_temperature_c=29.0,
+        memory_used_mib=0.5,
+        ecc_volatile_uncorrectable=0,
+        retired_pages_pending=None,
+        remapped_rows_pending=0,
+        remapped_rows_failed=0,
+        nvlinks=(True,) * 18,
+        pcie_gen=(1, 5, 5),
+        pcie_width=(16, 16),
+        clock_reasons=0x1,
+        unsupported=("retired pages",),
+    )
     return replace(healthy, **sick)
 
 
@@ -65,8 +77,13 @@ def test_sick_memory_readings_are_judged_values():
 
 
 def test_not_supported_is_never_a_pass():
-    gpu = _gpu(0, memory_temperature_c=None, remapped_rows_pending=None, remapped_rows_failed=None,
-               unsupported=("memory temperature", "remapped rows", "retired pages"))  # fmt: skip
+    gpu = _gpu(
+        0,
+        memory_temperature_c=None,
+        remapped_rows_pending=None,
+        remapped_rows_failed=None,
+        unsupported=("memory temperature", "remapped rows", "retired pages"),
+    )
     readings, unsupported = gh_checks.health_readings(_node(gpu))
     assert unsupported == [
         "w0:gpu0: gpu.memory_temperature not supported by NVML; not measured",
@@ -78,7 +95,8 @@ def test_not_supported_is_never_a_pass():
     assert measured == {"gpu.temperature", "gpu.memory_used_at_rest", "gpu.ecc_volatile_uncorrectable"}
     no_clocks = _gpu(1, clock_reasons=None, unsupported=("clock event reasons",))
     assert gh_checks.link_problems(_node(no_clocks))[1] == [
-        "w0:gpu1: clock event reasons not supported by NVML; not checked"]
+        "w0:gpu1: clock event reasons not supported by NVML; not checked"
+    ]
 
 
 def test_node_without_nvml_fails_every_metric():

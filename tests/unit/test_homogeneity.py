@@ -61,11 +61,21 @@ def test_three_way_split_names_the_minorities(cluster):
 
 def test_profile_expectations():
     node = CLUSTER["worker0"]
-    good = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpus_per_node": 8, "min_driver": "550.54", "min_cuda": "12.4",
-            "expect_kernel": "5.15.0-119-generic"}
+    good = {
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        "gpus_per_node": 8,
+        "min_driver": "550.54",
+        "min_cuda": "12.4",
+        "expect_kernel": "5.15.0-119-generic",
+    }
     assert h.profile_problems("worker0", node, **good) == []
-    bad = {"gpu_model": "NVIDIA H200", "gpus_per_node": 4, "min_driver": "565.57.01", "min_cuda": "12.8",
-           "expect_kernel": "6.8.0-45-generic"}
+    bad = {
+        "gpu_model": "NVIDIA H200",
+        "gpus_per_node": 4,
+        "min_driver": "565.57.01",
+        "min_cuda": "12.8",
+        "expect_kernel": "6.8.0-45-generic",
+    }
     assert h.profile_problems("worker0", node, **bad) == [
         "worker0: GPU model NVIDIA H100 80GB HBM3, profile expects NVIDIA H200",
         "worker0: 8 GPUs visible to NVML, profile expects 4",

@@ -31,8 +31,10 @@ def two_socket(tmp_path: Path) -> Path:
                 base = f"sys/devices/system/cpu/cpu{cpu}/topology"
                 _write(tmp_path, f"{base}/physical_package_id", str(socket))
                 _write(tmp_path, f"{base}/core_id", str(core))
-                blocks.append(f"processor\t: {cpu}\nmodel name\t: Intel(R) Xeon(R) Platinum 8468\n"
-                              f"physical id\t: {socket}\ncore id\t\t: {core}\n")  # fmt: skip
+                blocks.append(
+                    f"processor\t: {cpu}\nmodel name\t: Intel(R) Xeon(R) Platinum 8468\n"
+                    f"physical id\t: {socket}\ncore id\t\t: {core}\n"
+                )
                 cpu += 1
     _write(tmp_path, "sys/devices/system/cpu/online", "0-7")
     _write(tmp_path, "proc/cpuinfo", "\n".join(blocks))
@@ -41,8 +43,11 @@ def two_socket(tmp_path: Path) -> Path:
     _write(tmp_path, "etc/os-release", 'NAME="Ubuntu"\nPRETTY_NAME="Ubuntu 22.04.4 LTS"\nVERSION_ID="22.04"')
     for node, cpus in ((0, "0-1,4-5"), (1, "2-3,6-7")):
         _write(tmp_path, f"sys/devices/system/node/node{node}/cpulist", cpus)
-        _write(tmp_path, f"sys/devices/system/node/node{node}/meminfo",
-               f"Node {node} MemTotal:       1056746324 kB\nNode {node} MemFree:        1000000000 kB")  # fmt: skip
+        _write(
+            tmp_path,
+            f"sys/devices/system/node/node{node}/meminfo",
+            f"Node {node} MemTotal:       1056746324 kB\nNode {node} MemFree:        1000000000 kB",
+        )
     for dev, state in (("mlx5_0", "4: ACTIVE"), ("mlx5_1", "1: DOWN")):
         base = f"sys/class/infiniband/{dev}"
         _write(tmp_path, f"{base}/fw_ver", "28.39.2048")
@@ -67,8 +72,9 @@ def test_nvml_affinity_mask_to_cpulist():
 
 
 def test_recorded_ci_machine():
-    summary = inv.collect("vm", proc_root=VM / "proc", sys_root=VM / "sys", etc_root=VM / "etc",
-                          with_nvml=False, with_tools=False).summary  # fmt: skip
+    summary = inv.collect(
+        "vm", proc_root=VM / "proc", sys_root=VM / "sys", etc_root=VM / "etc", with_nvml=False, with_tools=False
+    ).summary
     assert summary["os"] == "Debian GNU/Linux 12 (bookworm)"
     assert summary["kernel"] == "6.18.44-fc-v669"
     assert summary["cpu_model"] == "AMD EPYC"
@@ -82,8 +88,13 @@ def test_recorded_ci_machine():
 
 def test_two_socket_topology_numa_and_ib(two_socket: Path):
     cpu = inv.read_cpu(two_socket / "proc", two_socket / "sys")
-    assert cpu == {"model": "Intel(R) Xeon(R) Platinum 8468", "logical_cpus": 8, "sockets": 2,
-                   "cores_per_socket": 2, "threads_per_core": 2}  # fmt: skip
+    assert cpu == {
+        "model": "Intel(R) Xeon(R) Platinum 8468",
+        "logical_cpus": 8,
+        "sockets": 2,
+        "cores_per_socket": 2,
+        "threads_per_core": 2,
+    }
     numa = inv.read_numa(two_socket / "sys")
     assert [(n["node"], n["cpus"]) for n in numa] == [(0, "0-1,4-5"), (1, "2-3,6-7")]
     assert numa[0]["memory_gib"] == pytest.approx(1007.79, abs=0.01)
@@ -91,8 +102,14 @@ def test_two_socket_topology_numa_and_ib(two_socket: Path):
     assert [d["device"] for d in ib] == ["mlx5_0", "mlx5_1"]
     port = {"port": 1, "state": "4: ACTIVE", "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand"}
     assert ib[0]["ports"] == [port]
-    summary = inv.collect("worker0", proc_root=two_socket / "proc", sys_root=two_socket / "sys",
-                          etc_root=two_socket / "etc", with_nvml=False, with_tools=False).summary  # fmt: skip
+    summary = inv.collect(
+        "worker0",
+        proc_root=two_socket / "proc",
+        sys_root=two_socket / "sys",
+        etc_root=two_socket / "etc",
+        with_nvml=False,
+        with_tools=False,
+    ).summary
     assert summary["cpu_topology"] == "2x2x2"
     assert summary["os"] == "Ubuntu 22.04.4 LTS"
     assert summary["memory_gib"] == pytest.approx(2015.58, abs=0.01)
@@ -108,10 +125,15 @@ def test_topology_from_cpuinfo_where_sysfs_lacks_it(two_socket: Path):
 
 def test_lscpu_fills_the_model_of_an_arm_cpu():
     cpu = {"model": "n/a", "logical_cpus": 2}
-    lscpu = json.dumps({"lscpu": [{"field": "Architecture:", "data": "aarch64"},
-                                  {"field": "Vendor ID:", "data": "ARM", "children": [
-                                      {"field": "Model name:", "data": "Neoverse-V2"}]},
-                                  {"field": "NUMA node(s):", "data": "1"}]})  # fmt: skip
+    lscpu = json.dumps(
+        {
+            "lscpu": [
+                {"field": "Architecture:", "data": "aarch64"},
+                {"field": "Vendor ID:", "data": "ARM", "children": [{"field": "Model name:", "data": "Neoverse-V2"}]},
+                {"field": "NUMA node(s):", "data": "1"},
+            ]
+        }
+    )
     merged = inv.merge_lscpu(cpu, lscpu)
     assert merged["model"] == "Neoverse-V2"
     assert merged["lscpu_numa_nodes"] == 1
@@ -167,13 +189,17 @@ def test_summary_of_gpu_details_reports_mixed_values():
     details = {
         "os": {"os": "Ubuntu", "kernel": "5.15"},
         "cpu": {"model": "x", "sockets": 2, "cores_per_socket": 48, "threads_per_core": 2, "logical_cpus": 192},
-        "memory": {"total_gib": 2015.5}, "numa": [{}, {}], "infiniband": [],
+        "memory": {"total_gib": 2015.5},
+        "numa": [{}, {}],
+        "infiniband": [],
         "versions": {"nccl": "2.21.5", "torch": "2.5.1", "slurm": "24.05.3"},
         "gpu_system": {"driver": "560.35.03", "cuda": "12.6"},
-        "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "vbios": v, "mig_mode": "disabled"}
-                 for v in ("96.00.99.00.01", "96.00.99.00.01", "96.00.74.00.0D")],
+        "gpus": [
+            {"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "vbios": v, "mig_mode": "disabled"}
+            for v in ("96.00.99.00.01", "96.00.99.00.01", "96.00.74.00.0D")
+        ],
         "gpu_topology": {"0-1": "NV18", "0-2": "NV18", "1-2": "NV12"},
-    }  # fmt: skip
+    }
     s = inv.summarise(details)
     assert s["gpu_count"] == 3
     assert s["gpu_model"] == "NVIDIA H100 80GB HBM3"

@@ -11,8 +11,16 @@ from pytest_gpucluster.workloads.context import local_context
 
 
 def _view(rank=0, node="node1", job="10", cvd="0,1", job_gpus="0,1", step=None, **kw) -> iso.GpuView:
-    return iso.GpuView(node=node, rank=rank, job_id=job, cuda_visible_devices=cvd, job_gpus=job_gpus,
-                       step_gpus=job_gpus if step is None else step, pid=100, **kw)  # fmt: skip
+    return iso.GpuView(
+        node=node,
+        rank=rank,
+        job_id=job,
+        cuda_visible_devices=cvd,
+        job_gpus=job_gpus,
+        step_gpus=job_gpus if step is None else step,
+        pid=100,
+        **kw,
+    )
 
 
 def _devices(minors, procs=None) -> tuple[iso.Device, ...]:
@@ -45,8 +53,10 @@ def test_real_gpus_with_device_cgroups():
 
 def test_nvml_seeing_every_gpu_is_a_failure_or_a_warning():
     view = _view(cvd="2,3", job_gpus="2,3", nvml=_devices([0, 1, 2, 3]), torch_count=2, torch_uuids=("2aaa", "3aaa"))
-    text = ("node1 (job 10, task 0): NVML inside the job sees 4 GPUs, the job was allotted 2: devices are not "
-            "constrained (ConstrainDevices=yes in cgroup.conf)")  # fmt: skip
+    text = (
+        "node1 (job 10, task 0): NVML inside the job sees 4 GPUs, the job was allotted 2: devices are not "
+        "constrained (ConstrainDevices=yes in cgroup.conf)"
+    )
     assert iso_checks.view_problems(view, 2, device_cgroups=True) == ([text], [])
     assert iso_checks.view_problems(view, 2, device_cgroups=False) == ([], [text])
     wrong = replace(view, torch_uuids=("0aaa", "3aaa"))  # CUDA's index 0 is not a GPU Slurm gave
@@ -61,14 +71,17 @@ def test_foreign_process():
         "node1:gpu1 (GPU-1aaa): process 4242 holds 30000 MiB (job 10 was given this GPU)"
     ]
     assert iso_checks.foreign_process_problems(_view()) == [
-        "node1 (job 10, task 0): NVML could not be read (not measured)"]
+        "node1 (job 10, task 0): NVML could not be read (not measured)"
+    ]
 
 
 def test_concurrent_jobs_recorded_on_the_test_cluster_are_disjoint():
     # Two 2-GPU jobs on the CI cluster's nodes: SLURM_JOB_GPUS 0,1 and 2,3 (jobs 10 and 11).
     a = [_view(0, "node1", "10", peer_seen=True), _view(1, "node2", "10", peer_seen=True)]
-    b = [_view(0, "node1", "11", cvd="2,3", job_gpus="2,3", peer_seen=True),
-         _view(1, "node2", "11", cvd="2,3", job_gpus="2,3", peer_seen=True)]  # fmt: skip
+    b = [
+        _view(0, "node1", "11", cvd="2,3", job_gpus="2,3", peer_seen=True),
+        _view(1, "node2", "11", cvd="2,3", job_gpus="2,3", peer_seen=True),
+    ]
     assert iso_checks.disjoint_problems(a, b) == []
     clash = [replace(b[0], job_gpus="1,2", step_gpus="1,2"), b[1]]
     assert iso_checks.disjoint_problems(a, clash) == ["node1: jobs 10 and 11 ran at the same time on ['gres index 1']"]
@@ -106,8 +119,9 @@ def test_a_task_of_a_gpus_per_task_job_is_judged_against_its_one_gpu_and_its_job
     # Second job of the pair: 2 tasks per node, --gpus-per-task=1, the job holds GPUs 2 and 3.
     # Whether the device cgroup is the step's (NVML shows 2) or the task's (NVML shows 1), the
     # task sees its one GPU through CUDA; NVML showing all 4 means devices are not constrained.
-    step_cgroup = _view(1, cvd="3", job_gpus="2,3", step="3", nvml=_devices([2, 3]), torch_count=1,
-                        torch_uuids=("3aaa",))  # fmt: skip
+    step_cgroup = _view(
+        1, cvd="3", job_gpus="2,3", step="3", nvml=_devices([2, 3]), torch_count=1, torch_uuids=("3aaa",)
+    )
     task_cgroup = replace(step_cgroup, nvml=_devices([3]))
     for view in (step_cgroup, task_cgroup):
         assert iso_checks.view_problems(view, 1, device_cgroups=True, job_holds=2) == ([], [])
@@ -130,8 +144,14 @@ def test_the_hold_barrier_meets_any_task_of_the_other_job_on_the_node(tmp_path):
     # The per-task job's tasks 0 and 1 both wait for the one-task job's task 0, and it for them.
     host = local_context().hostname
     (tmp_path / f"a-{host}-0").touch()
-    view = iso.gpu_view(replace(local_context(), local_rank=1), real=False, hold_dir=str(tmp_path), hold_as="b",
-                        hold_for="a", timeout_s=1)  # fmt: skip
+    view = iso.gpu_view(
+        replace(local_context(), local_rank=1),
+        real=False,
+        hold_dir=str(tmp_path),
+        hold_as="b",
+        hold_for="a",
+        timeout_s=1,
+    )
     assert view.peer_seen is True
     assert (tmp_path / f"b-{host}-1").exists()
     alone = iso.gpu_view(local_context(), real=False, hold_dir=str(tmp_path), hold_as="a", hold_for="c", timeout_s=0.3)
@@ -143,8 +163,16 @@ def test_per_task_views_as_the_4xh200_machine_gave_them():
     # /dev/nvidia3 (NVML showed that one device) while its SLURM_STEP_GPUS said 2. Not a gres.conf
     # order problem (File=/dev/nvidia[0-3]): no warning for a per-task task; CUDA's UUIDs name each
     # task's GPU, so the two tasks are seen to differ even where NVML shows the step's GPUs.
-    t0 = _view(0, cvd="0", job_gpus="2,3", step="2", nvml=_devices([2]), torch_count=1, torch_uuids=("2aaa",),
-               gpus_per_task="1")  # fmt: skip
+    t0 = _view(
+        0,
+        cvd="0",
+        job_gpus="2,3",
+        step="2",
+        nvml=_devices([2]),
+        torch_count=1,
+        torch_uuids=("2aaa",),
+        gpus_per_task="1",
+    )
     t1 = replace(t0, rank=1, nvml=_devices([3]), torch_uuids=("3aaa",))
     for task in (t0, t1):
         assert iso_checks.view_problems(task, 1, device_cgroups=True, job_holds=2) == ([], [])

@@ -64,11 +64,13 @@ def _imports(path: Path) -> Iterator[tuple[str, int, str]]:
 
 
 def _hits(path: Path, banned: tuple[str, ...]) -> list[str]:
-    return sorted({
-        f"{path.relative_to(PACKAGE.parent)}:{line}: imports {module}"
-        for module, line, _ in _imports(path)
-        if any(module == b or module.startswith(b + ".") for b in banned)
-    })  # fmt: skip
+    return sorted(
+        {
+            f"{path.relative_to(PACKAGE.parent)}:{line}: imports {module}"
+            for module, line, _ in _imports(path)
+            if any(module == b or module.startswith(b + ".") for b in banned)
+        }
+    )
 
 
 def _node_side_modules() -> list[Path]:
@@ -78,8 +80,11 @@ def _node_side_modules() -> list[Path]:
 @pytest.mark.parametrize("path", _node_side_modules(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_node_side_code_imports_nothing_of_the_login_side(path):
     hits = _hits(path, LOGIN_SIDE)
-    allowed = {f"{path.relative_to(PACKAGE.parent)}:{line}: imports {module}"
-               for module, line, owner in _imports(path) if (path.name, owner) in LOGIN_SIDE_PLANNERS}  # fmt: skip
+    allowed = {
+        f"{path.relative_to(PACKAGE.parent)}:{line}: imports {module}"
+        for module, line, owner in _imports(path)
+        if (path.name, owner) in LOGIN_SIDE_PLANNERS
+    }
     assert [h for h in hits if h not in allowed] == []
 
 
@@ -111,8 +116,11 @@ def test_the_jobs_entry_pickles_by_reference():
 
 
 def test_a_task_that_unpickles_the_entry_loads_nothing_of_the_login_side():
-    code = ("import sys, pytest_gpucluster.launch.node, pytest_gpucluster.workloads.node_gpus; "
-            "print(' '.join(sorted(sys.modules)))")  # fmt: skip
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                            check=True).stdout.split()  # fmt: skip
+    code = (
+        "import sys, pytest_gpucluster.launch.node, pytest_gpucluster.workloads.node_gpus; "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
     assert [m for m in loaded if any(m == b or m.startswith(b + ".") for b in LOGIN_SIDE)] == []

@@ -54,7 +54,8 @@ def test_transports_lose_their_device_numbers_only():
     assert transport_of("NET/Socket/0") == "NET/Socket"
     assert transport_of("SHM/direct/direct") == "SHM/direct/direct"
     assert parse_nccl_log("h:1:2 [0] NCCL INFO NVLS comm 0x55 headRank 0 nHeads 8 buffSize 4194304").transports == (
-        "NVLS",)  # fmt: skip
+        "NVLS",
+    )
 
 
 def test_the_debug_file_is_expanded_as_nccl_expands_it():
@@ -83,14 +84,28 @@ def test_every_ranks_log_counts(tmp_path):
 
 def _sweep(**facts) -> SweepResult:
     row = SizeResult(size_bytes=GiB, count=GiB // 4, in_place=False, time_us=1.0, algbw=1.0, busbw=372.0, wrong=0)
-    return SweepResult(op="all_reduce", nodes=("gpu-a", "gpu-b"), n_ranks=16, backend="nccl",
-                       implementation="all_reduce", rows=(row,), warmup_iters=5, iters=20,
-                       nccl_version="2.27.5", **facts)  # fmt: skip
+    return SweepResult(
+        op="all_reduce",
+        nodes=("gpu-a", "gpu-b"),
+        n_ranks=16,
+        backend="nccl",
+        implementation="all_reduce",
+        rows=(row,),
+        warmup_iters=5,
+        iters=20,
+        nccl_version="2.27.5",
+        **facts,
+    )
 
 
 def test_a_sweep_record_carries_algorithm_protocol_and_transports():
-    sweep = _sweep(env={"NCCL_ALGO": "Ring"}, nccl_algo="Ring", nccl_proto="Simple",
-                   transports=("NET/IB/GDRDMA", "P2P/CUMEM/read"), network="IB")  # fmt: skip
+    sweep = _sweep(
+        env={"NCCL_ALGO": "Ring"},
+        nccl_algo="Ring",
+        nccl_proto="Simple",
+        transports=("NET/IB/GDRDMA", "P2P/CUMEM/read"),
+        network="IB",
+    )
     gc = SimpleNamespace(thresholds={}, profile=SimpleNamespace(nccl=NcclSettings()))
     check = make_check(gc, sweep, "nccl.all_reduce.inter_node")
     s = check.series
@@ -98,7 +113,8 @@ def test_a_sweep_record_carries_algorithm_protocol_and_transports():
     assert s["transports"] == ["NET/IB/GDRDMA", "P2P/CUMEM/read"]
     assert check.measurement is not None
     assert check.measurement.detail.endswith(
-        "16 ranks, nccl (NCCL_ALGO=Ring, NCCL_PROTO=Simple, via NET/IB/GDRDMA + P2P/CUMEM/read)")
+        "16 ranks, nccl (NCCL_ALGO=Ring, NCCL_PROTO=Simple, via NET/IB/GDRDMA + P2P/CUMEM/read)"
+    )
 
 
 def test_an_unset_algorithm_is_nccls_choice_and_gloo_names_none():
@@ -110,7 +126,18 @@ def test_an_unset_algorithm_is_nccls_choice_and_gloo_names_none():
 
 
 def test_nccl_tests_sweeps_record_the_algorithm_they_ran_under():
-    run = NcclTestsRun(op="all_reduce", rows=(), n_ranks=8, hosts=(), warmup_iters=5, iters=20, version="2.19.6",
-                       nccl_version="2.28.9", out_of_bounds=0, avg_busbw=None, errors=())  # fmt: skip
+    run = NcclTestsRun(
+        op="all_reduce",
+        rows=(),
+        n_ranks=8,
+        hosts=(),
+        warmup_iters=5,
+        iters=20,
+        version="2.19.6",
+        nccl_version="2.28.9",
+        out_of_bounds=0,
+        avg_busbw=None,
+        errors=(),
+    )
     sweep = run.to_sweep("gpu-a", "all_reduce", env={"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL128"})
     assert (sweep.nccl_algo, sweep.nccl_proto) == ("Tree", "LL128")

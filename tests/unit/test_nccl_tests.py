@@ -82,18 +82,23 @@ def test_a_run_that_died_is_an_error_with_its_last_line():
 
 
 def test_unchecked_rows_and_in_place_only_rows():
-    text = "\n".join([
-        "# Collective test starting: broadcast_perf",
-        "     1048576        262144     float    none       0    20.00   52.43   52.43    N/A",
-        "     2097152        524288     float    none       0    30.00   69.91   69.91    N/A"
-        "    29.00   72.32   72.32    N/A",
-        "# Out of bounds values : 0 OK",
-        "# Avg bus bandwidth    : 64.8",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "# Collective test starting: broadcast_perf",
+            "     1048576        262144     float    none       0    20.00   52.43   52.43    N/A",
+            "     2097152        524288     float    none       0    30.00   69.91   69.91    N/A"
+            "    29.00   72.32   72.32    N/A",
+            "# Out of bounds values : 0 OK",
+            "# Avg bus bandwidth    : 64.8",
+        ]
+    )
     run = parse_text(text)
     assert run.op == "broadcast"
     assert [(r.size_bytes, r.in_place, r.wrong) for r in run.rows] == [
-        (MiB, True, -1), (2 * MiB, False, -1), (2 * MiB, True, -1)]  # fmt: skip
+        (MiB, True, -1),
+        (2 * MiB, False, -1),
+        (2 * MiB, True, -1),
+    ]
     assert not run.to_sweep("n1", "broadcast").correct  # -c 0: a bandwidth nobody checked
 
 
@@ -104,10 +109,28 @@ def test_empty_output_is_not_a_pass():
 
 
 def test_argv_is_a_list_with_the_sweep_flags():
-    argv = nccl_tests_argv("/opt/nccl-tests/build/all_reduce_perf", min_bytes=MiB, max_bytes=8 * GiB,
-                           warmup_iters=5, iters=20, gpus=8)  # fmt: skip
-    assert argv == ["/opt/nccl-tests/build/all_reduce_perf", "-b", "1048576", "-e", "8589934592", "-f", "2",
-                    "-g", "8", "-w", "5", "-n", "20", "-c", "1", "-a", "3"]  # fmt: skip
+    argv = nccl_tests_argv(
+        "/opt/nccl-tests/build/all_reduce_perf", min_bytes=MiB, max_bytes=8 * GiB, warmup_iters=5, iters=20, gpus=8
+    )
+    assert argv == [
+        "/opt/nccl-tests/build/all_reduce_perf",
+        "-b",
+        "1048576",
+        "-e",
+        "8589934592",
+        "-f",
+        "2",
+        "-g",
+        "8",
+        "-w",
+        "5",
+        "-n",
+        "20",
+        "-c",
+        "1",
+        "-a",
+        "3",
+    ]
 
 
 @pytest.mark.parametrize(("code", "text"), [(22809, "2.28.9"), (21903, "2.19.3"), (2708, "2.7.8")])

@@ -98,7 +98,10 @@ def test_in_the_shared_job_the_other_tasks_wait_until_the_gpus_were_read_at_rest
 def test_a_task_whose_node_is_never_read_stops_at_the_gate_naming_the_node(monkeypatch, tmp_path):
     monkeypatch.setattr(node_gpus, "gate_dir", lambda: tmp_path)
     started = time.monotonic()
-    with pytest.raises(TimeoutError, match=rf"{socket.gethostname()}: the node's first task did not read its GPUs "
-                       r"at rest within 0 s .*never appeared"):  # fmt: skip
+    with pytest.raises(
+        TimeoutError,
+        match=rf"{socket.gethostname()}: the node's first task did not read its GPUs "
+        r"at rest within 0 s .*never appeared",
+    ):
         node_gpus.probe_first(_task(1, "78"), gate_timeout_s=0.2)
     assert time.monotonic() - started < 2.0

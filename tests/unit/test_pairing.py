@@ -29,8 +29,10 @@ def test_healthy_cluster_clears_everyone_in_one_or_two_rounds(n):
     assert len(jobs) == (1 if n % 2 == 0 else 2)  # the odd node out waits for a cleared partner
 
 
-@pytest.mark.parametrize(("n", "bad"), [(4, "n0"), (4, "n3"), (5, "n4"), (5, "n2"), (3, "n2"), (3, "n0"),
-                                        (8, "n5"), (16, "n11"), (17, "n16")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "bad"),
+    [(4, "n0"), (4, "n3"), (5, "n4"), (5, "n2"), (3, "n2"), (3, "n0"), (8, "n5"), (16, "n11"), (17, "n16")],
+)
 def test_one_bad_node_is_named(n, bad):
     nodes, run_round, jobs = _cluster(n, {bad})
     found = isolate(nodes, run_round)
@@ -41,8 +43,9 @@ def test_one_bad_node_is_named(n, bad):
     assert bad in found.summary()
 
 
-@pytest.mark.parametrize(("n", "bad"), [(4, {"n0", "n1"}), (4, {"n0", "n2"}), (5, {"n1", "n4"}),
-                                        (8, {"n2", "n7"}), (6, {"n2", "n3"})])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "bad"), [(4, {"n0", "n1"}), (4, {"n0", "n2"}), (5, {"n1", "n4"}), (8, {"n2", "n7"}), (6, {"n2", "n3"})]
+)
 def test_two_bad_nodes_are_named(n, bad):
     nodes, run_round, _ = _cluster(n, bad)
     found = isolate(nodes, run_round)

@@ -25,17 +25,29 @@ SUITE: dict[str, tuple[tuple[JobRequest, ...], bool, bool, int]] = {
     "test_compute.py::test_gpu_compute_and_memory": ((jobs.CEILINGS,), False, False, 0),
     "test_gpu_isolation.py::test_job_sees_exactly_its_gpus": ((jobs.ISOLATION_PAIR,), False, False, 2),
     "test_gpu_isolation.py::test_no_foreign_process_on_the_jobs_gpus": (
-        (jobs.ISOLATION_PAIR, jobs.ISOLATION_VIEW), False, False, 1),
+        (jobs.ISOLATION_PAIR, jobs.ISOLATION_VIEW),
+        False,
+        False,
+        1,
+    ),
     "test_gpu_isolation.py::test_gpus_per_task_gives_each_task_its_own_gpu": (
-        (jobs.ISOLATION_PAIR, jobs.ISOLATION_PER_TASK), False, False, 2),
+        (jobs.ISOLATION_PAIR, jobs.ISOLATION_PER_TASK),
+        False,
+        False,
+        2,
+    ),
     "test_rank_failure.py::test_a_dead_rank_ends_the_job": ((jobs.RANK_FAILURE,), True, False, 0),
     "test_training.py::test_training_one_gpu": ((jobs.TRAIN_BASELINE,), False, False, 0),
     "test_training.py::test_training_on_node": ((jobs.TRAIN_PER_NODE, jobs.TRAIN_BASELINE), False, False, 0),
     "test_training.py::test_training_across_nodes": ((jobs.TRAIN_ACROSS, jobs.TRAIN_BASELINE), False, True, 0),
     "test_sdc.py::test_gpus_compute_bit_identical_results": ((jobs.SDC,), False, False, 0),
     "test_fabric.py::test_fabric_error_counters_did_not_rise": (
-        (jobs.FABRIC_AFTER, jobs.FABRIC_BEFORE), False, False, 0),
-}  # fmt: skip
+        (jobs.FABRIC_AFTER, jobs.FABRIC_BEFORE),
+        False,
+        False,
+        0,
+    ),
+}
 
 
 def facts(nodes: int, gpus: int, *, worker: bool = False) -> Facts:
@@ -62,10 +74,19 @@ def summary(plan) -> dict[str, str]:
 def test_one_node_of_one_gpu():
     plan = make_plan(selected(f := facts(1, 1)), f)
     assert summary(plan) == {
-        "placement": "ahead", "sharedfs": "ahead", "node-probe": "ahead", "compute-ceilings": "own",
-        "isolation-view": "own", "rank-failure": "own", "train-baseline": "in train-per-node",
-        "train-per-node": "own", "dcgm": "own", "sdc": "own", "fabric-after": "own", "fabric-before": "ahead",
-    }  # fmt: skip
+        "placement": "ahead",
+        "sharedfs": "ahead",
+        "node-probe": "ahead",
+        "compute-ceilings": "own",
+        "isolation-view": "own",
+        "rank-failure": "own",
+        "train-baseline": "in train-per-node",
+        "train-per-node": "own",
+        "dcgm": "own",
+        "sdc": "own",
+        "fabric-after": "own",
+        "fabric-before": "ahead",
+    }
     # One test reads the pair or, on one-GPU nodes, a view job: the pair is not in this run.
     assert plan.dropped == {"isolation-pair": "nodes have 1 GPU(s); it needs 2"}
 
@@ -137,8 +158,13 @@ def test_parameter_sets_and_the_printed_plan():
     assert plan.lines() == [
         "placement: job of its own, started ahead, 2 parameter sets; where each task of a job ran; read by 3 test(s)"
     ]
-    assert plan.to_json()["jobs"][0] == {"key": "placement", "rides_in": None, "ahead": True,
-                                         "tests": ["t0", "t1", "t2"], "starts": 2}  # fmt: skip
+    assert plan.to_json()["jobs"][0] == {
+        "key": "placement",
+        "rides_in": None,
+        "ahead": True,
+        "tests": ["t0", "t1", "t2"],
+        "starts": 2,
+    }
 
 
 def test_a_job_that_runs_last_never_starts_ahead_and_says_so():

@@ -84,7 +84,7 @@ def test_unknown_metric_suggests_the_closest(tmp_path):
 
 def test_wrong_unit_says_the_right_one(tmp_path):
     assert error_of(tmp_path, BASE.replace('unit = "GB/s"', 'unit = "Gb/s"')) == (
-        'T: thresholds.h100.nccl.all_reduce.intra_node.unit: \'Gb/s\' is not the unit of '
+        "T: thresholds.h100.nccl.all_reduce.intra_node.unit: 'Gb/s' is not the unit of "
         'nccl.all_reduce.intra_node; write unit = "GB/s".'
     )
 
@@ -176,50 +176,72 @@ def test_sizes_accept_units():
 
 def test_nccl_sizes_must_be_ordered(tmp_path):
     text = BASE + '\n[profiles.lab.nccl]\nmin_bytes = "1GiB"\nmax_bytes = "1MiB"\n'
-    assert error_of(tmp_path, text) == (
-        "T: profiles.lab.nccl: need 0 < min_bytes ≤ judge_from_bytes ≤ max_bytes."
-    )
+    assert error_of(tmp_path, text) == ("T: profiles.lab.nccl: need 0 < min_bytes ≤ judge_from_bytes ≤ max_bytes.")
 
 
-@pytest.mark.parametrize(("key", "value", "why"), [
-    ("grad_accum", 0, "must be at least 1, got 0."),
-    ("micro_batch", -2, "must be at least 1, got -2."),
-    ("warmup_steps", -1, "must be 0 or more, got -1."),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("grad_accum", 0, "must be at least 1, got 0."),
+        ("micro_batch", -2, "must be at least 1, got -2."),
+        ("warmup_steps", -1, "must be 0 or more, got -1."),
+    ],
+)
 def test_training_sizes_must_be_positive(tmp_path, key, value, why):
     text = BASE + f"\n[profiles.lab.training]\n{key} = {value}\n"
     assert error_of(tmp_path, text) == f"T: profiles.lab.training.{key}: {why}"
 
 
 def test_profile_sdc_sizes_and_fabric_settings_load(tmp_path):
-    text = BASE.replace("nodes = 2\n", 'nodes = 2\nfabric_sysfs_root = "/tmp/ib"\n') + """
+    text = (
+        BASE.replace("nodes = 2\n", 'nodes = 2\nfabric_sysfs_root = "/tmp/ib"\n')
+        + """
 [profiles.lab.sdc]
 n = 4096
 chain = 64
 [profiles.lab.fabric_bounds]
 rnr_nak_retry_err = 10
 """
+    )
     profile = load(write(tmp_path, text)).profile("lab")
     assert (profile.sdc.n, profile.sdc.chain, profile.sdc.dtype) == (4096, 64, "float32")
     assert profile.fabric_sysfs_root == "/tmp/ib" and dict(profile.fabric_bounds) == {"rnr_nak_retry_err": 10}
 
 
-@pytest.mark.parametrize(("table", "why"), [
-    ("[profiles.lab.fabric_bounds]\nsymbl_error = 3", "profiles.lab.fabric_bounds: fabric counter bound 'symbl_error': "
-     "no such counter. Perhaps you meant 'symbol_error'?"),
-    ("[profiles.lab.fabric_bounds]\nsymbol_error = -1", "profiles.lab.fabric_bounds: fabric counter bound "
-     "'symbol_error': -1 is not a whole number ≥ 0"),
-    ("[profiles.lab.fabric_bounds]\nsymbol_error = 1.5", "profiles.lab.fabric_bounds: expected a table of whole "
-     "numbers, got {'symbol_error': 1.5}."),
-    ('fabric_sysfs_root = "sys/class"', "profiles.lab.fabric_sysfs_root: expected an absolute path "
-     "on the nodes, got 'sys/class'."),
-    ("[profiles.lab.sdc]\nchain = 0", "profiles.lab.sdc: sdc sizes n=8192, chain=0, samples=8: all must be ≥ 1, "
-     "n ≥ 2."),
-    ('[profiles.lab.sdc]\ndtype = "float16"', "profiles.lab.sdc: sdc dtype 'float16': expected one of float32, "
-     "float64, bfloat16."),
-    ("[profiles.lab.sdc]\nblock_elements = 8", "profiles.lab.sdc.block_elements: unknown key. Known keys: n, "
-     "chain, seed, dtype."),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("table", "why"),
+    [
+        (
+            "[profiles.lab.fabric_bounds]\nsymbl_error = 3",
+            "profiles.lab.fabric_bounds: fabric counter bound 'symbl_error': "
+            "no such counter. Perhaps you meant 'symbol_error'?",
+        ),
+        (
+            "[profiles.lab.fabric_bounds]\nsymbol_error = -1",
+            "profiles.lab.fabric_bounds: fabric counter bound 'symbol_error': -1 is not a whole number ≥ 0",
+        ),
+        (
+            "[profiles.lab.fabric_bounds]\nsymbol_error = 1.5",
+            "profiles.lab.fabric_bounds: expected a table of whole numbers, got {'symbol_error': 1.5}.",
+        ),
+        (
+            'fabric_sysfs_root = "sys/class"',
+            "profiles.lab.fabric_sysfs_root: expected an absolute path on the nodes, got 'sys/class'.",
+        ),
+        (
+            "[profiles.lab.sdc]\nchain = 0",
+            "profiles.lab.sdc: sdc sizes n=8192, chain=0, samples=8: all must be ≥ 1, n ≥ 2.",
+        ),
+        (
+            '[profiles.lab.sdc]\ndtype = "float16"',
+            "profiles.lab.sdc: sdc dtype 'float16': expected one of float32, float64, bfloat16.",
+        ),
+        (
+            "[profiles.lab.sdc]\nblock_elements = 8",
+            "profiles.lab.sdc.block_elements: unknown key. Known keys: n, chain, seed, dtype.",
+        ),
+    ],
+)
 def test_bad_sdc_and_fabric_settings_name_the_key(tmp_path, table, why):
     text = BASE.replace("nodes = 2\n", f"nodes = 2\n{table}\n") if table.startswith("fabric_") else BASE + table
     assert error_of(tmp_path, text + "\n") == f"T: {why}"

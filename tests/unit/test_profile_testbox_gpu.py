@@ -33,9 +33,16 @@ def test_the_shared_gpu_set_has_floors_that_only_catch_a_zero():
     config = load(REPO_THRESHOLDS)
     t = config.thresholds_for(config.profile("testbox-2node"))
     assert t.name == "shared-gpu"
-    for metric in ("nccl.all_reduce.inter_node", "nccl.all_gather.inter_node", "nccl.reduce_scatter.inter_node",
-                   "nccl.all_reduce.intra_node", "train.ddp.tokens_per_s_per_gpu", "train.fsdp.tokens_per_s_per_gpu",
-                   "compute.matmul_bf16", "compute.memcopy"):  # fmt: skip
+    for metric in (
+        "nccl.all_reduce.inter_node",
+        "nccl.all_gather.inter_node",
+        "nccl.reduce_scatter.inter_node",
+        "nccl.all_reduce.intra_node",
+        "train.ddp.tokens_per_s_per_gpu",
+        "train.fsdp.tokens_per_s_per_gpu",
+        "compute.matmul_bf16",
+        "compute.memcopy",
+    ):
         floor = t[metric].fail_below
         assert floor is not None and 0 < floor <= 1, (metric, floor)
         assert t[metric].warn_below is None

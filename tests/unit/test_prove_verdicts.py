@@ -32,7 +32,12 @@ def test_busbw_fault_file_moves_one_line_and_keeps_the_profile(tmp_path, cluster
     assert fault.thresholds == "busbw-above"
     # Everything but the name and the set is the copied profile's (nested tables included).
     assert (fault.executor, fault.nodes, fault.gpus_per_node, fault.nccl, fault.env) == (
-        original.executor, original.nodes, original.gpus_per_node, original.nccl, original.env)  # fmt: skip
+        original.executor,
+        original.nodes,
+        original.gpus_per_node,
+        original.nccl,
+        original.env,
+    )
     moved = loaded.thresholds_for(fault)
     kept = loaded.thresholds_for(original, gpu_model=base_set)  # "cpu" matches the set of that name
     assert moved["nccl.all_reduce.intra_node"].fail_below == 389.2

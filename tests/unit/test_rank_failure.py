@@ -16,10 +16,23 @@ from pytest_gpucluster.workloads import rank_failure as rf
 T = 1763726400.0
 
 
-def _stamp(folder: Path, rank: int, node: str, events: dict[str, float], heartbeat: float | None = None,
-           world: int = 2, **extra) -> None:  # fmt: skip
-    data = {"rank": rank, "world_size": world, "node": node, "events": {k: T + v for k, v in events.items()},
-            "heartbeat": None if heartbeat is None else T + heartbeat, **extra}  # fmt: skip
+def _stamp(
+    folder: Path,
+    rank: int,
+    node: str,
+    events: dict[str, float],
+    heartbeat: float | None = None,
+    world: int = 2,
+    **extra,
+) -> None:
+    data = {
+        "rank": rank,
+        "world_size": world,
+        "node": node,
+        "events": {k: T + v for k, v in events.items()},
+        "heartbeat": None if heartbeat is None else T + heartbeat,
+        **extra,
+    }
     (folder / f"rank{rank}.json").write_text(json.dumps(data))
 
 
@@ -31,15 +44,24 @@ def test_survivor_that_noticed_through_the_collective(tmp_path):
     assert td.problems == ()
     assert td.seconds == pytest.approx(0.1)
     assert td.where == "node1"
-    assert td.detail == ("rank 1 on node2 exited with 17; rank 0 on node1: stopped 0.1 s after the victim's exit, "
-                         "noticed (RuntimeError: Connection closed by peer)")  # fmt: skip
+    assert td.detail == (
+        "rank 1 on node2 exited with 17; rank 0 on node1: stopped 0.1 s after the victim's exit, "
+        "noticed (RuntimeError: Connection closed by peer)"
+    )
 
 
 def test_the_jobs_run_time_spans_first_start_to_last_stop(tmp_path):
     events = {"joined": 0.5, "after_barrier": 0.6, "entered_collective": 0.6, "noticed": 1.15, "done": 1.2}
     _stamp(tmp_path, 0, "node1", events, heartbeat=1.1, started=T - 2.0, process_started=T - 2.4)
-    _stamp(tmp_path, 1, "node2", {"joined": 0.5, "victim_exit": 1.1}, heartbeat=1.0, started=T - 1.5,
-           process_started=T - 2.6)  # fmt: skip
+    _stamp(
+        tmp_path,
+        1,
+        "node2",
+        {"joined": 0.5, "victim_exit": 1.1},
+        heartbeat=1.0,
+        started=T - 1.5,
+        process_started=T - 2.6,
+    )
     td = rf_checks.teardown_from_stamps(tmp_path)
     # The end is the latest sign of life: rank 0's last heartbeat (1.1 s) plus one heartbeat.
     assert (td.ran_from, td.ran_to) == (pytest.approx(T - 2.0), pytest.approx(T + 1.1 + rf.HEARTBEAT_S))
@@ -67,8 +89,14 @@ def test_survivor_killed_by_the_scheduler_counts_to_one_heartbeat_after_its_last
 
 
 def test_nccl_watchdog_timeout_is_the_worst_survivor(tmp_path):
-    _stamp(tmp_path, 0, "node1", {"entered_collective": 0.1, "noticed": 31.0, "done": 31.5}, world=3,
-           error="DistBackendError: Watchdog caught collective operation timeout")  # fmt: skip
+    _stamp(
+        tmp_path,
+        0,
+        "node1",
+        {"entered_collective": 0.1, "noticed": 31.0, "done": 31.5},
+        world=3,
+        error="DistBackendError: Watchdog caught collective operation timeout",
+    )
     _stamp(tmp_path, 1, "node1", {"entered_collective": 0.1}, heartbeat=45.0, world=3)
     _stamp(tmp_path, 2, "node2", {"victim_exit": 1.0}, heartbeat=0.9, world=3)
     td = rf_checks.teardown_from_stamps(tmp_path)
@@ -81,16 +109,20 @@ def test_fault_never_injected(tmp_path):
     _stamp(tmp_path, 0, "node1", {"joined": 0})
     td = rf_checks.teardown_from_stamps(tmp_path)
     assert math.isnan(td.seconds)
-    assert td.problems == ("no rank reached the point of failure (victim_exit); the job failed before the fault "
-                           "could be injected. Stamps: rank 0 on node1: joined",)  # fmt: skip
+    assert td.problems == (
+        "no rank reached the point of failure (victim_exit); the job failed before the fault "
+        "could be injected. Stamps: rank 0 on node1: joined",
+    )
 
 
 def test_impossible_collective_and_missing_ranks_are_problems(tmp_path):
     _stamp(tmp_path, 0, "node1", {"collective_returned": 1.2, "done": 1.3}, world=3)
     _stamp(tmp_path, 2, "node2", {"victim_exit": 1.0}, world=3)
     td = rf_checks.teardown_from_stamps(tmp_path)
-    assert td.problems == ("rank 0 on node1: all_reduce completed although rank 2 was dead",
-                           f"only 2 of 3 ranks wrote stamps to {tmp_path}")  # fmt: skip
+    assert td.problems == (
+        "rank 0 on node1: all_reduce completed although rank 2 was dead",
+        f"only 2 of 3 ranks wrote stamps to {tmp_path}",
+    )
 
 
 def test_job_shape_and_time_limit():
@@ -102,8 +134,14 @@ def test_job_shape_and_time_limit():
 
 
 def test_the_backend_of_the_ranks_is_in_the_detail(tmp_path):
-    _stamp(tmp_path, 0, "node1", {"entered_collective": 0.1, "noticed": 1.2, "done": 1.3}, backend="gloo",
-           error="RuntimeError: Connection closed by peer")  # fmt: skip
+    _stamp(
+        tmp_path,
+        0,
+        "node1",
+        {"entered_collective": 0.1, "noticed": 1.2, "done": 1.3},
+        backend="gloo",
+        error="RuntimeError: Connection closed by peer",
+    )
     _stamp(tmp_path, 1, "node1", {"victim_exit": 1.1}, heartbeat=1.0, backend="gloo")
     assert rf_checks.teardown_from_stamps(tmp_path).detail.startswith("rank 1 on node1 exited with 17 (gloo ranks); ")
 
@@ -111,7 +149,8 @@ def test_the_backend_of_the_ranks_is_in_the_detail(tmp_path):
 def test_a_job_that_never_started_says_so_with_slurms_reason_and_its_nodes():
     assert rf_checks.never_started("41", "Slurm says CANCELLED, reason ReqNodeNotAvail", ("node1", "node2")) == (
         "job 41 never started (Slurm says CANCELLED, reason ReqNodeNotAvail); it was to run on node1, node2, so no "
-        "rank failed and no teardown was measured")  # fmt: skip
+        "rank failed and no teardown was measured"
+    )
     assert "it was to run on any node of the partition" in rf_checks.never_started("7", "Slurm says CANCELLED", ())
 
 
@@ -122,9 +161,15 @@ def _job(monkeypatch, *, seen_running=False, nodes=(), record=None, pending=""):
 
     job = object.__new__(SubmititJob)
     launcher = type("L", (), {"executor": "slurm", "_job_nodes": lambda self, job_id, expected=None: nodes})()
-    job.__dict__.update(_job=type("J", (), {"job_id": "41"})(), spec=JobSpec("rank-failure", nodes=2),
-                        _launcher=launcher, seen_running=seen_running, pending_reason=pending,
-                        _final_state="CANCELLED", _queue_state="")  # fmt: skip
+    job.__dict__.update(
+        _job=type("J", (), {"job_id": "41"})(),
+        spec=JobSpec("rank-failure", nodes=2),
+        _launcher=launcher,
+        seen_running=seen_running,
+        pending_reason=pending,
+        _final_state="CANCELLED",
+        _queue_state="",
+    )
     monkeypatch.setattr(slurm, "controller_job", lambda job_id: record)
     return job
 
@@ -132,11 +177,14 @@ def _job(monkeypatch, *, seen_running=False, nodes=(), record=None, pending=""):
 def test_the_launcher_tells_a_job_that_never_started(monkeypatch):
     record = {"JobState": "CANCELLED", "Reason": "ReqNodeNotAvail,_UnavailableNodes:node2", "NodeList": "(null)"}
     assert _job(monkeypatch, record=record).never_started() == (
-        "Slurm says CANCELLED, reason ReqNodeNotAvail,_UnavailableNodes:node2")
+        "Slurm says CANCELLED, reason ReqNodeNotAvail,_UnavailableNodes:node2"
+    )
     # The controller forgot the job, or says no reason: the reason last seen in the queue stands in.
     assert _job(monkeypatch, pending="Resources").never_started() == "Slurm says CANCELLED, reason Resources"
-    assert _job(monkeypatch, record={"JobState": "CANCELLED", "Reason": "None"}, pending="Priority").never_started() \
+    assert (
+        _job(monkeypatch, record={"JobState": "CANCELLED", "Reason": "None"}, pending="Priority").never_started()
         == "Slurm says CANCELLED, reason Priority"
+    )
     assert _job(monkeypatch, seen_running=True).never_started() is None
     assert _job(monkeypatch, nodes=("node1", "node2")).never_started() is None  # it had nodes: it ran
 
@@ -156,7 +204,11 @@ def test_the_launcher_tells_a_job_that_never_started(monkeypatch):
 def test_rank_failure_job_fits_every_node_shape(nodes, gpus, real, expected):
     got = rf_checks.plan(nodes, gpus_per_node=gpus, real_gpus=real)
     assert (got.nodes, got.tasks_per_node, got.gpus_per_node, got.backend) == (
-        expected.nodes, expected.tasks_per_node, expected.gpus_per_node, expected.backend)  # fmt: skip
+        expected.nodes,
+        expected.tasks_per_node,
+        expected.gpus_per_node,
+        expected.backend,
+    )
     assert bool(got.note) == (got.backend == "gloo")
 
 

@@ -14,14 +14,32 @@ from pytest_gpucluster.verdict import Measurement, judge
 
 def _m(metric, value, status, where, **threshold):
     unit = {"gpu.temperature": "C"}.get(metric, "GB/s")
-    return {"kind": "measurement", "metric": metric, "value": value, "unit": unit, "where": where, "detail": "",
-            "status": status, "sentence": f"{where}: {metric} = {value}", "threshold": threshold}  # fmt: skip
+    return {
+        "kind": "measurement",
+        "metric": metric,
+        "value": value,
+        "unit": unit,
+        "where": where,
+        "detail": "",
+        "status": status,
+        "sentence": f"{where}: {metric} = {value}",
+        "threshold": threshold,
+    }
 
 
 def _t(nodeid, verdict, measurements=(), params="", message="", area="x", problems=()):
     name = nodeid.split("::")[-1].split("[")[0]
-    return {"nodeid": nodeid, "area": area, "name": name, "params": params, "verdict": verdict, "series": [],
-            "measurements": list(measurements), "message": message, "problems": list(problems)}  # fmt: skip
+    return {
+        "nodeid": nodeid,
+        "area": area,
+        "name": name,
+        "params": params,
+        "verdict": verdict,
+        "series": [],
+        "measurements": list(measurements),
+        "message": message,
+        "problems": list(problems),
+    }
 
 
 def _doc(tests, status="complete", nodes=("node1", "node2", "node10")):
@@ -29,8 +47,13 @@ def _doc(tests, status="complete", nodes=("node1", "node2", "node10")):
 
 
 def _sel(required, not_selected=(), not_applicable=None, named=()):
-    return {"required": list(required), "not_selected": list(not_selected), "named": list(named),
-            "not_applicable": dict(not_applicable or {}), "optional": []}  # fmt: skip
+    return {
+        "required": list(required),
+        "not_selected": list(not_selected),
+        "named": list(named),
+        "not_applicable": dict(not_applicable or {}),
+        "optional": [],
+    }
 
 
 def test_any_failure_rejects_even_an_interrupted_run_and_names_the_culprit():
@@ -41,20 +64,29 @@ def test_any_failure_rejects_even_an_interrupted_run_and_names_the_culprit():
 
 
 def test_a_cluster_error_reads_as_its_sentence_without_the_exception_path():
-    lost = _t("a::t2", "fail", message="pytest_gpucluster.errors.NodeLostError: job 1 (x-nccl-inter) on node1, "
-              "node2: lost its node(s) while RUNNING: node2 is DOWN\nlogs: ...")  # fmt: skip
+    lost = _t(
+        "a::t2",
+        "fail",
+        message="pytest_gpucluster.errors.NodeLostError: job 1 (x-nccl-inter) on node1, "
+        "node2: lost its node(s) while RUNNING: node2 is DOWN\nlogs: ...",
+    )
     acc = model.acceptance(_doc([lost]))
     expected = "job 1 (x-nccl-inter) on node1, node2: lost its node(s) while RUNNING: node2 is DOWN (a::t2)"
     assert acc.reasons == (expected,)
 
 
 def test_every_problem_of_a_failure_is_a_reason_not_only_the_first_line():
-    failed = _t("x/test_slurm_health.py::test_nodes_are_usable", "fail",
-                message="Failed: nodes of partition 'debug' are not usable:\n- node2: DRAIN (bad DIMM)",
-                problems=["node2: DRAIN (bad DIMM)", "node3: DOWN (not responding)"])  # fmt: skip
+    failed = _t(
+        "x/test_slurm_health.py::test_nodes_are_usable",
+        "fail",
+        message="Failed: nodes of partition 'debug' are not usable:\n- node2: DRAIN (bad DIMM)",
+        problems=["node2: DRAIN (bad DIMM)", "node3: DOWN (not responding)"],
+    )
     acc = model.acceptance(_doc([failed]))
-    assert acc.reasons == ("node2: DRAIN (bad DIMM) (test_slurm_health.py::test_nodes_are_usable)",
-                           "node3: DOWN (not responding) (test_slurm_health.py::test_nodes_are_usable)")  # fmt: skip
+    assert acc.reasons == (
+        "node2: DRAIN (bad DIMM) (test_slurm_health.py::test_nodes_are_usable)",
+        "node3: DOWN (not responding) (test_slurm_health.py::test_nodes_are_usable)",
+    )
 
 
 def test_a_required_check_skipped_or_not_reached_is_incomplete():
@@ -68,8 +100,12 @@ def test_a_required_check_skipped_or_not_reached_is_incomplete():
 
 def test_an_error_of_the_harness_is_incomplete_an_error_of_the_cluster_rejects():
     harness = _t("a::t2", "error", message="AttributeError: 'NoneType' object has no attribute 'x'")
-    acc = model.acceptance({**_doc([_t("a::t1", "pass"), {**harness, "unjudged": "AttributeError"}]),
-                            "selection": _sel(["a::t1", "a::t2"])})  # fmt: skip
+    acc = model.acceptance(
+        {
+            **_doc([_t("a::t1", "pass"), {**harness, "unjudged": "AttributeError"}]),
+            "selection": _sel(["a::t1", "a::t2"]),
+        }
+    )
     assert acc.verdict == "INCOMPLETE" and acc.reasons[0].startswith("a::t2: could not be judged (AttributeError)")
     cluster = _t("a::t2", "error", message="LaunchError: job 7 on node2: submission refused")
     assert model.acceptance(_doc([_t("a::t1", "pass"), cluster])).verdict == "REJECTED"
@@ -109,14 +145,17 @@ def test_each_node_gets_its_verdict_and_the_rejected_ones_a_hostlist():
         _t("a::test_bw", "fail", [_m("nccl.x", 0, "fail", "gpu-11:gpu1")]),
         _t("a::test_fabric", "fail", message="all_reduce across nodes = 12 GB/s is below the fail line"),
     ]
-    doc = {**_doc(tests, nodes=("gpu-03", "gpu-11", "gpu-12", "gpu-13")),
-           "environment": {"lost_nodes": {"gpu-13": {"why": "DOWN", "when": "t", "job": "7", "how": "x"}}}}  # fmt: skip
+    doc = {
+        **_doc(tests, nodes=("gpu-03", "gpu-11", "gpu-12", "gpu-13")),
+        "environment": {"lost_nodes": {"gpu-13": {"why": "DOWN", "when": "t", "job": "7", "how": "x"}}},
+    }
     nodes = model.node_verdicts(doc, "REJECTED")
     verdicts = {v.node: v.verdict for v in nodes.verdicts}
     assert verdicts == {"gpu-03": "REJECTED", "gpu-11": "REJECTED", "gpu-12": "INCOMPLETE", "gpu-13": "REJECTED"}
     assert nodes.exclude == "gpu-[03,11,13]"
-    assert nodes.summary == ("0 of 4 nodes accepted; rejected: gpu-[03,11,13]; not judged in full: gpu-12; "
-                             "1 failure(s) name no single node")  # fmt: skip
+    assert nodes.summary == (
+        "0 of 4 nodes accepted; rejected: gpu-[03,11,13]; not judged in full: gpu-12; 1 failure(s) name no single node"
+    )
     assert nodes.cluster_wide == ("test_fabric: fail: all_reduce across nodes = 12 GB/s is below the fail line",)
     by_node = {v.node: v.reasons for v in nodes.verdicts}
     assert "gpu-03: mlx5_2 port 1 is DOWN" in by_node["gpu-03"]
@@ -125,13 +164,18 @@ def test_each_node_gets_its_verdict_and_the_rejected_ones_a_hostlist():
 
 def test_a_failed_pair_convicts_only_the_node_its_isolation_names():
     undetermined = _m("nccl.all_reduce.inter_node", 1.4, "fail", "node1+node2")
-    undetermined["sentence"] = ("node1+node2: nccl.all_reduce.inter_node (...; isolation: could not isolate node1, "
-                                "node2: with two nodes ...) = 1.4 GB/s is below the fail line 5 GB/s")  # fmt: skip
+    undetermined["sentence"] = (
+        "node1+node2: nccl.all_reduce.inter_node (...; isolation: could not isolate node1, "
+        "node2: with two nodes ...) = 1.4 GB/s is below the fail line 5 GB/s"
+    )
     nodes = model.node_verdicts(_doc([_t("a::test_across", "fail", [undetermined])], nodes=("node1", "node2")))
     assert {v.node: v.verdict for v in nodes.verdicts} == {"node1": "ACCEPTED", "node2": "ACCEPTED"}
     assert nodes.cluster_wide == (undetermined["sentence"],)
-    isolated = {**undetermined, "sentence": "node1+node2+node3: x (isolation: bad node(s): node3 (failed when "
-                "paired with a known-good node)) = 1 GB/s is below the fail line 5 GB/s"}  # fmt: skip
+    isolated = {
+        **undetermined,
+        "sentence": "node1+node2+node3: x (isolation: bad node(s): node3 (failed when "
+        "paired with a known-good node)) = 1 GB/s is below the fail line 5 GB/s",
+    }
     isolated["where"] = "node1+node2+node3"
     doc = _doc([_t("a::test_across", "fail", [isolated])], nodes=("node1", "node2", "node3"))
     verdicts = {v.node: v.verdict for v in model.node_verdicts(doc).verdicts}
@@ -165,10 +209,12 @@ def test_matrix_puts_results_on_the_node_they_name():
 
 def test_junit_properties_are_readable_lines():
     props = model.junit_properties(
-        [_m("nccl.all_reduce.intra_node", 354.2, "pass", "node1", fail_below=320, warn_below=340),
-         {"kind": "job", "job_id": "42", "name": "run-sweep", "folder": "/shared/jobs"},
-         {"kind": "series", "name": "s", "points": []}]
-    )  # fmt: skip
+        [
+            _m("nccl.all_reduce.intra_node", 354.2, "pass", "node1", fail_below=320, warn_below=340),
+            {"kind": "job", "job_id": "42", "name": "run-sweep", "folder": "/shared/jobs"},
+            {"kind": "series", "name": "s", "points": []},
+        ]
+    )
     assert props == [
         ("nccl.all_reduce.intra_node[node1]", "354.2 GB/s pass (fail < 320 GB/s, warn < 340 GB/s)"),
         ("gpucluster.job", "42 run-sweep /shared/jobs"),
@@ -176,24 +222,45 @@ def test_junit_properties_are_readable_lines():
 
 
 def test_versions_fall_back_to_the_inventory():
-    doc = {"environment": {"plugin": "0.1.0", "cuda": "12.8"},
-           "inventory": {"node1": {"driver": "570.1"}, "node2": {"driver": "570.2"}}}  # fmt: skip
+    doc = {
+        "environment": {"plugin": "0.1.0", "cuda": "12.8"},
+        "inventory": {"node1": {"driver": "570.1"}, "node2": {"driver": "570.2"}},
+    }
     got = dict(model.versions(doc))
     assert got["CUDA"] == "12.8" and got["NVIDIA driver"] == "570.1 / 570.2" and got["NCCL"] == "not recorded"
 
 
 def test_every_run_value_is_escaped_in_html():
     evil = "<img src=x onerror=alert(1)>"
-    doc = _doc([_t(f"a::test_x[{evil}]", "fail", [_m("gpu.temperature", 99, "fail", f"node1:{evil}", fail_above=85)],
-                   message=evil, problems=[evil])])  # fmt: skip
+    doc = _doc(
+        [
+            _t(
+                f"a::test_x[{evil}]",
+                "fail",
+                [_m("gpu.temperature", 99, "fail", f"node1:{evil}", fail_above=85)],
+                message=evil,
+                problems=[evil],
+            )
+        ]
+    )
     doc["tests"][0]["logs"] = [{"job_id": "1", "path": "/x", "tail": evil}]
     page = html.render_page(doc)
     assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
 
 
 def test_series_with_the_same_name_share_one_plot_with_its_threshold_line():
-    series = [{"name": "busbw", "where": w, "x_label": "bytes", "y_label": "GB/s", "threshold": 300.0, "x_log": True,
-               "points": [[2**k, 10.0 * k] for k in range(10, 30)]} for w in ("node1", "node2")]  # fmt: skip
+    series = [
+        {
+            "name": "busbw",
+            "where": w,
+            "x_label": "bytes",
+            "y_label": "GB/s",
+            "threshold": 300.0,
+            "x_log": True,
+            "points": [[2**k, 10.0 * k] for k in range(10, 30)],
+        }
+        for w in ("node1", "node2")
+    ]
     doc = {"tests": [{"series": series[:1]}, {"series": series[1:]}]}
     (plot,) = plots.series_plots(doc)
     svg = base64.b64decode(plot.data_uri.split(",", 1)[1]).decode()
@@ -212,16 +279,40 @@ def synthetic_64_node_doc() -> dict:
     InfiniBand port down), one is not judged in full (a skipped check), one passes with a warning.
     docs/samples/acceptance-64node-synthetic.html is rendered from it (docs/report.md says how)."""
     doc = ResultsDocument(profile="synthetic-64x8", thresholds_file="thresholds.toml", thresholds_sha256="0" * 64)
-    doc.started, doc.finished, doc.status, doc.wall_s = "2026-11-23T20:00:00+00:00", "2026-11-23T20:41:07+00:00", \
-        "complete", 2467.0  # fmt: skip
+    doc.started, doc.finished, doc.status, doc.wall_s = (
+        "2026-11-23T20:00:00+00:00",
+        "2026-11-23T20:41:07+00:00",
+        "complete",
+        2467.0,
+    )
     doc.nodes = list(NODES_64)
-    doc.cluster = {"profile": doc.profile, "description": "synthetic: 64 nodes × 8 GPUs, no real measurement",
-                   "executor": "slurm", "gpu_model": "NVIDIA H100 80GB HBM3", "gpus_per_node": 8,
-                   "nodes_expected": 64}  # fmt: skip
-    doc.environment = {"plugin": "0.1.0", "python": "3.12.3", "torch": "2.11.0", "nccl": "2.27.5", "cuda": "12.9",
-                       "driver": "575.57.08", "slurm": "24.11.5", "thresholds_set": "h100"}  # fmt: skip
-    summary = {"os": "Ubuntu 24.04.3 LTS", "gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "driver": "575.57.08",
-               "cuda": "12.9", "ib_devices": 8, "ib_active_ports": 8}  # fmt: skip
+    doc.cluster = {
+        "profile": doc.profile,
+        "description": "synthetic: 64 nodes × 8 GPUs, no real measurement",
+        "executor": "slurm",
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        "gpus_per_node": 8,
+        "nodes_expected": 64,
+    }
+    doc.environment = {
+        "plugin": "0.1.0",
+        "python": "3.12.3",
+        "torch": "2.11.0",
+        "nccl": "2.27.5",
+        "cuda": "12.9",
+        "driver": "575.57.08",
+        "slurm": "24.11.5",
+        "thresholds_set": "h100",
+    }
+    summary = {
+        "os": "Ubuntu 24.04.3 LTS",
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        "gpu_count": 8,
+        "driver": "575.57.08",
+        "cuda": "12.9",
+        "ib_devices": 8,
+        "ib_active_ports": 8,
+    }
     doc.inventory = {n: {"summary": summary, "hostname": n} for n in NODES_64}
     temp = Threshold("gpu.temperature", "C", fail_above=85, warn_above=75, source="thresholds.h100.gpu.temperature")
     tflops = Threshold("compute.matmul_bf16", "TFLOP/s", fail_below=600, warn_below=650, source="thresholds.h100")
@@ -237,8 +328,12 @@ def synthetic_64_node_doc() -> dict:
 
     acceptance = "tests/acceptance"
     for n in NODES_64:
-        temps = [measured(temp, 88 if (n, g) == ("gpu-017", 3) else 78 if (n, g) == ("gpu-042", 0) else 41 + g,
-                          f"{n}:gpu{g}") for g in range(8)]  # fmt: skip
+        temps = [
+            measured(
+                temp, 88 if (n, g) == ("gpu-017", 3) else 78 if (n, g) == ("gpu-042", 0) else 41 + g, f"{n}:gpu{g}"
+            )
+            for g in range(8)
+        ]
         hot = n == "gpu-017"
         add(
             f"{acceptance}/test_gpu_health.py::test_gpu_health[{n}]",
@@ -253,25 +348,39 @@ def synthetic_64_node_doc() -> dict:
             problems=[f"{n}: mlx5_3 port 1 is DOWN"] if down else [],
             message=f"Failed: {n}: mlx5_3 port 1 is DOWN" if down else "",
         )
-        add(f"{acceptance}/test_nccl.py::test_all_reduce_intra_node[{n}]", "passed",
-            [measured(busbw, 361.0 + int(n[-3:]) % 7, n)])  # fmt: skip
+        add(
+            f"{acceptance}/test_nccl.py::test_all_reduce_intra_node[{n}]",
+            "passed",
+            [measured(busbw, 361.0 + int(n[-3:]) % 7, n)],
+        )
         skipped = n == "gpu-060"
         add(
             f"{acceptance}/test_dcgm.py::test_dcgm_diagnostics[{n}]",
             "skipped" if skipped else "passed",
             message=f"Skipped: dcgmi is not installed on {n}" if skipped else "",
         )
-    speed = [measured(tflops, 410.0 if (n, g) == ("gpu-033", 5) else 702.0 + g, f"{n}:gpu{g}")
-             for n in NODES_64 for g in range(8)]  # fmt: skip
+    speed = [
+        measured(tflops, 410.0 if (n, g) == ("gpu-033", 5) else 702.0 + g, f"{n}:gpu{g}")
+        for n in NODES_64
+        for g in range(8)
+    ]
     add(
         f"{acceptance}/test_compute.py::test_matmul_bf16",
         "failed",
         speed,
         message="Failed: gpu-033:gpu5: compute.matmul_bf16 = 410 TFLOP/s is below the fail line 600 TFLOP/s",
     )
-    add(f"{acceptance}/test_nccl.py::test_all_reduce_across_nodes", "passed",
-        [measured(Threshold("nccl.all_reduce.inter_node", "GB/s", fail_below=300, source="thresholds.h100"), 371.5,
-                  "all nodes")])  # fmt: skip
+    add(
+        f"{acceptance}/test_nccl.py::test_all_reduce_across_nodes",
+        "passed",
+        [
+            measured(
+                Threshold("nccl.all_reduce.inter_node", "GB/s", fail_below=300, source="thresholds.h100"),
+                371.5,
+                "all nodes",
+            )
+        ],
+    )
     doc.selection = Selection(required=list(doc.tests))
     return doc.to_json()
 
@@ -282,18 +391,27 @@ def test_a_64_node_report_names_the_bad_nodes_and_stays_compact():
     assert nodes.summary == "60 of 64 nodes accepted; rejected: gpu-[017,033,051]; not judged in full: gpu-060"
     assert nodes.exclude == "gpu-[017,033,051]"
     decided = {v.node: v.checks for v in nodes.verdicts if v.checks}
-    assert decided == {"gpu-017": ("test_gpu_health",), "gpu-033": ("test_matmul_bf16",),
-                       "gpu-051": ("test_ib_ports_active",), "gpu-060": ("test_dcgm_diagnostics",)}  # fmt: skip
+    assert decided == {
+        "gpu-017": ("test_gpu_health",),
+        "gpu-033": ("test_matmul_bf16",),
+        "gpu-051": ("test_ib_ports_active",),
+        "gpu-060": ("test_dcgm_diagnostics",),
+    }
 
     page = html.render_page(doc)
     summary = page.split('id="gc-environment"')[0]
     assert "Nodes: 60 of 64 nodes accepted; rejected: gpu-[017,033,051]; not judged in full: gpu-060" in summary
     assert "64 nodes: gpu-[001-064]" in summary and "sbatch --exclude=gpu-[017,033,051]" in summary
     # the nodes that are not accepted come first, with the check that decided and its evidence
-    rows = re.findall(r'<tr><td class="gc-mono">(gpu-\d+)</td><td>.*?</td><td class="gc-mono">(.*?)</td><td>(.*?)</td>',
-                      summary)  # fmt: skip
-    assert [(n, c) for n, c, _ in rows] == [("gpu-017", "gpu_health"), ("gpu-033", "matmul_bf16"),
-                                           ("gpu-051", "ib_ports_active"), ("gpu-060", "dcgm_diagnostics")]  # fmt: skip
+    rows = re.findall(
+        r'<tr><td class="gc-mono">(gpu-\d+)</td><td>.*?</td><td class="gc-mono">(.*?)</td><td>(.*?)</td>', summary
+    )
+    assert [(n, c) for n, c, _ in rows] == [
+        ("gpu-017", "gpu_health"),
+        ("gpu-033", "matmul_bf16"),
+        ("gpu-051", "ib_ports_active"),
+        ("gpu-060", "dcgm_diagnostics"),
+    ]
     assert "gpu-017:gpu3: gpu.temperature = 88 C is above the fail line 85 C" in rows[0][2]
     accepted = re.search(r'id="gc-nodes-accepted">Accepted \(60\): <span class="gc-mono">(.*?)</span>', summary)
     assert accepted and accepted.group(1) == "gpu-[001-016,018-032,034-050,052-059,061-064]"
@@ -312,8 +430,15 @@ def test_a_64_node_report_names_the_bad_nodes_and_stays_compact():
 def test_hostile_names_stay_text_on_a_large_cluster_too():
     evil = "<img src=x onerror=alert(1)>"
     names = [f"n{i}" for i in range(1, 20)] + [f"{evil}1", f"{evil}2"]
-    tests = [_t(f"a::test_gpu[{n}]", "fail" if n.endswith("2") and evil in n else "pass", params=n,
-                problems=[f"{n}: {evil}"] if evil in n else []) for n in names]  # fmt: skip
+    tests = [
+        _t(
+            f"a::test_gpu[{n}]",
+            "fail" if n.endswith("2") and evil in n else "pass",
+            params=n,
+            problems=[f"{n}: {evil}"] if evil in n else [],
+        )
+        for n in names
+    ]
     doc = {**_doc(tests, nodes=names), "inventory": {n: {"summary": {"os": evil}} for n in names}}
     page = html.render_page(doc)
     assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page

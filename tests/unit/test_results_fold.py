@@ -18,9 +18,15 @@ from pytest_gpucluster.results import (
 
 def test_nodeid_names_area_function_and_parameters():
     assert split_nodeid("tests/acceptance/test_nccl.py::test_busbw[node1-all_reduce]") == (
-        "nccl", "test_busbw", "node1-all_reduce")  # fmt: skip
+        "nccl",
+        "test_busbw",
+        "node1-all_reduce",
+    )
     assert split_nodeid("baseline::test_no_regression_against_baseline") == (
-        "baseline", "test_no_regression_against_baseline", "")  # fmt: skip
+        "baseline",
+        "test_no_regression_against_baseline",
+        "",
+    )
 
 
 def test_log_tails_follow_submitits_names(tmp_path):
@@ -56,14 +62,16 @@ def test_union_counts_overlapping_workloads_once():
 
 def test_timing_summary_splits_wall_time_into_workloads_and_harness():
     tests = [
-        {"area": "nccl", "duration_s": 12.0,
-         "jobs": [{"job_id": "7", "ran_from": 100.0, "ran_to": 110.0}]},
+        {"area": "nccl", "duration_s": 12.0, "jobs": [{"job_id": "7", "ran_from": 100.0, "ran_to": 110.0}]},
         # A cached job judged by a second test is counted once.
         {"area": "nccl", "duration_s": 0.5, "jobs": [{"job_id": "7", "ran_from": 100.0, "ran_to": 110.0}]},
-        {"area": "compute", "duration_s": 6.0, "jobs": [{"job_id": "8", "ran_from": 111.0, "ran_to": 116.0},
-                                                          {"job_id": "9"}]},  # no timing: not counted
+        {
+            "area": "compute",
+            "duration_s": 6.0,
+            "jobs": [{"job_id": "8", "ran_from": 111.0, "ran_to": 116.0}, {"job_id": "9"}],
+        },  # no timing: not counted
         {"area": "slurm_health", "duration_s": 1.0, "jobs": []},
-    ]  # fmt: skip
+    ]
     t = timing_summary(tests, wall_s=20.0)
     overall = (t["wall_s"], t["workload_s"], t["harness_s"], t["harness_fraction"], t["jobs"])
     assert overall == (20.0, 15.0, 5.0, 0.25, 2)
@@ -75,12 +83,25 @@ def test_timing_summary_splits_wall_time_into_workloads_and_harness():
 def test_harness_time_is_split_by_phase_without_counting_any_second_twice():
     tests = [
         # Submitted at 98, process at 99, clock from 100 to 110, results read at 110.5.
-        {"area": "nccl", "jobs": [{"job_id": "7", "submitted_at": 98.0, "process_from": 99.0, "ran_from": 100.0,
-                                   "ran_to": 110.0, "seen_at": 110.5}]},
+        {
+            "area": "nccl",
+            "jobs": [
+                {
+                    "job_id": "7",
+                    "submitted_at": 98.0,
+                    "process_from": 99.0,
+                    "ran_from": 100.0,
+                    "ran_to": 110.0,
+                    "seen_at": 110.5,
+                }
+            ],
+        },
         # Submitted while job 7 ran (that second is workload time, not scheduling), no process time.
-        {"area": "compute", "jobs": [{"job_id": "8", "submitted_at": 109.0, "ran_from": 112.0, "ran_to": 115.0,
-                                      "seen_at": 115.25}]},
-    ]  # fmt: skip
+        {
+            "area": "compute",
+            "jobs": [{"job_id": "8", "submitted_at": 109.0, "ran_from": 112.0, "ran_to": 115.0, "seen_at": 115.25}],
+        },
+    ]
     t = timing_summary(tests, wall_s=20.0)
     assert t["workload_s"] == 13.0 and t["harness_s"] == 7.0
     # scheduling: 98-99 and 110-112 less 110-110 workload → 1 + 2 = 3; start-up 99-100 = 1;

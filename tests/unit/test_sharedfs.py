@@ -23,9 +23,15 @@ def _run_nodes(prepared: sharedfs.Prepared, world: int, timeout_s: float = 20.0,
 
     def one(rank: int) -> None:
         ctx = replace(local_context(rank, world), hostname=f"n{rank}")
-        out[rank] = sharedfs.check_node(ctx, root_template=prepared.root_template, name=prepared.name,
-                                        token=prepared.token, file_bytes=4096, append_lines=20,
-                                        timeout_s=timeout_s)  # fmt: skip
+        out[rank] = sharedfs.check_node(
+            ctx,
+            root_template=prepared.root_template,
+            name=prepared.name,
+            token=prepared.token,
+            file_bytes=4096,
+            append_lines=20,
+            timeout_s=timeout_s,
+        )
 
     threads = [threading.Thread(target=one, args=(r,)) for r in (range(world) if ranks is None else ranks)]
     for t in threads:
@@ -69,7 +75,8 @@ def test_a_node_that_does_not_share_the_directory(tmp_path, monkeypatch):
     assert problem.startswith(f"n0: does not see login-marker that the login node wrote in {prepared.directory}: ")
     assert f"{tmp_path}/n0 on n0 is not the login node's filesystem (not shared" in problem
     assert sharedfs_checks.append_problems([report], 1) == [
-        "n0: took no part (it does not see the login node's directory)"]
+        "n0: took no part (it does not see the login node's directory)"
+    ]
 
 
 def test_missing_mount_and_missing_node():
@@ -80,7 +87,9 @@ def test_missing_mount_and_missing_node():
         "n1: /mnt/sharedfs does not exist (shared filesystem not mounted?)",
     ]
     assert [(m, w) for m, w, v in sharedfs_checks.space([report], "/mnt/sharedfs")] == [
-        ("sharedfs.capacity", "/mnt/sharedfs"), ("sharedfs.free", "/mnt/sharedfs")]  # fmt: skip
+        ("sharedfs.capacity", "/mnt/sharedfs"),
+        ("sharedfs.free", "/mnt/sharedfs"),
+    ]
 
 
 def test_barrier_wait_is_bounded(tmp_path):
@@ -94,12 +103,31 @@ def test_barrier_wait_is_bounded(tmp_path):
 
 
 def test_sick_reports_name_node_and_file():
-    a = sharedfs.NodeReport("n0", 0, "/s/x", True, marker="ok", mode=0o700, wrote={"data-0.bin": "a" * 64},
-                            read={"data-1.bin": "b" * 64, "renamed-1.bin": ""}, appended=5,
-                            append_lines={0: 5, 1: 3}, append_garbled=1)  # fmt: skip
-    b = sharedfs.NodeReport("n1", 1, "/s/x", True, marker="ok", mode=0o755,
-                            wrote={"data-1.bin": "c" * 64, "renamed-1.bin": "d" * 64},
-                            read={"data-0.bin": "a" * 64}, appended=5, append_lines={0: 5, 1: 5})  # fmt: skip
+    a = sharedfs.NodeReport(
+        "n0",
+        0,
+        "/s/x",
+        True,
+        marker="ok",
+        mode=0o700,
+        wrote={"data-0.bin": "a" * 64},
+        read={"data-1.bin": "b" * 64, "renamed-1.bin": ""},
+        appended=5,
+        append_lines={0: 5, 1: 3},
+        append_garbled=1,
+    )
+    b = sharedfs.NodeReport(
+        "n1",
+        1,
+        "/s/x",
+        True,
+        marker="ok",
+        mode=0o755,
+        wrote={"data-1.bin": "c" * 64, "renamed-1.bin": "d" * 64},
+        read={"data-0.bin": "a" * 64},
+        appended=5,
+        append_lines={0: 5, 1: 5},
+    )
     assert sharedfs_checks.readback_problems([a, b], 2) == [
         f"n0: read the file data-1.bin written by n1 with sha256 {'b' * 12}…, n1 wrote {'c' * 12}…"
     ]

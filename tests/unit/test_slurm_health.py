@@ -50,9 +50,19 @@ def test_nodelist_names_missing_nodes():
 
 def test_parse_nodes_reads_the_23_02_shape():
     # From 23.02, `scontrol --json show nodes`: state is a list and numbers may be {"set", "number"}.
-    data = {"nodes": [{"name": "gpu-7", "state": ["DOWN", "NOT_RESPONDING"], "reason": "Not responding",
-                       "partitions": ["gpu"], "gres": "gpu:h100:8(S:0-1)",
-                       "cpus": 128, "real_memory": {"set": True, "infinite": False, "number": 1600000}}]}  # fmt: skip
+    data = {
+        "nodes": [
+            {
+                "name": "gpu-7",
+                "state": ["DOWN", "NOT_RESPONDING"],
+                "reason": "Not responding",
+                "partitions": ["gpu"],
+                "gres": "gpu:h100:8(S:0-1)",
+                "cpus": 128,
+                "real_memory": {"set": True, "infinite": False, "number": 1600000},
+            }
+        ]
+    }
     (n,) = slurm.parse_nodes(data)
     assert (n.state, n.gpus, n.real_memory_mb, n.usable) == ("DOWN+NOT_RESPONDING", 8, 1600000, False)
     assert slurm.node_state_problems([n], partition="gpu", expected=1)[0] == (

@@ -20,8 +20,18 @@ def _recorded() -> list[tm.NodeTelemetry]:
     out = []
     for n in json.loads((DATA / "telemetry_series_2x4_one_idle.json").read_text()):
         gpus = {g: {m: [tuple(p) for p in pts] for m, pts in s.items()} for g, s in n["gpus"].items()}
-        out.append(tm.NodeTelemetry(node=n["node"], interval_s=n["interval_s"], t0=n["t0"], gpus=gpus,
-                                    node_series={}, samples=61, busy_s=0.1, wall_s=30.0))  # fmt: skip
+        out.append(
+            tm.NodeTelemetry(
+                node=n["node"],
+                interval_s=n["interval_s"],
+                t0=n["t0"],
+                gpus=gpus,
+                node_series={},
+                samples=61,
+                busy_s=0.1,
+                wall_s=30.0,
+            )
+        )
     return out
 
 
@@ -61,7 +71,9 @@ def test_gpu_idle_while_peers_work_is_found():
 def test_peers_that_never_work_do_not_count_as_idle():
     flat = {"n:gpu0": [(float(t), 0.0) for t in range(10)], "n:gpu1": [(float(t), 0.0) for t in range(10)]}
     assert {w: (f.percent, f.peer_busy_samples) for w, f in tm_checks.idle_fractions(flat).items()} == {
-        "n:gpu0": (0.0, 0), "n:gpu1": (0.0, 0)}  # fmt: skip
+        "n:gpu0": (0.0, 0),
+        "n:gpu1": (0.0, 0),
+    }
 
 
 def test_throttle_problems_ignore_power_cap_and_idle():
@@ -108,19 +120,24 @@ def _double(ctx, *, x):
 
 
 def _empty(gpus=None, **kw) -> tm.NodeTelemetry:
-    return tm.NodeTelemetry(node="node2", interval_s=0.5, t0=0.0, gpus=gpus or {}, node_series={}, samples=10,
-                            busy_s=0.1, wall_s=5.0, **kw)  # fmt: skip
+    return tm.NodeTelemetry(
+        node="node2", interval_s=0.5, t0=0.0, gpus=gpus or {}, node_series={}, samples=10, busy_s=0.1, wall_s=5.0, **kw
+    )
 
 
 def test_empty_gpu_series_name_the_node_and_the_samplers_error():
     assert tm_checks.empty_gpu_series_problems(_recorded()) == []
-    failed = _empty(gpu_error="NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded",
-                    errors=("NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded; GPU series not sampled",))
+    failed = _empty(
+        gpu_error="NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded",
+        errors=("NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded; GPU series not sampled",),
+    )
     assert tm_checks.empty_gpu_series_problems([failed]) == [
-        "node2: the telemetry sampler read no GPU (NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded)"]
+        "node2: the telemetry sampler read no GPU (NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded)"
+    ]
     unsampled = _empty({"gpu0": {m: [] for m in tm.GPU_METRICS}}, errors=("node2:gpu0: util not available (X)",))
     assert tm_checks.empty_gpu_series_problems([unsampled]) == [
-        "node2: the telemetry sampler read no sample of its 1 GPU(s) (node2:gpu0: util not available (X))"]
+        "node2: the telemetry sampler read no sample of its 1 GPU(s) (node2:gpu0: util not available (X))"
+    ]
     # On empty series the idle and throttle analyses find nothing: the check must not pass on that.
     assert tm_checks.idle_fractions(tm_checks.absolute_util([failed])) == {}
     assert tm_checks.throttle_problems([failed]) == []
@@ -151,10 +168,13 @@ class _NvmlWithoutDevices(_BrokenNvml):
         raise _BrokenNvml.NVMLError("GPU is lost")
 
 
-@pytest.mark.parametrize(("nvml", "error"), [
-    (_BrokenNvml, "NVML unavailable: NVMLError: Driver Not Loaded"),
-    (_NvmlWithoutDevices, "NVML could not list the GPUs: NVMLError: GPU is lost"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("nvml", "error"),
+    [
+        (_BrokenNvml, "NVML unavailable: NVMLError: Driver Not Loaded"),
+        (_NvmlWithoutDevices, "NVML could not list the GPUs: NVMLError: GPU is lost"),
+    ],
+)
 def test_the_sampler_carries_nvmls_error_back(monkeypatch, nvml, error):
     monkeypatch.setitem(__import__("sys").modules, "pynvml", nvml)
     with tm.Sampler("node2", interval_s=0.05, proc_root=DATA / "telemetry_proc") as sampler:
@@ -168,8 +188,10 @@ def test_the_sampler_carries_nvmls_error_back(monkeypatch, nvml, error):
 def test_a_gpu_whose_peers_never_worked_is_not_judged_idle_free():
     from pytest_gpucluster.checks.telemetry import IdleFraction, unjudged_idle
 
-    fractions = {"node1:gpu0": IdleFraction("node1:gpu0", 0.0, 0, 0),
-                 "node1:gpu1": IdleFraction("node1:gpu1", 0.0, 0, 12)}  # fmt: skip
+    fractions = {
+        "node1:gpu0": IdleFraction("node1:gpu0", 0.0, 0, 0),
+        "node1:gpu1": IdleFraction("node1:gpu1", 0.0, 0, 12),
+    }
     assert unjudged_idle(fractions) == [
         "node1:gpu0: no sample came while its peers were busy: its idleness cannot be judged"
     ]

@@ -19,8 +19,9 @@ def spec(**kw: object) -> ClusterSpec:
 
 
 def node_lines(text: str) -> dict[str, str]:
-    return {line.split()[0].removeprefix("NodeName="): line for line in text.splitlines()
-            if line.startswith("NodeName=")}  # fmt: skip
+    return {
+        line.split()[0].removeprefix("NodeName="): line for line in text.splitlines() if line.startswith("NodeName=")
+    }
 
 
 def test_two_nodes_share_the_one_gpu_of_the_machine_with_device_cgroups() -> None:
@@ -52,8 +53,7 @@ def test_the_node_interface_jobs_name_for_nccl_is_the_veths_inside_end() -> None
 
 
 def test_a_node_whose_gpus_are_hidden_gets_no_gres_and_no_gres_line() -> None:
-    s = spec(nodes=2, gpus_per_node=1, gpu_mode="real", real_gpu_count=1, shared_gpus=True,
-             gpuless_nodes=("node2",))  # fmt: skip
+    s = spec(nodes=2, gpus_per_node=1, gpu_mode="real", real_gpu_count=1, shared_gpus=True, gpuless_nodes=("node2",))
     nodes = node_lines(config.render_slurm_conf(s))
     assert " Gres=gpu:1 " in nodes["node1"]
     assert "Gres=" not in nodes["node2"]

@@ -27,10 +27,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _stats(rank: int, losses, *, node="n1", mismatches=(), name="NVIDIA H200", dtype="bf16") -> RunStats:
-    return RunStats(mode="ddp", rank=rank, world_size=2, node=node, gpu=f"gpu{rank}", device_name=name, dtype=dtype,
-                    compiled=False, n_params=940_640_256, tokens_per_step=8192, step_times_s=(0.1, 0.1, 0.12),
-                    elapsed_s=0.32, losses=tuple(losses), peak_memory_bytes=2**30 * (rank + 1),
-                    replica_mismatches=tuple(mismatches))  # fmt: skip
+    return RunStats(
+        mode="ddp",
+        rank=rank,
+        world_size=2,
+        node=node,
+        gpu=f"gpu{rank}",
+        device_name=name,
+        dtype=dtype,
+        compiled=False,
+        n_params=940_640_256,
+        tokens_per_step=8192,
+        step_times_s=(0.1, 0.1, 0.12),
+        elapsed_s=0.32,
+        losses=tuple(losses),
+        peak_memory_bytes=2**30 * (rank + 1),
+        replica_mismatches=tuple(mismatches),
+    )
 
 
 def test_tiny_model_trains_on_cpu_and_loss_falls():
@@ -77,8 +90,13 @@ def test_summary_means_ranks_and_computes_mfu():
 
 
 def test_summary_names_rank_and_gpu_of_a_nan_and_a_diverged_replica():
-    s = summarise([_stats(0, [10.8, 9.0, 7.0], mismatches=[(1, 3, "blocks.0.qkv.weight")]),
-                   _stats(1, [10.8, math.nan, 7.0], node="n2")], TrainConfig())  # fmt: skip
+    s = summarise(
+        [
+            _stats(0, [10.8, 9.0, 7.0], mismatches=[(1, 3, "blocks.0.qkv.weight")]),
+            _stats(1, [10.8, math.nan, 7.0], node="n2"),
+        ],
+        TrainConfig(),
+    )
     assert any("rank 1 (n2:gpu1): loss is nan at step 1" in p for p in s.problems)
     assert any("rank 1 (n2:gpu1): 3 parameter tensor(s) differ from rank 0 (n1:gpu0)" in p for p in s.problems)
 

@@ -41,8 +41,10 @@ def test_every_profile_key_is_a_field_of_the_workload_config(config):
 
 
 def test_profile_sets_the_listed_keys_and_sizes_take_units(tmp_path):
-    profile = _load(tmp_path, '[profiles.lab.training]\nd_model = 64\ntimeout_s = 240\n'
-                              '[profiles.lab.compute]\ncopy_bytes = "16MiB"\n')  # fmt: skip
+    profile = _load(
+        tmp_path,
+        '[profiles.lab.training]\nd_model = 64\ntimeout_s = 240\n[profiles.lab.compute]\ncopy_bytes = "16MiB"\n',
+    )
     assert (profile.training.d_model, profile.training.timeout_s) == (64, 240)
     assert profile.compute.copy_bytes == 16 * 2**20
     assert profile.training.lr == TrainConfig.lr  # not a profile key: the workload's default
@@ -68,5 +70,10 @@ def test_workloads_import_nothing_from_config(module):
     imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert not [m for m in imported if m.startswith("pytest_gpucluster.config")]
-    assert not [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "pytest_gpucluster"
-                and any(a.name == "config" for a in n.names)]  # fmt: skip
+    assert not [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom)
+        and n.module == "pytest_gpucluster"
+        and any(a.name == "config" for a in n.names)
+    ]

@@ -79,8 +79,10 @@ def parse_diag(text: str) -> tuple[list[DiagResult], dict[str, Any]]:
     if not isinstance(body, dict):
         raise ValueError("no 'DCGM GPU Diagnostic' (3.x) or 'DCGM Diagnostic' (4.x) object")
     meta: dict[str, Any] = doc["metadata"] if isinstance(doc.get("metadata"), dict) else body
-    facts = {"version": meta.get("version", doc.get("version")),
-             "driver": meta.get("Driver Version Detected", meta.get("driver_version"))}  # fmt: skip
+    facts = {
+        "version": meta.get("version", doc.get("version")),
+        "driver": meta.get("Driver Version Detected", meta.get("driver_version")),
+    }
     results: list[DiagResult] = []
     for category in body.get("test_categories", []):
         for test in category.get("tests", []):
@@ -88,8 +90,15 @@ def parse_diag(text: str) -> tuple[list[DiagResult], dict[str, Any]]:
                 if not isinstance(result, dict):
                     continue  # json arrays indexed by GPU id leave nulls for GPUs not in the run
                 status = str(result.get("status", "")).strip().lower()
-                results.append(DiagResult(str(category.get("category", "?")), str(test.get("name", "?")),
-                                          _gpu(result), status, _messages(result)))  # fmt: skip
+                results.append(
+                    DiagResult(
+                        str(category.get("category", "?")),
+                        str(test.get("name", "?")),
+                        _gpu(result),
+                        status,
+                        _messages(result),
+                    )
+                )
     if not results:
         raise ValueError("the DCGM document holds no test results")
     return results, facts
@@ -100,14 +109,18 @@ def diag_problems(run: DiagRun) -> list[str]:
     that timed out or produced no readable document is a problem too."""
     where = run.node
     if run.timed_out:
-        return [f"{where}: dcgmi diag -r {run.level} did not finish within its time limit "
-                f"({run.seconds:.0f} s); the GPUs may be hung"]  # fmt: skip
+        return [
+            f"{where}: dcgmi diag -r {run.level} did not finish within its time limit "
+            f"({run.seconds:.0f} s); the GPUs may be hung"
+        ]
     try:
         results, _ = parse_diag(run.stdout)
     except ValueError as exc:
         tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
-        return [f"{where}: dcgmi diag -r {run.level} exited {run.returncode} without a readable result ({exc})"
-                + (": " + " | ".join(tail) if tail else "")]
+        return [
+            f"{where}: dcgmi diag -r {run.level} exited {run.returncode} without a readable result ({exc})"
+            + (": " + " | ".join(tail) if tail else "")
+        ]
     problems = []
     for r in results:
         if r.status in _OK:

@@ -83,8 +83,9 @@ class _Diff:
     def add(self, kind: str, where: str, counter: str, text: str) -> None:
         self.found.append(FabricFinding(kind, where, counter, f"{where}: {text}"))
 
-    def counters(self, where: str, before: Mapping[str, int], after: Mapping[str, int],
-                 widths: Mapping[str, int]) -> None:  # fmt: skip
+    def counters(
+        self, where: str, before: Mapping[str, int], after: Mapping[str, int], widths: Mapping[str, int]
+    ) -> None:
         for name, old in before.items():
             new = after.get(name)
             width = widths.get(name)
@@ -124,8 +125,12 @@ class _Diff:
             return
         if not after.nvml_status.startswith("ok"):
             if before.gpus:
-                self.add("missing", self.node, "", f"NVLink error counters read before the run, not after "
-                                                   f"({after.nvml_status})")  # fmt: skip
+                self.add(
+                    "missing",
+                    self.node,
+                    "",
+                    f"NVLink error counters read before the run, not after ({after.nvml_status})",
+                )
             return
         later = {g.index: g for g in after.gpus}
         unsupported: dict[str, list[str]] = {}
@@ -173,16 +178,24 @@ def compare(
     return diff.found
 
 
-def compare_nodes(before: Iterable[FabricSnapshot], after: Iterable[FabricSnapshot],
-                  bounds: Mapping[str, int] | None = None) -> list[FabricFinding]:  # fmt: skip
+def compare_nodes(
+    before: Iterable[FabricSnapshot], after: Iterable[FabricSnapshot], bounds: Mapping[str, int] | None = None
+) -> list[FabricFinding]:
     """Findings for every node read before the run; a node with no reading after is missing."""
     later = {s.node: s for s in after}
     found: list[FabricFinding] = []
     for snap in sorted(before, key=lambda s: s.node):
         now = later.get(snap.node)
         if now is None:
-            found.append(FabricFinding("missing", snap.node, "", f"{snap.node}: fabric counters read before the "
-                                       "run, none after (the node did not answer); not judged"))  # fmt: skip
+            found.append(
+                FabricFinding(
+                    "missing",
+                    snap.node,
+                    "",
+                    f"{snap.node}: fabric counters read before the "
+                    "run, none after (the node did not answer); not judged",
+                )
+            )
         else:
             found += compare(snap, now, bounds)
     return found

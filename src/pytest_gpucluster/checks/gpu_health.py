@@ -26,8 +26,11 @@ def inventory_problems(n: NodeGpus, *, count: int, model: str | None) -> list[st
     if len(n.gpus) != count:
         problems.append(f"{n.node}: {len(n.gpus)} GPU(s) visible to NVML, expected {count}")
     if model:
-        problems += [f"{n.node}:gpu{g.index}: is {g.name!r}, expected {model!r}"
-                     for g in n.gpus if model.lower() not in g.name.lower()]  # fmt: skip
+        problems += [
+            f"{n.node}:gpu{g.index}: is {g.name!r}, expected {model!r}"
+            for g in n.gpus
+            if model.lower() not in g.name.lower()
+        ]
     problems += [f"{n.node}:gpu{g.index}: {e}" for g in n.gpus for e in g.errors]
     return problems
 
@@ -44,8 +47,11 @@ def version_problems(nodes: Sequence[NodeGpus], *, min_driver: str | None, min_c
             spread = "; ".join(f"{v} on {', '.join(ns)}" for v, ns in seen.items())
             problems.append(f"{label} versions differ: {spread}")
         if floor:
-            problems += [f"{', '.join(ns)}: {label} {v} is older than the profile's minimum {floor}"
-                         for v, ns in seen.items() if _version(v) < _version(floor)]  # fmt: skip
+            problems += [
+                f"{', '.join(ns)}: {label} {v} is older than the profile's minimum {floor}"
+                for v, ns in seen.items()
+                if _version(v) < _version(floor)
+            ]
     return problems
 
 

@@ -48,8 +48,9 @@ def _of(view: GpuView, indices: tuple[str, ...]) -> tuple[Device, ...]:
     return tuple(d for d in nvml if str(d.minor) in indices)
 
 
-def view_problems(view: GpuView, asked: int, *, device_cgroups: bool,
-                  job_holds: int | None = None) -> tuple[list[str], list[str]]:  # fmt: skip
+def view_problems(
+    view: GpuView, asked: int, *, device_cgroups: bool, job_holds: int | None = None
+) -> tuple[list[str], list[str]]:
     """(problems, warnings) for one task that asked for ``asked`` GPUs. ``job_holds``: what the
     task's job holds on its node, when that is more (a task of a ``--gpus-per-task=1`` job): the
     device cgroup may be the job's or the step's, so NVML may show that many, not more."""
@@ -76,20 +77,26 @@ def view_problems(view: GpuView, asked: int, *, device_cgroups: bool,
         if view.nvml_error:
             problems.append(f"{w}: NVML could not be read ({view.nvml_error})")
         elif not device_cgroups:
-            warns.append(f"{w}: device cgroups are off on this cluster (profile device_cgroups = false): a job can "
-                         "open GPUs it was not given; only Slurm's view was checked")  # fmt: skip
+            warns.append(
+                f"{w}: device cgroups are off on this cluster (profile device_cgroups = false): a job can "
+                "open GPUs it was not given; only Slurm's view was checked"
+            )
         return problems, warns
     mine = allotted(view)
     holds = max(asked, job_holds or 0)
     if len(view.nvml) > holds:
-        text = (f"{w}: NVML inside the job sees {len(view.nvml)} GPUs, the job was allotted {holds}: devices are not "
-                "constrained (ConstrainDevices=yes in cgroup.conf)")  # fmt: skip
+        text = (
+            f"{w}: NVML inside the job sees {len(view.nvml)} GPUs, the job was allotted {holds}: devices are not "
+            "constrained (ConstrainDevices=yes in cgroup.conf)"
+        )
         (problems if device_cgroups else warns).append(text)
     elif not view.gpus_per_task:  # a per-task SLURM_STEP_GPUS may not name the task's GPU (``allotted``)
         minors = sorted(str(d.minor) for d in mine)
         if slurm and all(s.isdigit() for s in slurm) and minors != sorted(slurm):
-            warns.append(f"{w}: the job holds /dev/nvidia{{{','.join(minors)}}} but Slurm names GRES indices "
-                         f"{list(slurm)}; gres.conf may not list devices in minor-number order")  # fmt: skip
+            warns.append(
+                f"{w}: the job holds /dev/nvidia{{{','.join(minors)}}} but Slurm names GRES indices "
+                f"{list(slurm)}; gres.conf may not list devices in minor-number order"
+            )
     if view.torch_uuids:
         seen = {_norm(u) for u in view.torch_uuids}
         if view.gpus_per_task:  # the task's own GPU is the one CUDA gives it: one of its job's
@@ -99,8 +106,9 @@ def view_problems(view: GpuView, asked: int, *, device_cgroups: bool,
             given = {_norm(d.uuid) for d in mine}
             wrong = seen != given
         if wrong:
-            problems.append(f"{w}: CUDA sees GPU(s) {sorted(seen - given) or sorted(seen)} outside the allotment "
-                            f"{sorted(given)}")  # fmt: skip
+            problems.append(
+                f"{w}: CUDA sees GPU(s) {sorted(seen - given) or sorted(seen)} outside the allotment {sorted(given)}"
+            )
     return problems, warns
 
 
@@ -124,8 +132,11 @@ def _identities(view: GpuView) -> set[str]:
 
 def disjoint_problems(first: Sequence[GpuView], second: Sequence[GpuView]) -> list[str]:
     """Two jobs that ran at the same time share no GPU on any node."""
-    problems = [f"{v.where}: the other job never ran alongside it (it waited in the queue?); overlap not tested"
-                for v in (*first, *second) if v.peer_seen is False]  # fmt: skip
+    problems = [
+        f"{v.where}: the other job never ran alongside it (it waited in the queue?); overlap not tested"
+        for v in (*first, *second)
+        if v.peer_seen is False
+    ]
     for a in first:
         for b in second:
             if a.node == b.node and (shared := _identities(a) & _identities(b)):
@@ -142,8 +153,10 @@ def per_task_problems(views: Sequence[GpuView]) -> list[str]:
         ids = _identities(v)
         visible = len(v.nvml) if v.nvml is not None and len(v.nvml) <= 1 else len(parse_list(v.cuda_visible_devices))
         if len(ids) != 1 or visible != 1:
-            problems.append(f"{v.where}: sees {visible} GPU(s) {sorted(ids)} (CUDA_VISIBLE_DEVICES="
-                            f"{v.cuda_visible_devices!r}), expected exactly 1")  # fmt: skip
+            problems.append(
+                f"{v.where}: sees {visible} GPU(s) {sorted(ids)} (CUDA_VISIBLE_DEVICES="
+                f"{v.cuda_visible_devices!r}), expected exactly 1"
+            )
         by_node.setdefault(v.node, []).append((v, ids))
     for node, entries in by_node.items():
         owners: dict[str, list[int]] = {}

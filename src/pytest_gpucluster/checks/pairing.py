@@ -145,8 +145,9 @@ class Pairing:
         )
 
 
-def isolate(nodes: Sequence[str], run_round: Callable[[list[Pair]], dict[Pair, bool]],
-            max_rounds: int = 6) -> Isolation:  # fmt: skip
+def isolate(
+    nodes: Sequence[str], run_round: Callable[[list[Pair]], dict[Pair, bool]], max_rounds: int = 6
+) -> Isolation:
     """Run rounds until every node is judged or nothing new can be learnt.
 
     ``run_round(pairs)`` measures every pair at once and returns pass/fail per pair.

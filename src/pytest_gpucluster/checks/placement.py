@@ -41,9 +41,7 @@ def placement_problems(placements: Sequence[Placement], nodes: int, tasks_per_no
             problems.append(f"node id {nodeid} spans hosts {hosts}")
         host_of_node[nodeid] = hosts[0]
         if len(group) != tasks_per_node:
-            problems.append(
-                f"node id {nodeid} ({hosts[0]}) holds {len(group)} tasks, expected {tasks_per_node}"
-            )
+            problems.append(f"node id {nodeid} ({hosts[0]}) holds {len(group)} tasks, expected {tasks_per_node}")
         local_ids = sorted(p.localid for p in group)
         if local_ids != list(range(len(group))):
             problems.append(f"local ids on {hosts[0]} are {local_ids}, expected 0..{len(group) - 1}")

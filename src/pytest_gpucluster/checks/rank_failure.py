@@ -40,16 +40,21 @@ def plan(available_nodes: int, *, gpus_per_node: int, real_gpus: bool) -> Plan:
         return Plan(nodes, tasks, 0, None)
     if gpus_per_node >= tasks:
         return Plan(nodes, tasks, tasks, None)
-    return Plan(nodes, tasks, 0, "gloo",
-                f"{tasks} ranks on the CPU over gloo: the node has {gpus_per_node} GPU and NCCL refuses two "
-                "ranks on one GPU")  # fmt: skip
+    return Plan(
+        nodes,
+        tasks,
+        0,
+        "gloo",
+        f"{tasks} ranks on the CPU over gloo: the node has {gpus_per_node} GPU and NCCL refuses two ranks on one GPU",
+    )
 
 
 def never_started(job_id: str, why: str, nodes: tuple[str, ...]) -> str:
     """The problem of a rank-failure job that ended before it ran: the fault was never injected."""
     where = ", ".join(nodes) if nodes else "any node of the partition"
-    return (f"job {job_id} never started ({why}); it was to run on {where}, so no rank failed and no "
-            "teardown was measured")  # fmt: skip
+    return (
+        f"job {job_id} never started ({why}); it was to run on {where}, so no rank failed and no teardown was measured"
+    )
 
 
 def job_minutes(bound_s: float) -> int:
@@ -87,8 +92,10 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
     victims = [r for r in ranks if "victim_exit" in r["events"]]
     if not victims:
         joined = ", ".join(f"rank {r['rank']} on {r['node']}: {', '.join(r['events']) or 'no event'}" for r in ranks)
-        problems.append("no rank reached the point of failure (victim_exit); the job failed before the fault "
-                        f"could be injected. Stamps: {joined or 'none written'}")  # fmt: skip
+        problems.append(
+            "no rank reached the point of failure (victim_exit); the job failed before the fault "
+            f"could be injected. Stamps: {joined or 'none written'}"
+        )
         return Teardown(float("nan"), "", "", (), tuple(problems))
     victim = victims[0]
     exit_t = victim["events"]["victim_exit"]
@@ -106,8 +113,10 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
             how = f"noticed ({str(r.get('error') or 'no error text')[:120]})" if "noticed" in ev else "finished"
         elif r.get("heartbeat") is not None:
             stop = r["heartbeat"] + heartbeat_s
-            how = ("ended without a Python exception (killed by the scheduler, or ended by the NCCL watchdog "
-                   "after the collective timeout); stopped within one heartbeat of its last")
+            how = (
+                "ended without a Python exception (killed by the scheduler, or ended by the NCCL watchdog "
+                "after the collective timeout); stopped within one heartbeat of its last"
+            )
         else:
             problems.append(f"{where}: wrote no heartbeat")
             continue
@@ -125,5 +134,13 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
     starts = [float(r["started"]) for r in ranks if r.get("started")]
     stops = [exit_t, *(max([*r["events"].values(), (r.get("heartbeat") or 0.0) + heartbeat_s]) for r in ranks)]
     processes = [float(r["process_started"]) for r in ranks if r.get("process_started")]
-    return Teardown(round(worst, 2), worst_where, detail, tuple(lines), tuple(problems),
-                    min(starts) if starts else 0.0, max(stops), min(processes) if processes else 0.0)  # fmt: skip
+    return Teardown(
+        round(worst, 2),
+        worst_where,
+        detail,
+        tuple(lines),
+        tuple(problems),
+        min(starts) if starts else 0.0,
+        max(stops),
+        min(processes) if processes else 0.0,
+    )

@@ -74,8 +74,10 @@ def _sample_diff(result: SdcResult, other: SdcResult) -> str:
 
 def _bit_sentence(result: SdcResult, majority: SdcResult, peers: int) -> str:
     n = result.config.n
-    head = (f"{result.where} ({_model(result)}): result differs from the {peers} other GPU(s) of its model "
-            f"(digest {_short(result.digest)} vs {_short(majority.digest)})")  # fmt: skip
+    head = (
+        f"{result.where} ({_model(result)}): result differs from the {peers} other GPU(s) of its model "
+        f"(digest {_short(result.digest)} vs {_short(majority.digest)})"
+    )
     diff = first_difference(result, majority)
     if diff is None:
         return head + "; no block checksum differs, so only the column sums do"
@@ -86,8 +88,10 @@ def _bit_sentence(result: SdcResult, majority: SdcResult, peers: int) -> str:
         where += f", element {diff.element} (row {row}, col {col}) the only one differing in it"
     else:
         where += ", several elements differing in it"
-    values = (f"block sum {result.block_sums[diff.block]!r} vs {majority.block_sums[diff.block]!r}"
-              f"{_sample_diff(result, majority)}; total {result.total!r} vs {majority.total!r}")  # fmt: skip
+    values = (
+        f"block sum {result.block_sums[diff.block]!r} vs {majority.block_sums[diff.block]!r}"
+        f"{_sample_diff(result, majority)}; total {result.total!r} vs {majority.total!r}"
+    )
     return f"{head}; {where}; {diff.blocks_differing} block(s) differ in all; {values}"
 
 
@@ -99,8 +103,9 @@ def _shape(r: SdcResult) -> str:
 def _comparable(results: Sequence[SdcResult], reference: SdcResult | None) -> list[str]:
     """One sentence per result (and the reference) computed at other sizes than most."""
     common = Counter(_shape(r) for r in results).most_common(1)[0][0]
-    out = [f"{r.where}: computed {_shape(r)}, the others {common}; not comparable"
-           for r in results if _shape(r) != common]  # fmt: skip
+    out = [
+        f"{r.where}: computed {_shape(r)}, the others {common}; not comparable" for r in results if _shape(r) != common
+    ]
     if reference is not None and _shape(reference) != common:
         out.append(f"reference: computed {_shape(reference)}, the GPUs {common}; not comparable")
     return out
@@ -108,8 +113,9 @@ def _comparable(results: Sequence[SdcResult], reference: SdcResult | None) -> li
 
 def _tolerance_sentence(result: SdcResult, reference: SdcResult, label: str, rtol: float) -> str | None:
     bad = []
-    for i, (value, ref, scale) in enumerate(zip(result.block_sums, reference.block_sums, reference.block_abs_sums,
-                                                strict=True)):  # fmt: skip
+    for i, (value, ref, scale) in enumerate(
+        zip(result.block_sums, reference.block_sums, reference.block_abs_sums, strict=True)
+    ):
         if abs(value - ref) > rtol * scale:
             bad.append(i)
     if not bad:
@@ -117,14 +123,17 @@ def _tolerance_sentence(result: SdcResult, reference: SdcResult, label: str, rto
     i = bad[0]
     value, ref, scale = result.block_sums[i], reference.block_sums[i], reference.block_abs_sums[i]
     size = result.config.block_elements
-    return (f"{result.where} ({_model(result)}): block {i} (elements {i * size}–{(i + 1) * size - 1}) sums to "
-            f"{value!r}, {label} {ref!r}: off by {abs(value - ref):.3g}, more than the tolerance "
-            f"{rtol * scale:.3g} (rtol {rtol:g} of the block's magnitude {scale:.6g}); "
-            f"{len(bad)} of {len(result.block_sums)} block(s) out of tolerance")  # fmt: skip
+    return (
+        f"{result.where} ({_model(result)}): block {i} (elements {i * size}–{(i + 1) * size - 1}) sums to "
+        f"{value!r}, {label} {ref!r}: off by {abs(value - ref):.3g}, more than the tolerance "
+        f"{rtol * scale:.3g} (rtol {rtol:g} of the block's magnitude {scale:.6g}); "
+        f"{len(bad)} of {len(result.block_sums)} block(s) out of tolerance"
+    )
 
 
-def problems(results: Sequence[SdcResult], *, reference: SdcResult | None = None,
-             rtol: float | None = None) -> list[str]:  # fmt: skip
+def problems(
+    results: Sequence[SdcResult], *, reference: SdcResult | None = None, rtol: float | None = None
+) -> list[str]:
     """One sentence per GPU that breaks either rule (module docstring); empty when all agree.
 
     ``rtol`` defaults to ``RTOL`` for the dtype the GPUs computed in."""
@@ -145,8 +154,7 @@ def problems(results: Sequence[SdcResult], *, reference: SdcResult | None = None
             answers[(model, dtype)] = answer
             out += [_bit_sentence(r, answer, len(group) - 1) for r in group if r.digest != digest]
         else:
-            spread = "; ".join(f"{_short(d)} on {', '.join(r.where for r in group if r.digest == d)}"
-                               for d in digests)  # fmt: skip
+            spread = "; ".join(f"{_short(d)} on {', '.join(r.where for r in group if r.digest == d)}" for d in digests)
             out.append(f"{len(group)} GPUs of {model} ({dtype}) disagree with no majority: {spread}")
     if reference is not None:
         label = f"the {reference.config.dtype} reference on {reference.device_name}"

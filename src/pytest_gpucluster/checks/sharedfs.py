@@ -51,14 +51,17 @@ def space(reports: Sequence[NodeReport], root: str) -> list[tuple[str, str, floa
         return [("sharedfs.capacity", root, float("nan")), ("sharedfs.free", root, float("nan"))]
     small = min(seen, key=lambda r: r.capacity_bytes)
     tight = min(seen, key=lambda r: r.free_bytes)
-    return [("sharedfs.capacity", f"{small.node}:{root}", small.capacity_bytes / GiB),
-            ("sharedfs.free", f"{tight.node}:{root}", tight.free_bytes / GiB)]  # fmt: skip
+    return [
+        ("sharedfs.capacity", f"{small.node}:{root}", small.capacity_bytes / GiB),
+        ("sharedfs.free", f"{tight.node}:{root}", tight.free_bytes / GiB),
+    ]
 
 
 def _not_measured(reports: Sequence[NodeReport], expected_nodes: int) -> list[str]:
     """Why the exchange could not be measured on every node (never a silent pass)."""
-    problems = [f"{r.node}: took no part (it does not see the login node's directory)"
-                for r in reports if r.marker != "ok"]  # fmt: skip
+    problems = [
+        f"{r.node}: took no part (it does not see the login node's directory)" for r in reports if r.marker != "ok"
+    ]
     if len(reports) < expected_nodes:
         problems.append(f"only {len(reports)} of {expected_nodes} node(s) reported")
     problems += [f"{r.node}: gave up waiting at barrier {r.barrier_timeout}" for r in reports if r.barrier_timeout]
@@ -93,8 +96,11 @@ def append_problems(reports: Sequence[NodeReport], expected_nodes: int) -> list[
         return problems
     by_rank = {r.rank: r for r in reports}
     for r in reports:
-        short = [f"{by_rank[k].node} appended {by_rank[k].appended}, {n} found"
-                 for k, n in r.append_lines.items() if k in by_rank and n != by_rank[k].appended]  # fmt: skip
+        short = [
+            f"{by_rank[k].node} appended {by_rank[k].appended}, {n} found"
+            for k, n in r.append_lines.items()
+            if k in by_rank and n != by_rank[k].appended
+        ]
         if short:
             problems.append(f"{r.node}: the shared {APPEND_FILE} lost or doubled lines ({'; '.join(short)})")
         if r.append_garbled:

@@ -15,8 +15,15 @@ from typing import Any
 from pytest_gpucluster.workloads.telemetry import DEFAULT_INTERVAL_S, GPU_METRICS, NodeTelemetry
 
 MAX_POINTS = 600  # per recorded series; longer runs are thinned so the results file stays small
-UNITS = {"util": "%", "sm_clock": "MHz", "mem_used": "MiB", "power": "W", "temperature": "C",
-         "cpu_util": "%", "mem_used_pct": "%"}  # fmt: skip
+UNITS = {
+    "util": "%",
+    "sm_clock": "MHz",
+    "mem_used": "MiB",
+    "power": "W",
+    "temperature": "C",
+    "cpu_util": "%",
+    "mem_used_pct": "%",
+}
 
 # Clock-event reasons an operator must act on (NVML bit → words). SW power cap and GPU idle are
 # how a healthy GPU under load or at rest looks, so they are not flagged.
@@ -92,8 +99,11 @@ def idle_fractions(
 def unjudged_idle(fractions: Mapping[str, IdleFraction]) -> list[str]:
     """GPUs whose idleness could not be judged: no sample came while their peers were busy (the
     fraction would read 0 % on nothing)."""
-    return [f"{w}: no sample came while its peers were busy: its idleness cannot be judged"
-            for w, f in sorted(fractions.items()) if not f.peer_busy_samples]  # fmt: skip
+    return [
+        f"{w}: no sample came while its peers were busy: its idleness cannot be judged"
+        for w, f in sorted(fractions.items())
+        if not f.peer_busy_samples
+    ]
 
 
 def empty_gpu_series_problems(telemetry: Sequence[NodeTelemetry]) -> list[str]:
@@ -119,8 +129,9 @@ def throttle_problems(telemetry: Sequence[NodeTelemetry]) -> list[str]:
             for bit, words in BAD_THROTTLE.items():
                 hits = sum(1 for _, mask in samples if int(mask) & bit)
                 if hits:
-                    problems.append(f"{nt.node}:{gpu}: {words} in {hits} of {len(samples)} samples "
-                                    f"(~{hits * nt.interval_s:g} s)")  # fmt: skip
+                    problems.append(
+                        f"{nt.node}:{gpu}: {words} in {hits} of {len(samples)} samples (~{hits * nt.interval_s:g} s)"
+                    )
     return problems
 
 
@@ -142,10 +153,24 @@ def series_records(telemetry: Sequence[NodeTelemetry], prefix: str = "telemetry"
         for gpu, series in sorted(nt.gpus.items()):
             for metric in GPU_METRICS:
                 points = [(t + shift, v) for t, v in series.get(metric, [])]
-                out.append({"name": f"{prefix}.gpu_{metric}", "where": f"{nt.node}:{gpu}", "x_label": "s",
-                            "y_label": UNITS[metric], "points": _thin(points)})  # fmt: skip
+                out.append(
+                    {
+                        "name": f"{prefix}.gpu_{metric}",
+                        "where": f"{nt.node}:{gpu}",
+                        "x_label": "s",
+                        "y_label": UNITS[metric],
+                        "points": _thin(points),
+                    }
+                )
         for metric, series_ in sorted(nt.node_series.items()):
             points = [(t + shift, v) for t, v in series_]
-            out.append({"name": f"{prefix}.{metric}", "where": nt.node, "x_label": "s",
-                        "y_label": UNITS[metric], "points": _thin(points)})  # fmt: skip
+            out.append(
+                {
+                    "name": f"{prefix}.{metric}",
+                    "where": nt.node,
+                    "x_label": "s",
+                    "y_label": UNITS[metric],
+                    "points": _thin(points),
+                }
+            )
     return out

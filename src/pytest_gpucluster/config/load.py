@@ -88,9 +88,13 @@ def load(path: Path) -> Config:
                 f"{file}: profiles.{name}.thresholds: no set [thresholds.{profile.thresholds}]; "
                 f"sets are: {', '.join(sorted(sets)) or '(none)'}."
             )
-    return Config(path=path, profiles=types.MappingProxyType(profiles),
-                  threshold_sets=types.MappingProxyType(sets), matches=types.MappingProxyType(matches),
-                  metrics=types.MappingProxyType(catalogue))  # fmt: skip
+    return Config(
+        path=path,
+        profiles=types.MappingProxyType(profiles),
+        threshold_sets=types.MappingProxyType(sets),
+        matches=types.MappingProxyType(matches),
+        metrics=types.MappingProxyType(catalogue),
+    )
 
 
 SITE_PREFIX = "site."
@@ -101,13 +105,15 @@ def _site_metrics(raw: Any, file: str) -> dict[str, Metric]:
     """``[metrics."site.NAME"]`` tables: metrics a site's own checks judge, named ``site.*`` so they
     never shadow the suite's, each with its unit and which direction is better."""
     if not isinstance(raw, dict):
-        raise ConfigError(f"{file}: metrics: expected tables such as [metrics.\"site.my_check.speed\"].")
+        raise ConfigError(f'{file}: metrics: expected tables such as [metrics."site.my_check.speed"].')
     out: dict[str, Metric] = {}
     for name, table in raw.items():
         where = f'metrics."{name}"'
         if not name.startswith(SITE_PREFIX) or name == SITE_PREFIX:
-            raise ConfigError(f"{file}: {where}: a site's metric is named {SITE_PREFIX}<check>.<quantity>, "
-                              f"so it never shadows one of the suite's; rename it {SITE_PREFIX}{name}.")  # fmt: skip
+            raise ConfigError(
+                f"{file}: {where}: a site's metric is named {SITE_PREFIX}<check>.<quantity>, "
+                f"so it never shadows one of the suite's; rename it {SITE_PREFIX}{name}."
+            )
         if not isinstance(table, dict):
             raise ConfigError(f"{file}: {where}: expected a table with unit, better and description.")
         reject_unknown(table, _METRIC_KEYS, where, file)
@@ -240,9 +246,11 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
         if not 0 < fraction <= 1:
             raise bad(f"nccl.{key}", f"a fraction of the fabric's line rate, 0 < f ≤ 1; got {fraction:g}.")
     if n.inter_node_warn_fraction < n.inter_node_fail_fraction:
-        raise bad("nccl.inter_node_warn_fraction",
-                  f"{n.inter_node_warn_fraction:g} is under inter_node_fail_fraction "
-                  f"({n.inter_node_fail_fraction:g}); the warn line must sit between pass and fail.")  # fmt: skip
+        raise bad(
+            "nccl.inter_node_warn_fraction",
+            f"{n.inter_node_warn_fraction:g} is under inter_node_fail_fraction "
+            f"({n.inter_node_fail_fraction:g}); the warn line must sit between pass and fail.",
+        )
     _check_algo(n.inter_node_algo, lambda why: bad("nccl.inter_node_algo", why))
     try:
         check_bounds(p.fabric_bounds)
@@ -269,8 +277,10 @@ def _check_algo(value: str, bad: Callable[[str], ConfigError]) -> None:
         if name.strip().lower() not in known:
             guess = difflib.get_close_matches(name.strip(), [*NCCL_ALGOS, "auto"], n=1)
             hint = f" Perhaps you meant '{guess[0]}'?" if guess else ""
-            raise bad(f"{name.strip()!r} is not an NCCL algorithm; write \"auto\" or a list of "
-                      f"{', '.join(NCCL_ALGOS)} (\"^\" first excludes them).{hint}")  # fmt: skip
+            raise bad(
+                f'{name.strip()!r} is not an NCCL algorithm; write "auto" or a list of '
+                f'{", ".join(NCCL_ALGOS)} ("^" first excludes them).{hint}'
+            )
 
 
 # --------------------------------------------------------------------------- threshold sets
@@ -310,7 +320,11 @@ def _threshold_sets(
 
 
 def _flatten_thresholds(
-    table: Mapping[str, Any], prefix: str, where: str, file: str, out: dict[str, Threshold],
+    table: Mapping[str, Any],
+    prefix: str,
+    where: str,
+    file: str,
+    out: dict[str, Threshold],
     catalogue: Mapping[str, Metric],
 ) -> None:
     for key, value in table.items():
@@ -360,9 +374,12 @@ def _threshold(spec: Metric, table: Mapping[str, Any], where: str, file: str) ->
     if not bounds:
         raise ConfigError(
             f"{file}: {where}: no bound given; set "
-            + ("fail_below (and optionally warn_below)." if spec.better == "higher"
-               else "fail_above (and optionally warn_above).")
-        )  # fmt: skip
+            + (
+                "fail_below (and optionally warn_below)."
+                if spec.better == "higher"
+                else "fail_above (and optionally warn_above)."
+            )
+        )
     if "fail_below" in bounds and "warn_below" in bounds and bounds["warn_below"] < bounds["fail_below"]:
         raise ConfigError(
             f"{file}: {where}: warn_below ({bounds['warn_below']:g}) is under fail_below "

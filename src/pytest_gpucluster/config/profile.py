@@ -46,11 +46,22 @@ class NcclSettings:
 # The fields of the node-side configs that a profile's [training], [compute] and [sdc] tables may set;
 # the others (learning rate, seed, warm-up of the probes, ...) keep the workloads' defaults.
 PROFILE_KEYS: Mapping[type, tuple[str, ...]] = {
-    TrainConfig: ("d_model", "n_layers", "n_heads", "seq_len", "vocab", "micro_batch", "grad_accum", "steps",
-                  "warmup_steps", "compile", "timeout_s"),
+    TrainConfig: (
+        "d_model",
+        "n_layers",
+        "n_heads",
+        "seq_len",
+        "vocab",
+        "micro_batch",
+        "grad_accum",
+        "steps",
+        "warmup_steps",
+        "compile",
+        "timeout_s",
+    ),
     ComputeConfig: ("matmul_n", "matmul_iters", "copy_bytes", "copy_iters", "burn_s"),
     SdcConfig: ("n", "chain", "seed", "dtype"),
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)

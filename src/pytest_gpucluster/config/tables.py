@@ -18,8 +18,18 @@ from typing import Annotated, Any, Literal
 from pytest_gpucluster.errors import ConfigError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 
 
 def parse_bytes(value: int | str, where: str) -> int:
@@ -47,8 +57,9 @@ def reject_unknown(table: Mapping[str, Any], known: Iterable[str], where: str, f
             raise ConfigError(f"{file}: {where}.{key}: unknown key.{hint}")
 
 
-def build(cls: Any, table: Mapping[str, Any], where: str, file: str, *,
-          settable: Mapping[type, Iterable[str]], **given: Any) -> Any:  # fmt: skip
+def build(
+    cls: Any, table: Mapping[str, Any], where: str, file: str, *, settable: Mapping[type, Iterable[str]], **given: Any
+) -> Any:
     """``cls`` from ``table``: each key converted to its field's type (a nested dataclass from a
     nested table). ``given`` fields are not read from the table; ``settable`` limits the keys of
     the dataclasses it names, the others keep their defaults."""

@@ -59,8 +59,8 @@ class ThresholdSet:
                 f'add [thresholds.default.{metric}] with unit = "{METRICS[metric].unit}" '
                 "and its bounds."
                 if metric in METRICS
-                else f"{self.file}: no threshold for {metric!r}: declare it under [metrics.\"{metric}\"] "
-                f"(unit, better) and add its bounds under [thresholds.default.\"{metric}\"]."
+                else f'{self.file}: no threshold for {metric!r}: declare it under [metrics."{metric}"] '
+                f'(unit, better) and add its bounds under [thresholds.default."{metric}"].'
                 if metric.startswith("site.")
                 else f"{metric!r} is not a known metric."
             ) from None
@@ -116,8 +116,10 @@ def network_busbw(op: str, per_node_gbps: float, nodes: int, gpus_per_node: int)
         return per_node_gbps, " (the Ring bound)"
     n = nodes * gpus_per_node
     bound = per_node_gbps / gpus_per_node * nodes / (nodes - 1) * (n - 1) / n
-    return bound, (f"; alltoall over {nodes} × {gpus_per_node} GPUs: {per_node_gbps:g}/{gpus_per_node} × "
-                   f"{nodes}/{nodes - 1} × {n - 1}/{n} = {bound:.4g} GB/s")  # fmt: skip
+    return bound, (
+        f"; alltoall over {nodes} × {gpus_per_node} GPUs: {per_node_gbps:g}/{gpus_per_node} × "
+        f"{nodes}/{nodes - 1} × {n - 1}/{n} = {bound:.4g} GB/s"
+    )
 
 
 def derived_inter_node(profile: Profile) -> dict[str, Threshold]:
@@ -134,11 +136,14 @@ def derived_inter_node(profile: Profile) -> dict[str, Threshold]:
             continue  # its bound needs the GPUs per node
         bound, how = network_busbw(op, per_node, profile.nodes, profile.gpus_per_node or 1)
         fail, warn = bound * s.inter_node_fail_fraction, bound * s.inter_node_warn_fraction
-        source = (f"derived: {profile.ib_hcas} × {profile.ib_rate_gbps:g} Gb/s = {per_node:g} GB/s per node"
-                  f"{how}; fail × {s.inter_node_fail_fraction:g} = {fail:.4g}, warn × "
-                  f"{s.inter_node_warn_fraction:g} = {warn:.4g} GB/s ([profiles.{profile.name}] ib_hcas, "
-                  "ib_rate_gbps, nccl.inter_node_*_fraction)")  # fmt: skip
+        source = (
+            f"derived: {profile.ib_hcas} × {profile.ib_rate_gbps:g} Gb/s = {per_node:g} GB/s per node"
+            f"{how}; fail × {s.inter_node_fail_fraction:g} = {fail:.4g}, warn × "
+            f"{s.inter_node_warn_fraction:g} = {warn:.4g} GB/s ([profiles.{profile.name}] ib_hcas, "
+            "ib_rate_gbps, nccl.inter_node_*_fraction)"
+        )
         metric = f"nccl.{op}.inter_node"
-        out[metric] = Threshold(metric=metric, unit="GB/s", fail_below=round(fail, 3), warn_below=round(warn, 3),
-                                source=source)  # fmt: skip
+        out[metric] = Threshold(
+            metric=metric, unit="GB/s", fail_below=round(fail, 3), warn_below=round(warn, 3), source=source
+        )
     return out

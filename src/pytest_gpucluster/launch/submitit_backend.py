@@ -178,8 +178,15 @@ class SubmititJob(Job[R]):
             if tail:
                 break
         where = f" on {', '.join(nodes)}" if nodes else ""
-        return cls(f"job {self.job_id} ({self.spec.name}){where}: {message}", job_id=self.job_id,
-                   state=state, nodes=nodes, log_paths=logs, stderr_tail=tail, **extra)  # fmt: skip
+        return cls(
+            f"job {self.job_id} ({self.spec.name}){where}: {message}",
+            job_id=self.job_id,
+            state=state,
+            nodes=nodes,
+            log_paths=logs,
+            stderr_tail=tail,
+            **extra,
+        )
 
     def wait(self) -> str:
         """Block until the job ends, within the queue and wall-time bounds; returns its state."""
@@ -313,8 +320,11 @@ class SubmititJob(Job[R]):
             self.cancel()
             names = ", ".join(f"{n} is {why}" for n, why in unusable.items())
             why = f" (Slurm's reason: {reason})" if reason else ""
-            raise self._node_lost(f"cannot start while {state}{why}: {names}; cancelled at once rather than "
-                                  "waiting queue_timeout_s.", state, unusable)  # fmt: skip
+            raise self._node_lost(
+                f"cannot start while {state}{why}: {names}; cancelled at once rather than waiting queue_timeout_s.",
+                state,
+                unusable,
+            )
 
     def _give_up(self, state: str, lost: dict[str, str], requeued: bool = False) -> None:
         """Cancel the job and raise NodeLostError naming the nodes and Slurm's view of them."""
@@ -398,9 +408,19 @@ class SubmititJob(Job[R]):
                 failed.append((index, _last_error_line(str(output).strip().splitlines())))
                 continue
             ctx = output.context
-            out.append(TaskResult(self.job_id, ctx.hostname, ctx.rank, ctx.local_rank, ctx.node_rank,
-                                  output.value, output.started, output.ended,
-                                  getattr(output, "process_started", 0.0)))  # fmt: skip
+            out.append(
+                TaskResult(
+                    self.job_id,
+                    ctx.hostname,
+                    ctx.rank,
+                    ctx.local_rank,
+                    ctx.node_rank,
+                    output.value,
+                    output.started,
+                    output.ended,
+                    getattr(output, "process_started", 0.0),
+                )
+            )
         # A task's result names its node; Slurm is asked only for the tasks that failed.
         nodes = self._launcher._job_nodes(self.job_id, self.spec.nodes) if failed else ()
         per_node = self.spec.tasks_per_node
@@ -426,8 +446,9 @@ class SubmititJob(Job[R]):
         return sorted(out, key=lambda r: r.rank)
 
 
-def _silent_nodes(failed: list[tuple[int, str]], where: list[str], answered: set[str], job_id: str,
-                  state: str) -> dict[str, str]:  # fmt: skip
+def _silent_nodes(
+    failed: list[tuple[int, str]], where: list[str], answered: set[str], job_id: str, state: str
+) -> dict[str, str]:
     """Nodes every task of which wrote no result at all, in a job where another node's tasks did."""
     if not answered:
         return {}
@@ -436,8 +457,11 @@ def _silent_nodes(failed: list[tuple[int, str]], where: list[str], answered: set
         if node != "?" and why.startswith("no result"):
             silent.setdefault(node, []).append(index)
     short = {h.split(".")[0] for h in answered}
-    return {n: f"silent: no task of it wrote a result in job {job_id} ({state}) while other nodes' did"
-            for n in silent if n.split(".")[0] not in short}  # fmt: skip
+    return {
+        n: f"silent: no task of it wrote a result in job {job_id} ({state}) while other nodes' did"
+        for n in silent
+        if n.split(".")[0] not in short
+    }
 
 
 def submitit_logs_to_stderr() -> None:
@@ -532,10 +556,12 @@ class SubmititLauncher(Launcher):
         a node this run lost is refused without a submission, naming the first evidence."""
         gone = [n for n in spec.nodelist if n in self.lost_nodes]
         if gone:
-            seen = "; ".join(f"{n}: {self.lost_nodes[n]} (seen {self.lost_seen.get(n, {}).get('how', 'earlier')})"
-                             for n in gone)  # fmt: skip
-            raise NodeLostError(f"{spec.name}: not submitted: {seen}", lost={n: self.lost_nodes[n] for n in gone},
-                                nodes=tuple(gone))  # fmt: skip
+            seen = "; ".join(
+                f"{n}: {self.lost_nodes[n]} (seen {self.lost_seen.get(n, {}).get('how', 'earlier')})" for n in gone
+            )
+            raise NodeLostError(
+                f"{spec.name}: not submitted: {seen}", lost={n: self.lost_nodes[n] for n in gone}, nodes=tuple(gone)
+            )
         self._nodes_used.update(spec.nodelist)
         if self.executor == "local" and spec.nodes != 1:
             raise LaunchError(f"{spec.name}: the local executor runs on one node; {spec.nodes} were asked for.")
@@ -602,8 +628,11 @@ class SubmititLauncher(Launcher):
             known = slurm.partition_nodes(self.partition)
         except Exception:  # only an explanation; the refusal itself is the error
             return ""
-        short = [f"{n.name} offers {n.gpus} GPU(s) (Gres={n.gres or 'none'}) and {n.cpus} CPUs"
-                 for n in known if n.gpus < gpus or n.cpus < cpus]  # fmt: skip
+        short = [
+            f"{n.name} offers {n.gpus} GPU(s) (Gres={n.gres or 'none'}) and {n.cpus} CPUs"
+            for n in known
+            if n.gpus < gpus or n.cpus < cpus
+        ]
         where = f"partition {self.partition}" if self.partition else "the cluster"
         ask = f"; the job asked for {spec.nodes} node(s) with {gpus} GPU(s) and {cpus} CPU(s) each"
         if not known:

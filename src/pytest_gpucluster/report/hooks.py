@@ -44,13 +44,27 @@ class BaselineWarning(UserWarning):
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Where --calibrate puts the lines it writes."""
     group = parser.getgroup("gpucluster", "GPU cluster acceptance")
-    group.addoption("--drain-failed", action="store_true", default=False,
-                    help="after the run, drain each REJECTED node in Slurm with the check and its evidence as "
-                         "the reason (never a node Slurm had already excluded); off by default")  # fmt: skip
-    group.addoption("--calibrate-fail", type=float, default=0.9, metavar="FRACTION",
-                    help="--calibrate: fail line as a fraction of the worst value measured (default 0.9)")  # fmt: skip
-    group.addoption("--calibrate-warn", type=float, default=0.95, metavar="FRACTION",
-                    help="--calibrate: warn line as a fraction of the worst value measured (default 0.95)")  # fmt: skip
+    group.addoption(
+        "--drain-failed",
+        action="store_true",
+        default=False,
+        help="after the run, drain each REJECTED node in Slurm with the check and its evidence as "
+        "the reason (never a node Slurm had already excluded); off by default",
+    )
+    group.addoption(
+        "--calibrate-fail",
+        type=float,
+        default=0.9,
+        metavar="FRACTION",
+        help="--calibrate: fail line as a fraction of the worst value measured (default 0.9)",
+    )
+    group.addoption(
+        "--calibrate-warn",
+        type=float,
+        default=0.95,
+        metavar="FRACTION",
+        help="--calibrate: warn line as a fraction of the worst value measured (default 0.95)",
+    )
 
 
 @pytest.hookimpl(trylast=True)
@@ -94,8 +108,10 @@ class ResultsHooks:
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"--merge-results={merge}: {exc}") from None
             if not ((self.merge_doc.get("acceptance") or {}).get("nodes") or {}).get("verdicts"):
-                raise ConfigError(f"--merge-results={merge}: the file holds no node verdicts to merge with "
-                                  "(a run that ended before its verdict, or of an older plugin).")  # fmt: skip
+                raise ConfigError(
+                    f"--merge-results={merge}: the file holds no node verdicts to merge with "
+                    "(a run that ended before its verdict, or of an older plugin)."
+                )
         results.cluster = {
             "profile": session.profile.name,
             "description": session.profile.description,
@@ -197,10 +213,18 @@ class ResultsHooks:
             outcome = "failed" if (when == "call" and failed) else "passed"
             now = time.time()
             report = pytest.TestReport(
-                BASELINE_NODEID, location, keywords={BASELINE_NODEID: 1}, outcome=outcome,  # type: ignore[arg-type]
-                longrepr=longrepr if outcome == "failed" else None, when=when, sections=[],
-                duration=0.0, start=now, stop=now, user_properties=list(props),
-            )  # fmt: skip
+                BASELINE_NODEID,
+                location,
+                keywords={BASELINE_NODEID: 1},
+                outcome=outcome,  # type: ignore[arg-type]
+                longrepr=longrepr if outcome == "failed" else None,
+                when=when,
+                sections=[],
+                duration=0.0,
+                start=now,
+                stop=now,
+                user_properties=list(props),
+            )
             hook.pytest_runtest_logreport(report=report)
         hook.pytest_runtest_logfinish(nodeid=BASELINE_NODEID, location=location)
 
@@ -290,8 +314,9 @@ class ResultsHooks:
         if any(self.config.getoption(o, None) for o in options):
             return True
         assert self.session.results is not None
-        return any(t.jobs or t.measurements or t.problems or t.verdict == "n/a"
-                   for t in self.session.results.tests.values())  # fmt: skip
+        return any(
+            t.jobs or t.measurements or t.problems or t.verdict == "n/a" for t in self.session.results.tests.values()
+        )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The acceptance verdict, regressions and the calibration file, at the end of the run."""
@@ -326,8 +351,10 @@ class ResultsHooks:
         if len(shown) > 20:
             terminalreporter.write_line(f"  ... and {len(shown) - 20} more (see the results file or the report)")
         if acc["verdict"] in ("REJECTED", "INCOMPLETE") and acc["warnings"]:
-            terminalreporter.write_line(f"  and {len(acc['warnings'])} warning(s): {acc['warnings'][0]}" +
-                                        (" ..." if len(acc["warnings"]) > 1 else ""))  # fmt: skip
+            terminalreporter.write_line(
+                f"  and {len(acc['warnings'])} warning(s): {acc['warnings'][0]}"
+                + (" ..." if len(acc["warnings"]) > 1 else "")
+            )
         if acc["not_applicable"]:
             why: dict[str, int] = {}
             for line in acc["not_applicable"]:

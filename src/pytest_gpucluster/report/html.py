@@ -20,10 +20,27 @@ from markupsafe import Markup
 
 from pytest_gpucluster.report import model, plots
 
-STATUS_TEXT = {"pass": "pass", "warn": "warn", "fail": "FAIL", "error": "ERROR", "skip": "skipped",
-               "n/a": "n/a", "xfail": "expected fail", "xpass": "unexpected pass", "none": ""}  # fmt: skip
-STATUS_SYMBOL = {"pass": "✓", "warn": "!", "fail": "✗", "error": "✗", "xpass": "✗", "xfail": "x", "skip": "–",
-                 "n/a": "·"}  # fmt: skip
+STATUS_TEXT = {
+    "pass": "pass",
+    "warn": "warn",
+    "fail": "FAIL",
+    "error": "ERROR",
+    "skip": "skipped",
+    "n/a": "n/a",
+    "xfail": "expected fail",
+    "xpass": "unexpected pass",
+    "none": "",
+}
+STATUS_SYMBOL = {
+    "pass": "✓",
+    "warn": "!",
+    "fail": "✗",
+    "error": "✗",
+    "xpass": "✗",
+    "xfail": "x",
+    "skip": "–",
+    "n/a": "·",
+}
 NODE_BADGE = {"ACCEPTED": "pass", "REJECTED": "fail", "INCOMPLETE": "skip", "PARTIAL": "n/a"}
 # Up to this many nodes the report has a row per node everywhere; past it, nodes whose checks all
 # passed share one row named by their hostlist, and identical inventories one column.
@@ -82,12 +99,21 @@ def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
         "INCOMPLETE": "No check failed, but checks the profile requires were not judged; see why below.",
         "PARTIAL": "Every selected check passed, but the selection left required checks out: not an acceptance.",
     }[acc.verdict]
-    rule = ("Rule: a failure → REJECTED; a required check skipped, unjudged or not reached → INCOMPLETE; "
-            "required checks left out by the selection → PARTIAL; otherwise ACCEPTED. "
-            "Checks that do not apply to the profile are n/a.")  # fmt: skip
-    labels = {"pass": "passed", "warn": "passed with warnings", "fail": "failed", "error": "errors",
-              "skip": "skipped", "n/a": "not applicable", "xfail": "expected failures",
-              "xpass": "unexpected passes"}  # fmt: skip
+    rule = (
+        "Rule: a failure → REJECTED; a required check skipped, unjudged or not reached → INCOMPLETE; "
+        "required checks left out by the selection → PARTIAL; otherwise ACCEPTED. "
+        "Checks that do not apply to the profile are n/a."
+    )
+    labels = {
+        "pass": "passed",
+        "warn": "passed with warnings",
+        "fail": "failed",
+        "error": "errors",
+        "skip": "skipped",
+        "n/a": "not applicable",
+        "xfail": "expected failures",
+        "xpass": "unexpected passes",
+    }
     chips = [
         {"status": k, "count": acc.counts.get(k, 0), "label": labels[k]}
         for k in model.COUNTED
@@ -249,10 +275,17 @@ def baseline_block(section: Mapping[str, Any] | None, limit: int = 40) -> str:
         return ""
     changes = list(section.get("changes", []))
     shown = [
-        {"metric": c["metric"], "where": c["where"], "detail": c["detail"], "before": f"{c['before']:.4g}",
-         "after": f"{c['after']:.4g}", "regression": f"{c['regression_pct']:+.1f} %", "status": str(c["status"])}
+        {
+            "metric": c["metric"],
+            "where": c["where"],
+            "detail": c["detail"],
+            "before": f"{c['before']:.4g}",
+            "after": f"{c['after']:.4g}",
+            "regression": f"{c['regression_pct']:+.1f} %",
+            "status": str(c["status"]),
+        }
         for c in changes[:limit]
-    ]  # fmt: skip
+    ]
     return _render(
         "baseline.html.j2",
         path=section.get("path", ""),
@@ -273,12 +306,17 @@ def details_of_test(test: Mapping[str, Any], *, limit: int = 200) -> str:
         return ""
     ordered = sorted(ms, key=lambda m: -model.SEVERITY.get(str(m.get("status")), 0))
     rows = [
-        {"status": str(m.get("status")), "metric": m.get("metric", ""), "where": m.get("where", ""),
-         "detail": m.get("detail", ""), "value": model.measurement_value(m),
-         "threshold": model.describe_threshold(m.get("threshold", {}), str(m.get("unit", ""))),
-         "job": m.get("job_id") or ""}
+        {
+            "status": str(m.get("status")),
+            "metric": m.get("metric", ""),
+            "where": m.get("where", ""),
+            "detail": m.get("detail", ""),
+            "value": model.measurement_value(m),
+            "threshold": model.describe_threshold(m.get("threshold", {}), str(m.get("unit", ""))),
+            "job": m.get("job_id") or "",
+        }
         for m in ordered[:limit]
-    ]  # fmt: skip
+    ]
     return _render(
         "details.html.j2",
         measurements=rows,
@@ -334,10 +372,15 @@ def timing_block(doc: Mapping[str, Any]) -> str:
             "node, a previous job still ending)."
         )
     rows = [
-        {"area": area, "tests": a.get("tests"), "duration": f"{float(a.get('duration_s', 0)):.1f}",
-         "workload": f"{float(a.get('workload_s', 0)):.1f}", "jobs": a.get("jobs")}
+        {
+            "area": area,
+            "tests": a.get("tests"),
+            "duration": f"{float(a.get('duration_s', 0)):.1f}",
+            "workload": f"{float(a.get('workload_s', 0)):.1f}",
+            "jobs": a.get("jobs"),
+        }
         for area, a in sorted(timing["areas"].items(), key=lambda kv: -float(kv[1].get("duration_s", 0)))
-    ]  # fmt: skip
+    ]
     return _render("timing.html.j2", note=note, rows=rows)
 
 
@@ -356,11 +399,16 @@ def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance"
     ]
     bad = ("fail", "error", "xpass")
     tests = [
-        {"verdict": str(t.get("verdict")), "nodeid": t.get("nodeid"), "cells": model.test_cells(t),
-         "message": t["message"] if t.get("message") and t.get("verdict") in bad else "",
-         "details": Markup(details_of_test(t)), "open": t.get("verdict") in bad}
+        {
+            "verdict": str(t.get("verdict")),
+            "nodeid": t.get("nodeid"),
+            "cells": model.test_cells(t),
+            "message": t["message"] if t.get("message") and t.get("verdict") in bad else "",
+            "details": Markup(details_of_test(t)),
+            "open": t.get("verdict") in bad,
+        }
         for t in doc.get("tests", [])
-    ]  # fmt: skip
+    ]
     return _render(
         "page.html.j2",
         title=title,

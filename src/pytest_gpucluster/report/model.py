@@ -149,10 +149,12 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         f"{w} ({test_label(str(t.get('nodeid')))})"
         for t in tests
         if t.get("verdict") == "warn"
-        for w in (list(t.get("warnings", []))
-                  + [str(m.get("sentence")) for m in t.get("measurements", []) if m.get("status") == "warn"]
-                  or ["warnings"])
-    )  # fmt: skip
+        for w in (
+            list(t.get("warnings", []))
+            + [str(m.get("sentence")) for m in t.get("measurements", []) if m.get("status") == "warn"]
+            or ["warnings"]
+        )
+    )
     warned = tuple(dict.fromkeys(warned))
 
     def made(verdict: Overall, reasons: Iterable[str], headline: str, not_selected: Iterable[str] = ()) -> Acceptance:
@@ -499,19 +501,26 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
             partial = run_verdict == "PARTIAL" or bool((doc.get("selection") or {}).get("partial"))
             out.append(NodeVerdict(node, "PARTIAL" if partial else "ACCEPTED"))
     everyone = [*known, *excluded]
-    cluster_wide = tuple(dict.fromkeys([
-        *(line
-          for col in m.columns
-          for line in m.cell(CLUSTER_ROW, col).lines
-          if SEVERITY.get(m.cell(CLUSTER_ROW, col).status, 0) >= SEVERITY["xpass"] and not nodes_in(line, everyone)),
-        *unattributed,
-    ]))  # fmt: skip
+    cluster_wide = tuple(
+        dict.fromkeys(
+            [
+                *(
+                    line
+                    for col in m.columns
+                    for line in m.cell(CLUSTER_ROW, col).lines
+                    if SEVERITY.get(m.cell(CLUSTER_ROW, col).status, 0) >= SEVERITY["xpass"]
+                    and not nodes_in(line, everyone)
+                ),
+                *unattributed,
+            ]
+        )
+    )
     summary = nodes_summary({v.node: v.verdict for v in out}, len(cluster_wide))
     return Nodes(tuple(out), cluster_wide, summary, hostlist([v.node for v in out if v.verdict == "REJECTED"]))
 
 
 def nodes_summary(verdicts: Mapping[str, str], cluster_wide: int) -> str:
-    """"14 of 16 nodes accepted; rejected: gpu-[03,11]; not judged in full: ...": node → verdict."""
+    """ "14 of 16 nodes accepted; rejected: gpu-[03,11]; not judged in full: ...": node → verdict."""
     accepted = [n for n, v in verdicts.items() if v == "ACCEPTED"]
     rejected = [n for n, v in verdicts.items() if v == "REJECTED"]
     unsure = [n for n, v in verdicts.items() if v not in ("ACCEPTED", "REJECTED")]
@@ -600,9 +609,14 @@ def versions(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
             # An inventory keeps the compared facts under "summary" (workloads/inventory.py).
             nodes = [f.get("summary", f) for f in inventory.values() if isinstance(f, Mapping)]
             seen = sorted(
-                {str(facts[k]) for facts in nodes if isinstance(facts, Mapping)
-                 for k in keys if facts.get(k) not in (None, "", "n/a")}
-            )  # fmt: skip
+                {
+                    str(facts[k])
+                    for facts in nodes
+                    if isinstance(facts, Mapping)
+                    for k in keys
+                    if facts.get(k) not in (None, "", "n/a")
+                }
+            )
             value = " / ".join(seen) if seen else None
         out.append((label, "not recorded" if value is None else str(value)))
     return out
@@ -643,10 +657,15 @@ def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any
             deciding = (before.get(node) or {}).get("checks") or []
             missing = [c for c in deciding if c not in passed]
             if missing:
-                mine = {**mine, "verdict": "INCOMPLETE",
-                        "reasons": [f"{node}: the re-test did not pass again {', '.join(missing)}, which decided "
-                                    f"its earlier verdict ({(before.get(node) or {}).get('verdict')}); a check across "
-                                    "nodes needs an accepted node beside it in --nodes"]}  # fmt: skip
+                mine = {
+                    **mine,
+                    "verdict": "INCOMPLETE",
+                    "reasons": [
+                        f"{node}: the re-test did not pass again {', '.join(missing)}, which decided "
+                        f"its earlier verdict ({(before.get(node) or {}).get('verdict')}); a check across "
+                        "nodes needs an accepted node beside it in --nodes"
+                    ],
+                }
             else:
                 mine = {**mine, "verdict": "ACCEPTED"}
         merged[node] = {**mine, "from": now_ref}

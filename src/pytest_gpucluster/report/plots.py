@@ -90,8 +90,9 @@ def series_plots(doc: Mapping[str, Any]) -> list[Plot]:
             ax.set_xscale("log", base=2)
         thresholds = sorted({float(s["threshold"]) for s in members if isinstance(s.get("threshold"), int | float)})
         for i, th in enumerate(thresholds):
-            ax.axhline(th, color=STATUS_COLOURS["fail"], linestyle="--", linewidth=1.2,
-                       label="fail line" if i == 0 else None)  # fmt: skip
+            ax.axhline(
+                th, color=STATUS_COLOURS["fail"], linestyle="--", linewidth=1.2, label="fail line" if i == 0 else None
+            )
         ax.set_xlabel(str(first.get("x_label", "")))
         ax.set_ylabel(str(first.get("y_label", "")))
         ax.set_title(name, fontsize=11)
@@ -135,8 +136,13 @@ def spread_plots(doc: Mapping[str, Any], *, min_places: int = 3) -> list[Plot]:
         for key, style in (("fail_below", "--"), ("fail_above", "--"), ("warn_below", ":"), ("warn_above", ":")):
             if isinstance(th.get(key), int | float):
                 colour = STATUS_COLOURS["fail" if key.startswith("fail") else "warn"]
-                ax.axhline(float(th[key]), color=colour, linestyle=style, linewidth=1.2,
-                           label=f"{key.split('_')[0]} line {th[key]:g}")  # fmt: skip
+                ax.axhline(
+                    float(th[key]),
+                    color=colour,
+                    linestyle=style,
+                    linewidth=1.2,
+                    label=f"{key.split('_')[0]} line {th[key]:g}",
+                )
         nodes = [_node_of(w) for w, _ in ordered]
         boundaries = [i for i in range(1, len(nodes)) if nodes[i] != nodes[i - 1]]
         for b in boundaries:

@@ -55,8 +55,9 @@ class HtmlReportHooks:
         report.title = f"GPU cluster acceptance: {self.session.profile.name}"
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str],
-                                    session: pytest.Session) -> None:  # fmt: skip
+    def pytest_html_results_summary(
+        self, prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session
+    ) -> None:
         """Acceptance summary first; environment, matrix, plots and baseline after pytest-html's counts."""
         doc = self._doc()
         prefix.extend([html.style(), html.acceptance_block(doc, model.acceptance(doc))])

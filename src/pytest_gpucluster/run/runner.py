@@ -93,8 +93,15 @@ class Runner:
 
     # ------------------------------------------------------------------ once
 
-    def once(self, key: Hashable, produce: Callable[[], R], *, light: bool = False, reader: str | None = None,
-             present: Callable[[], list[dict[str, Any]]] = list) -> R:  # fmt: skip
+    def once(
+        self,
+        key: Hashable,
+        produce: Callable[[], R],
+        *,
+        light: bool = False,
+        reader: str | None = None,
+        present: Callable[[], list[dict[str, Any]]] = list,
+    ) -> R:
         """Measure once per run, judge many times. The first reader gets everything recorded while
         the value was produced, every other one its jobs (``present``: what the reader holds
         already). ``light``: the jobs ``produce`` submits measure no speed and may run beside the

@@ -229,10 +229,17 @@ class SweepResult:
     def table(self) -> list[dict[str, float | int | bool]]:
         """Every row as a plain dict (bytes, count, place, time, algbw, busbw, wrong)."""
         return [
-            {"bytes": r.size_bytes, "count": r.count, "in_place": r.in_place, "time_us": round(r.time_us, 3),
-             "algbw": round(r.algbw, 3), "busbw": round(r.busbw, 3), "wrong": r.wrong}
+            {
+                "bytes": r.size_bytes,
+                "count": r.count,
+                "in_place": r.in_place,
+                "time_us": round(r.time_us, 3),
+                "algbw": round(r.algbw, 3),
+                "busbw": round(r.busbw, 3),
+                "wrong": r.wrong,
+            }
             for r in self.rows
-        ]  # fmt: skip
+        ]
 
 
 def merge_rows(rows: Iterable[SizeResult]) -> tuple[SizeResult, ...]:

@@ -44,9 +44,21 @@ from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.distributed import device_for, process_group
 
 # Environment facts worth keeping with a bandwidth: they change what NCCL does.
-ENV_FACTS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME",
-             "NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
-             "NCCL_BUFFSIZE", "NCCL_CROSS_NIC", "NCCL_COLLNET_ENABLE", "CUDA_VISIBLE_DEVICES")  # fmt: skip
+ENV_FACTS = (
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_IB_HCA",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_P2P_LEVEL",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_BUFFSIZE",
+    "NCCL_CROSS_NIC",
+    "NCCL_COLLNET_ENABLE",
+    "CUDA_VISIBLE_DEVICES",
+)
 _CHUNK = 2**26  # elements per step when filling or checking, bounds the temporaries
 _SENTINEL = -1.0  # what an output holds before the checked run: a collective that did nothing is wrong
 _MOD = 7  # data pattern period: values stay small integers, sums stay exact in float32
@@ -118,8 +130,9 @@ class _Case:
     result: Callable[[bool], Any]  # the tensor holding this rank's result
 
 
-def _resolve(dist: Any, backend: str, op: str, group: Any, device: Any, n: int,
-             force_fallback: bool = False) -> tuple[Callable[..., Any], str]:  # fmt: skip
+def _resolve(
+    dist: Any, backend: str, op: str, group: Any, device: Any, n: int, force_fallback: bool = False
+) -> tuple[Callable[..., Any], str]:
     """The call for ``op`` on this backend, probed on a tiny buffer; falls back when the backend
     has no such collective (gloo lacked reduce_scatter_tensor before torch 2.13)."""
     import torch
@@ -168,8 +181,19 @@ def _resolve(dist: Any, backend: str, op: str, group: Any, device: Any, n: int,
         return fallback, f"{fb_name}: {type(exc).__name__}"
 
 
-def _case(torch: Any, dist: Any, op: str, call: Callable[..., Any], group: Any, rank: int, n: int,
-          count: int, total: int, device: Any, async_ok: bool) -> _Case:  # fmt: skip
+def _case(
+    torch: Any,
+    dist: Any,
+    op: str,
+    call: Callable[..., Any],
+    group: Any,
+    rank: int,
+    n: int,
+    count: int,
+    total: int,
+    device: Any,
+    async_ok: bool,
+) -> _Case:
     """Allocate the buffers of one size once; both placements reuse them."""
     g = {"group": group}
     if async_ok:
@@ -202,8 +226,7 @@ def _case(torch: Any, dist: Any, op: str, call: Callable[..., Any], group: Any, 
             out.fill_(_SENTINEL)
             _fill(torch, inp, True, rank)
 
-        return _Case(lambda: call(out, inp, **g), lambda: call(mine, inp, **g), prep_rs,
-                     lambda ip: mine if ip else out)  # fmt: skip
+        return _Case(lambda: call(out, inp, **g), lambda: call(mine, inp, **g), prep_rs, lambda ip: mine if ip else out)
     # alltoall: NCCL has no in-place form through torch
     inp, out = torch.empty(total, device=device), torch.empty(total, device=device)
 
@@ -242,9 +265,20 @@ def _timed(torch: Any, dist: Any, run: Callable[[], Any], iters: int, group: Any
     return (time.perf_counter() - t0) / iters
 
 
-def _sweep_one(torch: Any, dist: Any, *, op: str, backend: str, group: Any, sizes: Sequence[int],
-               warmup_iters: int, iters: int, device: Any, corrupt: bool,
-               force_fallback: bool = False) -> tuple[str, list[SizeResult], int]:  # fmt: skip
+def _sweep_one(
+    torch: Any,
+    dist: Any,
+    *,
+    op: str,
+    backend: str,
+    group: Any,
+    sizes: Sequence[int],
+    warmup_iters: int,
+    iters: int,
+    device: Any,
+    corrupt: bool,
+    force_fallback: bool = False,
+) -> tuple[str, list[SizeResult], int]:
     """Every size of ``op`` on ``group``; returns (implementation, rows, wrong elements here)."""
     cuda = backend == "nccl"
     n, rank = dist.get_world_size(group), dist.get_rank(group)
@@ -255,8 +289,19 @@ def _sweep_one(torch: Any, dist: Any, *, op: str, backend: str, group: Any, size
         shape = shape_for(op, n, size)
         if shape.count == 0:
             continue
-        case = _case(torch, dist, op, call, group, rank, n, shape.count, shape.total_elements, device,
-                     async_ok=cuda and not implementation.startswith(("all_reduce +", "all_gather(")))  # fmt: skip
+        case = _case(
+            torch,
+            dist,
+            op,
+            call,
+            group,
+            rank,
+            n,
+            shape.count,
+            shape.total_elements,
+            device,
+            async_ok=cuda and not implementation.startswith(("all_reduce +", "all_gather(")),
+        )
         for in_place, run in ((False, case.run_out_of_place), (True, case.run_in_place)):
             if run is None:
                 continue
@@ -284,11 +329,18 @@ def _sweep_one(torch: Any, dist: Any, *, op: str, backend: str, group: Any, size
             worst = stats[2:3].clone()
             dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
             t = float(slowest.item())
-            rows.append(SizeResult(
-                size_bytes=shape.size_bytes, count=shape.count, in_place=in_place, time_us=t * 1e6,
-                algbw=algbw_gbps(shape.size_bytes, t), busbw=busbw_gbps(op, n, shape.size_bytes, t),
-                wrong=int(total_wrong.item()), max_error=float(worst.item()),
-            ))  # fmt: skip
+            rows.append(
+                SizeResult(
+                    size_bytes=shape.size_bytes,
+                    count=shape.count,
+                    in_place=in_place,
+                    time_us=t * 1e6,
+                    algbw=algbw_gbps(shape.size_bytes, t),
+                    busbw=busbw_gbps(op, n, shape.size_bytes, t),
+                    wrong=int(total_wrong.item()),
+                    max_error=float(worst.item()),
+                )
+            )
         del case
         if cuda:
             torch.cuda.synchronize()
@@ -400,21 +452,42 @@ def collective_sweeps(
         results = []
         for op in ops:
             implementation, rows, wrong_here = _sweep_one(
-                torch, dist, op=op, backend=be, group=group, sizes=plan.sizes, warmup_iters=warmup_iters,
-                iters=iters, device=device, corrupt=corrupt_rank == ctx.rank, force_fallback=force_fallback,
-            )  # fmt: skip
+                torch,
+                dist,
+                op=op,
+                backend=be,
+                group=group,
+                sizes=plan.sizes,
+                warmup_iters=warmup_iters,
+                iters=iters,
+                device=device,
+                corrupt=corrupt_rank == ctx.rank,
+                force_fallback=force_fallback,
+            )
             wrong_places = _wrong_places(torch, dist, group, rows, wrong_here, group_members, be, device)
             op_notes: tuple[str, ...] = notes
             if op in ("all_reduce", "broadcast"):
                 op_notes += ("in place only: torch.distributed has no out-of-place form",)
             elif op == "alltoall":
                 op_notes += ("out of place only: NCCL has no in-place alltoall",)
-            results.append(SweepResult(
-                op=op, nodes=tuple(nodes), n_ranks=len(group_members), backend=be,
-                implementation=implementation, rows=merge_rows(rows), warmup_iters=warmup_iters,
-                iters=iters, nccl_version=version, env=env, notes=op_notes, wrong_places=wrong_places,
-                nccl_algo=algo, nccl_proto=proto,
-            ))  # fmt: skip
+            results.append(
+                SweepResult(
+                    op=op,
+                    nodes=tuple(nodes),
+                    n_ranks=len(group_members),
+                    backend=be,
+                    implementation=implementation,
+                    rows=merge_rows(rows),
+                    warmup_iters=warmup_iters,
+                    iters=iters,
+                    nccl_version=version,
+                    env=env,
+                    notes=op_notes,
+                    wrong_places=wrong_places,
+                    nccl_algo=algo,
+                    nccl_proto=proto,
+                )
+            )
             if be == "nccl":
                 torch.cuda.empty_cache()
         if log_file is not None:
@@ -447,8 +520,16 @@ def _group_log(dist: Any, group: Any, path: str, start: int) -> NcclLog:
     return merge_logs(NcclLog(v, n, tuple(t)) for v, n, t in everyone)
 
 
-def _wrong_places(torch: Any, dist: Any, group: Any, rows: list[SizeResult], wrong_here: int,
-                  members: list[_Member], backend: str, device: Any) -> tuple[str, ...]:  # fmt: skip
+def _wrong_places(
+    torch: Any,
+    dist: Any,
+    group: Any,
+    rows: list[SizeResult],
+    wrong_here: int,
+    members: list[_Member],
+    backend: str,
+    device: Any,
+) -> tuple[str, ...]:
     """Which ranks of ``group`` computed a wrong result, as ``node:gpuN`` (``node:rankN`` on CPU)."""
     if all(r.wrong == 0 for r in rows):
         return ()

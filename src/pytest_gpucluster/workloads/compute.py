@@ -65,8 +65,10 @@ def plan_compute(config: ComputeConfig, *, gpus_per_node: int, real_gpus: bool) 
     note = ""
     if config == ComputeConfig():
         config = TINY
-        note = (f"no GPUs: fp32 GEMM {TINY.matmul_n}³ and a {TINY.copy_bytes // 2**20} MiB copy on "
-                f"{CPU_RANKS_PER_NODE} CPU ranks per node stand in for the GPU-sized default")  # fmt: skip
+        note = (
+            f"no GPUs: fp32 GEMM {TINY.matmul_n}³ and a {TINY.copy_bytes // 2**20} MiB copy on "
+            f"{CPU_RANKS_PER_NODE} CPU ranks per node stand in for the GPU-sized default"
+        )
     return ComputePlan(config, CPU_RANKS_PER_NODE, 0, note)
 
 
@@ -88,8 +90,9 @@ class GpuCeiling:
         return f"{self.node}:{self.gpu}"
 
 
-def measure_ceilings(ctx: TaskContext, *, config: ComputeConfig, backend: str | None = None,
-                     timeout_s: float = 300.0) -> GpuCeiling:  # fmt: skip
+def measure_ceilings(
+    ctx: TaskContext, *, config: ComputeConfig, backend: str | None = None, timeout_s: float = 300.0
+) -> GpuCeiling:
     """GEMM TFLOP/s and copy TB/s of this task's GPU (or CPU), all tasks timed together."""
     # gloo is enough for the barriers and needs no GPU memory or NVLink set-up.
     with process_group(ctx, backend="gloo", timeout_s=timeout_s):
@@ -113,10 +116,14 @@ def ceilings_here(ctx: TaskContext, *, config: ComputeConfig, backend: str | Non
     if on_gpu:
         torch.cuda.empty_cache()
     return GpuCeiling(
-        node=ctx.hostname, gpu=gpu_label(device, ctx.local_rank),
+        node=ctx.hostname,
+        gpu=gpu_label(device, ctx.local_rank),
         device_name=torch.cuda.get_device_name(device) if on_gpu else "cpu",
-        dtype="bf16" if on_gpu else "fp32", matmul_tflops=tflops, copy_tbps=tbps, matmul_checked=checked,
-    )  # fmt: skip
+        dtype="bf16" if on_gpu else "fp32",
+        matmul_tflops=tflops,
+        copy_tbps=tbps,
+        matmul_checked=checked,
+    )
 
 
 _CPU_ROUNDS = 5
@@ -268,8 +275,12 @@ def burn(ctx: TaskContext, *, config: ComputeConfig, timeout_s: float = 300.0) -
         seconds = time.monotonic() - t0
     failing = tuple((s.t_s, r) for s in samples if (r := failing_reasons(s.reasons_mask)))
     return BurnResult(
-        node=ctx.hostname, gpu=gpu_label(device, ctx.local_rank),
+        node=ctx.hostname,
+        gpu=gpu_label(device, ctx.local_rank),
         device_name=torch.cuda.get_device_name(device),
-        seconds=seconds, tflops=2.0 * n**3 * done / seconds / 1e12, samples=tuple(samples),
-        failing=failing, nvml_errors=tuple(watcher.errors),
-    )  # fmt: skip
+        seconds=seconds,
+        tflops=2.0 * n**3 * done / seconds / 1e12,
+        samples=tuple(samples),
+        failing=failing,
+        nvml_errors=tuple(watcher.errors),
+    )

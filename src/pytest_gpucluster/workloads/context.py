@@ -47,10 +47,17 @@ def local_context(rank: int = 0, world_size: int = 1) -> TaskContext:
 
     host = socket.gethostname()
     return TaskContext(
-        job_id="inproc", rank=rank, local_rank=rank, node_rank=0, world_size=world_size,
-        num_nodes=1, hostname=host, hostnames=(host,), master_addr="127.0.0.1",
+        job_id="inproc",
+        rank=rank,
+        local_rank=rank,
+        node_rank=0,
+        world_size=world_size,
+        num_nodes=1,
+        hostname=host,
+        hostnames=(host,),
+        master_addr="127.0.0.1",
         master_port=master_port_for(str(os.getpid())),
-    )  # fmt: skip
+    )
 
 
 def process_start_time() -> float:

@@ -42,8 +42,9 @@ def run_diag(ctx: TaskContext, *, level: int = 1, timeout_s: float | None = None
     limit = timeout_s or DIAG_TIMEOUT_S.get(level, DIAG_TIMEOUT_S[4])
     started = time.monotonic()
     try:
-        done = subprocess.run([exe, "diag", "-r", str(level), "-j"], capture_output=True, text=True,
-                              timeout=limit, check=False)  # fmt: skip
+        done = subprocess.run(
+            [exe, "diag", "-r", str(level), "-j"], capture_output=True, text=True, timeout=limit, check=False
+        )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         return DiagRun(node, True, level, None, out, "", time.monotonic() - started, timed_out=True)

@@ -90,8 +90,10 @@ def _gpu(nvml: Any, i: int) -> GpuHealth:
     h = nvml.nvmlDeviceGetHandleByIndex(i)
     r = _Reader(nvml)
     memory = r.get("memory info", lambda: nvml.nvmlDeviceGetMemoryInfo(h))
-    ecc = r.get("volatile ECC", lambda: nvml.nvmlDeviceGetTotalEccErrors(
-        h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC))  # fmt: skip
+    ecc = r.get(
+        "volatile ECC",
+        lambda: nvml.nvmlDeviceGetTotalEccErrors(h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC),
+    )
     pending = r.get("retired pages", lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(h))
     rows = r.get("remapped rows", lambda: nvml.nvmlDeviceGetRemappedRows(h))  # (corr, unc, pending, failed)
     mem_temp = r.get("memory temperature", lambda: nvml.nvmlDeviceGetFieldValues(h, [nvml.NVML_FI_DEV_MEMORY_TEMP])[0])
@@ -101,13 +103,17 @@ def _gpu(nvml: Any, i: int) -> GpuHealth:
     # Renamed from "throttle" to "clocks event" reasons in newer NVML; the bits are the same.
     reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
     reasons_fn = reasons_fn or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-    pcie_gen = r.get("PCIe generation", lambda: (
-        int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
-        int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
-        int(nvml.nvmlDeviceGetGpuMaxPcieLinkGeneration(h)),
-    ))  # fmt: skip
-    pcie_width = r.get("PCIe width", lambda: (int(nvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
-                       int(nvml.nvmlDeviceGetMaxPcieLinkWidth(h))))  # fmt: skip
+    pcie_gen = r.get(
+        "PCIe generation",
+        lambda: (
+            int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+            int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(h)),
+            int(nvml.nvmlDeviceGetGpuMaxPcieLinkGeneration(h)),
+        ),
+    )
+    pcie_width = r.get(
+        "PCIe width", lambda: (int(nvml.nvmlDeviceGetCurrPcieLinkWidth(h)), int(nvml.nvmlDeviceGetMaxPcieLinkWidth(h)))
+    )
     return GpuHealth(
         index=i,
         name=_str(nvml.nvmlDeviceGetName(h)),

@@ -74,8 +74,16 @@ def read_ports(root: str = SYSFS_ROOT) -> tuple[IbPort, ...]:
         if not port_dir.is_dir():
             continue
         for port in sorted(port_dir.iterdir(), key=lambda p: p.name):
-            ports.append(IbPort(device.name, port.name, _read(port / "state"), _read(port / "phys_state"),
-                                _read(port / "rate"), _read(port / "link_layer")))  # fmt: skip
+            ports.append(
+                IbPort(
+                    device.name,
+                    port.name,
+                    _read(port / "state"),
+                    _read(port / "phys_state"),
+                    _read(port / "rate"),
+                    _read(port / "link_layer"),
+                )
+            )
     return tuple(ports)
 
 

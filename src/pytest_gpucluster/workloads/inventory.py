@@ -203,19 +203,23 @@ def read_infiniband(sys_root: Path | str = "/sys") -> list[dict[str, Any]]:
     for dev in sorted((Path(sys_root) / "class/infiniband").glob("*")):
         ports = []
         for port in sorted((dev / "ports").glob("*"), key=lambda p: int(p.name) if p.name.isdigit() else 0):
-            ports.append({
-                "port": int(port.name) if port.name.isdigit() else port.name,
-                "state": _read(port / "state") or NA,
-                "rate": _read(port / "rate") or NA,
-                "link_layer": _read(port / "link_layer") or NA,
-            })  # fmt: skip
-        devices.append({
-            "device": dev.name,
-            "fw_ver": _read(dev / "fw_ver") or NA,
-            "board_id": _read(dev / "board_id") or NA,
-            "hca_type": _read(dev / "hca_type") or NA,
-            "ports": ports,
-        })  # fmt: skip
+            ports.append(
+                {
+                    "port": int(port.name) if port.name.isdigit() else port.name,
+                    "state": _read(port / "state") or NA,
+                    "rate": _read(port / "rate") or NA,
+                    "link_layer": _read(port / "link_layer") or NA,
+                }
+            )
+        devices.append(
+            {
+                "device": dev.name,
+                "fw_ver": _read(dev / "fw_ver") or NA,
+                "board_id": _read(dev / "board_id") or NA,
+                "hca_type": _read(dev / "hca_type") or NA,
+                "ports": ports,
+            }
+        )
     return devices
 
 
@@ -237,8 +241,11 @@ def read_mounts(
             mounts.append((_unescape(parts[0]), _unescape(parts[1]), parts[2]))
     wanted: dict[str, list[str]] = {}
     for path in paths:
-        holder = max((m for m in mounts if path == m[1] or path.startswith(m[1].rstrip("/") + "/")),
-                     key=lambda m: len(m[1]), default=None)  # fmt: skip
+        holder = max(
+            (m for m in mounts if path == m[1] or path.startswith(m[1].rstrip("/") + "/")),
+            key=lambda m: len(m[1]),
+            default=None,
+        )
         if holder is not None:
             wanted.setdefault(holder[1], []).append(path)
     for device, mountpoint, _ in mounts:
@@ -248,8 +255,14 @@ def read_mounts(
     for device, mountpoint, fstype in mounts:
         if mountpoint not in wanted:
             continue
-        entry: dict[str, Any] = {"mountpoint": mountpoint, "device": device, "fstype": fstype,
-                                 "holds": wanted.pop(mountpoint), "size_gib": NA, "free_gib": NA}  # fmt: skip
+        entry: dict[str, Any] = {
+            "mountpoint": mountpoint,
+            "device": device,
+            "fstype": fstype,
+            "holds": wanted.pop(mountpoint),
+            "size_gib": NA,
+            "free_gib": NA,
+        }
         if statvfs is not None:
             with contextlib.suppress(OSError):
                 st = statvfs(mountpoint)
@@ -382,26 +395,29 @@ def _nvml_facts(nvml: Any, sys_root: Path) -> dict[str, Any]:
                 links.append(pci_sysfs_name(_text(far.busId)) if far != NA else NA)
         remote.append(links)
         switch_links.append(to_switch)
-        gpus.append({
-            "index": i,
-            "name": _text(get("nvmlDeviceGetName", h)),
-            "uuid": _text(get("nvmlDeviceGetUUID", h)),
-            "serial": _text(get("nvmlDeviceGetSerial", h)),
-            "pci_bus_id": bus,
-            "memory_mib": memory.total // 2**20 if memory != NA else NA,
-            "vbios": _text(get("nvmlDeviceGetVbiosVersion", h)),
-            "mig_mode": ("enabled" if mig[0] else "disabled") if isinstance(mig, list | tuple) else NA,
-            "numa_node": numa if isinstance(numa, int) and numa >= 0 else NA,
-            "cpu_affinity": cpus or NA,
-            "nvlink_active": len(links) + to_switch,
-        })  # fmt: skip
+        gpus.append(
+            {
+                "index": i,
+                "name": _text(get("nvmlDeviceGetName", h)),
+                "uuid": _text(get("nvmlDeviceGetUUID", h)),
+                "serial": _text(get("nvmlDeviceGetSerial", h)),
+                "pci_bus_id": bus,
+                "memory_mib": memory.total // 2**20 if memory != NA else NA,
+                "vbios": _text(get("nvmlDeviceGetVbiosVersion", h)),
+                "mig_mode": ("enabled" if mig[0] else "disabled") if isinstance(mig, list | tuple) else NA,
+                "numa_node": numa if isinstance(numa, int) and numa >= 0 else NA,
+                "cpu_affinity": cpus or NA,
+                "nvlink_active": len(links) + to_switch,
+            }
+        )
     topology: dict[str, str] = {}
     for i in range(len(handles)):
         for j in range(i + 1, len(handles)):
             direct = remote[i].count(pci_sysfs_name(gpus[j]["pci_bus_id"]))
             level = get("nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
-            topology[f"{i}-{j}"] = pair_label(direct, (switch_links[i], switch_links[j]),
-                                              level if isinstance(level, int) else None)  # fmt: skip
+            topology[f"{i}-{j}"] = pair_label(
+                direct, (switch_links[i], switch_links[j]), level if isinstance(level, int) else None
+            )
     return {"gpus": gpus, "gpu_system": system, "gpu_topology": topology}
 
 
@@ -488,9 +504,10 @@ def collect(
     if with_nvml:
         details.update(nvml_inventory(sys_root))
     details["versions"] = (
-        read_versions(env, gpus=bool(details["gpus"])) if with_tools
+        read_versions(env, gpus=bool(details["gpus"]))
+        if with_tools
         else {"python": platform.python_version(), "torch": NA, "nccl": NA, "slurm": NA}
-    )  # fmt: skip
+    )
     return NodeInventory(node=node, summary=summarise(details), details=details)
 
 

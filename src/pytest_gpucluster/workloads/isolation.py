@@ -121,8 +121,17 @@ def gpu_view(
     if hold_dir:
         peer_seen = _hold(hold_dir, f"{hold_as}-{node}-{ctx.local_rank}", f"{hold_for}-{node}-", timeout_s)
     return GpuView(
-        node=node, rank=ctx.rank, job_id=ctx.job_id, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-        job_gpus=os.environ.get("SLURM_JOB_GPUS"), step_gpus=os.environ.get("SLURM_STEP_GPUS"),
-        nvml=nvml, nvml_error=nvml_error, torch_count=torch_count, torch_uuids=torch_uuids, pid=os.getpid(),
-        peer_seen=peer_seen, gpus_per_task=os.environ.get("SLURM_GPUS_PER_TASK"),
-    )  # fmt: skip
+        node=node,
+        rank=ctx.rank,
+        job_id=ctx.job_id,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        job_gpus=os.environ.get("SLURM_JOB_GPUS"),
+        step_gpus=os.environ.get("SLURM_STEP_GPUS"),
+        nvml=nvml,
+        nvml_error=nvml_error,
+        torch_count=torch_count,
+        torch_uuids=torch_uuids,
+        pid=os.getpid(),
+        peer_seen=peer_seen,
+        gpus_per_task=os.environ.get("SLURM_GPUS_PER_TASK"),
+    )

@@ -62,8 +62,9 @@ class NcclTestsRun:
     avg_busbw: float | None
     errors: tuple[str, ...]  # lines that are neither comments nor rows (NCCL failures)
 
-    def to_sweep(self, node: str, op: str, argv: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None) -> SweepResult:  # fmt: skip
+    def to_sweep(
+        self, node: str, op: str, argv: Sequence[str] = (), env: Mapping[str, str] | None = None
+    ) -> SweepResult:
         """As a SweepResult, so nccl-tests and torch results are judged the same way."""
         notes = [f"nccl-tests {self.version or '?'}: {' '.join(argv)}".rstrip(": ")]
         error = ""
@@ -71,12 +72,21 @@ class NcclTestsRun:
             error = "no footer: the run ended early" + (f" ({self.errors[-1]})" if self.errors else "")
         env = dict(env or {})
         return SweepResult(
-            op=self.op or op, nodes=(node,), n_ranks=self.n_ranks, backend="nccl-tests",
-            implementation=Path(argv[0]).name if argv else BINARIES.get(op, op), rows=self.rows,
-            warmup_iters=self.warmup_iters, iters=self.iters, nccl_version=self.nccl_version,
-            env=env, notes=tuple(notes), error=error, nccl_algo=env.get("NCCL_ALGO"),
+            op=self.op or op,
+            nodes=(node,),
+            n_ranks=self.n_ranks,
+            backend="nccl-tests",
+            implementation=Path(argv[0]).name if argv else BINARIES.get(op, op),
+            rows=self.rows,
+            warmup_iters=self.warmup_iters,
+            iters=self.iters,
+            nccl_version=self.nccl_version,
+            env=env,
+            notes=tuple(notes),
+            error=error,
+            nccl_algo=env.get("NCCL_ALGO"),
             nccl_proto=env.get("NCCL_PROTO"),
-        )  # fmt: skip
+        )
 
 
 def _num(text: str) -> float:
@@ -86,8 +96,15 @@ def _num(text: str) -> float:
 def _half(size: int, count: int, fields: Sequence[str], in_place: bool) -> SizeResult:
     time_us, algbw, busbw, wrong = fields
     checked = wrong.upper() != "N/A"
-    return SizeResult(size_bytes=size, count=count, in_place=in_place, time_us=_num(time_us),
-                      algbw=_num(algbw), busbw=_num(busbw), wrong=int(float(wrong)) if checked else -1)  # fmt: skip
+    return SizeResult(
+        size_bytes=size,
+        count=count,
+        in_place=in_place,
+        time_us=_num(time_us),
+        algbw=_num(algbw),
+        busbw=_num(busbw),
+        wrong=int(float(wrong)) if checked else -1,
+    )
 
 
 def parse_text(text: str) -> NcclTestsRun:
@@ -134,9 +151,19 @@ def parse_text(text: str) -> NcclTestsRun:
             continue
         errors.append(line)
     n_ranks = len(hosts) or n_gpus
-    return NcclTestsRun(op=op, rows=merge_rows(rows), n_ranks=n_ranks, hosts=tuple(hosts[k] for k in sorted(hosts)),
-                        warmup_iters=warmup, iters=iters, version=version, nccl_version=nccl_version,
-                        out_of_bounds=oob, avg_busbw=avg, errors=tuple(errors))  # fmt: skip
+    return NcclTestsRun(
+        op=op,
+        rows=merge_rows(rows),
+        n_ranks=n_ranks,
+        hosts=tuple(hosts[k] for k in sorted(hosts)),
+        warmup_iters=warmup,
+        iters=iters,
+        version=version,
+        nccl_version=nccl_version,
+        out_of_bounds=oob,
+        avg_busbw=avg,
+        errors=tuple(errors),
+    )
 
 
 def _json_half(size: int, count: int, half: Mapping[str, Any] | None, in_place: bool) -> SizeResult | None:
@@ -144,9 +171,15 @@ def _json_half(size: int, count: int, half: Mapping[str, Any] | None, in_place: 
         return None
     wrong = half.get("nwrong")
     time_us = half.get("time", half.get("cpu_time"))
-    return SizeResult(size_bytes=size, count=count, in_place=in_place, time_us=_num(str(time_us)),
-                      algbw=_num(str(half["alg_bw"])), busbw=_num(str(half["bus_bw"])),
-                      wrong=-1 if wrong is None else int(float(wrong)))  # fmt: skip
+    return SizeResult(
+        size_bytes=size,
+        count=count,
+        in_place=in_place,
+        time_us=_num(str(time_us)),
+        algbw=_num(str(half["alg_bw"])),
+        busbw=_num(str(half["bus_bw"])),
+        wrong=-1 if wrong is None else int(float(wrong)),
+    )
 
 
 def parse_json(text: str) -> NcclTestsRun:
@@ -180,12 +213,30 @@ def parse_json(text: str) -> NcclTestsRun:
     )
 
 
-def nccl_tests_argv(binary: str, *, min_bytes: int, max_bytes: int, warmup_iters: int, iters: int,
-                    gpus: int) -> list[str]:  # fmt: skip
+def nccl_tests_argv(
+    binary: str, *, min_bytes: int, max_bytes: int, warmup_iters: int, iters: int, gpus: int
+) -> list[str]:
     """The command line: the profile's sweep, doubling, results checked (``-c 1``), and the
     slowest rank's time (``-a 3``) as the torch path reports it."""
-    return [binary, "-b", str(min_bytes), "-e", str(max_bytes), "-f", "2", "-g", str(gpus),
-            "-w", str(warmup_iters), "-n", str(iters), "-c", "1", "-a", "3"]  # fmt: skip
+    return [
+        binary,
+        "-b",
+        str(min_bytes),
+        "-e",
+        str(max_bytes),
+        "-f",
+        "2",
+        "-g",
+        str(gpus),
+        "-w",
+        str(warmup_iters),
+        "-n",
+        str(iters),
+        "-c",
+        "1",
+        "-a",
+        "3",
+    ]
 
 
 def run_nccl_tests(
@@ -207,8 +258,9 @@ def run_nccl_tests(
     out = []
     for op in ops:
         binary = str(Path(nccl_tests_dir) / BINARIES[op])
-        argv = nccl_tests_argv(binary, min_bytes=min_bytes, max_bytes=max_bytes,
-                               warmup_iters=warmup_iters, iters=iters, gpus=gpus)  # fmt: skip
+        argv = nccl_tests_argv(
+            binary, min_bytes=min_bytes, max_bytes=max_bytes, warmup_iters=warmup_iters, iters=iters, gpus=gpus
+        )
         # The binary's NCCL INFO lines go to a file of this op's own, read once it has ended.
         log_file = nccl_debug_file(os.environ, os.getpid(), ctx.hostname)
         child_env = None
@@ -216,8 +268,7 @@ def run_nccl_tests(
             log_file = f"{log_file}.{op}"
             child_env = {**os.environ, "NCCL_DEBUG_FILE": log_file}
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False,
-                                  env=child_env)  # fmt: skip
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=child_env)
             text = proc.stdout
             why = "" if proc.returncode == 0 else f"exit status {proc.returncode}: {proc.stderr[-500:]}"
         except FileNotFoundError:

@@ -83,9 +83,16 @@ def probe_first(ctx: TaskContext, *, shared_fs: str | None = None, gate_timeout_
     return NodeProbe(at_rest.node, {**at_rest.parts, **rest.parts})
 
 
-def node_gpus_job(ctx: TaskContext, *, compute: ComputeConfig | None = None, probe: bool = False,
-                  shared_fs: str | None = None, backend: str | None = None, timeout_s: float = 600.0,
-                  **sweep_kwargs: Any) -> NodeGpusRun:  # fmt: skip
+def node_gpus_job(
+    ctx: TaskContext,
+    *,
+    compute: ComputeConfig | None = None,
+    probe: bool = False,
+    shared_fs: str | None = None,
+    backend: str | None = None,
+    timeout_s: float = 600.0,
+    **sweep_kwargs: Any,
+) -> NodeGpusRun:
     """Workload: with ``probe``, ``probe_first``; then in one process group (NCCL on GPUs, gloo
     on CPU ranks), with ``compute``, ``ceilings_here``; then ``under_telemetry(collective_sweeps,
     **sweep_kwargs)``. A phase that raises ends the task with its error, as it would in a job of

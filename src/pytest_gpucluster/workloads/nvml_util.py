@@ -125,15 +125,19 @@ class ClockWatcher:
         import pynvml
 
         try:
-            getter = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-                pynvml.nvmlDeviceGetCurrentClocksThrottleReasons  # fmt: skip
-            self.samples.append(NvmlSample(
-                t_s=time.monotonic() - t0,
-                sm_clock_mhz=int(pynvml.nvmlDeviceGetClockInfo(self.handle, pynvml.NVML_CLOCK_SM)),
-                temperature_c=int(pynvml.nvmlDeviceGetTemperature(self.handle, pynvml.NVML_TEMPERATURE_GPU)),
-                power_w=pynvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0,
-                reasons_mask=int(getter(self.handle)),
-            ))  # fmt: skip
+            getter = (
+                getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+            )
+            self.samples.append(
+                NvmlSample(
+                    t_s=time.monotonic() - t0,
+                    sm_clock_mhz=int(pynvml.nvmlDeviceGetClockInfo(self.handle, pynvml.NVML_CLOCK_SM)),
+                    temperature_c=int(pynvml.nvmlDeviceGetTemperature(self.handle, pynvml.NVML_TEMPERATURE_GPU)),
+                    power_w=pynvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0,
+                    reasons_mask=int(getter(self.handle)),
+                )
+            )
         except Exception as exc:  # one failed read must not end the burn; it is reported
             if len(self.errors) < 5:
                 self.errors.append(f"{type(exc).__name__}: {exc}")

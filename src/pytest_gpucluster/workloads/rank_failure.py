@@ -52,9 +52,15 @@ class _Stamps:
         self.path = folder / f"rank{ctx.rank}.json"
         # "started": the workload's start, as the launcher stamps every other workload's (before
         # torch is imported); "process_started": when the task's process began.
-        self.data: dict[str, Any] = {"rank": ctx.rank, "world_size": ctx.world_size, "node": node_name(ctx),
-                                     "events": {}, "heartbeat": None, "started": time.time(),
-                                     "process_started": process_start_time()}  # fmt: skip
+        self.data: dict[str, Any] = {
+            "rank": ctx.rank,
+            "world_size": ctx.world_size,
+            "node": node_name(ctx),
+            "events": {},
+            "heartbeat": None,
+            "started": time.time(),
+            "process_started": process_start_time(),
+        }
         self._lock = threading.Lock()
 
     def event(self, name: str, **extra: Any) -> None:
@@ -121,9 +127,14 @@ def rank_failure(
     if used == "nccl":
         torch.cuda.set_device(device)
         kwargs["device_id"] = device
-    dist.init_process_group(used, init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}", rank=ctx.rank,
-                            world_size=ctx.world_size, timeout=_dt.timedelta(seconds=pg_timeout_s),
-                            **kwargs)  # fmt: skip
+    dist.init_process_group(
+        used,
+        init_method=f"tcp://{ctx.master_addr}:{ctx.master_port}",
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        timeout=_dt.timedelta(seconds=pg_timeout_s),
+        **kwargs,
+    )
     stamps.event("joined", backend=used, victim=victim)
     dist.barrier()
     stamps.event("after_barrier")

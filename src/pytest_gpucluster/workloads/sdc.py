@@ -169,9 +169,14 @@ def deterministic(on_gpu: bool) -> Iterator[None]:
     import torch
 
     matmul = torch.backends.cuda.matmul
-    saved = (torch.are_deterministic_algorithms_enabled(), torch.get_float32_matmul_precision(), matmul.allow_tf32,
-             matmul.allow_fp16_reduced_precision_reduction, matmul.allow_bf16_reduced_precision_reduction,
-             torch.backends.cudnn.allow_tf32)  # fmt: skip
+    saved = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.get_float32_matmul_precision(),
+        matmul.allow_tf32,
+        matmul.allow_fp16_reduced_precision_reduction,
+        matmul.allow_bf16_reduced_precision_reduction,
+        torch.backends.cudnn.allow_tf32,
+    )
     if on_gpu:
         # cuBLAS reproducibility across streams; takes effect where cuBLAS is not yet initialised.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -267,8 +272,14 @@ def compute(config: SdcConfig, *, device: Any = None, node: str = "", gpu: str =
     del x, colsum
     if on_gpu:
         torch.cuda.empty_cache()
-    return SdcResult(node=node or socket.gethostname(), gpu=gpu, device_name=name, config=config,
-                     elapsed_s=time.monotonic() - t0, **fields_)  # fmt: skip
+    return SdcResult(
+        node=node or socket.gethostname(),
+        gpu=gpu,
+        device_name=name,
+        config=config,
+        elapsed_s=time.monotonic() - t0,
+        **fields_,
+    )
 
 
 def reference(config: SdcConfig) -> SdcResult:

@@ -182,8 +182,9 @@ def check_node(
     appends and an atomic rename, all inside the private directory ``name`` under the root."""
     root = expand(root_template, os.environ)
     directory = root / name
-    report = NodeReport(node=ctx.hostname or socket.gethostname(), rank=ctx.rank, path=str(directory),
-                        root_exists=root.is_dir())  # fmt: skip
+    report = NodeReport(
+        node=ctx.hostname or socket.gethostname(), rank=ctx.rank, path=str(directory), root_exists=root.is_dir()
+    )
     if not report.root_exists:
         return report
     try:
@@ -217,10 +218,19 @@ def _exchange(
     errors: list[str] = []
     neighbour = (rank + 1) % world  # a ring: every node is read by one other node, and reads one
 
-    def done(timeout: str = "", appended: int = 0, counts: Mapping[int, int] | None = None,
-             garbled: int = 0) -> NodeReport:  # fmt: skip
-        return replace(report, wrote=wrote, read=read, barrier_timeout=timeout, errors=tuple(errors),
-                       appended=appended, append_lines=dict(counts or {}), append_garbled=garbled)  # fmt: skip
+    def done(
+        timeout: str = "", appended: int = 0, counts: Mapping[int, int] | None = None, garbled: int = 0
+    ) -> NodeReport:
+        return replace(
+            report,
+            wrote=wrote,
+            read=read,
+            barrier_timeout=timeout,
+            errors=tuple(errors),
+            appended=appended,
+            append_lines=dict(counts or {}),
+            append_garbled=garbled,
+        )
 
     def meet(barrier: str) -> str:
         missing = _barrier(directory, barrier, rank, world, timeout_s)

@@ -101,8 +101,15 @@ def select_gpus(uuids: Sequence[str], visible: str | None) -> list[int]:
 class Sampler:
     """Samples this node every ``interval_s`` in a daemon thread while the ``with`` block runs."""
 
-    def __init__(self, node: str, *, interval_s: float = DEFAULT_INTERVAL_S, proc_root: Path | str = "/proc",
-                 gpus: bool = True, visible: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        node: str,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        proc_root: Path | str = "/proc",
+        gpus: bool = True,
+        visible: str | None = None,
+    ) -> None:
         self.node = node
         self.interval_s = interval_s
         self.proc_root = Path(proc_root)
@@ -133,8 +140,10 @@ class Sampler:
             return
         self._nvml = pynvml
         # NVML renamed "throttle reasons" to "clocks event reasons"; older bindings lack the new name.
-        self._reasons = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-                         or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)  # fmt: skip
+        self._reasons = (
+            getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         try:
             count = pynvml.nvmlDeviceGetCount()
             handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
@@ -211,8 +220,9 @@ class Sampler:
         self._thread.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=max(5.0, 4 * self.interval_s))
@@ -226,11 +236,18 @@ class Sampler:
 
     def result(self) -> NodeTelemetry:
         """Everything sampled, as plain data."""
-        return NodeTelemetry(node=self.node, interval_s=self.interval_s, t0=self._t0,
-                             gpus={g: {m: list(v) for m, v in s.items()} for g, s in self._gpus.items()},
-                             node_series={k: list(v) for k, v in self._node_series.items()},
-                             samples=self._samples, busy_s=self._busy, wall_s=self._wall,
-                             errors=tuple(self._errors), gpu_error=self._gpu_error)  # fmt: skip
+        return NodeTelemetry(
+            node=self.node,
+            interval_s=self.interval_s,
+            t0=self._t0,
+            gpus={g: {m: list(v) for m, v in s.items()} for g, s in self._gpus.items()},
+            node_series={k: list(v) for k, v in self._node_series.items()},
+            samples=self._samples,
+            busy_s=self._busy,
+            wall_s=self._wall,
+            errors=tuple(self._errors),
+            gpu_error=self._gpu_error,
+        )
 
 
 # --------------------------------------------------------------------------- workloads

@@ -76,8 +76,9 @@ class TrainConfig:
 
 
 # The model a CPU runs instead of the GPU-sized default: the ci profile's [training] sizes.
-TINY = TrainConfig(d_model=64, n_layers=2, n_heads=4, seq_len=64, vocab=512, micro_batch=2,
-                   steps=8, warmup_steps=2, lr=3e-3)  # fmt: skip
+TINY = TrainConfig(
+    d_model=64, n_layers=2, n_heads=4, seq_len=64, vocab=512, micro_batch=2, steps=8, warmup_steps=2, lr=3e-3
+)
 
 
 # Without real GPUs, this many CPU ranks per node stand in for a node's GPUs: enough to exercise
@@ -118,9 +119,11 @@ def plan_training(config: TrainConfig, *, gpus_per_node: int, real_gpus: bool) -
     note = ""
     if config.model == default.model and config.micro_batch == default.micro_batch:
         config = replace(TINY, timeout_s=timeout_s)
-        note = (f"no GPUs: the GPU-sized default model was replaced by the tiny CPU model (d {TINY.d_model}, "
-                f"{TINY.n_layers} layers, seq {TINY.seq_len}, vocab {TINY.vocab}, micro-batch {TINY.micro_batch}, "
-                f"{TINY.steps} steps), fp32 over gloo, {ranks} CPU rank{'s' * (ranks != 1)} per node")  # fmt: skip
+        note = (
+            f"no GPUs: the GPU-sized default model was replaced by the tiny CPU model (d {TINY.d_model}, "
+            f"{TINY.n_layers} layers, seq {TINY.seq_len}, vocab {TINY.vocab}, micro-batch {TINY.micro_batch}, "
+            f"{TINY.steps} steps), fp32 over gloo, {ranks} CPU rank{'s' * (ranks != 1)} per node"
+        )
     return TrainingPlan(config, ranks, 0, timeout_s, note)
 
 
@@ -152,8 +155,14 @@ class RunStats:
         return self.tokens_per_step * len(self.step_times_s) / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
-def train(ctx: TaskContext, *, config: TrainConfig, modes: Sequence[str] = ("ddp", "fsdp"),
-          backend: str | None = None, timeout_s: float = 600.0) -> tuple[RunStats, ...]:  # fmt: skip
+def train(
+    ctx: TaskContext,
+    *,
+    config: TrainConfig,
+    modes: Sequence[str] = ("ddp", "fsdp"),
+    backend: str | None = None,
+    timeout_s: float = 600.0,
+) -> tuple[RunStats, ...]:
     """Train ``config`` once per mode on this task's GPU (or CPU); one RunStats per mode.
 
     "single" trains without a wrapper or collectives (the one-GPU baseline; in a job of several
@@ -200,20 +209,30 @@ def _run(ctx: TaskContext, cfg: TrainConfig, mode: str, device: Any) -> RunStats
         for block in model.blocks:
             block.compile()
     wrapped = _wrap(model, mode, device, cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1,
-                            fused=on_gpu)  # fmt: skip
-    batches = synthetic_batches(cfg.model, micro_batch=cfg.micro_batch, pool=cfg.data_pool,
-                                seed=cfg.seed * 100003 + rank, device=device)  # fmt: skip
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1, fused=on_gpu)
+    batches = synthetic_batches(
+        cfg.model, micro_batch=cfg.micro_batch, pool=cfg.data_pool, seed=cfg.seed * 100003 + rank, device=device
+    )
     losses, times, elapsed = _loop(wrapped, opt, batches, cfg, device, mode)
     mismatches = _replica_mismatches(model, rank, world) if mode == "ddp" else ()
     peak = int(torch.cuda.max_memory_allocated(device)) if on_gpu else 0
     stats = RunStats(
-        mode=mode, rank=ctx.rank, world_size=world, node=ctx.hostname, gpu=gpu_label(device, ctx.local_rank),
+        mode=mode,
+        rank=ctx.rank,
+        world_size=world,
+        node=ctx.hostname,
+        gpu=gpu_label(device, ctx.local_rank),
         device_name=torch.cuda.get_device_name(device) if on_gpu else "cpu",
-        dtype="bf16" if on_gpu else "fp32", compiled=cfg.compile, n_params=n_params,
-        tokens_per_step=cfg.micro_batch * cfg.seq_len * cfg.grad_accum, step_times_s=times, elapsed_s=elapsed,
-        losses=losses, peak_memory_bytes=peak, replica_mismatches=mismatches,
-    )  # fmt: skip
+        dtype="bf16" if on_gpu else "fp32",
+        compiled=cfg.compile,
+        n_params=n_params,
+        tokens_per_step=cfg.micro_batch * cfg.seq_len * cfg.grad_accum,
+        step_times_s=times,
+        elapsed_s=elapsed,
+        losses=losses,
+        peak_memory_bytes=peak,
+        replica_mismatches=mismatches,
+    )
     del wrapped, model, opt, batches
     return stats
 
@@ -229,9 +248,12 @@ def _wrap(model: Any, mode: str, device: Any, cfg: TrainConfig) -> Any:
         # no_sync, so not with gradient accumulation); larger buckets mean fewer, more efficient
         # collectives while backward still overlaps them.
         ddp = DistributedDataParallel(
-            model, device_ids=[device] if device.type == "cuda" else None, gradient_as_bucket_view=True,
-            static_graph=cfg.grad_accum == 1, bucket_cap_mb=cfg.ddp_bucket_mb,
-        )  # fmt: skip
+            model,
+            device_ids=[device] if device.type == "cuda" else None,
+            gradient_as_bucket_view=True,
+            static_graph=cfg.grad_accum == 1,
+            bucket_cap_mb=cfg.ddp_bucket_mb,
+        )
         if cfg.grad_reduce_dtype == "bf16" and device.type == "cuda":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -251,15 +273,16 @@ def _wrap(model: Any, mode: str, device: Any, cfg: TrainConfig) -> Any:
         policy = MixedPrecisionPolicy(
             param_dtype=torch.bfloat16 if on_gpu and cfg.fsdp_param_dtype == "bf16" else None,
             reduce_dtype=torch.bfloat16 if on_gpu and cfg.grad_reduce_dtype == "bf16" else torch.float32,
-        )  # fmt: skip
+        )
         for block in model.blocks:
             fully_shard(block, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
     return model
 
 
-def _loop(model: Any, opt: Any, batches: list[Any], cfg: TrainConfig, device: Any,
-          mode: str = "single") -> tuple[tuple[float, ...], tuple[float, ...], float]:  # fmt: skip
+def _loop(
+    model: Any, opt: Any, batches: list[Any], cfg: TrainConfig, device: Any, mode: str = "single"
+) -> tuple[tuple[float, ...], tuple[float, ...], float]:
     """Each step: ``grad_accum`` micro-batches (the gradient is reduced across ranks on the last
     only: DDP's ``no_sync``, FSDP2's ``set_requires_gradient_sync``), then the optimiser."""
     import torch
@@ -387,7 +410,7 @@ def summarise(runs: Sequence[RunStats], config: TrainConfig) -> TrainingSummary:
     steps = min(len(r.losses) for r in runs)
     mean_losses = tuple(sum(r.losses[i] for r in runs) / len(runs) for i in range(steps))
     if steps >= 2 and all(math.isfinite(v) for v in mean_losses):
-        tail = mean_losses[-max(1, steps // 4):]
+        tail = mean_losses[-max(1, steps // 4) :]
         end = sum(tail) / len(tail)
         if not end < mean_losses[0] * (1 - MIN_LOSS_DROP):
             problems.append(
@@ -396,8 +419,10 @@ def summarise(runs: Sequence[RunStats], config: TrainConfig) -> TrainingSummary:
             )
     for r in runs:
         for rank, count, name in r.replica_mismatches:
-            line = (f"rank {rank} ({where.get(rank, '?')}): {count} parameter tensor(s) differ from rank 0 "
-                    f"({where.get(0, '?')}) after DDP training, first {name}")  # fmt: skip
+            line = (
+                f"rank {rank} ({where.get(rank, '?')}): {count} parameter tensor(s) differ from rank 0 "
+                f"({where.get(0, '?')}) after DDP training, first {name}"
+            )
             if line not in problems:
                 problems.append(line)
     names = {r.device_name for r in runs}
@@ -408,13 +433,21 @@ def summarise(runs: Sequence[RunStats], config: TrainConfig) -> TrainingSummary:
     shape = ModelShape(config.d_model, config.n_layers, config.seq_len, config.vocab, first.n_params)
     times = [t for r in runs for t in r.step_times_s]
     return TrainingSummary(
-        mode=first.mode, world_size=first.world_size, nodes=tuple(dict.fromkeys(r.node for r in runs)),
-        device_name=first.device_name, dtype=first.dtype, tokens_per_s_per_gpu=per_gpu,
-        step_p50_s=percentile(times, 50), step_p95_s=percentile(times, 95),
+        mode=first.mode,
+        world_size=first.world_size,
+        nodes=tuple(dict.fromkeys(r.node for r in runs)),
+        device_name=first.device_name,
+        dtype=first.dtype,
+        tokens_per_s_per_gpu=per_gpu,
+        step_p50_s=percentile(times, 50),
+        step_p95_s=percentile(times, 95),
         peak_memory_gib=max(r.peak_memory_bytes for r in runs) / 2**30,
-        mfu_percent=mfu_percent(per_gpu, training_flops_per_token(shape), peak), peak_tflops=peak,
-        losses=mean_losses, problems=tuple(problems), n_params=first.n_params,
-    )  # fmt: skip
+        mfu_percent=mfu_percent(per_gpu, training_flops_per_token(shape), peak),
+        peak_tflops=peak,
+        losses=mean_losses,
+        problems=tuple(problems),
+        n_params=first.n_params,
+    )
 
 
 def loss_agreement(a: TrainingSummary, b: TrainingSummary) -> tuple[float, float]:
@@ -422,7 +455,7 @@ def loss_agreement(a: TrainingSummary, b: TrainingSummary) -> tuple[float, float
     and the tolerance for their dtype (see LOSS_AGREEMENT)."""
     n = min(len(a.losses), len(b.losses))
     k = max(1, n // 4)
-    la, lb = sum(a.losses[n - k:n]) / k, sum(b.losses[n - k:n]) / k
+    la, lb = sum(a.losses[n - k : n]) / k, sum(b.losses[n - k : n]) / k
     rel = abs(la - lb) / max(abs(la), abs(lb), 1e-12)
     return rel, LOSS_AGREEMENT.get(a.dtype, LOSS_AGREEMENT["bf16"])
 

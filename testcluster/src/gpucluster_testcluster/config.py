@@ -440,9 +440,7 @@ def strip_hosts_block(text: str) -> str:
     return "".join(out)
 
 
-def add_hosts_block(
-    text: str, nodes: tuple[str, ...], addrs: tuple[ipaddress.IPv4Address, ...] | None = None
-) -> str:
+def add_hosts_block(text: str, nodes: tuple[str, ...], addrs: tuple[ipaddress.IPv4Address, ...] | None = None) -> str:
     """``text`` with our block naming ``nodes`` (at ``addrs``, by default their bridge addresses)."""
     base = strip_hosts_block(text)
     if base and not base.endswith("\n"):

@@ -237,9 +237,7 @@ def start_slurmd(paths: Paths, node: str, network: config.Network = "netns") -> 
     config.validate_node_name(node)
     # Not `ip netns exec`: it remounts /sys, hides the cgroup fs, and slurmd
     # then fails to load its cgroup plugin.
-    enter: list[str | os.PathLike[str]] = (
-        [_binary("nsenter"), f"--net=/run/netns/{node}"] if network == "netns" else []
-    )
+    enter: list[str | os.PathLike[str]] = [_binary("nsenter"), f"--net=/run/netns/{node}"] if network == "netns" else []
     argv: list[str | os.PathLike[str]] = [
         *enter,
         _binary("unshare"),

@@ -133,7 +133,9 @@ def _check_loadable() -> None:
             continue
         absent = [line.split()[0] for line in out.splitlines() if "not found" in line]
         if absent and name == "ip":
-            print(f"warning: ip needs libraries this machine lacks ({', '.join(absent)}); "
-                  "only --network host will work", file=sys.stderr)
+            print(
+                f"warning: ip needs libraries this machine lacks ({', '.join(absent)}); only --network host will work",
+                file=sys.stderr,
+            )
         elif absent:
             raise ClusterError(f"{name} needs libraries this machine lacks: {', '.join(absent)}")
