@@ -29,16 +29,20 @@ def reason_of(node: str) -> str:
 
 def test_drain_failed_drains_exactly_the_rejected_node_with_its_evidence(slurm_cluster, tmp_path):
     profile = fault_profile(tmp_path)
-    test_file = tmp_path / "test_planted.py"
-    test_file.write_text(PLANTED)
-    (tmp_path / "fault").touch()
+    # A folder, not a file, beside the suite: the run stays a whole acceptance, not a partial one.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "test_planted.py").write_text(PLANTED)
+    (site / "fault").touch()
+    whole = ("tests/acceptance", str(site), "-m", "not slow")
     try:
-        run = run_pytest(profile, tmp_path, str(test_file), "--drain-failed", timeout=120)
+        run = run_pytest(profile, tmp_path, *whole, "--drain-failed", timeout=300)
         node4, node3 = reason_of("node4"), reason_of("node3")
     finally:
         restore_nodes(slurm_cluster)
     assert run.returncode == 1, run.output[-3000:]
     assert run.results["acceptance"]["nodes"]["exclude"] == "node4"
+    assert run.results["acceptance"]["nodes"]["summary"] == "1 of 2 nodes accepted; rejected: node4"
     state, reason = node4.split("|", 1)
     assert "drain" in state, node4
     assert reason.startswith("pytest-gpucluster: rejected: node4: planted fault for the drain test"), node4
@@ -47,11 +51,12 @@ def test_drain_failed_drains_exactly_the_rejected_node_with_its_evidence(slurm_c
     assert f"drained node4 (--drain-failed): reason {reason!r}" in run.output
 
     # Repaired (the fault is gone) and resumed by restore_nodes: re-test node4 alone and merge.
-    (tmp_path / "fault").unlink()
+    (site / "fault").unlink()
     first = tmp_path / "first.json"
     first.write_text(json.dumps(run.results))
-    retest = run_pytest(profile, tmp_path, str(test_file), "--nodes=node4", f"--merge-results={first}", timeout=120)
-    assert retest.returncode == 0, retest.output[-3000:]
+    retest = run_pytest(profile, tmp_path, *whole, "--nodes=node4", f"--merge-results={first}", timeout=300)
     merged = retest.results["handover"]
+    assert retest.returncode == 0, retest.output[-3000:]
     assert merged["verdict"] == "ACCEPTED" and merged["retested"] == ["node4"], merged
     assert merged["nodes"]["node3"]["from"] == str(first) and merged["summary"] == "2 of 2 nodes accepted"
+    assert "handover with " in retest.output and ": ACCEPTED: 2 of 2 nodes accepted" in retest.output

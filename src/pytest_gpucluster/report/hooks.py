@@ -341,7 +341,8 @@ class ResultsHooks:
             )
             for node, v in merged["nodes"].items():
                 if v["verdict"] != "ACCEPTED":
-                    terminalreporter.write_line(f"  {node}: {v['verdict']}: {(v.get('reasons') or ['?'])[0]}")
+                    why = (v.get("reasons") or [f"as judged in {v['from']}, where only the selected checks ran"])[0]
+                    terminalreporter.write_line(f"  {node}: {v['verdict']}: {why}")
         for node, done in (results.extra.get("drained") or {}).items():
             said = f"reason {done['reason']!r}" if "reason" in done else f"NOT drained: {done['error']}"
             terminalreporter.write_line(f"drained {node} (--drain-failed): {said}")
