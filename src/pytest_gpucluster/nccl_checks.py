@@ -20,7 +20,7 @@ from pytest_gpucluster.checks.busbw import describe_judged
 from pytest_gpucluster.checks.pairing import Isolation, Pair, isolate
 from pytest_gpucluster.config import NVLS_COLLECTIVES, Threshold
 from pytest_gpucluster.errors import GpuClusterError
-from pytest_gpucluster.plan import jobs
+from pytest_gpucluster.plan import facts, jobs
 from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
 from pytest_gpucluster.verdict import Measurement, judge
 from pytest_gpucluster.workloads.busbw import SweepResult
@@ -34,7 +34,6 @@ from pytest_gpucluster.workloads.telemetry import NodeTelemetry, under_telemetry
 if TYPE_CHECKING:
     from pytest_gpucluster.session import GpuClusterSession
 
-CPU_TASKS_PER_NODE = 2  # without GPUs, two gloo processes per node still make a communicator
 # The areas (test files) the node probe serves: each is given the probe's part of a shared job.
 PROBE_AREAS = ("gpu_health", "infiniband", "inventory", "dcgm")
 
@@ -78,9 +77,7 @@ def metric_name(gc: GpuClusterSession, op: str, scope: str) -> str:
 
 def tasks_per_node(gc: GpuClusterSession) -> int:
     """One process per GPU; two per node where the GPUs are not real (gloo on CPU)."""
-    if gc.profile.gpus_are_real and gc.gpus_per_node:
-        return gc.gpus_per_node
-    return CPU_TASKS_PER_NODE
+    return facts.ranks_per_node(gc.profile, gc.gpus_per_node)
 
 
 # Set by the profile, these leave NCCL's logging as the site wants it (and the sweeps record only
@@ -150,31 +147,12 @@ class IntraNodeRun:
 
 
 def _uses_nccl_tests(gc: GpuClusterSession, groups: Groups) -> bool:
-    s = gc.profile.nccl
-    return bool(s.nccl_tests_dir) and groups == "node" and gc.profile.gpus_are_real and gc.gpus_per_node > 0
+    return groups == "node" and facts.uses_nccl_tests(gc.profile, gc.gpus_per_node)
 
 
 def no_intra_node_collective(gc: GpuClusterSession) -> str | None:
-    """Why the profile's nodes have no intra-node collective, or None: a node of one GPU (a device
-    or a GRES) has no peer inside it. Nodes without GPUs have CPU ranks stand in, so they have one."""
-    if gc.gpus_per_node == 1:
-        return "node has 1 GPU: no intra-node collective"
-    return None
-
-
-def plan_flags(gc: GpuClusterSession) -> frozenset[str]:
-    """The facts of this run the suite's job requests name (``plan.jobs``): whether the nodes
-    have an intra-node collective, whether its sweeps run in torch (where other readings can ride
-    in the job), and whether the compute ceilings take one task per GPU as the sweeps do."""
-    flags = set()
-    if no_intra_node_collective(gc) is None:
-        flags.add(jobs.INTRA_NODE_PEERS)
-    if not _uses_nccl_tests(gc, "node"):
-        flags.add(jobs.TORCH_SWEEPS)
-    plan = plan_compute(gc.profile.compute, gpus_per_node=gc.gpus_per_node, real_gpus=gc.profile.gpus_are_real)
-    if plan.ranks_per_node == tasks_per_node(gc):
-        flags.add(jobs.COMPUTE_RANKS_MATCH)
-    return frozenset(flags)
+    """Why the profile's nodes have no intra-node collective, or None (``plan.facts``)."""
+    return facts.no_intra_node_collective(gc.gpus_per_node)
 
 
 def probe_rides_along(gc: GpuClusterSession) -> bool:

@@ -34,9 +34,9 @@ from pytest_gpucluster.config import Config, Profile, ThresholdSet
 from pytest_gpucluster.errors import GpuClusterError, SlurmQueryError
 from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
-from pytest_gpucluster.nccl_checks import plan_flags
 from pytest_gpucluster.outcomes import NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, last_order, make_plan
+from pytest_gpucluster.plan import facts as run_facts
 from pytest_gpucluster.results import ResultsDocument, now_iso
 from pytest_gpucluster.run import Runner, Start
 from pytest_gpucluster.run.runner import SharedFailure
@@ -371,14 +371,13 @@ class GpuClusterSession:
                     uses.append(Use(request, item.nodeid, taken))
                     if start is not None:
                         starts.setdefault(request.key, start)
-        flags = plan_flags(self)
-        facts = Facts(
+        known = Facts(
             nodes=len(self.nodes),
             gpus_per_node=self.gpus_per_node,
-            flags=flags,
+            flags=run_facts.flags(self.profile, self.gpus_per_node),
             sees_whole_selection=not self.settings.is_xdist_worker,
         )
-        plan = make_plan(uses, facts)
+        plan = make_plan(uses, known)
         early = {
             f"{job.key}{i}": Start(job.key, starts[job.key], dict(p))
             for job in plan.ahead

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_gpucluster import nccl_checks
-from pytest_gpucluster.plan import Facts, Use, jobs, make_plan
+from pytest_gpucluster.plan import Facts, Use, facts, jobs, make_plan
 from pytest_gpucluster.workloads.compute import ComputeConfig
 
 READERS = (jobs.NCCL_INTRA, jobs.NODE_PROBE, jobs.CEILINGS)
@@ -18,8 +18,8 @@ READERS = (jobs.NCCL_INTRA, jobs.NODE_PROBE, jobs.CEILINGS)
 def _session(gpus_per_node: int, *, real: bool = True) -> SimpleNamespace:
     profile = SimpleNamespace(gpus_are_real=real, nccl=SimpleNamespace(nccl_tests_dir=None), compute=ComputeConfig())
     gc = SimpleNamespace(gpus_per_node=gpus_per_node, profile=profile)
-    facts = Facts(nodes=2, gpus_per_node=gpus_per_node, flags=nccl_checks.plan_flags(gc))
-    gc.plan = make_plan([Use(r, f"test_{r.key}") for r in READERS], facts)
+    known = Facts(nodes=2, gpus_per_node=gpus_per_node, flags=facts.flags(profile, gpus_per_node))
+    gc.plan = make_plan([Use(r, f"test_{r.key}") for r in READERS], known)
     return gc
 
 

@@ -341,8 +341,8 @@ class ResultsHooks:
             )
             for node, v in merged["nodes"].items():
                 if v["verdict"] != "ACCEPTED":
-                    why = (v.get("reasons") or [f"as judged in {v['from']}, where only the selected checks ran"])[0]
-                    terminalreporter.write_line(f"  {node}: {v['verdict']}: {why}")
+                    first = (v.get("reasons") or [f"as judged in {v['from']}, where only the selected checks ran"])[0]
+                    terminalreporter.write_line(f"  {node}: {v['verdict']}: {first}")
         for node, done in (results.extra.get("drained") or {}).items():
             said = f"reason {done['reason']!r}" if "reason" in done else f"NOT drained: {done['error']}"
             terminalreporter.write_line(f"drained {node} (--drain-failed): {said}")

@@ -1,0 +1,42 @@
+"""The facts of a run that the suite's job requests name (``jobs.TORCH_SWEEPS`` and the others),
+from the profile and the GPUs per node alone: decided before any job exists."""
+
+from __future__ import annotations
+
+from pytest_gpucluster.config import Profile
+from pytest_gpucluster.plan import jobs
+from pytest_gpucluster.workloads.compute import plan_compute
+
+CPU_TASKS_PER_NODE = 2  # without GPUs, two gloo processes per node still make a communicator
+
+
+def ranks_per_node(profile: Profile, gpus_per_node: int) -> int:
+    """One process per GPU; two per node where the GPUs are not real (gloo on CPU)."""
+    return gpus_per_node if profile.gpus_are_real and gpus_per_node else CPU_TASKS_PER_NODE
+
+
+def no_intra_node_collective(gpus_per_node: int) -> str | None:
+    """Why the nodes have no intra-node collective, or None: a node of one GPU (a device or a GRES)
+    has no peer inside it. Nodes without GPUs have CPU ranks stand in, so they have one."""
+    return "node has 1 GPU: no intra-node collective" if gpus_per_node == 1 else None
+
+
+def uses_nccl_tests(profile: Profile, gpus_per_node: int) -> bool:
+    """Whether the intra-node sweeps run nccl-tests' binaries (``[nccl] nccl_tests_dir``) rather
+    than torch: only on real GPUs."""
+    return bool(profile.nccl.nccl_tests_dir) and profile.gpus_are_real and gpus_per_node > 0
+
+
+def flags(profile: Profile, gpus_per_node: int) -> frozenset[str]:
+    """Whether the nodes have an intra-node collective, whether its sweeps run in torch (where
+    other readings can ride in the job), and whether the compute ceilings take one task per GPU as
+    the sweeps do."""
+    out = set()
+    if no_intra_node_collective(gpus_per_node) is None:
+        out.add(jobs.INTRA_NODE_PEERS)
+    if not uses_nccl_tests(profile, gpus_per_node):
+        out.add(jobs.TORCH_SWEEPS)
+    compute = plan_compute(profile.compute, gpus_per_node=gpus_per_node, real_gpus=profile.gpus_are_real)
+    if compute.ranks_per_node == ranks_per_node(profile, gpus_per_node):
+        out.add(jobs.COMPUTE_RANKS_MATCH)
+    return frozenset(out)
