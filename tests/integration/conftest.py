@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -16,9 +17,38 @@ import pytest
 
 from gpucluster_testcluster import ClusterInfo, TestCluster, config
 
+# One test cluster per machine: sessions that use it (the self-tests, tools/prove-* runs wrapped in
+# flock(1) on this file) take turns. The wait is bounded; a holder past it is named by the message.
+CLUSTER_LOCK = Path("/tmp/gpucluster-testcluster.lock")
+CLUSTER_LOCK_WAIT_S = 1800.0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cluster_lock() -> Iterator[None]:
+    """Hold the test cluster's lock for the whole session (bounded wait for another holder): every
+    integration test uses the one cluster or brings up clusters of its own on this machine."""
+    with CLUSTER_LOCK.open("a") as handle:
+        deadline = time.monotonic() + CLUSTER_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(
+                        f"{CLUSTER_LOCK} is still held after {CLUSTER_LOCK_WAIT_S:.0f} s by another user of the "
+                        "test cluster (fuser -v shows which process); do not wrap the self-tests in flock(1)",
+                        pytrace=False,
+                    )
+                time.sleep(2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
 
 @pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[ClusterInfo]:
+def slurm_cluster(cluster_lock: None) -> Iterator[ClusterInfo]:
     """The local multi-node Slurm cluster, started once per session.
 
     A healthy cluster that is already running (e.g. from
