@@ -323,6 +323,8 @@ class ResultsHooks:
         results = self.session.results
         if results is None or "acceptance" not in results.extra or not self._speaks_for_a_cluster():
             return
+        if self.config.option.collectonly:  # --collect-only, --dry-run: nothing ran, nothing to judge
+            return
         acc = results.extra["acceptance"]
         counts = ", ".join(f"{n} {k}" for k, n in acc["counts"].items() if n)
         colour = {"ACCEPTED": {"green": True}, "REJECTED": {"red": True}}.get(acc["verdict"], {"yellow": True})

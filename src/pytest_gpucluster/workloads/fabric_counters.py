@@ -225,7 +225,7 @@ def snapshot(ctx: TaskContext, *, root: str = SYSFS_ROOT, nvml: bool = True) -> 
     """Run on each node: its InfiniBand and NVLink error counters now. ``nvml=False`` skips
     NVLink (recorded as unsupported), for nodes or tests without GPUs."""
     node = ctx.hostname or socket.gethostname()
-    gpus, status = _nvlink_snapshot() if nvml else ((), "unsupported: not read")
+    gpus, status = _nvlink_snapshot() if nvml else ((), "unsupported: not asked for (a job without GPUs)")
     now = time.time()
     try:
         return FabricSnapshot(node, now, root, read_ib_counters(root), gpus, status)
