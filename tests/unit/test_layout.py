@@ -84,3 +84,18 @@ def test_no_string_in_src_names_an_acceptance_test():
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and any(t in node.value for t in tests)
     ]
     assert not named, named
+
+
+def test_the_planner_imports_no_pytest_no_slurm_no_session():
+    modules = _modules()
+    banned = {"pytest", "pytest_gpucluster.session", "pytest_gpucluster.slurm", "pytest_gpucluster.launch"}
+    found = {
+        name: sorted(
+            m
+            for m in _runtime_imports(path, name, set(modules) | banned)
+            if m in banned or m.startswith("pytest_gpucluster.launch")
+        )
+        for name, path in modules.items()
+        if name.startswith("pytest_gpucluster.plan")
+    }
+    assert found and not any(found.values()), found
