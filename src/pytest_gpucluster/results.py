@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from pytest_gpucluster.outcomes import is_not_applicable
 from pytest_gpucluster.selection import Selection
@@ -110,6 +110,68 @@ def glob_escape(text: str) -> str:
     return re.sub(r"([\[\]*?])", r"[\1]", text)
 
 
+class JobEntry(TypedDict, total=False):
+    """One job a test used (``GpuClusterSession.submit``); times are epoch seconds."""
+
+    job_id: str
+    name: str
+    folder: str
+    submitted_at: float
+    process_from: float
+    ran_from: float
+    ran_to: float
+    workload_s: float
+    seen_at: float
+    parts: dict[str, list[float]]  # area → [from, to] of its phase in a job serving several areas
+
+
+class ThresholdEntry(TypedDict, total=False):
+    """The bounds a measurement was judged by: only those set, and where they came from."""
+
+    fail_below: float
+    warn_below: float
+    fail_above: float
+    warn_above: float
+    xfail: bool
+    source: str
+
+
+class MeasurementEntry(TypedDict, total=False):
+    """One judged measurement (``Judge``): value, place, verdict and its sentence."""
+
+    kind: str  # "measurement"
+    metric: str
+    value: float
+    unit: str
+    where: str
+    detail: str
+    job_id: str | None
+    status: str
+    sentence: str
+    threshold: ThresholdEntry
+
+
+class SeriesEntry(TypedDict, total=False):
+    """A plotted series (``record("series", ...)``)."""
+
+    kind: str  # "series"
+    name: str
+    where: str
+    x_label: str
+    y_label: str
+    x_log: bool
+    points: list[list[float]]
+    threshold: float | None
+
+
+class LogEntry(TypedDict):
+    """The end of a failed job's log, read by the process that ran the test."""
+
+    job_id: str
+    path: str
+    tail: str
+
+
 @dataclass
 class TestRecord:
     """What one test did, assembled from its setup/call/teardown reports."""
@@ -119,11 +181,11 @@ class TestRecord:
     duration_s: float = 0.0
     message: str = ""
     job_ids: list[str] = field(default_factory=list)
-    jobs: list[dict[str, Any]] = field(default_factory=list)
-    measurements: list[dict[str, Any]] = field(default_factory=list)
-    series: list[dict[str, Any]] = field(default_factory=list)
+    jobs: list[JobEntry] = field(default_factory=list)
+    measurements: list[MeasurementEntry] = field(default_factory=list)
+    series: list[SeriesEntry] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    logs: list[dict[str, Any]] = field(default_factory=list)
+    logs: list[LogEntry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what the check warned of (GpuClusterWarning)
     unjudged: str = ""  # an error that is no judgement (a harness fault): the exception's type
     extra: dict[str, Any] = field(default_factory=dict)
@@ -330,15 +392,15 @@ class ResultsDocument:
             by_kind: dict[str, list[dict[str, Any]]] = {}
             for e in entries:
                 by_kind.setdefault(str(e.get("kind")), []).append(e)
-            rec.measurements = by_kind.get("measurement", [])
-            rec.series = by_kind.get("series", [])
+            rec.measurements = [cast(MeasurementEntry, e) for e in by_kind.get("measurement", [])]
+            rec.series = [cast(SeriesEntry, e) for e in by_kind.get("series", [])]
             rec.problems = [str(e.get("text", "")) for e in by_kind.get("problem", [])]
             jobs = {str(e["job_id"]): e for e in by_kind.get("job", []) if "job_id" in e}
-            rec.jobs = [{k: v for k, v in e.items() if k != "kind"} for e in jobs.values()]
+            rec.jobs = [cast(JobEntry, _without_kind(e)) for e in jobs.values()]
             rec.job_ids = list(jobs)
             known = {log["path"] for log in rec.logs}
             new_logs = [e for e in by_kind.get("log", []) if e.get("path") not in known]
-            rec.logs += [{k: v for k, v in e.items() if k != "kind"} for e in new_logs]
+            rec.logs += [cast(LogEntry, _without_kind(e)) for e in new_logs]
             for e in by_kind.get("environment", []):
                 self.environment.update(e.get("facts", {}))
             for e in by_kind.get("inventory", []):
@@ -378,6 +440,10 @@ class ResultsDocument:
     def write(self, path: Path) -> None:
         """Rewrite ``path`` atomically."""
         atomic_write_json(path, self.to_json())
+
+
+def _without_kind(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k != "kind"}
 
 
 def load_results(path: Path) -> dict[str, Any]:
