@@ -132,6 +132,8 @@ class GpuClusterSession:
         self.status_lines: list[str] = []
         self._pending_since: dict[str, float] = {}
         self.terminal: Any = None
+        self._capture: Any = None  # pytest's capture manager: live lines go past the test's capture
+        self._say_lock = threading.Lock()
         self.results: ResultsDocument | None = None
         if settings.is_controller:
             self.results = ResultsDocument(
@@ -393,8 +395,7 @@ class GpuClusterSession:
         if still:
             line = f"early jobs still running after {self._ahead_limit_s():.0f} s: {', '.join(still)}; going on"
             self.status_lines.append(line)
-            if self.terminal is not None:
-                self.terminal.write_line(f"[gpucluster] {line}")
+            self.say(line)
 
     def _jobs_of_current(self) -> Iterator[dict[str, Any]]:
         if self.current_item is None:
@@ -437,8 +438,7 @@ class GpuClusterSession:
             line = f"job {job_id} {state} after {waited:.0f} s in the queue"
         else:
             return
-        if self.terminal is not None:
-            self.terminal.write_line(f"[gpucluster] {line}")
+        self.say(line)
 
     # ------------------------------------------------------------------ needs
 
@@ -480,11 +480,22 @@ class GpuClusterSession:
 
     # ------------------------------------------------------------------ hooks
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_configure(self, config: pytest.Config) -> None:
-        """Remember the terminal for live job progress (not on xdist workers: no terminal)."""
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Remember the terminal for live job progress, terminal or not (CI logs); not on xdist
+        workers, which have none. (At configure time the terminal reporter may not exist yet.)"""
         if not self.settings.is_xdist_worker:
-            self.terminal = config.pluginmanager.get_plugin("terminalreporter")
+            self.terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+            self._capture = session.config.pluginmanager.get_plugin("capturemanager")
+
+    def say(self, line: str) -> None:
+        """One live ``[gpucluster]`` line, also while a test runs with its output captured and from
+        the threads of early starts (one at a time)."""
+        if self.terminal is None:
+            return
+        with self._say_lock:
+            uncaptured = self._capture.global_and_fixture_disabled() if self._capture else contextlib.nullcontext()
+            with uncaptured:
+                self.terminal.write_line(f"[gpucluster] {line}")
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Tests taking ``node`` run once per tested node; the test id is the node name."""

@@ -261,3 +261,16 @@ def test_a_failure_shared_by_several_tests_shows_its_traceback_once(gpc):
             "[[]a[]], which shows it in full)"
         ]
     )
+
+
+PROGRESS = """
+def test_waits(gpucluster):
+    gpucluster._on_status("4711", "PENDING", "Resources")
+"""
+
+
+def test_live_progress_reaches_output_that_is_not_a_terminal(gpc):
+    # pytester's subprocess writes to a pipe, as a CI runner's log does.
+    gpc.makepyfile(PROGRESS)
+    result = gpc.runpytest_subprocess()
+    result.stdout.fnmatch_lines(["*[[]gpucluster[]] job 4711 PENDING (Resources) for test_waits*"])
