@@ -26,7 +26,10 @@ def _doc(*values, started="2026-11-23T10:00:00+00:00", profile="nebius"):
     }
 
 
-def _fragment(*runs, margins=Margins()):
+DEFAULT = Margins()
+
+
+def _fragment(*runs, margins=DEFAULT):
     text = calibrate(
         runs, set_name="calibrated-nebius", match="NVIDIA H100 80GB HBM3", extends="nebius", margins=margins
     )
@@ -111,7 +114,7 @@ def test_bad_inputs_name_the_option_and_the_file(tmp_path):
     with pytest.raises(ConfigError, match=r"--calibrate-from=\S*y.json: \S*y.json: not a JSON results file"):
         read_run(tmp_path / "y.json", "--calibrate-from")
     other = Run("o.json", _doc(profile="other"))
-    with pytest.raises(ConfigError, match="--calibrate-from=o.json: a run of profile 'other'; this run is 'nebius'"):
+    with pytest.raises(ConfigError, match=r"--calibrate-from=o\.json: a run of profile 'other'; this run is 'nebius'"):
         check_comparable([other], "nebius", None, "--calibrate-from")
-    with pytest.raises(ConfigError, match="--calibrate-from=a.json: measured on 'NVIDIA H100 80GB HBM3'"):
+    with pytest.raises(ConfigError, match=r"--calibrate-from=a\.json: measured on 'NVIDIA H100 80GB HBM3'"):
         check_comparable([Run("a.json", _doc())], "nebius", "NVIDIA H200", "--calibrate-from")
