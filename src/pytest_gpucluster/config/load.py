@@ -266,7 +266,7 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
         raise bad("fabric_sysfs_root", f"expected an absolute path on the nodes, got {p.fabric_sysfs_root!r}.")
     t = p.training
     sizes = ("d_model", "n_layers", "n_heads", "seq_len", "vocab", "micro_batch", "grad_accum", "steps", "timeout_s")
-    for key in sizes:
+    for key in (*sizes, "stability_steps"):
         if getattr(t, key) < 1:
             raise bad(f"training.{key}", f"must be at least 1, got {getattr(t, key)}.")
     if t.warmup_steps < 0:

@@ -73,6 +73,8 @@ METRICS: dict[str, Metric] = {
         _m("train.fsdp.mfu", "%", "higher", "FSDP2 model FLOP utilisation against bf16 peak", calibrate=True),
         _m("train.ddp.scaling_efficiency", "%", "higher", "per-GPU throughput at scale / 1 GPU", calibrate=True),
         _m("train.fsdp.scaling_efficiency", "%", "higher", "per-GPU throughput at scale / 1 GPU", calibrate=True),
+        _m("train.stability.step_time_cv", "%", "lower", "a node's step times: standard deviation / mean"),
+        _m("train.stability.slowest_step_ratio", "ratio", "lower", "a node's slowest step / its median step"),
         # inventory and telemetry
         _m("inventory.cpus_per_gpu", "count", "higher", "logical CPUs per GPU on each node"),
         _m("inventory.memory_per_gpu", "GiB", "higher", "host RAM per GPU on each node"),
