@@ -190,7 +190,7 @@ def _source(lines: Lines, runs: Sequence[Run], nodes: int, margins: Margins) -> 
         )
     return (
         f"{CALIBRATED_PREFIX} from {len(runs)} run(s) started {dates} (results sha256 {shas}); {nodes} node(s); "
-        f"{len(lines.values)} values, median {lines.median:.4g}, spread {lines.spread:.3g} {m.unit}; {how}"
+        f"{len(lines.values)} value(s), median {lines.median:.4g}, spread {lines.spread:.3g} {m.unit}; {how}"
     )
 
 

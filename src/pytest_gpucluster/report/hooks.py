@@ -302,7 +302,7 @@ class ResultsHooks:
                 ),
                 stacklevel=1,
             )
-        if self.calibrate_path is not None and not collect_only:
+        if self.calibrate_path is not None:
             runs = list(self.calibrate_from)
             if any(t.get("measurements") for t in doc.get("tests", [])):
                 runs.append(Run(label=str(self.session.settings.results_path or "this run"), doc=doc))
