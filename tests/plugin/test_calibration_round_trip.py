@@ -67,3 +67,10 @@ def test_missing_calibration_input_is_a_usage_error(suite):
     result = suite.runpytest_subprocess("acceptance", "--calibrate=c.toml", "--calibrate-from=gone.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--calibrate-from=*gone.json: cannot be read (No such file or directory).*"])
+
+
+def test_an_unwritable_calibration_path_is_named(gpc):
+    gpc.makepyfile(test_x="def test_x():\n    pass\n")
+    (gpc.path / "taken").write_text("a file, not a folder")
+    result = gpc.runpytest_subprocess("--calibrate=taken/c.toml")
+    result.stdout.fnmatch_lines(["*CalibrationWarning: --calibrate=*taken/c.toml: cannot be written*"])

@@ -41,6 +41,10 @@ class BaselineWarning(UserWarning):
     """The baseline was measured on a different environment; its comparison may mislead."""
 
 
+class CalibrationWarning(UserWarning):
+    """The calibrated thresholds could not be written where --calibrate says."""
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Where --calibrate puts the lines it writes."""
     group = parser.getgroup("gpucluster", "GPU cluster acceptance")
@@ -314,9 +318,16 @@ class ResultsHooks:
                 margins=self.margins,
                 catalogue=self.session.config.metrics,
             )
-            self.calibrate_path.parent.mkdir(parents=True, exist_ok=True)
-            self.calibrate_path.write_text(text, encoding="utf-8")
-            self.calibrated_path = self.calibrate_path
+            try:
+                self.calibrate_path.parent.mkdir(parents=True, exist_ok=True)
+                self.calibrate_path.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                warnings.warn(
+                    CalibrationWarning(f"--calibrate={self.calibrate_path}: cannot be written ({exc.strerror})"),
+                    stacklevel=1,
+                )
+            else:
+                self.calibrated_path = self.calibrate_path
 
     def _drain(self, nodes: dict[str, Any]) -> dict[str, dict[str, str]]:
         """``--drain-failed``: drain each REJECTED node that this run tested, with the first
