@@ -40,7 +40,12 @@ class Verdict:
             "status": self.status,
             "sentence": self.sentence,
             "threshold": {
-                k: v for k, v in asdict(self.threshold).items() if v is not None and k not in ("metric", "unit")
+                **{
+                    k: v
+                    for k, v in asdict(self.threshold).items()
+                    if v not in (None, "") and k not in ("metric", "unit")
+                },
+                "origin": self.threshold.origin,
             },
         }
 

@@ -23,6 +23,15 @@ def test_temperature(judge):
 """
 
 
+SPEED = """
+from pytest_gpucluster.verdict import Measurement
+
+def test_matmul(judge):
+    judge.all([Measurement("compute.matmul_bf16", v, "TFLOP/s", where=f"node1:gpu{g}")
+               for g, v in enumerate([98.0, 100.0, 102.0])])
+"""
+
+
 def _suite(values: list[float], temp: float = 40.0) -> str:
     return SUITE.replace("VALUES", repr(values)).replace("TEMP", repr(temp))
 
@@ -94,7 +103,7 @@ def test_unreadable_baseline_is_a_usage_error(gpc):
 
 def test_calibrated_fragment_loads_back_and_passes_its_own_run(gpc):
     values = [0.95, 0.96, 0.97, 0.98]
-    gpc.makepyfile(test_cluster=_suite(values, temp=50.0))
+    gpc.makepyfile(test_cluster=_suite(values, temp=50.0), test_speed=SPEED)
     result = gpc.runpytest_subprocess("--calibrate=cal.toml", "--calibrate-fail=0.8", "--calibrate-warn=0.9")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["calibrated thresholds written to *cal.toml"])
@@ -104,12 +113,15 @@ def test_calibrated_fragment_loads_back_and_passes_its_own_run(gpc):
     combined.write_text((gpc.path / "thresholds.toml").read_text() + "\n" + fragment)
     config = load(combined)
     t = config.threshold_sets["calibrated-local"]
-    speed, temp = t["compute.fraction_of_node_median"], t["gpu.temperature"]
-    assert (speed.fail_below, speed.warn_below) == (pytest.approx(0.76), pytest.approx(0.855))
-    assert (temp.fail_above, temp.warn_above) == (60.0, 55.0)  # mirrored: 50 × 1.2 and × 1.1
+    # one run: the floor sets the lines (0.8 and 0.9 × the median 100)
+    speed = t["compute.matmul_bf16"]
+    assert (speed.fail_below, speed.warn_below) == (pytest.approx(80), pytest.approx(90))
+    assert speed.origin == "calibration"
+    # a ratio and a temperature are sanity bounds: they keep the cpu and default sets' lines
+    assert t["compute.fraction_of_node_median"].fail_below == 0.3 and "gpu.temperature" not in t
     assert "nccl.all_reduce.intra_node" in t  # what was not measured keeps the cpu set's bound
-    for v in values:
-        assert judge(Measurement("compute.fraction_of_node_median", v, "ratio"), speed).status == "pass"
+    for v in (98.0, 100.0, 102.0):
+        assert judge(Measurement("compute.matmul_bf16", v, "TFLOP/s"), speed).status == "pass"
     # and the suite passes against its own calibration when a profile selects the set
     text = combined.read_text().replace("[profiles.local]\n", '[profiles.local]\nthresholds = "calibrated-local"\n', 1)
     combined.write_text(text)

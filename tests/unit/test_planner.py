@@ -186,3 +186,13 @@ def test_tests_that_use_a_job_that_runs_last_move_to_the_end_in_their_order():
     assert last_order(requests) == [1, 2, 4, 5, 0, 3]
     assert last_order([(jobs.SDC,), ()]) == [0, 1]
     assert last_order([]) == []
+
+
+def test_the_long_training_run_is_a_job_of_its_own():
+    f = facts(2, 4)
+    uses = [
+        *selected(f),
+        Use(jobs.TRAIN_STABILITY, "test_training_stability.py::test_step_time_is_steady_over_a_long_run"),
+    ]
+    s = summary(make_plan(uses, f))
+    assert s["train-stability"] == "own" and s["train-per-node"] == "own"

@@ -55,7 +55,7 @@ def test_a_workload_field_outside_the_profile_keys_is_unknown(tmp_path):
         _load(tmp_path, "[profiles.lab.training]\nlr = 0.1\n")
     assert str(info.value).endswith(
         "profiles.lab.training.lr: unknown key. Known keys: d_model, n_layers, n_heads, seq_len, vocab, "
-        "micro_batch, grad_accum, steps, warmup_steps, compile, timeout_s."
+        "micro_batch, grad_accum, steps, warmup_steps, stability_steps, compile, timeout_s."
     )
 
 

@@ -98,7 +98,7 @@ def load(path: Path) -> Config:
 
 
 SITE_PREFIX = "site."
-_METRIC_KEYS = ("unit", "better", "description")
+_METRIC_KEYS = ("unit", "better", "description", "calibrate")
 
 
 def _site_metrics(raw: Any, file: str) -> dict[str, Metric]:
@@ -122,7 +122,13 @@ def _site_metrics(raw: Any, file: str) -> dict[str, Metric]:
             raise ConfigError(f'{file}: {where}.unit: expected the unit as text, e.g. unit = "GB/s".')
         if better not in ("higher", "lower"):
             raise ConfigError(f'{file}: {where}.better: expected "higher" or "lower", got {better!r}.')
-        out[name] = Metric(name, unit, better, str(table.get("description", "")))
+        calibrate = table.get("calibrate", False)
+        if not isinstance(calibrate, bool):
+            raise ConfigError(
+                f"{file}: {where}.calibrate: expected true (--calibrate may write its bounds) or false, "
+                f"got {calibrate!r}."
+            )
+        out[name] = Metric(name, unit, better, str(table.get("description", "")), calibrate)
     return out
 
 
@@ -260,7 +266,7 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
         raise bad("fabric_sysfs_root", f"expected an absolute path on the nodes, got {p.fabric_sysfs_root!r}.")
     t = p.training
     sizes = ("d_model", "n_layers", "n_heads", "seq_len", "vocab", "micro_batch", "grad_accum", "steps", "timeout_s")
-    for key in sizes:
+    for key in (*sizes, "stability_steps"):
         if getattr(t, key) < 1:
             raise bad(f"training.{key}", f"must be at least 1, got {getattr(t, key)}.")
     if t.warmup_steps < 0:
@@ -342,7 +348,7 @@ def _flatten_thresholds(
             raise ConfigError(f"{file}: {here}: {name!r} is not a known metric.{hint}")
 
 
-_THRESHOLD_KEYS = ("unit", "fail_below", "warn_below", "fail_above", "warn_above", "xfail")
+_THRESHOLD_KEYS = ("unit", "fail_below", "warn_below", "fail_above", "warn_above", "xfail", "source")
 
 
 def _threshold(spec: Metric, table: Mapping[str, Any], where: str, file: str) -> Threshold:
@@ -393,4 +399,12 @@ def _threshold(spec: Metric, table: Mapping[str, Any], where: str, file: str) ->
     xfail = table.get("xfail")
     if xfail is not None and not isinstance(xfail, str):
         raise ConfigError(f"{file}: {where}.xfail: expected a reason (a string), got {xfail!r}.")
-    return Threshold(metric=metric, unit=unit, xfail=xfail, source=f"{file} [{where}]", **bounds)
+    evidence = table.get("source", "")
+    if not isinstance(evidence, str) or ("source" in table and not evidence.strip()):
+        raise ConfigError(
+            f"{file}: {where}.source: expected where the bound comes from as text, e.g. "
+            f'source = "nccl-tests #212: 8×H100 ring all_reduce 365 GB/s", got {evidence!r}.'
+        )
+    return Threshold(
+        metric=metric, unit=unit, xfail=xfail, source=f"{file} [{where}]", evidence=evidence.strip(), **bounds
+    )

@@ -2,6 +2,13 @@
 
 thresholds.toml may only name metrics listed here, in the unit listed here; anything else is
 rejected at load time, so a typo or a wrong unit can never make a check silently pass.
+
+``calibrate`` says whether ``--calibrate`` may write a bound for the metric from measurements. Only
+speeds are calibrated (bandwidths, FLOP/s, tokens/s, MFU, scaling): they are properties of the
+cluster that a known-good run measures. Counts, capacities, free space, temperatures, teardown times,
+spreads and ratios keep the bounds they have: those are sanity bounds (a count of errors must stay 0
+however many clean runs read 0; free space is not a property of the cluster; a teardown that took
+0.05 s says nothing about the 60 s a loaded cluster may take).
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ class Metric:
     unit: str
     better: Direction
     description: str
+    calibrate: bool = False
 
 
-def _m(name: str, unit: str, better: Direction, description: str) -> Metric:
-    return Metric(name, unit, better, description)
+def _m(name: str, unit: str, better: Direction, description: str, calibrate: bool = False) -> Metric:
+    return Metric(name, unit, better, description, calibrate)
 
 
 _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
@@ -50,8 +58,8 @@ METRICS: dict[str, Metric] = {
         _m("gpu.remapped_rows_failed", "count", "lower", "HBM row remap failures"),
         _m("gpu.memory_used_at_rest", "MiB", "lower", "device memory in use before the job"),
         # per-GPU compute
-        _m("compute.matmul_bf16", "TFLOP/s", "higher", "large square bf16 GEMM on random data"),
-        _m("compute.memcopy", "TB/s", "higher", "device-to-device copy, bytes read + written"),
+        _m("compute.matmul_bf16", "TFLOP/s", "higher", "large square bf16 GEMM on random data", calibrate=True),
+        _m("compute.memcopy", "TB/s", "higher", "device-to-device copy, bytes read + written", calibrate=True),
         _m(
             "compute.fraction_of_node_median",
             "ratio",
@@ -59,12 +67,14 @@ METRICS: dict[str, Metric] = {
             "a GPU's result divided by its node's median (catches one lagging GPU)",
         ),
         # training
-        _m("train.ddp.tokens_per_s_per_gpu", "tokens/s", "higher", "DDP training throughput"),
-        _m("train.fsdp.tokens_per_s_per_gpu", "tokens/s", "higher", "FSDP2 training throughput"),
-        _m("train.ddp.mfu", "%", "higher", "DDP model FLOP utilisation against bf16 peak"),
-        _m("train.fsdp.mfu", "%", "higher", "FSDP2 model FLOP utilisation against bf16 peak"),
-        _m("train.ddp.scaling_efficiency", "%", "higher", "per-GPU throughput at scale / 1 GPU"),
-        _m("train.fsdp.scaling_efficiency", "%", "higher", "per-GPU throughput at scale / 1 GPU"),
+        _m("train.ddp.tokens_per_s_per_gpu", "tokens/s", "higher", "DDP training throughput", calibrate=True),
+        _m("train.fsdp.tokens_per_s_per_gpu", "tokens/s", "higher", "FSDP2 training throughput", calibrate=True),
+        _m("train.ddp.mfu", "%", "higher", "DDP model FLOP utilisation against bf16 peak", calibrate=True),
+        _m("train.fsdp.mfu", "%", "higher", "FSDP2 model FLOP utilisation against bf16 peak", calibrate=True),
+        _m("train.ddp.scaling_efficiency", "%", "higher", "per-GPU throughput at scale / 1 GPU", calibrate=True),
+        _m("train.fsdp.scaling_efficiency", "%", "higher", "per-GPU throughput at scale / 1 GPU", calibrate=True),
+        _m("train.stability.step_time_cv", "%", "lower", "a node's step times: standard deviation / mean"),
+        _m("train.stability.slowest_step_ratio", "ratio", "lower", "a node's slowest step / its median step"),
         # inventory and telemetry
         _m("inventory.cpus_per_gpu", "count", "higher", "logical CPUs per GPU on each node"),
         _m("inventory.memory_per_gpu", "GiB", "higher", "host RAM per GPU on each node"),
@@ -81,7 +91,7 @@ for _op in _COLLECTIVES:
         if _scope == "intra_node_nvls" and _op not in NVLS_COLLECTIVES:
             continue
         _name = f"nccl.{_op}.{_scope}"
-        METRICS[_name] = Metric(_name, "GB/s", "higher", f"{_op} {_what}")
+        METRICS[_name] = Metric(_name, "GB/s", "higher", f"{_op} {_what}", calibrate=True)
 
 
 def known_metric_names() -> list[str]:

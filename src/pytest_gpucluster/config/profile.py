@@ -56,6 +56,7 @@ PROFILE_KEYS: Mapping[type, tuple[str, ...]] = {
         "grad_accum",
         "steps",
         "warmup_steps",
+        "stability_steps",
         "compile",
         "timeout_s",
     ),

@@ -26,7 +26,13 @@ class Threshold:
     fail_above: float | None = None
     warn_above: float | None = None
     xfail: str | None = None
-    source: str = ""
+    source: str = ""  # where the bound is set: "FILE [thresholds.SET.METRIC]", or a derived line's arithmetic
+    evidence: str = ""  # the table's ``source`` key: the reference, measured run or calibration behind it
+
+    @property
+    def origin(self) -> str:
+        """What the bound rests on: ``reference``, ``calibration``, ``derived`` or ``site``."""
+        return origin_of(self.source, self.evidence)
 
     def describe(self) -> str:
         """The bounds as a short phrase, e.g. ``fail < 350 GB/s, warn < 400 GB/s``."""
@@ -40,6 +46,28 @@ class Threshold:
         if self.warn_above is not None:
             parts.append(f"warn > {self.warn_above:g} {self.unit}")
         return ", ".join(parts) or "no bound"
+
+
+CALIBRATED_PREFIX = "calibrated"  # every ``source`` ``--calibrate`` writes begins so
+ORIGINS = {
+    "reference": "a published reference or measured run (docs/thresholds.md)",
+    "calibration": "calibrated from known-good runs of this cluster",
+    "derived": "derived from the profile's fabric",
+    "site": "a site's choice: no source given",
+}
+
+
+def origin_of(source: str, evidence: str) -> str:
+    """The kind of evidence behind a bound: a ``source`` key written by ``--calibrate`` is a
+    calibration, any other a reference; a line derived from the fabric says so; a bound with
+    no ``source`` key is the site's choice."""
+    if evidence.startswith(CALIBRATED_PREFIX):
+        return "calibration"
+    if evidence:
+        return "reference"
+    if source.startswith("derived"):
+        return "derived"
+    return "site"
 
 
 @dataclass(frozen=True)

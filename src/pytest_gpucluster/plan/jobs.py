@@ -92,6 +92,7 @@ DCGM = JobRequest("dcgm", "dcgmi diag on every node, exclusive")
 TRAIN_PER_NODE = JobRequest("train-per-node", "each GPU alone, then DDP and FSDP, on every node")
 TRAIN_BASELINE = JobRequest("train-baseline", "one GPU training alone", rides_in=TRAIN_PER_NODE.key)
 TRAIN_ACROSS = JobRequest("train-across", "DDP and FSDP across every node")
+TRAIN_STABILITY = JobRequest("train-stability", "a long DDP run on every node: loss, NaN/inf and step-time spread")
 SDC = JobRequest("sdc", "the same GEMM chain on every GPU of every node, its bits compared", holds_gpus=True)
 FABRIC_BEFORE = JobRequest(
     "fabric-before", "every node's InfiniBand and NVLink error counters before the first workload", light=True
@@ -116,6 +117,7 @@ SUITE = (
     TRAIN_PER_NODE,
     TRAIN_BASELINE,
     TRAIN_ACROSS,
+    TRAIN_STABILITY,
     SDC,
     FABRIC_BEFORE,
     FABRIC_AFTER,

@@ -23,7 +23,7 @@ import pytest
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.baseline import REGRESSION_METRIC, Comparison, compare
-from pytest_gpucluster.calibrate import Fractions, calibrate, set_name_for
+from pytest_gpucluster.calibrate import Margins, Run, calibrate, check_comparable, read_run, set_name_for
 from pytest_gpucluster.errors import ConfigError, GpuClusterError
 from pytest_gpucluster.outcomes import GpuClusterWarning, is_not_applicable
 from pytest_gpucluster.report import model
@@ -41,6 +41,10 @@ class BaselineWarning(UserWarning):
     """The baseline was measured on a different environment; its comparison may mislead."""
 
 
+class CalibrationWarning(UserWarning):
+    """The calibrated thresholds could not be written where --calibrate says."""
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Where --calibrate puts the lines it writes."""
     group = parser.getgroup("gpucluster", "GPU cluster acceptance")
@@ -52,18 +56,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "the reason (never a node Slurm had already excluded); off by default",
     )
     group.addoption(
+        "--calibrate-from",
+        action="append",
+        default=[],
+        metavar="PATH[,PATH...]",
+        help="--calibrate: earlier --results files of clean runs to calibrate from, with this run's "
+        "measurements if it has any (repeat the option or separate with commas; 3 or more runs advised)",
+    )
+    group.addoption(
         "--calibrate-fail",
         type=float,
-        default=0.9,
+        default=None,
         metavar="FRACTION",
-        help="--calibrate: fail line as a fraction of the worst value measured (default 0.9)",
+        help="--calibrate: the fail line is never above this fraction of the median measured "
+        "(default 0.75 on GPUs, 0.25 on CPU stand-ins)",
     )
     group.addoption(
         "--calibrate-warn",
         type=float,
-        default=0.95,
+        default=None,
         metavar="FRACTION",
-        help="--calibrate: warn line as a fraction of the worst value measured (default 0.95)",
+        help="--calibrate: the warn line is never above this fraction of the median measured "
+        "(default 0.85 on GPUs, 0.5 on CPU stand-ins)",
     )
 
 
@@ -95,7 +109,10 @@ class ResultsHooks:
         self.baseline_path = Path(baseline).resolve() if baseline else None
         calibrate_to = config.getoption("calibrate", None)
         self.calibrate_path = Path(calibrate_to).resolve() if calibrate_to else None
-        self.fractions = Fractions(config.getoption("calibrate_fail"), config.getoption("calibrate_warn"))
+        self.margins = Margins.for_run(
+            config.getoption("calibrate_fail"), config.getoption("calibrate_warn"), session.gpu_model
+        )
+        self.calibrate_from = self._calibration_runs(config.getoption("calibrate_from") or [])
         merge = config.getoption("merge_results", None)
         self.merge_path = Path(merge).resolve() if merge else None
         self.merge_doc: dict[str, Any] | None = None
@@ -126,6 +143,18 @@ class ResultsHooks:
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"--baseline={baseline}: {exc}") from None
             session.thresholds[REGRESSION_METRIC]  # a missing bound fails now, not after the run
+
+    def _calibration_runs(self, options: list[str]) -> list[Run]:
+        """The earlier runs ``--calibrate-from`` names, read and checked now, before any job."""
+        paths = [p.strip() for option in options for p in option.split(",") if p.strip()]
+        if paths and self.calibrate_path is None:
+            raise ConfigError(
+                f"--calibrate-from={','.join(paths)}: says what to calibrate from; add --calibrate=PATH "
+                "to say where the thresholds go."
+            )
+        runs = [read_run(Path(p).resolve(), "--calibrate-from") for p in paths]
+        check_comparable(runs, self.session.profile.name, self.session.gpu_model, "--calibrate-from")
+        return runs
 
     # ------------------------------------------------------------------ where tests run
 
@@ -278,16 +307,27 @@ class ResultsHooks:
                 stacklevel=1,
             )
         if self.calibrate_path is not None:
+            runs = list(self.calibrate_from)
+            if any(t.get("measurements") for t in doc.get("tests", [])):
+                runs.append(Run(label=str(self.session.settings.results_path or "this run"), doc=doc))
             text = calibrate(
-                doc,
+                runs,
                 set_name=set_name_for(self.session.profile.name),
                 match=self.session.gpu_model,
                 extends=self.session.thresholds.name,
-                fractions=self.fractions,
+                margins=self.margins,
+                catalogue=self.session.config.metrics,
             )
-            self.calibrate_path.parent.mkdir(parents=True, exist_ok=True)
-            self.calibrate_path.write_text(text, encoding="utf-8")
-            self.calibrated_path = self.calibrate_path
+            try:
+                self.calibrate_path.parent.mkdir(parents=True, exist_ok=True)
+                self.calibrate_path.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                warnings.warn(
+                    CalibrationWarning(f"--calibrate={self.calibrate_path}: cannot be written ({exc.strerror})"),
+                    stacklevel=1,
+                )
+            else:
+                self.calibrated_path = self.calibrate_path
 
     def _drain(self, nodes: dict[str, Any]) -> dict[str, dict[str, str]]:
         """``--drain-failed``: drain each REJECTED node that this run tested, with the first

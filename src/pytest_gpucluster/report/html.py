@@ -313,6 +313,7 @@ def details_of_test(test: Mapping[str, Any], *, limit: int = 200) -> str:
             "detail": m.get("detail", ""),
             "value": model.measurement_value(m),
             "threshold": model.describe_threshold(m.get("threshold", {}), str(m.get("unit", ""))),
+            "source": model.threshold_source(m.get("threshold", {})),
             "job": m.get("job_id") or "",
         }
         for m in ordered[:limit]

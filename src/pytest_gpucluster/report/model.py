@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pytest_gpucluster.config.thresholds import origin_of
 from pytest_gpucluster.outcomes import reason_of
 from pytest_gpucluster.results import PROPERTY
 
@@ -56,6 +57,33 @@ def describe_threshold(threshold: Mapping[str, Any], unit: str) -> str:
     if threshold.get("xfail"):
         parts.append(f"expected to fail: {threshold['xfail']}")
     return ", ".join(parts) or "no bound"
+
+
+SOURCE_LABELS = {
+    "reference": "reference",
+    "calibration": "calibration",
+    "derived": "derived from the fabric",
+    "site": "site's choice",
+}
+
+
+def threshold_origin(threshold: Mapping[str, Any]) -> str:
+    """What a recorded bound rests on: ``reference``, ``calibration``, ``derived`` or ``site``
+    (results written before bounds carried their evidence: told from the location alone)."""
+    origin = threshold.get("origin")
+    if origin in SOURCE_LABELS:
+        return str(origin)
+    return origin_of(str(threshold.get("source", "")), str(threshold.get("evidence", "")))
+
+
+def threshold_source(threshold: Mapping[str, Any]) -> str:
+    """The bound's source in words: its kind, then the evidence and where the bound is set, e.g.
+    ``calibration: calibrated from 3 run(s) ... (thresholds.toml [thresholds.calibrated-x.compute.memcopy])``."""
+    label = SOURCE_LABELS[threshold_origin(threshold)]
+    evidence, where = str(threshold.get("evidence", "")), str(threshold.get("source", ""))
+    if evidence and where:
+        return f"{label}: {evidence} ({where})"
+    return f"{label}: {evidence or where}" if (evidence or where) else label
 
 
 def measurement_label(m: Mapping[str, Any]) -> str:
@@ -236,7 +264,7 @@ class TestCells:
     """The results-table cells of one test: its worst measurement stands for it."""
 
     measured: str
-    threshold: str
+    threshold: str  # the bounds, then what they rest on in brackets
     verdict: str
     where: str
     jobs: str
@@ -262,7 +290,8 @@ def test_cells(test: Mapping[str, Any]) -> TestCells:
     extra = f" (worst of {len(ms)})" if len(ms) > 1 else ""
     return TestCells(
         measured=measurement_value(m) + extra,
-        threshold=describe_threshold(m.get("threshold", {}), str(m.get("unit", ""))),
+        threshold=describe_threshold(m.get("threshold", {}), str(m.get("unit", "")))
+        + f" [{SOURCE_LABELS[threshold_origin(m.get('threshold', {}))]}]",
         verdict=verdict,
         where=str(m.get("where", "")) or _node_param(test),
         jobs=jobs,

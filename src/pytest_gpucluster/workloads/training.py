@@ -60,6 +60,9 @@ class TrainConfig:
     grad_accum: int = 2
     steps: int = 10
     warmup_steps: int = 3
+    # The training stability check's run (test_training_stability.py): as long as the reference
+    # training validation's 100+ iterations, so a falling loss and the step-time spread show.
+    stability_steps: int = 120
     compile: bool = False
     timeout_s: int = 900  # the training job's time limit is derived from it (TrainingPlan)
     lr: float = 6e-4
@@ -458,6 +461,11 @@ def loss_agreement(a: TrainingSummary, b: TrainingSummary) -> tuple[float, float
     la, lb = sum(a.losses[n - k : n]) / k, sum(b.losses[n - k : n]) / k
     rel = abs(la - lb) / max(abs(la), abs(lb), 1e-12)
     return rel, LOSS_AGREEMENT.get(a.dtype, LOSS_AGREEMENT["bf16"])
+
+
+def stability_config(config: TrainConfig) -> TrainConfig:
+    """``config`` run for ``stability_steps`` timed steps: the stability check's long run."""
+    return replace(config, steps=config.stability_steps)
 
 
 def scaled(config: TrainConfig, **changes: Any) -> TrainConfig:
