@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -190,6 +191,9 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "wall_s": round(dry_wall, 1),
             "peak_rss_mib": round(dry_rss / 1024, 1) if dry_rss else None,
             "output_lines": len(dry.stdout.splitlines()),
+            "planned_jobs": next(
+                (int(m.group(1)) for m in re.finditer(r"gpucluster plan: (\d+) job", dry.stdout)), None
+            ),
             "slurm_commands": sum(count_commands(dry_log, os.uname().nodename)[0].values()),
         }
     finally:
