@@ -29,8 +29,8 @@ SCHEMA_VERSION = 1
 PROPERTY = "gpucluster"  # key of every user_properties entry the plugin adds
 LOG_TAIL_LINES = 30
 LOG_TAIL_CHARS = 4000
-# Every rewrite holds every test so far, so a rewrite after every test costs the run O(tests²): at
-# 64 nodes × 8 GPUs hundreds of tests rewrite a document of hundreds of KB. After a test the file
+# Every rewrite holds every test so far, so a rewrite after every test costs the run O(tests²)
+# (with 8-GPU nodes, hundreds of tests each rewrite a document of hundreds of KB). After a test the file
 # is rewritten once this many times the last rewrite's duration has passed since it ended, so the
 # rewrites take at most about a tenth of the run and the file lags the run by no more than that.
 CHECKPOINT_COST_RATIO = 10.0

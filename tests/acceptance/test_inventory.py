@@ -21,8 +21,8 @@ pytestmark = probe_checks.USES
 @pytest.fixture
 def inventory(gpucluster, record):
     """node → summary facts (or why there are none), from one job for the whole run; the full
-    inventory is recorded once, with the first test that reads it (with every one of the 4 × N
-    per-node tests, each carrying all N nodes, it grew as N²)."""
+    inventory is recorded once, with the first test that reads it (recorded by each of the 4 × N
+    per-node tests, the run would carry N² node inventories)."""
     found = readings(gpucluster, "inventory")
     answered = good(found)
     gpucluster.once(
