@@ -1,5 +1,6 @@
 """The machine-readable results file: one JSON document, rewritten atomically after every test so
-an interrupted run keeps everything it measured.
+an interrupted run keeps everything it measured (after a test that ends right after the last
+rewrite, the next test's rewrite or the run's end carries it: ``ResultsDocument.checkpoint``).
 
 The schema is documented in ``docs/results-schema.md`` (``schema_version`` 1). Fields are only
 ever added within a version; renaming or removing one bumps the version.
@@ -28,6 +29,11 @@ SCHEMA_VERSION = 1
 PROPERTY = "gpucluster"  # key of every user_properties entry the plugin adds
 LOG_TAIL_LINES = 30
 LOG_TAIL_CHARS = 4000
+# Every rewrite holds every test so far, so a rewrite after every test costs the run O(tests²)
+# (with 8-GPU nodes, hundreds of tests each rewrite a document of hundreds of KB). After a test the file
+# is rewritten once this many times the last rewrite's duration has passed since it ended, so the
+# rewrites take at most about a tenth of the run and the file lags the run by no more than that.
+CHECKPOINT_COST_RATIO = 10.0
 LOG_FILES_PER_JOB = 4
 
 
@@ -41,9 +47,10 @@ def atomic_write_json(path: Path, document: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        # One string, one write: json.dump writes every token separately.
+        text = json.dumps(document, indent=1, sort_keys=False, default=str)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(document, out, indent=1, sort_keys=False, default=str)
-            out.write("\n")
+            out.write(text + "\n")
         os.chmod(tmp, 0o644)  # mkstemp makes it private; a results file is for sharing
         os.replace(tmp, path)
     except BaseException:
@@ -357,6 +364,8 @@ class ResultsDocument:
     extra: dict[str, Any] = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic, repr=False)
     wall_s: float | None = None  # set by freeze() when the last test has ended
+    _written_at: float = field(default=0.0, repr=False)  # monotonic end of the last rewrite
+    _write_s: float = field(default=0.0, repr=False)  # how long the last rewrite took
 
     def elapsed_s(self) -> float:
         """Seconds since the run started; fixed once ``freeze`` was called."""
@@ -439,7 +448,18 @@ class ResultsDocument:
 
     def write(self, path: Path) -> None:
         """Rewrite ``path`` atomically."""
+        t0 = time.monotonic()
         atomic_write_json(path, self.to_json())
+        self._written_at = time.monotonic()
+        self._write_s = self._written_at - t0
+
+    def checkpoint(self, path: Path) -> bool:
+        """Rewrite ``path`` after a test unless the last rewrite ended less than
+        ``CHECKPOINT_COST_RATIO`` times its own duration ago; True when it was rewritten."""
+        if self._written_at and time.monotonic() - self._written_at < CHECKPOINT_COST_RATIO * self._write_s:
+            return False
+        self.write(path)
+        return True
 
 
 def _without_kind(entry: dict[str, Any]) -> dict[str, Any]:

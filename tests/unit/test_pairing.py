@@ -98,3 +98,14 @@ def test_summary_lists_every_round():
 def test_repeated_node_names_are_refused():
     with pytest.raises(ValueError, match="repeat"):
         Pairing(["a", "a"])
+
+
+@pytest.mark.parametrize("n", [64, 256, 1024])
+def test_one_slow_node_of_many_is_named_in_two_jobs(n):
+    # Round 1: n/2 pairs at once; round 2: the failed pair's two nodes, each with a cleared partner.
+    bad = f"n{n // 3}"
+    nodes, run_round, jobs = _cluster(n, {bad})
+    found = isolate(nodes, run_round)
+    assert found.bad == (bad,)
+    assert len(found.good) == n - 1
+    assert [len(rnd) for rnd in jobs] == [n // 2, 2]

@@ -8,6 +8,7 @@ import pytest
 
 from pytest_gpucluster.results import (
     SCHEMA_VERSION,
+    ResultsDocument,
     job_log_tails,
     load_results,
     split_nodeid,
@@ -107,3 +108,24 @@ def test_harness_time_is_split_by_phase_without_counting_any_second_twice():
     # scheduling: 98-99 and 110-112 less 110-110 workload → 1 + 2 = 3; start-up 99-100 = 1;
     # pickup: 110-110.5 is inside job 8's scheduling span already, 115-115.25 → 0.25 (rounded 0.2).
     assert t["harness_parts"] == {"scheduling_s": 3.0, "start_up_s": 1.0, "pickup_s": 0.2, "between_jobs_s": 2.8}
+
+
+def test_checkpoint_rewrites_after_a_test_unless_the_last_rewrite_was_just_now(tmp_path):
+    path = tmp_path / "results.json"
+    doc = ResultsDocument(profile="p")
+    assert doc.checkpoint(path)  # the first one always writes
+    first = path.read_text()
+    doc.status = "complete"
+    # A rewrite that took long ended a moment ago: the next test's end does not rewrite yet.
+    doc._write_s = 3600.0
+    assert not doc.checkpoint(path)
+    assert path.read_text() == first
+    # A quick one long enough ago: it does.
+    doc._write_s = 0.0
+    assert doc.checkpoint(path)
+    assert json.loads(path.read_text())["status"] == "complete"
+    # The run's end writes whatever the last rewrite cost.
+    doc._write_s = 3600.0
+    doc.finished = "now"
+    doc.write(path)
+    assert json.loads(path.read_text())["finished"] == "now"

@@ -79,8 +79,9 @@ class Pairing:
             return []
         if not self.tried:  # first round: neighbours; an odd node out waits for a cleared partner
             return [(self.nodes[i], self.nodes[i + 1]) for i in range(0, len(self.nodes) - 1, 2)]
-        pending = [n for n in self.nodes if n in self.suspects or n in self._untested()]
-        pending = [n for n in pending if n not in self.good and n not in self.bad]
+        # Sets, looked up once per node: a round costs O(nodes), not O(nodes × pairs tried).
+        waiting = set(self.suspects) | set(self._untested())
+        pending = [n for n in self.nodes if n in waiting and n not in self.good and n not in self.bad]
         if not pending:
             return []
         partners = [n for n in self.nodes if n in self.good]

@@ -179,14 +179,14 @@ class ResultsHooks:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Fold the report into the results (rewritten after each test), then give JUnit XML
+        """Fold the report into the results (rewritten after each test, ``checkpoint``), then give JUnit XML
         and later readers one readable property per measurement, job and problem."""
         results = self.session.results
         if results is None:
             return
         results.fold(report)
         if report.when == "teardown" and self.session.settings.results_path is not None:
-            results.write(self.session.settings.results_path)
+            results.checkpoint(self.session.settings.results_path)
         entries = entries_of(report.user_properties)
         if entries:
             kept = [p for p in report.user_properties if not (p[0] == PROPERTY and isinstance(p[1], dict))]

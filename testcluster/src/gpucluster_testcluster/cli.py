@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NODE",
         help="tell Slurm NODE has no GPUs (no Gres, no gres.conf line): a fault run; repeatable",
     )
+    parser.add_argument(
+        "--cpus-per-node",
+        type=int,
+        default=None,
+        help=f"fake mode: CPUs each node advertises (default {config.NODE_CPUS}); 8 tasks per node need 8",
+    )
     parser.add_argument("--no-install", action="store_true", help="never call apt-get")
     parser.add_argument("--keep-logs", action="store_true", help="down: keep <state>/log")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for idle nodes")
@@ -81,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         network=args.network,
         shared_gpus=args.share_gpus,
         gpuless_nodes=tuple(args.hide_gpus_on),
+        cpus_per_node=args.cpus_per_node,
     )
     try:
         if args.command == "up":

@@ -103,9 +103,14 @@ class TestCluster:
         network: Network = "netns",
         shared_gpus: bool = False,
         gpuless_nodes: tuple[str, ...] = (),
+        cpus_per_node: int | None = None,
     ) -> None:
         """``accounting=None`` means: on when slurmdbd and MariaDB are available; ``shared_gpus``:
-        every node names the same GPUs; ``gpuless_nodes``: Slurm is told these have none."""
+        every node names the same GPUs; ``gpuless_nodes``: Slurm is told these have none;
+        ``cpus_per_node``: the CPUs each node advertises in fake mode (8 tasks of a node with 8 GPUs
+        need 8)."""
+        if cpus_per_node is not None and cpus_per_node < 1:
+            raise ValueError(f"cpus_per_node must be >= 1, not {cpus_per_node}")
         config.node_names(nodes)
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
@@ -121,6 +126,7 @@ class TestCluster:
         self.network: Network = network
         self.shared_gpus = shared_gpus
         self.gpuless_nodes = tuple(gpuless_nodes)
+        self.cpus_per_node = cpus_per_node
 
     # --- public API ---------------------------------------------------------
 
@@ -144,6 +150,7 @@ class TestCluster:
             network=spec.get("network", "netns"),
             shared_gpus=bool(spec.get("shared_gpus", False)),
             gpuless_nodes=tuple(spec.get("gpuless_nodes", ())),
+            cpus_per_node=int(spec["node_cpus"]) if spec["gpu_mode"] == "fake" else None,
         )
         return cluster if cluster.is_up() else None
 
@@ -318,9 +325,12 @@ class TestCluster:
             network=self.network,
             shared_gpus=self.shared_gpus,
             gpuless_nodes=self.gpuless_nodes,
-            **(_machine_share(self.nodes) if self.gpu_mode == "real" else {}),
+            **(_machine_share(self.nodes) if self.gpu_mode == "real" else self._fake_share()),
             paths=self.paths,
         )
+
+    def _fake_share(self) -> dict[str, int]:
+        return {} if self.cpus_per_node is None else {"node_cpus": self.cpus_per_node}
 
     def _healthy(self, record: dict[str, Any]) -> bool:
         return not self._problems(record)

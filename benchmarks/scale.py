@@ -1,0 +1,224 @@
+"""The harness at 2 to 64 simulated nodes of 8 GPUs: what it costs the login node as the node count grows.
+
+For each node count N it brings up the project's Slurm test cluster with N nodes (host network, fake
+GRES ``gpu:8``, 8 CPUs per node), runs the checks that need no real GPU (Slurm health, placement with
+8 tasks per node, shared filesystem, inventory, rank failure) through pytest with a profile copied
+from ``--base`` (default ``ci``) at ``nodes = N``, ``gpus_per_node = 8``, then plans the GPU checks
+(NCCL, training, compute) with ``--dry-run``, and tears the cluster down. Per N it prints one JSON
+line: wall time and the harness split from the results' ``timing``, the pytest process's peak RSS
+(``/usr/bin/time``), the results JSON and HTML report sizes, the report's render time in headless
+Chromium (when installed), the Slurm commands the run issued (counted by a directory of small
+wrappers put first on PATH that log each call and exec the real command), and the dry run's wall time.
+
+The test cluster is shared by everything on the machine: run it under its lock.
+
+    flock /tmp/gpucluster-testcluster.lock timeout 3000 python benchmarks/scale.py --nodes 2 8 16 32 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+NO_GPU_TESTS = [
+    "tests/acceptance/test_slurm_health.py",
+    "tests/acceptance/test_placement.py",
+    "tests/acceptance/test_sharedfs.py",
+    "tests/acceptance/test_inventory.py",
+    "tests/acceptance/test_rank_failure.py",
+]
+GPU_TESTS = [
+    "tests/acceptance/test_nccl.py",
+    "tests/acceptance/test_training.py",
+    "tests/acceptance/test_compute.py",
+]
+SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "scontrol", "sinfo", "scancel", "srun", "salloc")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def write_shims(folder: Path, log: Path) -> None:
+    """One wrapper per Slurm command: append the host it runs on, its name and its arguments to
+    ``log``, then exec the real one. Jobs inherit PATH, so calls on the nodes are logged too; each
+    node's slurmd has the node's host name, which tells them from the login process's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in SLURM_COMMANDS:
+        real = shutil.which(name)
+        if real is None:
+            continue
+        shim = folder / name
+        shim.write_text(f'#!/bin/sh\necho "$(uname -n) {name} $*" >> "{log}"\nexec "{real}" "$@"\n')
+        shim.chmod(0o755)
+
+
+def count_commands(log: Path, login: str) -> tuple[dict[str, int], int]:
+    """Calls per Slurm command made on the host ``login`` (``scontrol show job`` etc. kept apart),
+    and the number made on the nodes, from the wrappers' log."""
+    if not log.exists():
+        return {}, 0
+    counts: Counter[str] = Counter()
+    on_nodes = 0
+    for line in log.read_text().splitlines():
+        host, *words = line.split()
+        if not words:
+            continue
+        if host != login:
+            on_nodes += 1
+            continue
+        key = words[0]
+        if key == "scontrol" and len(words) > 1:
+            key = " ".join(w for w in words[:3] if not w.startswith("-"))
+        counts[key] += 1
+    return dict(sorted(counts.items())), on_nodes
+
+
+def profile_text(base: str, nodes: int, gpus_per_node: int) -> str:
+    return (
+        f'\n[profiles.scale{nodes}]\nextends = "{base}"\nnodes = {nodes}\ngpus_per_node = {gpus_per_node}\n'
+        f'description = "{base} at {nodes} nodes of {gpus_per_node} GPUs"\n'
+    )
+
+
+def render_s(html: Path, work: Path) -> float | None:
+    """Seconds headless Chromium takes to load the report and run its scripts (``--dump-dom``)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None or not html.exists():
+        return None
+    argv = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={work / 'chromium'}", "--dump-dom", html.as_uri()]
+    # The first start pays for the profile directory: warm it on a blank page.
+    subprocess.run([*argv[:-1], "about:blank"], capture_output=True, timeout=120, check=False)
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, timeout=120, check=False)
+    return round(time.monotonic() - t0, 2) if proc.returncode == 0 else None
+
+
+def run_pytest(
+    argv: list[str], env: dict[str, str], work: Path, tag: str, timeout_s: float
+) -> tuple[subprocess.CompletedProcess[str], float, int | None]:
+    """pytest under ``/usr/bin/time``: the process, its wall time and its peak RSS (KiB)."""
+    rss_file = work / f"{tag}.rss"
+    timer = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file)] if Path("/usr/bin/time").exists() else []
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [*timer, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *argv],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    wall = time.monotonic() - t0
+    rss = int(rss_file.read_text().split()[-1]) if rss_file.exists() and rss_file.read_text().strip() else None
+    return proc, wall, rss
+
+
+def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Bring up N nodes, run the no-GPU checks and the GPU checks' dry run, tear down."""
+    tc = [sys.executable, "-m", "gpucluster_testcluster"]
+    shape = ["--nodes", str(nodes), "--gpus-per-node", str(args.gpus_per_node), "--cpus-per-node"]
+    shape += [str(args.gpus_per_node), "--network", "host", "--no-install", "--timeout", "120"]
+    t0 = time.monotonic()
+    up = subprocess.run([*tc, "up", *shape], capture_output=True, text=True, timeout=300, check=False)
+    up_s = time.monotonic() - t0
+    row: dict[str, Any] = {"nodes": nodes, "cluster_up_s": round(up_s, 1)}
+    if up.returncode != 0:
+        row["error"] = f"test cluster up failed: {up.stderr.strip()[-500:]}"
+        return row
+    try:
+        thresholds = work / "thresholds.toml"
+        base = (REPO / "thresholds.toml").read_text()
+        thresholds.write_text(base + profile_text(args.base, nodes, args.gpus_per_node))
+        log = work / f"slurm-{nodes}.log"
+        shims = work / "shims"
+        write_shims(shims, log)
+        env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}
+        results = work / f"results-{nodes}.json"
+        html = work / f"report-{nodes}.html"
+        common = [f"--cluster=scale{nodes}", f"--thresholds={thresholds}"]
+        proc, wall, rss = run_pytest(
+            [*common, f"--results={results}", f"--html={html}", "--self-contained-html", *NO_GPU_TESTS],
+            env,
+            work,
+            f"run-{nodes}",
+            args.timeout,
+        )
+        doc = json.loads(results.read_text()) if results.exists() else {"tests": []}
+        outcomes = Counter(str(t["outcome"]) for t in doc["tests"])
+        timing = doc.get("timing") or {}
+        slurm, on_nodes = count_commands(log, os.uname().nodename)
+        row.update(
+            {
+                "returncode": proc.returncode,
+                "outcomes": dict(outcomes),
+                "wall_s": round(wall, 1),
+                "timing": {k: timing.get(k) for k in ("wall_s", "workload_s", "harness_s", "harness_parts", "jobs")},
+                "peak_rss_mib": round(rss / 1024, 1) if rss else None,
+                "results_bytes": results.stat().st_size if results.exists() else None,
+                "html_bytes": html.stat().st_size if html.exists() else None,
+                "html_render_s": render_s(html, work),
+                "slurm_commands": sum(slurm.values()),
+                "slurm_by_command": slurm,
+                "slurm_commands_on_nodes": on_nodes,
+            }
+        )
+        if proc.returncode != 0 and args.verbose:
+            print(proc.stdout[-4000:], file=sys.stderr)
+        dry_log = work / f"slurm-dry-{nodes}.log"
+        write_shims(shims, dry_log)
+        dry, dry_wall, dry_rss = run_pytest([*common, "--dry-run", *GPU_TESTS], env, work, f"dry-{nodes}", 300)
+        row["dry_run"] = {
+            "returncode": dry.returncode,
+            "wall_s": round(dry_wall, 1),
+            "peak_rss_mib": round(dry_rss / 1024, 1) if dry_rss else None,
+            "output_lines": len(dry.stdout.splitlines()),
+            "planned_jobs": next(
+                (int(m.group(1)) for m in re.finditer(r"gpucluster plan: (\d+) job", dry.stdout)), None
+            ),
+            "slurm_commands": sum(count_commands(dry_log, os.uname().nodename)[0].values()),
+        }
+    finally:
+        t0 = time.monotonic()
+        subprocess.run([*tc, "down", "--no-install"], capture_output=True, text=True, timeout=300, check=False)
+        row["cluster_down_s"] = round(time.monotonic() - t0, 1)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[2, 8, 16, 32, 64])
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--base", default="ci", help="the profile the benchmark's profiles extend")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds one pytest run may take")
+    parser.add_argument("--keep", type=Path, help="keep results, reports and Slurm command logs here")
+    parser.add_argument("--verbose", action="store_true", help="print a failing run's output to stderr")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="gpucluster-scale-") as tmp:
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        for nodes in args.nodes:
+            print(json.dumps(measure(nodes, args, work)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
