@@ -35,9 +35,9 @@ def test_every_node_and_both_nodes_together_pass(run_acceptance):
 def test_a_bound_above_the_measurement_fails_naming_node_size_and_bound(run_acceptance, tmp_path):
     text = (REPO / "thresholds.toml").read_text()
     for scope in ("intra_node", "inter_node"):
-        line = f'"nccl.all_reduce.{scope}" = {{ unit = "GB/s", fail_below = 0.001 }}'
+        line = f'"nccl.all_reduce.{scope}" = {{ unit = "GB/s", fail_below = 0.001,'
         assert line in text
-        text = text.replace(line, f'"nccl.all_reduce.{scope}" = {{ unit = "GB/s", fail_below = 999 }}')
+        text = text.replace(line, f'"nccl.all_reduce.{scope}" = {{ unit = "GB/s", fail_below = 999,')
     strict = tmp_path / "thresholds.toml"
     strict.write_text(text)
     run = run_acceptance("tests/acceptance/test_nccl.py", f"--thresholds={strict}", "-k", "all_reduce")

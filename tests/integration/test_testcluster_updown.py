@@ -7,6 +7,7 @@ the session's other tests keep working.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -104,7 +105,10 @@ def test_host_network_cluster_without_accounting_runs_jobs_and_reports_a_dead_ta
                 stamp_dir=str(stamps),
             )
         took = time.monotonic() - t0
-        assert " ended FAILED with 1 failed task(s): task 1 on node1: no result" in str(failed.value), failed.value
+        # The dead task is what the launcher must name. The job's own state is Slurm's word: without
+        # accounting the controller may hold COMPLETED or FAILED for it, depending on when it was asked.
+        said = str(failed.value)
+        assert re.search(r" ended (FAILED|COMPLETED) with 1 failed task\(s\): task 1 on node1: no result", said), said
         assert took < 20, f"took {took:.1f} s"
     finally:
         os.environ["SLURM_CONF"] = str(slurm_cluster.slurm_conf)
