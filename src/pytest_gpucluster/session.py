@@ -354,7 +354,7 @@ class GpuClusterSession:
         """Longest a light job may take from submission to its end: queue wait, run time, grace."""
         return self.profile.queue_timeout_s + self.profile.job_timeout_min * 60 + 120.0
 
-    def make_plan(self, items: list[pytest.Item]) -> tuple[Plan, dict[str, Start]]:
+    def make_plan(self, items: list[pytest.Item]) -> tuple[Plan, list[Start]]:
         """The plan for the runnable ``items`` (``plan.make_plan``) from the requests their
         ``uses`` markers declare, and for each request the first early start declared for it."""
         uses: list[Use] = []
@@ -374,19 +374,18 @@ class GpuClusterSession:
                     if start is not None:
                         starts.setdefault(request.key, start)
         known = Facts(
-            nodes=len(self.nodes),
             gpus_per_node=self.gpus_per_node,
             flags=run_facts.flags(self.profile, self.gpus_per_node),
             sees_whole_selection=not self.settings.is_xdist_worker,
         )
         plan = make_plan(uses, known)
-        early = {
-            f"{job.key}{i}": Start(job.key, starts[job.key], dict(p))
+        early = [
+            Start(job.key, starts[job.key], dict(p))
             for job in plan.ahead
             if job.key in starts
-            for i, p in enumerate(job.params or ((),))
+            for p in job.params or ((),)
             if len(p) == len(_start_args(starts[job.key]))
-        }
+        ]
         return plan, early
 
     def _await_ahead(self) -> None:
@@ -547,7 +546,7 @@ class GpuClusterSession:
                 terminal.write_line(line)
         if config.option.collectonly or session.testsfailed:
             return
-        started = self.runner.start_ahead(self, list(early.values()))
+        started = self.runner.start_ahead(self, early)
         if started:
             self.status_lines.append("started ahead: " + ", ".join(started))
 

@@ -242,7 +242,7 @@ def holders(nodes: tuple[str, ...]) -> list[tuple[str, str, str, tuple[str, ...]
     out = run(
         ["squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED", "-w", ",".join(nodes), "-o", "%i|%j|%T|%N"]
     )
-    return [(i, name, state, expand_hostlist(hosts)) for i, name, state, hosts in parse_holders(out)]
+    return [(i, name, state, parse_hostlist(hosts)) for i, name, state, hosts in parse_holders(out)]
 
 
 def cancel_by_name_prefix(prefix: str) -> list[str]:

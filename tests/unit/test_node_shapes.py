@@ -18,7 +18,7 @@ READERS = (jobs.NCCL_INTRA, jobs.NODE_PROBE, jobs.CEILINGS)
 def _session(gpus_per_node: int, *, real: bool = True) -> SimpleNamespace:
     profile = SimpleNamespace(gpus_are_real=real, nccl=SimpleNamespace(nccl_tests_dir=None), compute=ComputeConfig())
     gc = SimpleNamespace(gpus_per_node=gpus_per_node, profile=profile)
-    known = Facts(nodes=2, gpus_per_node=gpus_per_node, flags=facts.flags(profile, gpus_per_node))
+    known = Facts(gpus_per_node=gpus_per_node, flags=facts.flags(profile, gpus_per_node))
     gc.plan = make_plan([Use(r, f"test_{r.key}") for r in READERS], known)
     return gc
 

@@ -50,16 +50,16 @@ SUITE: dict[str, tuple[tuple[JobRequest, ...], bool, bool, int]] = {
 }
 
 
-def facts(nodes: int, gpus: int, *, worker: bool = False) -> Facts:
+def facts(gpus: int, *, worker: bool = False) -> Facts:
     flags = {TORCH_SWEEPS, COMPUTE_RANKS_MATCH} | ({INTRA_NODE_PEERS} if gpus != 1 else set())
-    return Facts(nodes=nodes, gpus_per_node=gpus, flags=frozenset(flags), sees_whole_selection=not worker)
+    return Facts(gpus_per_node=gpus, flags=frozenset(flags), sees_whole_selection=not worker)
 
 
-def selected(f: Facts, *, quick: bool = False) -> list[Use]:
+def selected(f: Facts, nodes: int, *, quick: bool = False) -> list[Use]:
     """The uses of the tests that apply to this shape (and are quick, if asked)."""
     out = []
     for test, (requests, is_quick, across, gpus) in SUITE.items():
-        if (quick and not is_quick) or (across and f.nodes < 2) or f.gpus_per_node < gpus:
+        if (quick and not is_quick) or (across and nodes < 2) or f.gpus_per_node < gpus:
             continue
         if test.startswith(("test_nccl.py::test_busbw_inside", "test_telemetry.py")) and f.gpus_per_node == 1:
             continue  # these test files declare their checks not applicable to nodes of one GPU
@@ -72,7 +72,7 @@ def summary(plan) -> dict[str, str]:
 
 
 def test_one_node_of_one_gpu():
-    plan = make_plan(selected(f := facts(1, 1)), f)
+    plan = make_plan(selected(f := facts(1), 1), f)
     assert summary(plan) == {
         "placement": "ahead",
         "sharedfs": "ahead",
@@ -92,7 +92,7 @@ def test_one_node_of_one_gpu():
 
 
 def test_one_node_of_four_gpus():
-    plan = make_plan(selected(f := facts(1, 4)), f)
+    plan = make_plan(selected(f := facts(4), 1), f)
     s = summary(plan)
     assert s["node-probe"] == s["compute-ceilings"] == "in nccl-intra"
     assert s["nccl-intra"] == "own"
@@ -106,7 +106,7 @@ def test_one_node_of_four_gpus():
 
 @pytest.mark.parametrize("nodes", [2, 64])
 def test_many_nodes_of_eight_gpus(nodes):
-    plan = make_plan(selected(f := facts(nodes, 8)), f)
+    plan = make_plan(selected(f := facts(8), nodes), f)
     s = summary(plan)
     assert s["nccl-inter"] == "own" and s["train-across"] == "own"
     assert s["node-probe"] == "in nccl-intra" and s["isolation-pair"] == "ahead"
@@ -119,7 +119,7 @@ def test_many_nodes_of_eight_gpus(nodes):
 
 
 def test_quick_subset_has_no_host_so_the_probe_starts_ahead_with_the_light_jobs():
-    plan = make_plan(selected(f := facts(2, 8), quick=True), f)
+    plan = make_plan(selected(f := facts(8), 2, quick=True), f)
     s = summary(plan)
     # The telemetry check is quick and reads the intra-node job: the probe rides there.
     assert s["nccl-intra"] == "own" and s["node-probe"] == "in nccl-intra"
@@ -129,31 +129,31 @@ def test_quick_subset_has_no_host_so_the_probe_starts_ahead_with_the_light_jobs(
 
 def test_without_the_host_the_rider_has_a_job_of_its_own():
     uses = [Use(jobs.NODE_PROBE, "a"), Use(jobs.RANK_FAILURE, "b"), Use(jobs.CEILINGS, "c")]
-    plan = make_plan(uses, facts(2, 8))
+    plan = make_plan(uses, facts(8))
     assert summary(plan) == {"node-probe": "ahead", "rank-failure": "own", "compute-ceilings": "own"}
 
 
 def test_nccl_tests_binaries_host_nothing():
-    f = Facts(nodes=2, gpus_per_node=8, flags=frozenset({INTRA_NODE_PEERS, COMPUTE_RANKS_MATCH}))
-    plan = make_plan(selected(f), f)
+    f = Facts(gpus_per_node=8, flags=frozenset({INTRA_NODE_PEERS, COMPUTE_RANKS_MATCH}))
+    plan = make_plan(selected(f, 2), f)
     assert plan.rides_in("node-probe") is None and plan.starts_ahead("node-probe")
     assert plan.rides_in("compute-ceilings") is None
 
 
 def test_an_xdist_worker_rides_nothing_and_starts_nothing_ahead():
-    plan = make_plan(selected(f := facts(2, 8, worker=True)), f)
+    plan = make_plan(selected(f := facts(8, worker=True), 2), f)
     assert all(j.rides_in is None and not j.ahead for j in plan.jobs.values())
 
 
 def test_two_requests_of_one_key_must_be_the_same():
     other = JobRequest("node-probe", "something else")
     with pytest.raises(ValueError, match="two different requests share the key 'node-probe'"):
-        make_plan([Use(jobs.NODE_PROBE, "a"), Use(other, "b")], facts(1, 8))
+        make_plan([Use(jobs.NODE_PROBE, "a"), Use(other, "b")], facts(8))
 
 
 def test_parameter_sets_and_the_printed_plan():
     uses = [Use(jobs.PLACEMENT, f"t{i}", (("nodes", n),)) for i, n in enumerate((1, 1, 2))]
-    plan = make_plan(uses, facts(2, 8))
+    plan = make_plan(uses, facts(8))
     assert plan.jobs["placement"].params == ((("nodes", 1),), (("nodes", 2),))
     assert plan.lines() == [
         "placement: job of its own, started ahead, 2 parameter sets; where each task of a job ran; read by 3 test(s)"
@@ -169,7 +169,7 @@ def test_parameter_sets_and_the_printed_plan():
 
 def test_a_job_that_runs_last_never_starts_ahead_and_says_so():
     last = JobRequest("after", "read after everything", light=True, runs_last=True)
-    plan = make_plan([Use(jobs.FABRIC_BEFORE, "t"), Use(last, "t")], facts(2, 8))
+    plan = make_plan([Use(jobs.FABRIC_BEFORE, "t"), Use(last, "t")], facts(8))
     assert summary(plan) == {"fabric-before": "ahead", "after": "own"}
     assert plan.lines()[1].startswith("after: job of its own, after every other job (its tests run last); ")
 
@@ -189,9 +189,9 @@ def test_tests_that_use_a_job_that_runs_last_move_to_the_end_in_their_order():
 
 
 def test_the_long_training_run_is_a_job_of_its_own():
-    f = facts(2, 4)
+    f = facts(4)
     uses = [
-        *selected(f),
+        *selected(f, 2),
         Use(jobs.TRAIN_STABILITY, "test_training_stability.py::test_step_time_is_steady_over_a_long_run"),
     ]
     s = summary(make_plan(uses, f))

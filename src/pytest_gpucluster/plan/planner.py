@@ -25,9 +25,8 @@ from pytest_gpucluster.plan.jobs import JobRequest
 
 @dataclass(frozen=True)
 class Facts:
-    """What the planner knows of the run: the shape and the facts requests may name."""
+    """What the planner knows of the run: GPUs per node and the facts requests may name."""
 
-    nodes: int
     gpus_per_node: int
     flags: frozenset[str] = frozenset()
     sees_whole_selection: bool = True  # False on an xdist worker

@@ -180,9 +180,8 @@ class Runner:
         still running when the bound passed (the run goes on without waiting for them)."""
         if not self._ahead:
             return []
-        futures = {future: label for label, future in self._ahead}
-        self._ahead = []
-        _, still = wait_all(list(futures), timeout=self.limit_s)
+        ahead, self._ahead = self._ahead, []
+        _, still = wait_all([future for _, future in ahead], timeout=self.limit_s)
         if self._pool is not None:
             self._pool.shutdown(wait=False)
-        return [futures[f] for f in still]
+        return [label for label, future in ahead if future in still]  # in the order they started
