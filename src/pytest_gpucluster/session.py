@@ -8,6 +8,7 @@ job still queued is cancelled).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -119,6 +120,7 @@ class GpuClusterSession:
         self._launcher: Launcher | None = None
         self._nodes: tuple[str, ...] | None = None
         self.excluded_nodes: dict[str, str] = {}
+        self.node_info: dict[str, slurm.NodeInfo] = {}  # Slurm's word on the partition's nodes at the start
         self._lost_recorded: dict[str, str] = {}
         self.node_error: str | None = None
         self.runner = Runner(limit_s=self._ahead_limit_s(), record_to_test=self._record_to_test)
@@ -180,6 +182,7 @@ class GpuClusterSession:
         except SlurmQueryError as exc:
             self.node_error = str(exc)
             return tuple(p.nodelist)  # the jobs will say what is wrong with them
+        self.node_info = {n.name: n for n in known}
         named = self.settings.nodes or p.nodelist
         if named:
             # The operator named these nodes; one Slurm will not run jobs on is still left out (a
@@ -298,6 +301,7 @@ class GpuClusterSession:
             timeout_min=timeout_min or self.profile.job_timeout_min,
             exclusive=exclusive,
             cpus_per_task=self.profile.cpus_per_task,
+            all_nodes=all_nodes,
             env=env,
         )
 
@@ -326,6 +330,28 @@ class GpuClusterSession:
 
         job.on_ran = ran
         return job
+
+    def short_of_gpus(self, gpus: int) -> str:
+        """The tested nodes Slurm says have fewer than ``gpus`` GPUs, as one clause ("node1,
+        node2 advertise 4 (Gres=gpu:4)"); empty when none or when Slurm was not asked."""
+        short = [n for n in self.live_nodes if n in self.node_info and self.node_info[n].gpus < gpus]
+        if not short:
+            return ""
+        shapes = sorted({f"{self.node_info[n].gpus} (Gres={self.node_info[n].gres or 'none'})" for n in short})
+        return f"{', '.join(short)} advertise{'s' if len(short) == 1 else ''} {' or '.join(shapes)}"
+
+    @staticmethod
+    def results_together(*jobs: Job[Any]) -> list[list[TaskResult[Any]]]:
+        """The results of jobs that run at once and wait for each other: waited on together, so
+        that one failing (stuck in the queue past queue_timeout_s, say) cancels the others at
+        once instead of leaving them to wait out their own bound for a partner that never comes."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="together") as pool:
+            futures = [pool.submit(job.results) for job in jobs]
+            done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+            if any(f.exception() is not None for f in done):
+                for job in jobs:
+                    job.cancel()
+            return [f.result() for f in futures]
 
     def note_parts(self, job_id: str, parts: Mapping[str, tuple[float, float]]) -> None:
         """For a job that serves several areas: when each area's part of the workload ran
@@ -608,10 +634,16 @@ class GpuClusterSession:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         """A failure shared with an earlier test (``run.runner.SharedFailure``) is reported in its
-        one line, which names that test: the traceback is shown once, not under every test."""
+        one line, which names that test: the traceback is shown once, not under every test. The
+        suite's own errors (a job refused, lost, timed out: ``GpuClusterError``) are reported as
+        their message, which names the job, node and logs; the harness's traceback says nothing
+        more to an operator (``--tb=long`` shows it)."""
         report = yield
-        if call.excinfo is not None and isinstance(call.excinfo.value, SharedFailure):
-            report.longrepr = str(call.excinfo.value)
+        exc = call.excinfo.value if call.excinfo is not None else None
+        if isinstance(exc, SharedFailure):
+            report.longrepr = str(exc)
+        elif isinstance(exc, GpuClusterError) and item.config.getoption("tbstyle", "auto") == "auto":
+            report.longrepr = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
         return report
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:

@@ -40,17 +40,26 @@ def _pair(gpucluster):
         else first
     )
     real = gpucluster.profile.gpus_are_real
+    short = gpucluster.short_of_gpus(2 * half)
+    if short:
+        # Each job would start, and wait at its hold for the other until queue_timeout_s.
+        pytest.fail(
+            f"{short}; the profile's {gpucluster.gpus_per_node} GPUs per node make a pair of jobs of {half} "
+            "GPUs each that cannot run at once there: not submitted. Fix gpus_per_node or the nodes' Gres.",
+            pytrace=False,
+        )
 
     def produce():
         with tempfile.TemporaryDirectory(prefix="isolation-", dir=gpucluster.job_root) as hold:
             a = gpucluster.submit(isolation.gpu_view, first, real=real, hold_dir=hold, hold_as="a", hold_for="b")
             b = gpucluster.submit(isolation.gpu_view, second, real=real, hold_dir=hold, hold_as="b", hold_for="a")
             try:
-                views_a = [r.value for r in a.results()]
+                results_a, results_b = gpucluster.results_together(a, b)
             except BaseException:
+                a.cancel()
                 b.cancel()
                 raise
-            return views_a, [r.value for r in b.results()]
+            return [r.value for r in results_a], [r.value for r in results_b]
 
     return (half, *gpucluster.once(("isolation-pair",), produce), per_task)
 

@@ -248,19 +248,25 @@ def test_reads(gpucluster, part):
 """
 
 
-def test_a_failure_shared_by_several_tests_shows_its_traceback_once(gpc):
+def test_a_failure_shared_by_several_tests_is_shown_once_as_its_message(gpc):
     gpc.makepyfile(SHARED_FAILURE)
     result = gpc.runpytest_subprocess()
     result.assert_outcomes(failed=3)
     out = result.stdout.str()
-    assert out.count("raise LaunchError") == 1, out
+    # The suite's own error is its message, naming job and node; no harness traceback.
+    assert out.count("raise LaunchError") == 0, out
+    full = "pytest_gpucluster.errors.LaunchError: job 7 (x-probe): submission refused: node2 offers 4 GPU(s)"
+    assert [line for line in out.splitlines() if line == full] == [full], out
     result.stdout.fnmatch_lines(
         [
             "job 7 (x-probe): submission refused: node2 offers 4 GPU(s) (the same failure as in "
-            "test_a_failure_shared_by_several_tests_shows_its_traceback_once.py::test_reads"
+            "test_a_failure_shared_by_several_tests_is_shown_once_as_its_message.py::test_reads"
             "[[]a[]], which shows it in full)"
         ]
     )
+    # --tb=long shows the traceback, once.
+    long = gpc.runpytest_subprocess("--tb=long").stdout.str()
+    assert long.count(">       raise LaunchError") == 1, long
 
 
 PROGRESS = """

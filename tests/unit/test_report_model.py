@@ -443,3 +443,27 @@ def test_hostile_names_stay_text_on_a_large_cluster_too():
     page = html.render_page(doc)
     assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert 'id="gc-nodes-accepted"' in page and "n[1-9],n[10-19] (19 nodes)" in page
+
+
+def test_a_failure_caused_by_a_lost_node_leaves_the_healthy_node_incomplete_not_rejected():
+    """node2 died before the run: node1's per-node jobs that spanned node2, and the comparison
+    left with one node, failed because of node2. node2 is rejected; node1 is not judged in full."""
+    tests = [
+        _t("a::test_probe[node1]", "fail", params="node1", message="x-intra: not submitted: node2: unreachable"),
+        _t("a::test_alike[node1]", "error", params="node1", message="1 node(s) left after losing node2: DOWN"),
+        _t("a::test_probe[node2]", "error", params="node2", message="node2 was lost earlier in this run"),
+        _t("a::test_mem[node1]", "pass", params="node1"),
+    ]
+    doc = {
+        **_doc(tests, nodes=("node1", "node2")),
+        "environment": {"lost_nodes": {"node2": {"why": "unreachable", "when": "t", "job": "7", "how": "x"}}},
+    }
+    nodes = model.node_verdicts(doc, "REJECTED")
+    assert {v.node: v.verdict for v in nodes.verdicts} == {"node1": "INCOMPLETE", "node2": "REJECTED"}
+    assert nodes.exclude == "node2"
+    node1 = next(v for v in nodes.verdicts if v.node == "node1")
+    assert all(r.startswith("not judged: node2 lost or left out") for r in node1.reasons), node1.reasons
+    # A failure of node1's own still rejects it.
+    own = [*tests, _t("a::test_gpu[node1]", "fail", params="node1", problems=["node1:gpu0: ECC errors"])]
+    doc = {**doc, **_doc(own, nodes=("node1", "node2")), "environment": doc["environment"]}
+    assert {v.node: v.verdict for v in model.node_verdicts(doc).verdicts}["node1"] == "REJECTED"

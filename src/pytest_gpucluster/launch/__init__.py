@@ -29,6 +29,10 @@ class JobSpec:
     exclusive: bool = False
     cpus_per_task: int | None = None
     env: Mapping[str, str] | None = None
+    # The nodelist is "every tested node": a node the run loses before the job is submitted is
+    # left out of it (its checks fail on their own with the first evidence), not a reason to
+    # refuse the job for the others.
+    all_nodes: bool = False
 
 
 @dataclass(frozen=True)

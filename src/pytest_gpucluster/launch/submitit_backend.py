@@ -13,10 +13,12 @@ at once instead of after submitit's own per-task grace period.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import logging
 import os
 import pickle
+import re
 import shutil
 import socket
 import sys
@@ -79,6 +81,29 @@ def _tail(path: Path, lines: int = 25) -> str:
     except OSError:
         return ""
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _excused_clause(excused_s: float) -> str:
+    """What a queue timeout's message adds for the time not counted (behind a job still ending
+    on a lost node)."""
+    if excused_s < 1:
+        return ""
+    return f" (and {excused_s:.0f} s more after it waited behind a job Slurm was ending on a lost node)"
+
+
+# srun's own line when it cannot start a step's tasks on a node (a dead or unreachable slurmd),
+# written to the batch step's stderr: "srun: error: Task launch for StepId=29.0 failed on node
+# node4: Communication connection failure".
+_LAUNCH_FAILED = re.compile(r"Task launch for StepId=(\S+) failed on node (\S+): (.+)")
+
+
+def launch_failures(stderr_text: str) -> dict[str, str]:
+    """Nodes srun could not start tasks on, from the batch step's stderr: node → why."""
+    out: dict[str, str] = {}
+    for match in _LAUNCH_FAILED.finditer(stderr_text):
+        step, node, why = match.groups()
+        out.setdefault(node, f"unreachable: srun could not start step {step}'s tasks there ({why.strip()})")
+    return out
 
 
 class SubmititJob(Job[R]):
@@ -202,8 +227,19 @@ class SubmititJob(Job[R]):
         pending_reason = ""
         not_responding_since: dict[str, float] = {}
         last_requeue_check = 0.0
+        # A job PENDING behind a job of this run that Slurm is still ending on a node the run lost
+        # waits for Slurm, not for a fault of its own nodes: from the moment it is seen there
+        # until it starts, the wait does not count against queue_timeout_s, up to one more
+        # queue_timeout_s.
+        excused = 0.0
+        behind_lost = ""
+        was_behind = nudged = False
+        last_loop = time.monotonic()
         while True:
             now = time.monotonic()
+            if was_behind:
+                excused = min(queue_limit, excused + now - last_loop)
+            last_loop = now
             quick = now - self.submitted_at < _QUICK_LOOK_S
             every = _ENDING_CHECK_S if self._some_results else _QUICK_STATE_S if quick else _SACCT_EVERY_S
             force = now - last_sacct >= every
@@ -227,10 +263,20 @@ class SubmititJob(Job[R]):
                     self._launcher._note_ending(self.job_id)
                 return state
             if state in _WAITING and started is None:
-                if self.spec.nodelist and self._launcher.executor == "slurm" and now - last_node_check >= _NODE_CHECK_S:
+                # Every second while it waits behind a lost node's ending job, to start it soon after.
+                check_every = 1.0 if was_behind and not nudged else _NODE_CHECK_S
+                if self.spec.nodelist and self._launcher.executor == "slurm" and now - last_node_check >= check_every:
                     last_node_check = now
                     self._check_pinned_nodes(state, pending_reason)
-                if now - self.submitted_at > queue_limit:
+                    ending = self._launcher._ending_on_lost(self.spec.nodelist, self.job_id)
+                    if ending and ending != behind_lost:
+                        self._launcher._status(self.job_id, state, f"waits for Slurm to end {ending}")
+                    if was_behind and not ending and not nudged:
+                        nudged = True  # its nodes are free now: have Slurm look at it at once
+                        self._launcher._nudge(self.job_id)
+                    behind_lost = ending
+                    was_behind = was_behind or bool(ending)
+                if now - self.submitted_at - excused > queue_limit:
                     reason = self._launcher._pending_reason(self.job_id) or pending_reason or "reason unknown"
                     held = self._launcher._what_holds(self.spec.nodelist, self.job_id)
                     if held:
@@ -238,7 +284,7 @@ class SubmititJob(Job[R]):
                     self.cancel()
                     raise self._error(
                         QueueTimeoutError,
-                        f"still {state} after {queue_limit:.0f} s: {reason}; cancelled. "
+                        f"still {state} after {queue_limit:.0f} s{_excused_clause(excused)}: {reason}; cancelled. "
                         "Check the partition's nodes (sinfo) or raise queue_timeout_s.",
                         state,
                     )
@@ -452,6 +498,15 @@ class SubmititJob(Job[R]):
             final = self._state(force=True) if self._launcher.executor == "slurm" else state
             message = f"ended {final} with {len(failures)} failed task(s): " + "; ".join(failures)
             lost = self._launcher._lost_nodes(nodes) if self._launcher.executor == "slurm" else {}
+            unreached = self._unreached_nodes() if learn_lost and self._launcher.executor == "slurm" else {}
+            if unreached:
+                # srun cancels the tasks it did start when one node's launch fails: those are
+                # not the culprits, the node it could not reach is.
+                others = [f for f, node in zip(failures, where, strict=True) if node not in unreached]
+                message = f"ended {final}: srun could not start its tasks on {', '.join(unreached)}" + (
+                    f" and ended the other {len(others)}" if others else ""
+                )
+                lost = {**lost, **unreached}  # srun's reason says more than the node's state
             if not lost and learn_lost and self._launcher.executor == "slurm":
                 lost = _silent_nodes(failed, where, {r.node for r in out}, self.job_id, final)
             if lost:
@@ -462,6 +517,13 @@ class SubmititJob(Job[R]):
                 raise err
             raise self._error(LaunchError, message, final)
         return sorted(out, key=lambda r: r.rank)
+
+    def _unreached_nodes(self) -> dict[str, str]:
+        """Nodes srun could not start this job's tasks on, from the batch step's stderr."""
+        tasks = self._tasks()
+        if not tasks:
+            return {}
+        return launch_failures(_tail(Path(tasks[0].paths.stderr), lines=200))
 
 
 def _silent_nodes(
@@ -571,8 +633,13 @@ class SubmititLauncher(Launcher):
 
     def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> SubmititJob[R]:
         """Start ``fn(ctx, **kwargs)`` on every task of ``spec``; returns at once. A job pinned to
-        a node this run lost is refused without a submission, naming the first evidence."""
+        a node this run lost is refused without a submission, naming the first evidence, unless
+        it asks for every tested node (``spec.all_nodes``): then it runs on the others."""
         gone = [n for n in spec.nodelist if n in self.lost_nodes]
+        if gone and spec.all_nodes and len(gone) < len(spec.nodelist):
+            kept = tuple(n for n in spec.nodelist if n not in self.lost_nodes)
+            spec = dataclasses.replace(spec, nodelist=kept, nodes=len(kept))
+            gone = []
         if gone:
             seen = "; ".join(
                 f"{n}: {self.lost_nodes[n]} (seen {self.lost_seen.get(n, {}).get('how', 'earlier')})" for n in gone
@@ -754,6 +821,30 @@ class SubmititLauncher(Launcher):
             names = ", ".join(f"{n} is {why}" for n, why in sorted(bad.items()))
             parts.append(f"{names} (earlier jobs of this run ran there; Slurm may still be ending one)")
         return "; ".join(parts)
+
+    def _nudge(self, job_id: str) -> None:
+        try:
+            slurm.nudge_scheduler(job_id)
+        except Exception:  # a nudge only saves time; the queue bound still holds
+            pass
+
+    def _ending_on_lost(self, nodes: tuple[str, ...], job_id: str) -> str:
+        """When every job holding ``nodes`` is one Slurm is still ending (COMPLETING) on a node
+        this run lost, those jobs as one clause ("job 12 (x-probe) on node4"); else empty. A job
+        whose launch failed on a dead node keeps its live nodes until slurmctld gives up on the
+        dead one (about MessageTimeout), and a job waiting behind it waits for that, not for the
+        node it asked for."""
+        if self.executor != "slurm" or not self.lost_nodes:
+            return ""
+        try:
+            holders = [h for h in slurm.holders(nodes) if h[0] != job_id]
+        except Exception:  # cannot tell: the wait counts as any other
+            return ""
+        ending = [h for h in holders if h[2] == "COMPLETING" and any(n in self.lost_nodes for n in h[3])]
+        if not ending or len(ending) != len(holders):
+            return ""
+        lost = sorted({n for h in ending for n in h[3] if n in self.lost_nodes})
+        return ", ".join(f"job {i} ({name})" for i, name, _, _ in ending) + f" on {', '.join(lost)}"
 
     def _lost_nodes(self, nodes: tuple[str, ...]) -> dict[str, str]:
         if not nodes:

@@ -488,9 +488,11 @@ class Nodes:
 
 def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
     """Per node, from the matrix's attribution: REJECTED when a check failed on it (or the run
-    lost it, or Slurm excluded it), INCOMPLETE when a check of it was skipped, otherwise
-    ACCEPTED (PARTIAL in a partial run: only the selected checks speak for it). Failures that
-    name no node are listed apart: they may be the fabric's, not any node's."""
+    lost it, or Slurm excluded it), INCOMPLETE when a check of it was skipped or failed only
+    because of another node the run lost or Slurm excluded (a job spanning both, a comparison
+    left with one node), otherwise ACCEPTED (PARTIAL in a partial run: only the selected checks
+    speak for it). Failures that name no node are listed apart: they may be the fabric's, not
+    any node's."""
     m = matrix(doc)
     env = doc.get("environment", {})
     lost = env.get("lost_nodes") or {}
@@ -498,6 +500,7 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
     out: list[NodeVerdict] = []
     known = known_nodes(doc)
     unattributed: list[str] = []  # a failure of several nodes together that no isolation pinned on one
+    gone = sorted({*lost, *excluded})
     for node in [*known, *[n for n in excluded if n not in known]]:
         bad: list[str] = []
         skipped: list[str] = []
@@ -513,7 +516,11 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
             cell = m.cell(node, col)
             if SEVERITY.get(cell.status, 0) >= SEVERITY["xpass"]:
                 for line in (x for x in cell.lines if _says_failure(x)):
-                    if _convicts(line, node):
+                    others = [n for n in nodes_in(line, gone) if n != node] if node not in gone else []
+                    if others:
+                        skipped.append(f"not judged: {hostlist(others)} lost or left out ({line})")
+                        skipped_checks.append(col[1])
+                    elif _convicts(line, node):
                         bad.append(line)
                         bad_checks.append(col[1])
                     else:
@@ -538,6 +545,7 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
                     for col in m.columns
                     for line in m.cell(CLUSTER_ROW, col).lines
                     if SEVERITY.get(m.cell(CLUSTER_ROW, col).status, 0) >= SEVERITY["xpass"]
+                    and _says_failure(line)
                     and not nodes_in(line, everyone)
                 ),
                 *unattributed,
