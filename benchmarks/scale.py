@@ -4,11 +4,13 @@ For each node count N it brings up the project's Slurm test cluster with N nodes
 GRES ``gpu:8``, 8 CPUs per node), runs the checks that need no real GPU (Slurm health, placement with
 8 tasks per node, shared filesystem, inventory, rank failure) through pytest with a profile copied
 from ``--base`` (default ``ci``) at ``nodes = N``, ``gpus_per_node = 8``, then plans the GPU checks
-(NCCL, training, compute) with ``--dry-run``, and tears the cluster down. Per N it prints one JSON
-line: wall time and the harness split from the results' ``timing``, the pytest process's peak RSS
-(``/usr/bin/time``), the results JSON and HTML report sizes, the report's render time in headless
-Chromium (when installed), the Slurm commands the run issued (counted by a directory of small
-wrappers put first on PATH that log each call and exec the real command), and the dry run's wall time.
+(NCCL, training, compute) with ``--dry-run`` (with ``--run-gpu-checks`` it also runs them, on CPU
+stand-ins: only meaningful on a machine with a core per simulated GPU), and tears the cluster down.
+Per N it prints one JSON line: wall time and the harness split from the results' ``timing``, the
+pytest process's peak RSS (``/usr/bin/time``), the results JSON and HTML report sizes, the report's
+render time in headless Chromium (when installed), the Slurm commands the run issued (counted by a
+directory of small wrappers put first on PATH that log each call and exec the real command), and the
+dry run's wall time.
 
 The test cluster is shared by everything on the machine: run it under its lock.
 
@@ -183,6 +185,25 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         )
         if proc.returncode != 0 and args.verbose:
             print(proc.stdout[-4000:], file=sys.stderr)
+        if args.run_gpu_checks:
+            # The GPU checks run, not only planned: on CPU stand-ins, so only meaningful where the
+            # machine has a core per simulated GPU (the same per-node work at every N).
+            gpu_results = work / f"results-gpu-{nodes}.json"
+            gpu, gpu_wall, gpu_rss = run_pytest(
+                [*common, f"--results={gpu_results}", *GPU_TESTS], env, work, f"gpu-{nodes}", args.timeout
+            )
+            gdoc = json.loads(gpu_results.read_text()) if gpu_results.exists() else {"tests": []}
+            gtiming = gdoc.get("timing") or {}
+            row["gpu_checks"] = {
+                "returncode": gpu.returncode,
+                "verdict": (gdoc.get("acceptance") or {}).get("verdict"),
+                "outcomes": dict(Counter(str(t["outcome"]) for t in gdoc["tests"])),
+                "wall_s": round(gpu_wall, 1),
+                "timing": {k: gtiming.get(k) for k in ("wall_s", "workload_s", "harness_s", "jobs")},
+                "peak_rss_mib": round(gpu_rss / 1024, 1) if gpu_rss else None,
+            }
+            if gpu.returncode != 0 and args.verbose:
+                print(gpu.stdout[-4000:], file=sys.stderr)
         dry_log = work / f"slurm-dry-{nodes}.log"
         write_shims(shims, dry_log)
         dry, dry_wall, dry_rss = run_pytest([*common, "--dry-run", *GPU_TESTS], env, work, f"dry-{nodes}", 300)
@@ -211,6 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900, help="seconds one pytest run may take")
     parser.add_argument("--keep", type=Path, help="keep results, reports and Slurm command logs here")
     parser.add_argument("--verbose", action="store_true", help="print a failing run's output to stderr")
+    parser.add_argument(
+        "--run-gpu-checks",
+        action="store_true",
+        help="also run the NCCL, training and compute checks (CPU stand-ins; needs a core per simulated GPU)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gpucluster-scale-") as tmp:
         work = args.keep or Path(tmp)
