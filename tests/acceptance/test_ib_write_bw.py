@@ -34,7 +34,9 @@ def _ports(gpucluster):
 
 @pytest.fixture
 def pair_writes(gpucluster):
-    """(ports, plan, node → NodeWrites, job id) from one job over every tested node, no GPU."""
+    """(ports, plan, node → NodeWrites, job id) from one job over every tested node, no GPU. When
+    the profile names no path and the node probe found ib_write_bw on no node's PATH, no job is
+    submitted."""
     p = gpucluster.profile
 
     def produce():
@@ -45,6 +47,9 @@ def pair_writes(gpucluster):
         plan = judging.plan_steps(judging.pairs_for(gpucluster.live_nodes), ports)
         if not plan.steps:
             return ports, plan, {}, None
+        if p.ib_write_bw_path is None and probe_checks.absent_everywhere(gpucluster, "ib_write_bw"):
+            why = "not on PATH (the node probe's reading)"
+            return ports, plan, {n: ib_write_bw.NodeWrites(n, False, why) for n in gpucluster.live_nodes}, None
         wait = float(p.ib_write_bw_timeout_s)
         minutes = int(plan.longest * (2 * wait + p.ib_write_bw_timeout_s) // 60) + 5
         spec = gpucluster.spec(jobs.IB_WRITE_BW.key, all_nodes=True, gpus_per_node=0, timeout_min=minutes)

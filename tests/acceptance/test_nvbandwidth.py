@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster import probe_checks
 from pytest_gpucluster.checks import nvbandwidth as judging
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.workloads import nvbandwidth
 
-pytestmark = pytest.mark.uses(jobs.NVBANDWIDTH)
+pytestmark = [probe_checks.USES, pytest.mark.uses(jobs.NVBANDWIDTH)]
 
 
 @pytest.fixture
 def copies(gpucluster):
     """node → (NvbandwidthRun, NodeCopies) and the job id: one job on every node, holding its
-    GPUs, for the whole run."""
+    GPUs, for the whole run. When the profile names no path and the node probe found nvbandwidth
+    on no node's PATH, no job is submitted."""
     p = gpucluster.profile
+    if p.nvbandwidth_path is None and probe_checks.absent_everywhere(gpucluster, "nvbandwidth"):
+        why = "not on PATH (the node probe's reading)"
+        return {n: (nvbandwidth.NvbandwidthRun(n, False, why), None) for n in gpucluster.live_nodes}, None
 
     def produce():
         spec = gpucluster.spec(jobs.NVBANDWIDTH.key, all_nodes=True, timeout_min=p.nvbandwidth_timeout_s // 60 + 5)

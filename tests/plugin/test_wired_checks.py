@@ -144,8 +144,11 @@ def test_vendor_tools_are_not_applicable_with_their_reason_without_the_tools(ven
     host = socket.gethostname()
     for name in ("test_host_device_copies_per_gpu", "test_gpu_pairs_copy_per_gpu"):
         assert tests[name]["verdict"] == "n/a", tests[name]
-        assert f"nvbandwidth is not installed on {host}: not on PATH" in tests[name]["message"]
-        assert len(tests[name]["job_ids"]) == 1  # the job ran on the node and found no binary
+        assert (
+            f"nvbandwidth is not installed on {host}: not on PATH (the node probe's reading)" in tests[name]["message"]
+        )
+        # The node probe found no nvbandwidth on any node: no nvbandwidth job was submitted.
+        assert [j["name"].split("-", 1)[1] for j in tests[name]["jobs"]] == ["node-probe"]
     ib = tests["test_ib_write_bw_per_hca"]
     assert ib["verdict"] == "n/a" and "profile 'twogpu' has 1 node; this check needs 2" in ib["message"]
     assert run.ret == 10, run.stdout.str()  # nothing was measured: INCOMPLETE
@@ -158,3 +161,5 @@ def test_a_named_nvbandwidth_path_that_is_not_there_is_named(vendor):
     found = _tests(vendor.path)["test_host_device_copies_per_gpu"]
     assert found["verdict"] == "n/a", found
     assert "no executable at /opt/nvbandwidth/nvbandwidth (profile key nvbandwidth_path)" in found["message"]
+    # A named path is looked for by the job itself, on the node.
+    assert "nvbandwidth" in [j["name"].split("-", 1)[1] for j in found["jobs"]]

@@ -56,7 +56,7 @@ NCCL_INTRA = JobRequest(
 NCCL_INTER = JobRequest("nccl-inter", "the collective sweeps across every node")
 NODE_PROBE = JobRequest(
     "node-probe",
-    "NVML, InfiniBand, inventory and dcgmi readings of every node",
+    "NVML, InfiniBand, inventory and vendor tools' presence on every node",
     light=True,
     holds_gpus=True,
     rides_in=NCCL_INTRA.key,
