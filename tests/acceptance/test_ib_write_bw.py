@@ -70,7 +70,9 @@ def pair_writes(gpucluster):
 @pytest.mark.infiniband
 def test_ib_write_bw_per_hca(pair_writes, judge, node, profile):
     ports, plan, writes, job = pair_writes
-    if not ports.get(node):
+    if node not in ports:
+        pytest.fail(f"{node}: its InfiniBand ports could not be read, so it was not paired", pytrace=False)
+    if not ports[node]:
         not_applicable(f"{node} has no active {profile.ib_link_layer} port (the node probe's reading)")
     found = judging.judge_node(node, plan, writes, job_id=job)
     if found.not_applicable:

@@ -117,7 +117,10 @@ def test_a_client_that_never_reached_its_server_is_a_problem_naming_both():
     found = judging.judge_node("n1", PLAN, _writes("", NO_SERVER, code=1, attempts=60))
     assert found.measurements == ()
     (problem,) = found.problems
-    assert problem.startswith("n2:mlx5_0/1: ib_write_bw to n1:mlx5_0/1: exited 1 without a bandwidth (Couldn't connect")
+    assert problem.startswith(
+        "n2:mlx5_0/1: ib_write_bw to n1:mlx5_0/1: exited 1 after 60 attempts in 1 s without a bandwidth "
+        "(Couldn't connect"
+    )
 
 
 def test_absent_binary_is_not_applicable_for_the_node_and_its_peer(tmp_path, monkeypatch):

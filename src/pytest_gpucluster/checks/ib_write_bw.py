@@ -110,7 +110,8 @@ def _why(r: WriteResult, connect_wait_s: float) -> str:
             return f"no client connected within {connect_wait_s:g} s; the server was killed"
         return "still running at its timeout; killed"
     tail = " | ".join(line.strip() for line in (r.stderr or r.stdout).strip().splitlines()[-3:]) or "no output"
-    return f"exited {r.returncode} without a bandwidth ({tail})"
+    tries = f" after {r.attempts} attempts in {r.seconds:.0f} s" if r.attempts > 1 else ""
+    return f"exited {r.returncode}{tries} without a bandwidth ({tail})"
 
 
 @dataclass(frozen=True)
