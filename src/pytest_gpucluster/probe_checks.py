@@ -1,6 +1,6 @@
 """Login side of the shared node probe (``workloads/node_probe.py``): once per run GPU health,
-InfiniBand, the inventory and dcgmi's presence are read on every node; each area takes its part.
-When the plan has the intra-node NCCL job, the probe is that job's first phase
+InfiniBand, the inventory and the vendor tools' presence are read on every node; each area takes
+its part. When the plan has the intra-node NCCL job, the probe is that job's first phase
 (``nccl_checks.probe_rides_along``); otherwise it is a job of its own, started ahead. If the
 shared job fails, the probe is read again in a job of its own, so a broken collective does not
 hide the GPU readings that may explain it.
@@ -68,6 +68,16 @@ def readings(gc: GpuClusterSession, part: str, *, fallback: Fallback | None = No
             raise
         return gc.once(("node-probe-fallback", part), fallback, light=True)
     return {node: probe.parts[part] for node, probe in probes.items() if part in probe.parts}
+
+
+def absent_everywhere(gc: GpuClusterSession, tool: str) -> bool:
+    """Whether the probe found ``tool`` on none of the tested nodes' PATH (so its check submits
+    no job); False when any node has it, or the probe could not tell."""
+    try:
+        where = readings(gc, tool)
+    except GpuClusterError:
+        return False  # the probe job could not run: the tool's own job finds out for itself
+    return bool(where) and set(where) >= set(gc.live_nodes) and all(path is None for path in where.values())
 
 
 def good(found: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,12 +1,15 @@
-"""The SDC and fabric checks of the acceptance suite, run through the local executor on this
-machine: the SDC chain passes on the CPU stand-in; the fabric check is not applicable without
-InfiniBand or NVLink, fails naming the port when a recorded sysfs tree's counter moves between
-the two snapshots, and is not applicable on an xdist worker."""
+"""The SDC, fabric and vendor-tool checks of the acceptance suite, run through the local executor
+on this machine: the SDC chain passes on the CPU stand-in; the fabric check is not applicable
+without InfiniBand or NVLink, fails naming the port when a recorded sysfs tree's counter moves
+between the two snapshots, and is not applicable on an xdist worker; nvbandwidth and ib_write_bw
+are planned where they apply and not applicable, with the reason, without the tools."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +95,71 @@ def test_fabric_is_not_applicable_on_an_xdist_worker(checks):
     fabric = _tests(checks.path)["test_fabric_error_counters_did_not_rise"]
     assert fabric["verdict"] == "n/a", fabric
     assert "under xdist" in fabric["message"]
+
+
+# ------------------------------------------------------------------ vendor tools
+
+VENDOR_PROFILES = """
+[profiles.twogpu]
+extends = "local"
+gpus_per_node = 2
+
+[profiles.twonodes]
+extends = "nebius"
+nodelist = ["gpu-01", "gpu-02"]
+
+[profiles.twogpu-named]
+extends = "twogpu"
+"""
+
+
+@pytest.fixture
+def vendor(gpc: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    for name in ("test_nvbandwidth.py", "test_ib_write_bw.py"):
+        shutil.copy(ACCEPTANCE / name, gpc.path / name)
+    thresholds = gpc.path / "thresholds.toml"
+    thresholds.write_text(thresholds.read_text() + VENDOR_PROFILES)
+    # Neither tool nor Slurm's commands on PATH: the dry run of a Slurm profile reads no partition.
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+    return gpc
+
+
+def test_vendor_tools_are_planned_where_they_apply(vendor):
+    local = vendor.runpytest_subprocess("--cluster=twogpu", "--dry-run")
+    local.stdout.fnmatch_lines(["nvbandwidth: job of its own, when first needed; *; read by 2 test(s)"])
+    assert "ib-write-bw:" not in local.stdout.str()  # one node: not applicable, so not planned
+    pairs = vendor.runpytest_subprocess("--cluster=twonodes", "--dry-run")
+    pairs.stdout.fnmatch_lines_random(
+        [
+            "node-probe: job of its own, started ahead; *",
+            "ib-write-bw: job of its own, when first needed; ib_write_bw between neighbour node pairs*; read by 2 *",
+            "nvbandwidth: job of its own, when first needed; *; read by 4 test(s)",
+        ]
+    )
+
+
+def test_vendor_tools_are_not_applicable_with_their_reason_without_the_tools(vendor):
+    run = vendor.runpytest_subprocess("--cluster=twogpu", "--results=out.json")
+    tests = _tests(vendor.path)
+    host = socket.gethostname()
+    for name in ("test_host_device_copies_per_gpu", "test_gpu_pairs_copy_per_gpu"):
+        assert tests[name]["verdict"] == "n/a", tests[name]
+        assert (
+            f"nvbandwidth is not installed on {host}: not on PATH (the node probe's reading)" in tests[name]["message"]
+        )
+        # The node probe found no nvbandwidth on any node: no nvbandwidth job was submitted.
+        assert [j["name"].split("-", 1)[1] for j in tests[name]["jobs"]] == ["node-probe"]
+    ib = tests["test_ib_write_bw_per_hca"]
+    assert ib["verdict"] == "n/a" and "profile 'twogpu' has 1 node; this check needs 2" in ib["message"]
+    assert run.ret == 10, run.stdout.str()  # nothing was measured: INCOMPLETE
+
+
+def test_a_named_nvbandwidth_path_that_is_not_there_is_named(vendor):
+    thresholds = vendor.path / "thresholds.toml"
+    thresholds.write_text(thresholds.read_text() + 'nvbandwidth_path = "/opt/nvbandwidth/nvbandwidth"\n')
+    vendor.runpytest_subprocess("test_nvbandwidth.py", "--cluster=twogpu-named", "--results=out.json")
+    found = _tests(vendor.path)["test_host_device_copies_per_gpu"]
+    assert found["verdict"] == "n/a", found
+    assert "no executable at /opt/nvbandwidth/nvbandwidth (profile key nvbandwidth_path)" in found["message"]
+    # A named path is looked for by the job itself, on the node.
+    assert "nvbandwidth" in [j["name"].split("-", 1)[1] for j in found["jobs"]]

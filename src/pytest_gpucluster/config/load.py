@@ -262,6 +262,13 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
         check_bounds(p.fabric_bounds)
     except ValueError as exc:
         raise bad("fabric_bounds", str(exc)) from None
+    for key in ("nvbandwidth_path", "ib_write_bw_path"):
+        value = getattr(p, key)
+        if value is not None and (not value.startswith("/") or "\n" in value or "\0" in value):
+            raise bad(key, f"expected the absolute path of the binary on the nodes, got {value!r}.")
+    for key in ("nvbandwidth_timeout_s", "ib_write_bw_timeout_s"):
+        if getattr(p, key) < 1:
+            raise bad(key, f"must be at least 1, got {getattr(p, key)}.")
     if not p.fabric_sysfs_root.startswith("/"):
         raise bad("fabric_sysfs_root", f"expected an absolute path on the nodes, got {p.fabric_sysfs_root!r}.")
     t = p.training

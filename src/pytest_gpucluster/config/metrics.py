@@ -75,6 +75,29 @@ METRICS: dict[str, Metric] = {
         _m("train.fsdp.scaling_efficiency", "%", "higher", "per-GPU throughput at scale / 1 GPU", calibrate=True),
         _m("train.stability.step_time_cv", "%", "lower", "a node's step times: standard deviation / mean"),
         _m("train.stability.slowest_step_ratio", "ratio", "lower", "a node's slowest step / its median step"),
+        # vendor tools where installed: nvbandwidth (copy engine) and perftest's ib_write_bw
+        _m(
+            "nvbandwidth.host_to_device",
+            "GB/s",
+            "higher",
+            "nvbandwidth host_to_device_memcpy_ce: a GPU's copy from host memory",
+            calibrate=True,
+        ),
+        _m(
+            "nvbandwidth.device_to_host",
+            "GB/s",
+            "higher",
+            "nvbandwidth device_to_host_memcpy_ce: a GPU's copy to host memory",
+            calibrate=True,
+        ),
+        _m(
+            "nvbandwidth.device_to_device",
+            "GB/s",
+            "higher",
+            "nvbandwidth device_to_device_memcpy_read_ce: a GPU's worst pair with another GPU of its node",
+            calibrate=True,
+        ),
+        _m("ib_write_bw.per_hca", "Gb/s", "higher", "ib_write_bw between two nodes over one HCA", calibrate=True),
         # inventory and telemetry
         _m("inventory.cpus_per_gpu", "count", "higher", "logical CPUs per GPU on each node"),
         _m("inventory.memory_per_gpu", "GiB", "higher", "host RAM per GPU on each node"),

@@ -95,6 +95,12 @@ class Profile:
     expect_memory_gib: float | None = None  # host RAM per node; judged by inventory.memory_spread
     dcgm_level: int = 1
     dcgm_required: bool = False  # true: a node without dcgmi fails; false: DCGM is not applicable there
+    # Vendor tools on the nodes: a path to the binary, else the name on the node's PATH; where
+    # neither is found the check is not applicable. Each run of a tool is bounded by its timeout.
+    nvbandwidth_path: str | None = None
+    nvbandwidth_timeout_s: int = 600
+    ib_write_bw_path: str | None = None
+    ib_write_bw_timeout_s: int = 60
     # true: the slow burn checks belong to the required set (a run without them is PARTIAL)
     require_slow: bool = False
     job_timeout_min: int = 30

@@ -56,7 +56,7 @@ NCCL_INTRA = JobRequest(
 NCCL_INTER = JobRequest("nccl-inter", "the collective sweeps across every node")
 NODE_PROBE = JobRequest(
     "node-probe",
-    "NVML, InfiniBand, inventory and dcgmi readings of every node",
+    "NVML, InfiniBand, inventory and vendor tools' presence on every node",
     light=True,
     holds_gpus=True,
     rides_in=NCCL_INTRA.key,
@@ -94,6 +94,10 @@ TRAIN_BASELINE = JobRequest("train-baseline", "one GPU training alone", rides_in
 TRAIN_ACROSS = JobRequest("train-across", "DDP and FSDP across every node")
 TRAIN_STABILITY = JobRequest("train-stability", "a long DDP run on every node: loss, NaN/inf and step-time spread")
 SDC = JobRequest("sdc", "the same GEMM chain on every GPU of every node, its bits compared", holds_gpus=True)
+NVBANDWIDTH = JobRequest(
+    "nvbandwidth", "nvbandwidth's host-device and device-device copies on every node", holds_gpus=True
+)
+IB_WRITE_BW = JobRequest("ib-write-bw", "ib_write_bw between neighbour node pairs, every active HCA, both ways")
 FABRIC_BEFORE = JobRequest(
     "fabric-before", "every node's InfiniBand and NVLink error counters before the first workload", light=True
 )
@@ -119,6 +123,8 @@ SUITE = (
     TRAIN_ACROSS,
     TRAIN_STABILITY,
     SDC,
+    NVBANDWIDTH,
+    IB_WRITE_BW,
     FABRIC_BEFORE,
     FABRIC_AFTER,
 )

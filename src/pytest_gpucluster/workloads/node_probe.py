@@ -1,5 +1,7 @@
-"""The read-only look at a node that four areas share, one task per node in one job: GPU health
-(NVML), InfiniBand ports (sysfs), the node inventory, and where ``dcgmi`` is.
+"""The read-only look at a node that several areas share, one task per node in one job: GPU health
+(NVML), InfiniBand ports (sysfs), the node inventory, and where the vendor tools ``dcgmi``,
+``nvbandwidth`` and ``ib_write_bw`` are on the node's PATH (where none of the nodes has one, its
+check submits no job).
 
 One job instead of four: on Slurm every job costs a pass of the scheduler (it starts batch jobs
 on a one-second tick), a step launch and a Python start, about a second in all, which is more
@@ -19,7 +21,7 @@ from pytest_gpucluster.workloads import gpu_health, infiniband
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.inventory import node_inventory
 
-PARTS = ("gpu_health", "infiniband", "inventory", "dcgmi")
+PARTS = ("gpu_health", "infiniband", "inventory", "dcgmi", "nvbandwidth", "ib_write_bw")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ def probe_node(ctx: TaskContext, *, shared_fs: str | None = None, parts: Sequenc
         "infiniband": lambda: infiniband.read_node(ctx),
         "inventory": lambda: node_inventory(ctx, shared_fs=shared_fs),
         "dcgmi": lambda: shutil.which("dcgmi"),
+        "nvbandwidth": lambda: shutil.which("nvbandwidth"),
+        "ib_write_bw": lambda: shutil.which("ib_write_bw"),
     }
     unknown = [p for p in parts if p not in readers]
     if unknown:

@@ -1,0 +1,69 @@
+"""NVIDIA nvbandwidth where it is installed: on every node at once, its copy-engine host→device,
+device→host and device↔device testcases (workloads/nvbandwidth.py), judged per GPU
+(checks/nvbandwidth.py): a GPU below its line fails naming ``node:gpuN``, the testcase, the value
+and the line; for device↔device each GPU's worst pair is judged, naming both GPUs. Not applicable
+on a node without nvbandwidth (the profile's ``nvbandwidth_path``, else the node's PATH), and the
+device↔device check on a node of one GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpucluster import probe_checks
+from pytest_gpucluster.checks import nvbandwidth as judging
+from pytest_gpucluster.outcomes import not_applicable
+from pytest_gpucluster.plan import jobs
+from pytest_gpucluster.workloads import nvbandwidth
+
+pytestmark = [probe_checks.USES, pytest.mark.uses(jobs.NVBANDWIDTH)]
+
+
+@pytest.fixture
+def copies(gpucluster):
+    """node → (NvbandwidthRun, NodeCopies) and the job id: one job on every node, holding its
+    GPUs, for the whole run. When the profile names no path and the node probe found nvbandwidth
+    on no node's PATH, no job is submitted."""
+    p = gpucluster.profile
+    if p.nvbandwidth_path is None and probe_checks.absent_everywhere(gpucluster, "nvbandwidth"):
+        why = "not on PATH (the node probe's reading)"
+        return {n: (nvbandwidth.NvbandwidthRun(n, False, why), None) for n in gpucluster.live_nodes}, None
+
+    def produce():
+        spec = gpucluster.spec(jobs.NVBANDWIDTH.key, all_nodes=True, timeout_min=p.nvbandwidth_timeout_s // 60 + 5)
+        results = gpucluster.run(
+            nvbandwidth.run_nvbandwidth, spec, path=p.nvbandwidth_path, timeout_s=p.nvbandwidth_timeout_s
+        )
+        runs = {r.value.node: r.value for r in results if r.value}
+        read = {n: (run, judging.node_copies(run) if run.found else None) for n, run in runs.items()}
+        return read, results[0].job_id
+
+    return gpucluster.once(jobs.NVBANDWIDTH.key, produce)
+
+
+def _node(copies, node):
+    found, _ = copies
+    if node not in found:
+        pytest.fail(f"{node}: no nvbandwidth result came back (answered: {', '.join(found) or 'none'})", pytrace=False)
+    run, read = found[node]
+    if not run.found:
+        not_applicable(f"nvbandwidth is not installed on {node}: {run.absent}")
+    return read
+
+
+@pytest.mark.gpu
+def test_host_device_copies_per_gpu(copies, judge, node):
+    read = _node(copies, node)
+    h2d_d2h = [p for p in read.problems if judging.D2D not in p]
+    judge.problems(h2d_d2h, f"{node}: nvbandwidth did not measure the host-device copies")
+    judge.all(judging.host_device_measurements(read, copies[1]))
+
+
+@pytest.mark.gpu(2)
+def test_gpu_pairs_copy_per_gpu(copies, judge, node):
+    read = _node(copies, node)
+    if read.gpus == 1 and not read.device_to_device:
+        not_applicable(f"nvbandwidth sees one GPU on {node}: no pair to copy between")
+    problems = [p for p in read.problems if judging.H2D not in p and judging.D2H not in p]
+    judge.problems(problems, f"{node}: nvbandwidth did not measure the device-to-device copies")
+    judge.all(judging.device_to_device_measurements(read, copies[1]))
