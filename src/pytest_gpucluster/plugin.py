@@ -13,6 +13,7 @@ import pytest
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import load
 from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.results import load_results
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
 
 pytest_plugins = [
@@ -83,7 +84,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--merge-results",
         default=None,
         metavar="PATH",
-        help="merge this run's node verdicts with an earlier --results file into one handover verdict",
+        help="merge this run's node verdicts with an earlier --results file into one handover verdict; "
+        "without --nodes, re-test that run's nodes that were not accepted",
     )
     group.addoption(
         "--dry-run",
@@ -110,6 +112,9 @@ def settings_from(config: pytest.Config) -> Settings:
     profile = cfg.profile(config.getoption("cluster"))
     results = config.getoption("results")
     nodes = config.getoption("gpucluster_nodes", None)
+    merge = config.getoption("merge_results", None)
+    if nodes is None and merge and profile.executor == "slurm":
+        nodes = ",".join(retest_nodes(Path(merge), f"--merge-results={merge}"))
     if nodes is not None:
         if profile.executor != "slurm":
             raise ConfigError(
@@ -131,6 +136,30 @@ def settings_from(config: pytest.Config) -> Settings:
         is_controller=workerinput is None,
         is_xdist_worker=workerinput is not None,
     )
+
+
+def retest_nodes(path: Path, option: str) -> tuple[str, ...]:
+    """The nodes an earlier results file did not accept (REJECTED, INCOMPLETE, PARTIAL): what a
+    re-test with ``--merge-results`` and no ``--nodes`` runs on. ConfigError, naming ``option``,
+    for a file that cannot be read, holds no node verdicts, or accepted every node."""
+    try:
+        earlier = load_results(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+    nodes = (earlier.get("acceptance") or {}).get("nodes") or {}
+    verdicts = nodes.get("verdicts") or {}
+    if not verdicts:
+        raise ConfigError(
+            f"{option}: the file holds no node verdicts to re-test or merge with "
+            "(a run that ended before its verdict, or of an older plugin)."
+        )
+    left = tuple(n for n, v in verdicts.items() if v.get("verdict") != "ACCEPTED")
+    if not left:
+        raise ConfigError(
+            f"{option}: every node of that run was accepted ({nodes.get('summary', '')}); nothing to "
+            "re-test. Name nodes with --nodes=HOSTLIST to test them again."
+        )
+    return left
 
 
 @pytest.hookimpl(tryfirst=True)

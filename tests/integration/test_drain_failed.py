@@ -50,11 +50,12 @@ def test_drain_failed_drains_exactly_the_rejected_node_with_its_evidence(slurm_c
     assert run.results["drained"] == {"node4": {"reason": reason}}
     assert f"drained node4 (--drain-failed): reason {reason!r}" in run.output
 
-    # Repaired (the fault is gone) and resumed by restore_nodes: re-test node4 alone and merge.
+    # Repaired (the fault is gone) and resumed by restore_nodes: re-test what the first run did not
+    # accept (node4, read from its results file: no --nodes) and merge.
     (site / "fault").unlink()
     first = tmp_path / "first.json"
     first.write_text(json.dumps(run.results))
-    retest = run_pytest(profile, tmp_path, *whole, "--nodes=node4", f"--merge-results={first}", timeout=300)
+    retest = run_pytest(profile, tmp_path, *whole, f"--merge-results={first}", timeout=300)
     merged = retest.results["handover"]
     assert retest.returncode == 0, retest.output[-3000:]
     assert merged["verdict"] == "ACCEPTED" and merged["retested"] == ["node4"], merged
