@@ -4,6 +4,7 @@ summary finds non-finite losses, flat losses and diverged DDP replicas, naming n
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from pytest_gpucluster.workloads.training import (
     TINY,
     RunStats,
     TrainConfig,
+    cpu_threads,
     loss_agreement,
     percentile,
     plan_training,
@@ -141,3 +143,12 @@ def test_gres_only_training_has_at_most_one_cpu_rank_per_gpu(gpus, ranks):
 def test_one_real_gpu_trains_on_one_rank():
     plan = plan_training(TrainConfig(), gpus_per_node=1, real_gpus=True)
     assert (plan.ranks_per_node, plan.gpus_per_node) == (1, 1)
+
+
+def test_a_cpu_rank_takes_its_share_of_the_cpus_slurm_allotted_on_its_node(monkeypatch):
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "16")
+    assert cpu_threads(4) == 4
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "2")
+    assert cpu_threads(8) == 1  # never fewer than one
+    monkeypatch.delenv("SLURM_CPUS_ON_NODE")
+    assert cpu_threads(1) == (os.cpu_count() or 1)  # outside Slurm: the machine's

@@ -158,6 +158,15 @@ class RunStats:
         return self.tokens_per_step * len(self.step_times_s) / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
+def cpu_threads(tasks_per_node: int) -> int:
+    """Threads for one CPU rank: its share of the CPUs Slurm allotted the job on this node
+    (``SLURM_CPUS_ON_NODE``), else of the machine's. A job given part of a node, or nodes that
+    share one host, would otherwise run a thread per core of the whole machine in every rank."""
+    allotted = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    cpus = int(allotted) if allotted.isdigit() and int(allotted) > 0 else (os.cpu_count() or 1)
+    return max(1, cpus // max(1, tasks_per_node))
+
+
 def train(
     ctx: TaskContext,
     *,
@@ -185,7 +194,7 @@ def train(
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
     elif ctx.world_size > 1:
         # Several ranks per CPU node share its cores; oversubscribed threads slow every rank.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, ctx.tasks_per_node)))
+        torch.set_num_threads(cpu_threads(ctx.tasks_per_node))
     out: list[RunStats] = []
     if any(m != "single" for m in modes):
         with process_group(ctx, backend=backend, timeout_s=timeout_s):
