@@ -348,9 +348,12 @@ class GpuClusterSession:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="together") as pool:
             futures = [pool.submit(job.results) for job in jobs]
             done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
-            if any(f.exception() is not None for f in done):
+            first = next((f.exception() for f in futures if f in done and f.exception() is not None), None)
+            if first is not None:
                 for job in jobs:
                     job.cancel()
+                concurrent.futures.wait(futures)  # the others end now, cancelled: their errors say less
+                raise first
             return [f.result() for f in futures]
 
     def note_parts(self, job_id: str, parts: Mapping[str, tuple[float, float]]) -> None:
