@@ -28,11 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from gpucluster_testcluster import TestCluster
+from pytest_gpucluster.config import load
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM_CONF = "/var/lib/gpucluster-testcluster/etc/slurm.conf"
@@ -77,8 +77,7 @@ def thresholds(base: str, nodes: list[str], gpus_per_node: int | None) -> tuple[
         extra += f"gpus_per_node = {gpus_per_node}\n"
     path = Path(tempfile.mkdtemp(prefix="faults-bench-")) / "thresholds.toml"
     path.write_text(text + extra)
-    queue = tomllib.loads(text)["profiles"][base].get("queue_timeout_s", 300)
-    return path, int(queue)
+    return path, load(path).profile("bench").queue_timeout_s
 
 
 def run(

@@ -13,7 +13,7 @@ import pytest
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import load
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.results import load_results
+from pytest_gpucluster.results import load_node_verdicts
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
 
 pytest_plugins = [
@@ -142,17 +142,8 @@ def retest_nodes(path: Path, option: str) -> tuple[str, ...]:
     """The nodes an earlier results file did not accept (REJECTED, INCOMPLETE, PARTIAL): what a
     re-test with ``--merge-results`` and no ``--nodes`` runs on. ConfigError, naming ``option``,
     for a file that cannot be read, holds no node verdicts, or accepted every node."""
-    try:
-        earlier = load_results(path)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{option}: {exc}") from None
-    nodes = (earlier.get("acceptance") or {}).get("nodes") or {}
-    verdicts = nodes.get("verdicts") or {}
-    if not verdicts:
-        raise ConfigError(
-            f"{option}: the file holds no node verdicts to re-test or merge with "
-            "(a run that ended before its verdict, or of an older plugin)."
-        )
+    nodes = load_node_verdicts(path, option)["acceptance"]["nodes"]
+    verdicts = nodes["verdicts"]
     left = tuple(n for n, v in verdicts.items() if v.get("verdict") != "ACCEPTED")
     if not left:
         raise ConfigError(

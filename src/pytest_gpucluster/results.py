@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
+from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.outcomes import is_not_applicable
 from pytest_gpucluster.selection import Selection
 
@@ -478,4 +479,19 @@ def load_results(path: Path) -> dict[str, Any]:
     version = document.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ValueError(f"{path}: results schema_version {version!r}; this plugin reads version {SCHEMA_VERSION}.")
+    return document
+
+
+def load_node_verdicts(path: Path, option: str) -> dict[str, Any]:
+    """An earlier results file to re-test from and merge with (``--merge-results``): the document,
+    once it is known to hold per-node verdicts. ConfigError naming ``option`` otherwise."""
+    try:
+        document = load_results(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+    if not ((document.get("acceptance") or {}).get("nodes") or {}).get("verdicts"):
+        raise ConfigError(
+            f"{option}: the file holds no node verdicts to re-test or merge with "
+            "(a run that ended before its verdict, or of an older plugin)."
+        )
     return document

@@ -58,14 +58,20 @@ def test_both_are_planned_sdc_passes_on_the_cpu_stand_in_and_fabric_is_not_appli
     assert "no InfiniBand port under /sys/class/infiniband" in fabric["message"]
 
 
-def test_a_counter_that_rose_between_the_snapshots_fails_naming_the_port(checks, tmp_path):
+def _moving_counter(checks: pytest.Pytester, tmp_path: Path, extra: str = "") -> None:
+    """A ``fabric`` profile on a copy of the recorded sysfs tree, and a test that moves its
+    mlx5_2 port 1 symbol_error counter between the two snapshots; ``extra``: more profile lines."""
     root = tmp_path / "infiniband"
     shutil.copytree(RECORDED, root)
     counter = root / "mlx5_2" / "ports" / "1" / "counters" / "symbol_error"
     (checks.path / "test_zz_traffic.py").write_text(TRAFFIC.format(path=str(counter)))
     thresholds = checks.path / "thresholds.toml"
-    profile = f'\n[profiles.fabric]\nextends = "local"\nfabric_sysfs_root = "{root}"\n'
+    profile = f'\n[profiles.fabric]\nextends = "local"\nfabric_sysfs_root = "{root}"\n' + extra
     thresholds.write_text(thresholds.read_text() + profile)
+
+
+def test_a_counter_that_rose_between_the_snapshots_fails_naming_the_port(checks, tmp_path):
+    _moving_counter(checks, tmp_path)
     result = checks.runpytest_subprocess(
         "test_fabric.py", "test_zz_traffic.py", "--cluster=fabric", "--results=out.json", "-v"
     )
@@ -76,14 +82,7 @@ def test_a_counter_that_rose_between_the_snapshots_fails_naming_the_port(checks,
 
 
 def test_a_bound_allows_the_rise(checks, tmp_path):
-    root = tmp_path / "infiniband"
-    shutil.copytree(RECORDED, root)
-    counter = root / "mlx5_2" / "ports" / "1" / "counters" / "symbol_error"
-    (checks.path / "test_zz_traffic.py").write_text(TRAFFIC.format(path=str(counter)))
-    thresholds = checks.path / "thresholds.toml"
-    profile = f'\n[profiles.fabric]\nextends = "local"\nfabric_sysfs_root = "{root}"\n'
-    profile += "[profiles.fabric.fabric_bounds]\nsymbol_error = 40\n"
-    thresholds.write_text(thresholds.read_text() + profile)
+    _moving_counter(checks, tmp_path, "[profiles.fabric.fabric_bounds]\nsymbol_error = 40\n")
     checks.runpytest_subprocess("test_fabric.py", "test_zz_traffic.py", "--cluster=fabric", "--results=out.json")
     fabric = _tests(checks.path)["test_fabric_error_counters_did_not_rise"]
     assert fabric["verdict"] == "warn", fabric  # NVLink not read on this machine: said, not failed

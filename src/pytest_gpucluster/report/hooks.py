@@ -27,7 +27,14 @@ from pytest_gpucluster.calibrate import Margins, Run, calibrate, check_comparabl
 from pytest_gpucluster.errors import ConfigError, GpuClusterError
 from pytest_gpucluster.outcomes import GpuClusterWarning, is_not_applicable
 from pytest_gpucluster.report import model
-from pytest_gpucluster.results import PROPERTY, entries_of, job_log_tails, load_results, now_iso
+from pytest_gpucluster.results import (
+    PROPERTY,
+    entries_of,
+    job_log_tails,
+    load_node_verdicts,
+    load_results,
+    now_iso,
+)
 from pytest_gpucluster.session import GpuClusterSession
 
 BASELINE_NODEID = "baseline::test_no_regression_against_baseline"
@@ -120,15 +127,7 @@ class ResultsHooks:
         if results is None:
             return  # an xdist worker: only log tails are its business
         if self.merge_path is not None:
-            try:
-                self.merge_doc = load_results(self.merge_path)
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"--merge-results={merge}: {exc}") from None
-            if not ((self.merge_doc.get("acceptance") or {}).get("nodes") or {}).get("verdicts"):
-                raise ConfigError(
-                    f"--merge-results={merge}: the file holds no node verdicts to merge with "
-                    "(a run that ended before its verdict, or of an older plugin)."
-                )
+            self.merge_doc = load_node_verdicts(self.merge_path, f"--merge-results={merge}")
         results.cluster = {
             "profile": session.profile.name,
             "description": session.profile.description,
