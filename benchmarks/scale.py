@@ -113,6 +113,20 @@ def render_s(html: Path, work: Path) -> float | None:
     return round(time.monotonic() - t0, 2) if proc.returncode == 0 else None
 
 
+def job_start_ups(doc: dict[str, Any]) -> list[list[Any]]:
+    """Each job's task start-up from the results: [name without the run's prefix, tasks, median
+    wall s, slowest wall s, median CPU s], so that the wall a task waited at N nodes can be set
+    against the CPU its start-up takes (the same at every N)."""
+    seen: dict[str, list[Any]] = {}
+    for test in doc.get("tests", []):
+        for job in test.get("jobs", []):
+            s = job.get("start_up") or {}
+            if s and job["job_id"] not in seen:
+                name = str(job.get("name", "")).split("-", 1)[-1]
+                seen[job["job_id"]] = [name, s["tasks"], s["wall_median_s"], s["wall_max_s"], s["cpu_median_s"]]
+    return list(seen.values())
+
+
 def run_pytest(
     argv: list[str], env: dict[str, str], work: Path, tag: str, timeout_s: float
 ) -> tuple[subprocess.CompletedProcess[str], float, int | None]:
@@ -174,6 +188,7 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "outcomes": dict(outcomes),
                 "wall_s": round(wall, 1),
                 "timing": {k: timing.get(k) for k in ("wall_s", "workload_s", "harness_s", "harness_parts", "jobs")},
+                "start_up": job_start_ups(doc),
                 "peak_rss_mib": round(rss / 1024, 1) if rss else None,
                 "results_bytes": results.stat().st_size if results.exists() else None,
                 "html_bytes": html.stat().st_size if html.exists() else None,
@@ -199,7 +214,8 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "verdict": (gdoc.get("acceptance") or {}).get("verdict"),
                 "outcomes": dict(Counter(str(t["outcome"]) for t in gdoc["tests"])),
                 "wall_s": round(gpu_wall, 1),
-                "timing": {k: gtiming.get(k) for k in ("wall_s", "workload_s", "harness_s", "jobs")},
+                "timing": {k: gtiming.get(k) for k in ("wall_s", "workload_s", "harness_s", "harness_parts", "jobs")},
+                "start_up": job_start_ups(gdoc),
                 "peak_rss_mib": round(gpu_rss / 1024, 1) if gpu_rss else None,
             }
             if gpu.returncode != 0 and args.verbose:

@@ -17,7 +17,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict, cast
@@ -131,6 +131,7 @@ class JobEntry(TypedDict, total=False):
     workload_s: float
     seen_at: float
     parts: dict[str, list[float]]  # area → [from, to] of its phase in a job serving several areas
+    start_up: dict[str, float]  # its tasks' start-up: wall median and max, CPU median (launch.start_up_summary)
 
 
 class ThresholdEntry(TypedDict, total=False):
@@ -286,6 +287,37 @@ def _job_phases(job: dict[str, Any], phases: dict[str, list[tuple[float, float]]
         phases["pickup"].append((ran_to, seen))
 
 
+def _slower_start_up(slowest: dict[str, Any], job: Mapping[str, Any]) -> dict[str, Any]:
+    """Of ``slowest`` and ``job``, the job whose tasks waited longest in start-up (median wall
+    less median CPU), as {job_id, name, tasks, wall_median_s, wall_max_s, cpu_median_s}."""
+    start_up = job.get("start_up") or {}
+    if not start_up:
+        return slowest
+
+    def waited(s: Mapping[str, Any]) -> float:
+        return float(s.get("wall_median_s", 0.0)) - float(s.get("cpu_median_s", 0.0))
+
+    if slowest and waited(slowest) >= waited(start_up):
+        return slowest
+    return {"job_id": str(job.get("job_id")), "name": str(job.get("name", "")), **start_up}
+
+
+def start_up_note(timing: Mapping[str, Any]) -> str:
+    """One sentence when a job's tasks waited in start-up: the median task took at least a
+    second and three times its CPU from its process's start to the workload's. The usual cause
+    on a cluster is every task importing a Python environment from a shared filesystem at
+    once; on an oversubscribed node, tasks waiting for CPUs. Empty otherwise."""
+    s = timing.get("slowest_start_up") or {}
+    wall, cpu = float(s.get("wall_median_s", 0.0)), float(s.get("cpu_median_s", 0.0))
+    if not s or wall - cpu < 1.0 or wall < 3 * cpu:
+        return ""
+    return (
+        f"task start-up waited: job {s['job_id']} ({s['name']}), {int(s['tasks'])} tasks, took a median "
+        f"{wall:.1f} s (slowest {float(s['wall_max_s']):.1f} s) from process start to workload for {cpu:.2f} s "
+        "of CPU; the tasks waited on files (a Python environment on a shared filesystem?) or on CPUs"
+    )
+
+
 def _harness_parts(
     workload: list[tuple[float, float]], phases: dict[str, list[tuple[float, float]]], harness_s: float
 ) -> dict[str, float]:
@@ -312,6 +344,7 @@ def timing_summary(tests: Iterable[dict[str, Any]], wall_s: float) -> dict[str, 
     areas: dict[str, dict[str, Any]] = {}
     spans: dict[str, tuple[float, float]] = {}
     phases: dict[str, list[tuple[float, float]]] = {"scheduling": [], "start_up": [], "pickup": []}
+    slowest: dict[str, Any] = {}
     for test in tests:
         area = areas.setdefault(str(test.get("area", "tests")), {"tests": 0, "duration_s": 0.0, "spans": {}})
         area["tests"] += 1
@@ -324,6 +357,7 @@ def timing_summary(tests: Iterable[dict[str, Any]], wall_s: float) -> dict[str, 
                 area["spans"][str(job.get("job_id"))] = (float(part[0]), float(part[1])) if part else span
                 if str(job.get("job_id")) not in spans:
                     _job_phases(job, phases)
+                    slowest = _slower_start_up(slowest, job)
                 spans[str(job.get("job_id"))] = span
     workload = union_s(spans.values())
     return {
@@ -333,6 +367,7 @@ def timing_summary(tests: Iterable[dict[str, Any]], wall_s: float) -> dict[str, 
         "harness_fraction": round((wall_s - workload) / wall_s, 3) if wall_s > 0 else None,
         "harness_parts": _harness_parts(list(spans.values()), phases, wall_s - workload),
         "jobs": len(spans),
+        "slowest_start_up": slowest,
         "areas": {
             name: {
                 "tests": a["tests"],

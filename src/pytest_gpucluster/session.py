@@ -327,6 +327,8 @@ class GpuClusterSession:
             entry.setdefault("seen_at", round(time.time(), 3))
             if job.process_started:
                 entry["process_from"] = round(job.process_started, 3)
+            if job.start_up:
+                entry["start_up"] = dict(job.start_up)
 
         job.on_ran = ran
         return job

@@ -172,3 +172,7 @@ def test_light_jobs_start_together_and_a_measurement_waits_for_them(slurm_cluste
     assert all(
         j["seen_at"] >= j["ran_to"] >= j["ran_from"] >= j["process_from"] >= j["submitted_at"] for j in jobs.values()
     )
+    # Every task said how long its start-up took and what CPU it used (interpreter and imports).
+    placement = [j["start_up"] for j in light if j["name"].endswith("-placement")]
+    assert sorted(s["tasks"] for s in placement) == [1, 2, 2], placement  # the three layouts' tasks
+    assert all(s["cpu_median_s"] > 0 and s["wall_max_s"] >= s["wall_median_s"] for s in placement), placement

@@ -7,7 +7,7 @@ is what runs inside the job (the task's entry point); it imports nothing of the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -52,6 +52,27 @@ class TaskResult(Generic[R]):
     # When the task's process started (epoch seconds; 0 when unknown): what lies between this
     # and ``started`` is the process's start-up (interpreter, imports, unpickling the workload).
     process_started: float = 0.0
+    # CPU seconds the task's process used before the workload started (interpreter, imports,
+    # unpickling): a start-up far longer than this waited, on files or on CPUs.
+    startup_cpu_s: float = 0.0
+
+
+def start_up_summary(results: Sequence[TaskResult[Any]]) -> dict[str, float]:
+    """How long a job's tasks took from their process's start to the workload's start: the
+    median and the slowest task (wall seconds) and the median CPU that took; empty when the
+    tasks did not say. Start-up far above its CPU means the tasks waited: on a Python
+    environment read from a shared filesystem by every task at once, or on CPUs held by others."""
+    timed = [r for r in results if r.process_started and r.started >= r.process_started]
+    if not timed:
+        return {}
+    walls = sorted(r.started - r.process_started for r in timed)
+    cpus = sorted(r.startup_cpu_s for r in timed)
+    return {
+        "tasks": len(timed),
+        "wall_median_s": round(walls[len(walls) // 2], 3),
+        "wall_max_s": round(walls[-1], 3),
+        "cpu_median_s": round(cpus[len(cpus) // 2], 3),
+    }
 
 
 # A status callback receives (job id, state, reason or "") whenever a job's state changes.
@@ -66,6 +87,7 @@ class Job(Protocol[R]):
     on_ran: Callable[[float, float], None] | None
     submitted_epoch: float  # when it was submitted (epoch seconds)
     process_started: float  # when its first task's process started (epoch seconds), once results are in; 0 before
+    start_up: dict[str, float]  # its tasks' start-up (``start_up_summary``), once results are in; empty before
 
     @property
     def job_id(self) -> str:

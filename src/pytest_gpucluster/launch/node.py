@@ -34,6 +34,7 @@ class TaskOutput(Generic[R]):
     started: float = 0.0
     ended: float = 0.0
     process_started: float = 0.0
+    startup_cpu_s: float = 0.0  # CPU the process used before the workload started
 
 
 def run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[str, Any]) -> TaskOutput[R]:
@@ -55,6 +56,8 @@ def run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[st
         master_addr=hostnames[0],
         master_port=master_port_for(job_id),
     )
+    cpu = os.times()
+    startup_cpu = cpu.user + cpu.system
     started = time.time()
     try:
         value = fn(ctx, **kwargs)
@@ -62,7 +65,7 @@ def run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[st
         exit_once_written(1)
         raise
     exit_once_written(0)
-    return TaskOutput(ctx, value, started, time.time(), process_start_time())
+    return TaskOutput(ctx, value, started, time.time(), process_start_time(), startup_cpu)
 
 
 def exit_once_written(code: int) -> None:

@@ -33,7 +33,7 @@ import submitit
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import GpuClusterError, LaunchError, NodeLostError, QueueTimeoutError, WallTimeoutError
-from pytest_gpucluster.launch import Job, JobSpec, Launcher, StatusCallback, TaskResult
+from pytest_gpucluster.launch import Job, JobSpec, Launcher, StatusCallback, TaskResult, start_up_summary
 from pytest_gpucluster.launch.node import TaskOutput, run_on_node
 
 R = TypeVar("R")
@@ -133,6 +133,7 @@ class SubmititJob(Job[R]):
         self.on_ran: Callable[[float, float], None] | None = None
         # Epoch seconds the first task's process started, once results are in (0: not known).
         self.process_started = 0.0
+        self.start_up: dict[str, float] = {}  # its tasks' start-up (start_up_summary), once results are in
         self.pending_reason = ""  # Slurm's last reason the job waited in the queue
         self.seen_running = False  # the job was seen in a state past the queue
 
@@ -483,6 +484,7 @@ class SubmititJob(Job[R]):
                     output.started,
                     output.ended,
                     getattr(output, "process_started", 0.0),
+                    getattr(output, "startup_cpu_s", 0.0),
                 )
             )
         # A task's result names its node; Slurm is asked only for the tasks that failed.
@@ -492,6 +494,7 @@ class SubmititJob(Job[R]):
         failures = [f"task {index} on {node}: {why}" for (index, why), node in zip(failed, where, strict=True)]
         spans = [(r.started, r.ended) for r in out if r.started and r.ended]
         self.process_started = min((r.process_started for r in out if r.process_started), default=0.0)
+        self.start_up = start_up_summary(out)
         if spans and self.on_ran is not None:
             self.on_ran(min(a for a, _ in spans), max(b for _, b in spans))
         if failures:

@@ -34,6 +34,7 @@ from pytest_gpucluster.results import (
     load_node_verdicts,
     load_results,
     now_iso,
+    start_up_note,
 )
 from pytest_gpucluster.session import GpuClusterSession
 
@@ -419,6 +420,9 @@ class ResultsHooks:
                     f"process start-up, {parts['pickup_s']:.1f} s result pickup, {parts['between_jobs_s']:.1f} s "
                     "between jobs"
                 )
+            waited = start_up_note(timing)
+            if waited:
+                terminalreporter.write_line(waited)
         if self.comparison is not None:
             c = self.comparison
             terminalreporter.write_line(

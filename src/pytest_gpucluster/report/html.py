@@ -19,6 +19,7 @@ import jinja2
 from markupsafe import Markup
 
 from pytest_gpucluster.report import model, plots
+from pytest_gpucluster.results import start_up_note
 
 STATUS_TEXT = {
     "pass": "pass",
@@ -372,6 +373,9 @@ def timing_block(doc: Mapping[str, Any]) -> str:
             f"were read, {float(parts.get('between_jobs_s', 0)):.1f} s between jobs (pytest, checks on the login "
             "node, a previous job still ending)."
         )
+    waited = start_up_note(timing)
+    if waited:
+        note += f" {waited[0].upper()}{waited[1:]}."
     rows = [
         {
             "area": area,
