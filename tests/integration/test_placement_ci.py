@@ -1,4 +1,4 @@
-"""Task placement against the real Slurm test cluster: all three layouts, two distinct hosts."""
+"""Task placement against the real Slurm test cluster: all four layouts, two distinct hosts."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ def test_placement_passes_on_two_namespaced_nodes(run_acceptance):
     assert run.returncode == 0, run.output
     assert run.outcome("2nodes-1task-each") == "passed"
     assert run.outcome("1node-2tasks") == "passed"
+    assert run.outcome("every-node-a-task-per-gpu") == "passed"  # 2 nodes × 4 GRES GPUs
     assert run.results["nodes"] == ["node1", "node2"]
     assert all(len(t["job_ids"]) == 1 for t in run.results["tests"])
 
