@@ -257,6 +257,34 @@ def test_a_task_ends_once_its_result_is_written_with_the_workloads_exit_status(
     assert launcher.live_job_ids() == []
 
 
+def _threads_and_blas(ctx: object) -> tuple[int, str | None, bool]:
+    import os
+    import sys
+    from pathlib import Path
+
+    threads = next(
+        int(line.split()[1])
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("Threads:")
+    )
+    return threads, os.environ.get("OPENBLAS_NUM_THREADS"), "numpy" in sys.modules
+
+
+def test_tasks_start_without_a_blas_thread_per_core_unless_the_user_asked(
+    cluster: ClusterInfo, job_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug")
+    # submitit's task entry has imported numpy by the time the workload runs; its OpenBLAS pool
+    # would be a thread per core of the node.
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    threads, value, numpy_loaded = launcher.submit(_threads_and_blas, JobSpec("blas", nodes=1)).results()[0].value
+    assert (threads, value, numpy_loaded) == (1, "1", True)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")  # exported on the login node: kept
+    threads, value, _ = launcher.submit(_threads_and_blas, JobSpec("blas", nodes=1)).results()[0].value
+    assert value == "2" and threads >= 1
+    assert launcher.live_job_ids() == []
+
+
 def test_at_a_runs_end_jobs_whose_results_are_in_leave_the_queue_by_themselves(
     cluster: ClusterInfo, job_folder: Path
 ) -> None:
