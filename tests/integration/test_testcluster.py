@@ -23,6 +23,7 @@ from gpucluster_testcluster import ClusterInfo, TestCluster
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.launch import JobSpec
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.slurm import partition_nodes
 
 pytestmark = pytest.mark.integration
 
@@ -217,6 +218,31 @@ def test_a_job_no_node_can_hold_is_refused_naming_what_the_nodes_offer(cluster: 
     assert f"node1 offers {cluster.gpus_per_node} GPU(s) (Gres=gpu:{cluster.gpus_per_node}) and 4 CPUs" in message
     assert launcher.live_job_ids() == []
     assert list(job_folder.iterdir()) == []  # nothing left behind
+
+
+def test_a_job_slurm_will_never_start_is_cancelled_at_once_saying_why(cluster: ClusterInfo, job_folder: Path) -> None:
+    # Every node, with more tasks than a node has CPUs and more in all than the partition has,
+    # pends on PartitionConfig (sbatch refuses a job whose total would fit); a time limit past
+    # the partition's MaxTime pends on PartitionTimeLimit.
+    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug", queue_timeout_s=60)
+    nodes = partition_nodes("debug")
+    wide = 1 + max(n.cpus for n in nodes)
+    for spec, reason, hint in [
+        (
+            JobSpec("wide", nodes=len(nodes), tasks_per_node=wide, nodelist=tuple(n.name for n in nodes)),
+            "PartitionConfig",
+            f"and {wide} CPU(s) each; in partition debug: node1 offers",
+        ),
+        (JobSpec("long", nodes=1, timeout_min=24 * 60), "PartitionTimeLimit", "the job asked for 1440 min"),
+    ]:
+        t0 = time.monotonic()
+        with pytest.raises(LaunchError) as err:
+            launcher.run(_never_runs, spec)
+        message = str(err.value)
+        assert f"Slurm will not start it: PENDING, reason {reason} (" in message, message
+        assert hint in message and "cancelled at once rather than waiting queue_timeout_s (60 s)" in message
+        assert time.monotonic() - t0 < 20, message
+    assert launcher.live_job_ids() == []
 
 
 def _slow_to_exit(ctx: object, hook_s: float, fail: bool) -> int:

@@ -63,6 +63,18 @@ _REQUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
 # How often the nodes under a running job are checked, and how long one may stay NOT_RESPONDING
 # (a busy slurmd misses a ping now and then) before the job is given up; DOWN ends it at once.
 _NODE_CHECK_S = 5.0
+# Pending reasons no wait can cure: only a change to Slurm's configuration, the partition or the
+# account would (squeue(1), "JOB REASON CODES"). A job held on one is cancelled once the reason
+# has stood this long, not after queue_timeout_s.
+_NEVER_STARTS = {
+    "PartitionConfig": "the partition cannot hold the job as asked",
+    "PartitionTimeLimit": "the job's time limit is above the partition's",
+    "BadConstraints": "no node satisfies the job's constraints",
+    "InvalidAccount": "the account is not valid",
+    "InvalidQOS": "the QOS is not valid",
+    "DependencyNeverSatisfied": "its dependency can never be satisfied",
+}
+_NEVER_CONFIRM_S = 2.0
 _NOT_RESPONDING_GRACE_S = 10.0
 # After one task failed, how long the others may go on (they may be failing too, just slower)
 # before the job is cancelled: a rank that hangs outside a collective would hold it to its limit.
@@ -242,6 +254,7 @@ class SubmititJob(Job[R]):
         excused = 0.0
         behind_lost = ""
         was_behind = nudged = False
+        never_since: float | None = None  # when a reason that no wait cures was first read
         last_loop = time.monotonic()
         while True:
             now = time.monotonic()
@@ -271,6 +284,9 @@ class SubmititJob(Job[R]):
                     self._launcher._note_ending(self.job_id)
                 return state
             if state in _WAITING and started is None:
+                never_since = (never_since or now) if pending_reason in _NEVER_STARTS else None
+                if never_since is not None and now - never_since >= _NEVER_CONFIRM_S:
+                    self._never_starts(state, pending_reason, queue_limit)
                 # Every second while it waits behind a lost node's ending job, to start it soon after.
                 check_every = 1.0 if was_behind and not nudged else _NODE_CHECK_S
                 if self.spec.nodelist and self._launcher.executor == "slurm" and now - last_node_check >= check_every:
@@ -366,6 +382,23 @@ class SubmititJob(Job[R]):
         hard = [w for w in lost.values() if w.startswith("not known") or {"DOWN", "FAIL"} & _words(w)]
         if hard or any(now - t >= _NOT_RESPONDING_GRACE_S for t in since.values()):
             self._give_up(state, lost)
+
+    def _never_starts(self, state: str, reason: str, queue_limit: float) -> None:
+        """Cancel a job Slurm holds for a reason no wait cures, and raise LaunchError saying why
+        and, for a job shaped beyond the partition, which nodes offer too little."""
+        self.cancel()
+        hint = ""
+        if reason in ("PartitionConfig", "BadConstraints"):
+            hint = self._launcher._shape_hint(self.spec)
+        elif reason == "PartitionTimeLimit":
+            hint = f"; the job asked for {self.spec.timeout_min} min"
+        raise self._error(
+            LaunchError,
+            f"Slurm will not start it: {state}, reason {reason} ({_NEVER_STARTS[reason]}){hint}; cancelled "
+            f"at once rather than waiting queue_timeout_s ({queue_limit:.0f} s). Check the profile against "
+            "the partition (sinfo, scontrol show partition).",
+            state,
+        )
 
     def _check_pinned_nodes(self, state: str, reason: str) -> None:
         """A waiting job pinned to a node Slurm cannot use (down, not responding, drained) would
