@@ -152,7 +152,8 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Bring up N nodes, run the no-GPU checks and the GPU checks' dry run, tear down."""
     tc = [sys.executable, "-m", "gpucluster_testcluster"]
     shape = ["--nodes", str(nodes), "--gpus-per-node", str(args.gpus_per_node), "--cpus-per-node"]
-    shape += [str(args.gpus_per_node), "--network", "host", "--no-install", "--timeout", "120"]
+    # A CPU per simulated GPU, and at least 2: CPU stand-ins run 2 ranks per node whatever the GPUs.
+    shape += [str(max(2, args.gpus_per_node)), "--network", "host", "--no-install", "--timeout", "120"]
     t0 = time.monotonic()
     up = subprocess.run([*tc, "up", *shape], capture_output=True, text=True, timeout=300, check=False)
     up_s = time.monotonic() - t0
