@@ -40,9 +40,8 @@ R = TypeVar("R")
 
 # A line of every batch script, before srun starts the tasks. submitit's task entry imports
 # numpy before anything else, and numpy's OpenBLAS starts a thread per core of the node in every
-# task: on a 16-core node a lone task's start-up took 2.3 s of CPU instead of 0.4 s, and 0.44 s
-# of wall instead of 0.34 s (docs/scale.md). No workload here uses numpy's BLAS; a value the
-# user exported is kept.
+# task, which multiplies each task's start-up CPU several times over (docs/scale.md, "What a
+# task's imports cost"). No workload here uses numpy's BLAS; a value the user exported is kept.
 TASK_SETUP = "export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}"
 
 # States in which a job has not started to run yet.
