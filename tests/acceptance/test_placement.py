@@ -32,14 +32,20 @@ def _placed(gpucluster, nodes, tasks_per_node):
         every = nodes == EVERY_NODE
         tasks = max(1, gpucluster.gpus_per_node) if tasks_per_node == PER_GPU else tasks_per_node
         spec = gpucluster.spec(
-            "placement", all_nodes=every, nodes=None if every else nodes, tasks_per_node=tasks, gpus_per_node=0
+            "placement-every-node" if every else "placement",
+            all_nodes=every,
+            nodes=None if every else nodes,
+            tasks_per_node=tasks,
+            gpus_per_node=0,
         )
         return Placed(spec.nodes, tasks, gpucluster.run(report_placement, spec))
 
-    return gpucluster.once(("placement", nodes, tasks_per_node), run, light=True)
+    return gpucluster.once(("placement", nodes, tasks_per_node), run, light=nodes != EVERY_NODE)
 
 
-pytestmark = pytest.mark.uses(jobs.PLACEMENT, start=_placed)
+# The small layouts start ahead, beside the other light jobs; the every-node layout takes its
+# nodes' CPUs and runs when its test does.
+SMALL = pytest.mark.uses(jobs.PLACEMENT, start=_placed)
 
 
 @pytest.fixture
@@ -51,10 +57,12 @@ def placed(gpucluster, nodes, tasks_per_node):
 @pytest.mark.parametrize(
     ("nodes", "tasks_per_node"),
     [
-        pytest.param(1, 1, id="1node-1task"),
-        pytest.param(1, 2, id="1node-2tasks"),
-        pytest.param(2, 1, id="2nodes-1task-each", marks=pytest.mark.across_nodes),
-        pytest.param(EVERY_NODE, PER_GPU, id="every-node-a-task-per-gpu"),
+        pytest.param(1, 1, id="1node-1task", marks=SMALL),
+        pytest.param(1, 2, id="1node-2tasks", marks=SMALL),
+        pytest.param(2, 1, id="2nodes-1task-each", marks=[SMALL, pytest.mark.across_nodes]),
+        pytest.param(
+            EVERY_NODE, PER_GPU, id="every-node-a-task-per-gpu", marks=pytest.mark.uses(jobs.PLACEMENT_EVERY_NODE)
+        ),
     ],
 )
 def test_task_placement(placed, judge):

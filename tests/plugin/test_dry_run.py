@@ -26,7 +26,7 @@ def test_dry_run_prints_the_plan_and_submits_nothing(suite, monkeypatch, tmp_pat
         [
             "*gpucluster plan: * job(s), nothing submitted*",
             "node-probe: rides in nccl-intra; *",
-            "placement: job of its own, started ahead, 3 parameter sets; *",
+            "placement: job of its own, started ahead, 2 parameter sets; *",
             "sharedfs: job of its own, started ahead; *",
         ]
     )

@@ -87,6 +87,9 @@ RANK_FAILURE = JobRequest(
     "rank-failure", "a collective job in which one rank dies", light=True, holds_gpus=True, ahead_order=2
 )
 PLACEMENT = JobRequest("placement", "where each task of a job ran", light=True)
+# Not light: it takes a task per GPU and their CPUs on every node, which would leave no room for
+# the jobs started ahead beside it (the isolation pair's two jobs must run at once).
+PLACEMENT_EVERY_NODE = JobRequest("placement-every-node", "where each task ran: every node, a task per GPU")
 SHAREDFS = JobRequest("sharedfs", "the shared filesystem seen from every node", light=True)
 DCGM = JobRequest("dcgm", "dcgmi diag on every node, exclusive")
 TRAIN_PER_NODE = JobRequest("train-per-node", "each GPU alone, then DDP and FSDP, on every node")
@@ -116,6 +119,7 @@ SUITE = (
     ISOLATION_PER_TASK,
     RANK_FAILURE,
     PLACEMENT,
+    PLACEMENT_EVERY_NODE,
     SHAREDFS,
     DCGM,
     TRAIN_PER_NODE,
