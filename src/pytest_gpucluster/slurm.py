@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,10 +121,26 @@ def controller_job(job_id: str) -> dict[str, str] | None:
     return parse_controller_job(out) or None
 
 
-def pending_reason(job_id: str) -> str:
-    """Slurm's reason a job still waits, e.g. ``ReqNodeNotAvail``; empty when unknown."""
-    out = run(["squeue", "-h", "-j", job_id, "-o", "%r"])
-    return out.strip()
+def queue_entries(job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """One squeue for many jobs: job id → (state, reason) for each job the queue still lists.
+    A job missing from the answer has left the queue: squeue leaves unknown ids out of a list
+    of several and refuses a list of one."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    try:
+        out = run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i|%T|%r"])
+    except SlurmQueryError as exc:
+        if "Invalid job id" in str(exc):
+            return {}
+        raise
+    entries: dict[str, tuple[str, str]] = {}
+    for line in out.splitlines():
+        job_id, _, rest = line.strip().partition("|")
+        state, _, reason = rest.partition("|")
+        if job_id and state:
+            entries[job_id] = (state.upper(), reason)
+    return entries
 
 
 def nudge_scheduler(job_id: str) -> None:

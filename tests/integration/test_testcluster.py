@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,12 @@ import submitit
 from submitit.core.utils import UncompletedJobError
 
 from gpucluster_testcluster import ClusterInfo, TestCluster
+from pytest_gpucluster import slurm as slurm_api
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.launch import JobSpec
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.slurm import partition_nodes
+from pytest_gpucluster.workloads.sleep import sleep
 
 pytestmark = pytest.mark.integration
 
@@ -242,6 +245,40 @@ def test_a_job_slurm_will_never_start_is_cancelled_at_once_saying_why(cluster: C
         assert f"Slurm will not start it: PENDING, reason {reason} (" in message, message
         assert hint in message and "cancelled at once rather than waiting queue_timeout_s (60 s)" in message
         assert time.monotonic() - t0 < 20, message
+    assert launcher.live_job_ids() == []
+
+
+def test_jobs_waiting_at_once_share_one_queue_read(
+    cluster: ClusterInfo, job_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Four jobs that each need every node queue behind one another; the launcher asks the queue
+    # for their states and reasons with one squeue for all, not one per job.
+    calls: list[list[str]] = []
+    real_run = slurm_api.run
+
+    def counted(argv: list[str], *args: Any, **kwargs: Any) -> str:
+        calls.append(list(argv))
+        return real_run(argv, *args, **kwargs)
+
+    monkeypatch.setattr(slurm_api, "run", counted)
+    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug", queue_timeout_s=120)
+    nodes = tuple(n.name for n in partition_nodes("debug"))
+    jobs = [
+        launcher.submit(sleep, JobSpec(f"queued{i}", nodes=len(nodes), nodelist=nodes, exclusive=True), seconds=2.0)
+        for i in range(4)
+    ]
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        results = list(pool.map(lambda job: job.results(), jobs))
+    elapsed = time.monotonic() - t0
+    assert [len(r) for r in results] == [len(nodes)] * 4
+    # Jobs behind the first waited, and each saw why (Resources or Priority).
+    assert sum(bool(job.pending_reason) for job in jobs) >= 2, [job.pending_reason for job in jobs]
+    reads = [c for c in calls if c[0] == "squeue" and "-j" in c]
+    # One shared read every 0.5 s at most (plus a job's own look-up when it left the queue
+    # between reads); four jobs polling apart would be about four times that.
+    assert len(reads) <= elapsed / 0.5 + 2 * len(jobs), (len(reads), elapsed)
+    assert any("," in c[c.index("-j") + 1] for c in reads), reads[:5]
     assert launcher.live_job_ids() == []
 
 

@@ -179,7 +179,7 @@ class SubmititJob(Job[R]):
             # No accounting (sacct fails) or not recorded yet: ask the queue instead. A job the
             # queue no longer knows has ended, so the wait cannot outlive it.
             try:
-                queued = slurm.queue_state(self.job_id)
+                queued = self._launcher._queue_state(self.job_id)
             except Exception:
                 return state
             self._queue_state = queued or "GONE"
@@ -653,6 +653,10 @@ class SubmititLauncher(Launcher):
         self._live: dict[str, SubmititJob[Any]] = {}
         self._ending: set[str] = set()  # results all read, the job not yet seen to leave the queue
         self._lock = threading.Lock()
+        # The last shared squeue read (``_queue_entries``) and when it was taken (monotonic s).
+        self._queue_lock = threading.Lock()
+        self._queue_read: dict[str, tuple[str, str]] = {}
+        self._queue_read_at = float("-inf")
         # submitit's job-state watcher is shared and not thread-safe: jobs started ahead (see
         # run/runner.py) are waited for from several threads.
         self.submitit_lock = threading.RLock()
@@ -817,12 +821,31 @@ class SubmititLauncher(Launcher):
         if self.on_status is not None:
             self.on_status(job_id, state, reason)
 
+    def _queue_entries(self) -> dict[str, tuple[str, str]]:
+        """The queue's word on every job of this launcher still waited on, job id → (state,
+        reason): one squeue for all of them, read at most every ``_QUICK_STATE_S``, however many
+        jobs wait at once (64 per-node training jobs at 64 nodes)."""
+        with self._queue_lock:
+            now = time.monotonic()
+            if now - self._queue_read_at >= _QUICK_STATE_S:
+                with self._lock:
+                    ids = list(self._live)
+                self._queue_read = slurm.queue_entries(ids)
+                self._queue_read_at = time.monotonic()
+            return self._queue_read
+
     def _pending_reason(self, job_id: str) -> str:
         try:
-            reason = slurm.pending_reason(job_id)
+            reason = self._queue_entries().get(job_id, ("", ""))[1]
         except Exception:  # a reason is a nicety; never let it mask the real error
             return ""
         return "" if reason in ("None", "(null)") else reason  # not evaluated by the scheduler yet
+
+    def _queue_state(self, job_id: str) -> str | None:
+        """The job's state as the queue sees it (works without accounting), None once Slurm no
+        longer knows it; a job the shared read no longer lists is asked after on its own."""
+        entry = self._queue_entries().get(job_id)
+        return entry[0] if entry else slurm.queue_state(job_id)
 
     def _unusable_nodes(self, nodes: tuple[str, ...]) -> dict[str, str]:
         """Of ``nodes``, those Slurm will not start a job on (down, not responding, drained,

@@ -1,0 +1,50 @@
+"""One squeue for many jobs: its answer parsed into each job's state and reason.
+
+``squeue-22.05-jobs-state-reason.txt`` was captured on the project's test cluster (slurm-wlm
+22.05.8): three jobs of every node, exclusive, submitted together, then ``squeue -h -j
+1,2,3,999999 -o "%i|%T|%r"``; squeue leaves the unknown id out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucluster import slurm
+from pytest_gpucluster.errors import SlurmQueryError
+
+RECORDED = Path(__file__).parents[1] / "data" / "slurm" / "squeue-22.05-jobs-state-reason.txt"
+
+
+def test_each_listed_job_has_its_state_and_reason_and_one_call_serves_all(monkeypatch):
+    calls = []
+
+    def recorded(argv, *args, **kwargs):
+        calls.append(argv)
+        return RECORDED.read_text()
+
+    monkeypatch.setattr(slurm, "run", recorded)
+    entries = slurm.queue_entries(["3", "1", "2", "999999", "2"])
+    assert entries == {"1": ("RUNNING", "None"), "2": ("PENDING", "Resources"), "3": ("PENDING", "Priority")}
+    assert calls == [["squeue", "-h", "-j", "1,2,3,999999", "-o", "%i|%T|%r"]]
+
+
+def test_a_single_id_the_queue_no_longer_knows_is_an_empty_answer(monkeypatch):
+    # squeue refuses a list of one unknown id (captured: "slurm_load_jobs error: Invalid job id
+    # specified", exit status 1), where it leaves one out of a list of several.
+    def refused(argv, *args, **kwargs):
+        raise SlurmQueryError(f"`{' '.join(argv)}` exited 1: slurm_load_jobs error: Invalid job id specified")
+
+    monkeypatch.setattr(slurm, "run", refused)
+    assert slurm.queue_entries(["999999"]) == {}
+    assert slurm.queue_entries([]) == {}
+
+
+def test_any_other_failure_is_raised(monkeypatch):
+    def down(argv, *args, **kwargs):
+        raise SlurmQueryError("`squeue -h ...` did not answer within 30 s.")
+
+    monkeypatch.setattr(slurm, "run", down)
+    with pytest.raises(SlurmQueryError, match="did not answer"):
+        slurm.queue_entries(["1", "2"])
