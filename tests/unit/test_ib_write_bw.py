@@ -15,6 +15,7 @@ from pytest_gpucluster.verdict import judge
 from pytest_gpucluster.workloads import ib_write_bw
 from pytest_gpucluster.workloads.context import local_context
 from pytest_gpucluster.workloads.ib_write_bw import Hca, NodeWrites, Step, WriteResult
+from pytest_gpucluster.workloads.tools import find_tool
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -143,7 +144,7 @@ def test_no_active_port_in_common_is_not_applicable():
     assert judging.judge_node("n3", plan, {}).not_applicable == "n3 has no peer to pair with"
 
 
-@pytest.mark.skipif(not ib_write_bw.find_binary(None)[0], reason="perftest is not installed here")
+@pytest.mark.skipif(not find_tool("ib_write_bw", None, "ib_write_bw_path")[0], reason="perftest is not installed here")
 def test_the_real_tool_without_a_device_is_a_problem_for_both_sides():
     """Run where perftest is installed and no RDMA device exists: both sides end at once."""
     ctx = local_context()

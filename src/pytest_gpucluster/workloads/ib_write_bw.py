@@ -13,8 +13,6 @@ client never came). Every run writes ``SIZE`` bytes per message in host memory (
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -23,6 +21,7 @@ from dataclasses import dataclass
 
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.inventory import node_name
+from pytest_gpucluster.workloads.tools import find_tool
 
 SIZE = 8 * 2**20  # bytes per message: large enough that the link, not the per-message cost, bounds it
 RETRY_PAUSE_S = 1.0
@@ -78,16 +77,6 @@ class NodeWrites:
     results: tuple[WriteResult, ...] = ()
     timeout_s: float = 0.0
     connect_wait_s: float = 0.0
-
-
-def find_binary(path: str | None) -> tuple[str | None, str]:
-    """The executable to run and, when there is none, where it was looked for."""
-    if path:
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path, ""
-        return None, f"no executable at {path} (profile key ib_write_bw_path)"
-    found = shutil.which("ib_write_bw")
-    return (found, "") if found else (None, "not on PATH")
 
 
 def ib_write_bw_argv(exe: str, hca: Hca, *, server: str | None = None, size: int = SIZE) -> list[str]:
@@ -208,7 +197,7 @@ def run_pairs(
     if ctx.local_rank != 0:
         return None
     node = node_name(ctx)
-    exe, absent = find_binary(path)
+    exe, absent = find_tool("ib_write_bw", path, "ib_write_bw_path")
     if exe is None:
         return NodeWrites(node, False, absent)
     results: list[WriteResult] = []

@@ -9,14 +9,13 @@ text matrices, which the login side reads as well.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.inventory import node_name
+from pytest_gpucluster.workloads.tools import find_tool
 
 # The copy-engine testcases the check judges: one CPU→GPU and GPU→CPU row per GPU, and every GPU
 # reading from every other (the same three that Azure's health checks gate on).
@@ -42,16 +41,6 @@ class NvbandwidthRun:
     timeout_s: float = 0.0
 
 
-def find_binary(path: str | None) -> tuple[str | None, str]:
-    """The executable to run and, when there is none, where it was looked for."""
-    if path:
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path, ""
-        return None, f"no executable at {path} (profile key nvbandwidth_path)"
-    found = shutil.which("nvbandwidth")
-    return (found, "") if found else (None, "not on PATH")
-
-
 def _text(value: str | bytes | None) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
 
@@ -75,7 +64,7 @@ def run_nvbandwidth(ctx: TaskContext, *, path: str | None = None, timeout_s: flo
     if ctx.local_rank != 0:
         return None
     node = node_name(ctx)
-    exe, absent = find_binary(path)
+    exe, absent = find_tool("nvbandwidth", path, "nvbandwidth_path")
     if exe is None:
         return NvbandwidthRun(node=node, found=False, absent=absent)
     json_output = speaks_json(exe)
