@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_gpucluster.config import Profile, Threshold, ThresholdSet
+from pytest_gpucluster.fold import fold_lines
 from pytest_gpucluster.outcomes import ThresholdWarning
 from pytest_gpucluster.session import GpuClusterSession
 from pytest_gpucluster.verdict import Measurement, Verdict, judge
@@ -60,12 +61,13 @@ class Judge:
 
     def problems(self, problems: list[str], what: str) -> None:
         """Fail on the problems of a check that has no number to judge. Each problem is one
-        sentence naming its culprit; the failure's first line holds them all, so the one line a
-        person reads first (terminal summary, report, results) names every culprit."""
+        sentence naming its culprit; the failure's first line holds them all, repeated ones
+        folded (``fold.py``: ``node1:gpu0–3 link 0–17: ... (×72)``), so the one line a person
+        reads first (terminal summary, report, results) names every culprit."""
         for problem in problems:
             self._session.record({"kind": "problem", "text": problem})
         if problems:
-            pytest.fail("; ".join(problems) + f" ({what})", pytrace=False)
+            pytest.fail("; ".join(fold_lines(dict.fromkeys(problems))) + f" ({what})", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -158,8 +158,43 @@ def test_each_node_gets_its_verdict_and_the_rejected_ones_a_hostlist():
     )
     assert nodes.cluster_wide == ("test_fabric: fail: all_reduce across nodes = 12 GB/s is below the fail line",)
     by_node = {v.node: v.reasons for v in nodes.verdicts}
-    assert "gpu-03: mlx5_2 port 1 is DOWN" in by_node["gpu-03"]
+    # the problem once, with the check that found it; not again without it
+    assert by_node["gpu-03"] == ("gpu-03: mlx5_2 port 1 is DOWN (test_gpu[gpu-03])",)
     assert by_node["gpu-13"] == ("gpu-13: lost during the run: DOWN",)
+
+
+def test_a_counter_family_is_one_reason_per_node_and_cause_in_results_and_node_verdicts():
+    crc = [
+        f"{n}:gpu{g} link {link}: nvlink_crc_flit_errors rose 0 → {1 + link} (+{1 + link}, at most +0 allowed)"
+        for n in ("node1", "node10")
+        for g in range(4)
+        for link in range(18)
+    ]
+    tests = [
+        _t("a::test_fabric[node1]", "fail", params="node1", problems=[*crc[:72], "node1: mlx5_0 port 1 is DOWN"]),
+        _t("a::test_fabric[node10]", "fail", params="node10", problems=crc[72:]),
+        _t("a::test_fabric[node2]", "pass", params="node2"),
+    ]
+    doc = _doc(tests)
+    acc = model.acceptance(doc)
+    line = "gpu0–3 link 0–17: nvlink_crc_flit_errors rose 0 → 1–18 (+1–18, at most +0 allowed)"
+    assert acc.reasons == (
+        f"node1:{line} (a::test_fabric[node1]) (×72)",
+        "node1: mlx5_0 port 1 is DOWN (a::test_fabric[node1])",
+        f"node10:{line} (a::test_fabric[node10]) (×72)",
+    )
+    assert [(f.count, f.nodeid) for f in acc.findings] == [
+        (72, "a::test_fabric[node1]"),
+        (1, "a::test_fabric[node1]"),
+        (72, "a::test_fabric[node10]"),
+    ]
+    reasons = {v.node: v.reasons for v in model.node_verdicts(doc, acc.verdict).verdicts}
+    assert reasons["node1"] == (
+        f"node1:{line} (test_fabric[node1]) (×72)",
+        "node1: mlx5_0 port 1 is DOWN (test_fabric[node1])",
+    )
+    assert reasons["node10"] == (f"node10:{line} (test_fabric[node10]) (×72)",)
+    assert reasons["node2"] == ()
 
 
 def test_a_failed_pair_convicts_only_the_node_its_isolation_names():

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pytest_gpucluster.config.thresholds import origin_of
+from pytest_gpucluster.fold import fold, fold_lines
 from pytest_gpucluster.outcomes import reason_of
 from pytest_gpucluster.results import PROPERTY
 
@@ -122,6 +123,21 @@ def junit_properties(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, st
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One line of the failures: what one check found, repeated sentences folded (``fold.py``),
+    the check's label after it; ``nodeid`` is the check, for a link to its details."""
+
+    text: str
+    count: int
+    nodeid: str
+
+    @property
+    def line(self) -> str:
+        """The text, with ``(×N)`` after it when it stands for more than one sentence."""
+        return self.text if self.count == 1 else f"{self.text} (×{self.count})"
+
+
+@dataclass(frozen=True)
 class Acceptance:
     """The run's overall verdict, the reasons for it and the counts behind it."""
 
@@ -132,6 +148,7 @@ class Acceptance:
     warnings: tuple[str, ...] = ()
     not_applicable: tuple[str, ...] = ()  # "<check>: <reason>", one per check that does not apply
     not_selected: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()  # the failures of a REJECTED run, one line per check and cause
 
 
 COUNTED = ("pass", "warn", "fail", "error", "n/a", "skip", "xfail", "xpass")
@@ -154,6 +171,14 @@ def failure_sentences(test: Mapping[str, Any]) -> list[str]:
     return found
 
 
+def findings_of(test: Mapping[str, Any], nodes: Sequence[str] = ()) -> list[Finding]:
+    """A failed check's sentences folded (one line per node and cause), its label after each."""
+    label = test_label(str(test.get("nodeid")))
+    return [
+        Finding(f"{f.text} ({label})", f.count, str(test.get("nodeid"))) for f in fold(failure_sentences(test), nodes)
+    ]
+
+
 def _judged_bad(t: Mapping[str, Any]) -> bool:
     verdict = t.get("verdict")
     return verdict == "xpass" or (verdict in ("fail", "error") and not t.get("unjudged"))
@@ -163,6 +188,7 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
     """Apply the verdict rule of this module's docstring to a results document."""
     tests = list(doc.get("tests", []))
     by_id = {str(t.get("nodeid")): t for t in tests}
+    nodes = known_nodes(doc)
     counts = dict.fromkeys(COUNTED, 0)
     for t in tests:
         counts[t.get("verdict", "error")] = counts.get(t.get("verdict", "error"), 0) + 1
@@ -174,25 +200,46 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         if t.get("verdict") == "n/a" and str(t.get("nodeid")) not in (sel or {}).get("not_applicable", {})
     ]
     warned = tuple(
-        f"{w} ({test_label(str(t.get('nodeid')))})"
-        for t in tests
-        if t.get("verdict") == "warn"
-        for w in (
-            list(t.get("warnings", []))
-            + [str(m.get("sentence")) for m in t.get("measurements", []) if m.get("status") == "warn"]
-            or ["warnings"]
+        dict.fromkeys(
+            Finding(f"{f.text} ({test_label(str(t.get('nodeid')))})", f.count, str(t.get("nodeid"))).line
+            for t in tests
+            if t.get("verdict") == "warn"
+            for f in fold(
+                dict.fromkeys(
+                    list(t.get("warnings", []))
+                    + [str(m.get("sentence")) for m in t.get("measurements", []) if m.get("status") == "warn"]
+                    or ["warnings"]
+                ),
+                nodes,
+            )
         )
     )
-    warned = tuple(dict.fromkeys(warned))
 
-    def made(verdict: Overall, reasons: Iterable[str], headline: str, not_selected: Iterable[str] = ()) -> Acceptance:
-        return Acceptance(verdict, tuple(reasons), counts, headline, warned, tuple(not_applicable), tuple(not_selected))
+    def made(
+        verdict: Overall,
+        reasons: Iterable[str],
+        headline: str,
+        not_selected: Iterable[str] = (),
+        found: Iterable[Finding] = (),
+    ) -> Acceptance:
+        return Acceptance(
+            verdict,
+            tuple(reasons),
+            counts,
+            headline,
+            warned,
+            tuple(not_applicable),
+            tuple(not_selected),
+            tuple(found),
+        )
 
     bad = [t for t in tests if _judged_bad(t)]
     if bad:
-        failures = [f"{s} ({test_label(str(t.get('nodeid')))})" for t in bad for s in failure_sentences(t)]
+        found = [f for t in bad for f in findings_of(t, nodes)]
         n = len(bad)
-        return made("REJECTED", failures, f"REJECTED: {n} check{'s' if n != 1 else ''} failed")
+        return made(
+            "REJECTED", [f.line for f in found], f"REJECTED: {n} check{'s' if n != 1 else ''} failed", found=found
+        )
 
     reasons: list[str] = []
     status = doc.get("status")
@@ -214,6 +261,7 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
     if counts["pass"] + counts["warn"] == 0 and not narrowed:
         reasons.append("no acceptance check passed")
     if reasons:
+        reasons = fold_lines(reasons, nodes)
         n = len(reasons)
         headline = f"INCOMPLETE: {n} reason{'s' if n != 1 else ''} the acceptance is not whole"
         return made("INCOMPLETE", reasons, headline, not_selected)
@@ -384,16 +432,20 @@ def matrix(doc: Mapping[str, Any]) -> Matrix:
             for line in said:
                 add(n, col, verdict, line)
             attributed_bad = attributed_bad or SEVERITY.get(verdict, 0) >= SEVERITY["warn"]
+        # A failed check's own node already has its failures above, with the check's label.
+        said_on = param_nodes if SEVERITY.get(verdict, 0) >= SEVERITY["xpass"] else []
         for m in t.get("measurements", []):
             status = str(m.get("status", "pass"))
             on = nodes_in(str(m.get("where", "")), nodes)
             for n in on:
-                add(n, col, status, str(m.get("sentence", measurement_label(m))))
+                if not (n in said_on and status == "fail"):
+                    add(n, col, status, str(m.get("sentence", measurement_label(m))))
             if on and SEVERITY.get(status, 0) >= SEVERITY["warn"]:
                 attributed_bad = True
         for p in t.get("problems", []):
             for n in nodes_in(str(p), nodes[:]):
-                add(n, col, "fail", str(p))
+                if n not in said_on:
+                    add(n, col, "fail", str(p))
                 attributed_bad = True
         touched = bool(param_nodes) or any(nodes_in(str(m.get("where", "")), nodes) for m in t.get("measurements", []))
         if not touched or (SEVERITY.get(verdict, 0) >= SEVERITY["warn"] and not attributed_bad):
@@ -528,28 +580,33 @@ def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
             elif cell.status == "skip":
                 skipped += list(cell.lines)
                 skipped_checks.append(col[1])
-        bad = list(dict.fromkeys(bad))
+        bad = fold_lines(dict.fromkeys(bad), known)
         if bad:
             out.append(NodeVerdict(node, "REJECTED", tuple(bad), tuple(dict.fromkeys(bad_checks))))
         elif skipped:
-            out.append(NodeVerdict(node, "INCOMPLETE", tuple(dict.fromkeys(skipped)), tuple(skipped_checks)))
+            out.append(
+                NodeVerdict(node, "INCOMPLETE", tuple(fold_lines(dict.fromkeys(skipped), known)), tuple(skipped_checks))
+            )
         else:
             partial = run_verdict == "PARTIAL" or bool((doc.get("selection") or {}).get("partial"))
             out.append(NodeVerdict(node, "PARTIAL" if partial else "ACCEPTED"))
     everyone = [*known, *excluded]
     cluster_wide = tuple(
-        dict.fromkeys(
-            [
-                *(
-                    line
-                    for col in m.columns
-                    for line in m.cell(CLUSTER_ROW, col).lines
-                    if SEVERITY.get(m.cell(CLUSTER_ROW, col).status, 0) >= SEVERITY["xpass"]
-                    and _says_failure(line)
-                    and not nodes_in(line, everyone)
-                ),
-                *unattributed,
-            ]
+        fold_lines(
+            dict.fromkeys(
+                [
+                    *(
+                        line
+                        for col in m.columns
+                        for line in m.cell(CLUSTER_ROW, col).lines
+                        if SEVERITY.get(m.cell(CLUSTER_ROW, col).status, 0) >= SEVERITY["xpass"]
+                        and _says_failure(line)
+                        and not nodes_in(line, everyone)
+                    ),
+                    *unattributed,
+                ]
+            ),
+            everyone,
         )
     )
     summary = nodes_summary({v.node: v.verdict for v in out}, len(cluster_wide))
