@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
+from pathlib import Path
 
 from pytest_gpucluster.config import Threshold
 from pytest_gpucluster.report import html, model, plots
 from pytest_gpucluster.results import ResultsDocument
 from pytest_gpucluster.selection import Selection
 from pytest_gpucluster.verdict import Measurement, judge
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _m(metric, value, status, where, **threshold):
@@ -311,7 +315,8 @@ NODES_64 = [f"gpu-{i:03d}" for i in range(1, 65)]
 def synthetic_64_node_doc() -> dict:
     """A synthetic results document of 64 nodes × 8 H100 GPUs, built from the plugin's own types
     (ResultsDocument, TestRecord, judged Measurements): three nodes fail (a hot GPU, a slow GPU, an
-    InfiniBand port down), one is not judged in full (a skipped check), one passes with a warning.
+    InfiniBand port down beside NVLink CRC errors on 72 links), one is not judged in full (a skipped
+    check), one passes with a warning.
     docs/samples/acceptance-64node-synthetic.html is rendered from it (docs/report.md says how)."""
     doc = ResultsDocument(profile="synthetic-64x8", thresholds_file="thresholds.toml", thresholds_sha256="0" * 64)
     doc.started, doc.finished, doc.status, doc.wall_s = (
@@ -394,6 +399,21 @@ def synthetic_64_node_doc() -> dict:
             "skipped" if skipped else "passed",
             message=f"Skipped: dcgmi is not installed on {n}" if skipped else "",
         )
+        # NVLink CRC errors on every link of four GPUs: one sentence per link and counter, as a
+        # fabric check writes them; the report folds them into one line per node and counter.
+        crc = [
+            f"{n}:gpu{g} link {link}: nvlink_crc_{kind}_errors rose 0 → {3 + g * link} "
+            f"(+{3 + g * link}, at most +0 allowed) over 41 min 7 s"
+            for g in range(4)
+            for link in range(18)
+            for kind in ("flit", "data")
+        ]
+        add(
+            f"{acceptance}/test_fabric.py::test_fabric_error_counters_did_not_rise[{n}]",
+            "failed" if down else "passed",
+            problems=crc if down else [],
+            message=f"Failed: {'; '.join(crc[:2])} ..." if down else "",
+        )
     speed = [
         measured(tflops, 410.0 if (n, g) == ("gpu-033", 5) else 702.0 + g, f"{n}:gpu{g}")
         for n in NODES_64
@@ -429,7 +449,7 @@ def test_a_64_node_report_names_the_bad_nodes_and_stays_compact():
     assert decided == {
         "gpu-017": ("test_gpu_health",),
         "gpu-033": ("test_matmul_bf16",),
-        "gpu-051": ("test_ib_ports_active",),
+        "gpu-051": ("test_ib_ports_active", "test_fabric_error_counters_did_not_rise"),
         "gpu-060": ("test_dcgm_diagnostics",),
     }
 
@@ -444,7 +464,7 @@ def test_a_64_node_report_names_the_bad_nodes_and_stays_compact():
     assert [(n, c) for n, c, _ in rows] == [
         ("gpu-017", "gpu_health"),
         ("gpu-033", "matmul_bf16"),
-        ("gpu-051", "ib_ports_active"),
+        ("gpu-051", "ib_ports_active, fabric_error_counters_did_not_rise"),
         ("gpu-060", "dcgm_diagnostics"),
     ]
     assert "gpu-017:gpu3: gpu.temperature = 88 C is above the fail line 85 C" in rows[0][2]
@@ -458,8 +478,38 @@ def test_a_64_node_report_names_the_bad_nodes_and_stays_compact():
     assert labels == ["gpu-017", "gpu-033", "gpu-051", "gpu-060", "gpu-042", clean, model.CLUSTER_ROW]
     assert matrix.count("<tr>") == 2 + len(labels)  # two header rows, no row per green node
     assert 'title="pass on gpu-[001-016,018-032,034-041,043-050,052-059,061-064]"' in matrix
-    inventory = re.search(r'<table id="gc-inventory">(.*?)</table>', page, re.S).group(1)
-    assert inventory.count("<tr>") == 1 + 7 and "gpu-[001-064] (64)" in inventory  # one column for 64 alike
+    # 144 sentences of NVLink CRC errors, one per link and counter: one line per node and counter
+    failures = re.search(r'<h3 id="gc-failures">Failures</h3>(.*?)</ul>', summary, re.S).group(1)
+    crc = [line for line in re.findall(r"<li>(.*?)</li>", failures, re.S) if "nvlink_crc" in line]
+    assert len(crc) == 2 and all("gpu-051:gpu0–3 link 0–17: nvlink_crc_" in line and "×72" in line for line in crc)
+    assert "rose 0 → 3–54 (+3–54, at most +0 allowed)" in crc[0] and 'href="#gc-t-' in crc[0]
+    evidence = rows[2][2]
+    assert evidence.count("nvlink_crc") == 2 and evidence.count("<li>") == 3
+    inventory = re.search(r'<table class="gc-inventory" id="gc-inventory">(.*?)</table>', page, re.S).group(1)
+    labels = re.findall(r'<tr><th class="gc-mono">(.*?)</th>', inventory)
+    assert labels == ["gpu-[001-064] (64)"]  # one row for 64 nodes alike
+    assert "8 × NVIDIA H100 80GB HBM3" in inventory and "575.57.08 / CUDA 12.9" in inventory
+    assert "{'" not in page and "{&#39;" not in page
+
+
+def test_the_synthetic_sample_is_the_builders_document():
+    """docs/samples/results-64node-synthetic.json (tools/render-samples writes it) holds what
+    synthetic_64_node_doc() builds: the browser tests and the docs show that document."""
+    sample = json.loads((REPO / "docs" / "samples" / "results-64node-synthetic.json").read_text(encoding="utf-8"))
+
+    def judged(doc: dict) -> list:
+        return [
+            (
+                t["nodeid"],
+                t["verdict"],
+                t["problems"],
+                [(m["where"], m["value"], m["status"]) for m in t["measurements"]],
+            )
+            for t in doc["tests"]
+        ]
+
+    built = synthetic_64_node_doc()
+    assert judged(sample) == judged(built) and sample["nodes"] == built["nodes"]
 
 
 def test_hostile_names_stay_text_on_a_large_cluster_too():
@@ -502,3 +552,18 @@ def test_a_failure_caused_by_a_lost_node_leaves_the_healthy_node_incomplete_not_
     own = [*tests, _t("a::test_gpu[node1]", "fail", params="node1", problems=["node1:gpu0: ECC errors"])]
     doc = {**doc, **_doc(own, nodes=("node1", "node2")), "environment": doc["environment"]}
     assert {v.node: v.verdict for v in model.node_verdicts(doc).verdicts}["node1"] == "REJECTED"
+
+
+def test_pytest_html_filter_counts_are_named_in_the_suites_words():
+    from pytest_gpucluster.report.pytest_html_hooks import relabel_outcomes
+
+    outcomes = {
+        "passed": {"label": "Passed", "value": 63},
+        "skipped": {"label": "Skipped", "value": 13},
+        "failed": {"label": "Failed", "value": 0},
+    }
+    relabel_outcomes(outcomes, {"pass": 62, "warn": 1, "skip": 0, "n/a": 13, "fail": 0})
+    assert outcomes["passed"]["label"] == "Passed (62 passed, 1 passed with warnings)"
+    assert outcomes["skipped"]["label"] == "Not applicable" and outcomes["failed"]["label"] == "Failed"
+    relabel_outcomes(outcomes, {"pass": 63, "warn": 0, "skip": 2, "n/a": 11})
+    assert outcomes["skipped"]["label"] == "Skipped (2 skipped, 11 not applicable)"

@@ -9,7 +9,7 @@ standalone page by ``render_page`` (``python -m pytest_gpucluster.report``).
 
 from __future__ import annotations
 
-import json
+import hashlib
 from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
@@ -18,7 +18,8 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from pytest_gpucluster.report import model, plots
+from pytest_gpucluster.fold import fold_lines
+from pytest_gpucluster.report import figures, inventory, model, plots
 from pytest_gpucluster.results import start_up_note
 
 STATUS_TEXT = {
@@ -55,6 +56,12 @@ def _load(name: str) -> str:
     return (resources.files("pytest_gpucluster.report") / TEMPLATES / name).read_text(encoding="utf-8")
 
 
+def anchor(nodeid: str) -> str:
+    """The id of a test's details in the page (``gc-t-`` and a digest of its node id): what a
+    failure line links to."""
+    return "gc-t-" + hashlib.sha1(str(nodeid).encode(), usedforsecurity=False).hexdigest()[:12]
+
+
 def css(status: str) -> str:
     """A status as a CSS class suffix (``n/a`` → ``na``)."""
     return status.replace("/", "")
@@ -71,7 +78,9 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(css=css, hostlist=model.hostlist, check_name=lambda name: str(name).removeprefix("test_"))
+    env.filters.update(
+        css=css, hostlist=model.hostlist, check_name=lambda name: str(name).removeprefix("test_"), anchor=anchor
+    )
     env.globals.update(STATUS_TEXT=STATUS_TEXT, NODE_BADGE=NODE_BADGE)
     return env
 
@@ -85,14 +94,24 @@ def badge(status: str) -> str:
     return str(environment().get_template("macros.html.j2").module.badge(status))  # type: ignore[attr-defined]
 
 
+# Printing opens every folded list first: a closed <details> prints as its summary line only.
+PRINT_SCRIPT = (
+    "<script>addEventListener('beforeprint', () => "
+    "document.querySelectorAll('details').forEach(d => d.setAttribute('open', '')));</script>"
+)
+
+
 def style() -> str:
-    """The report's style sheet, inline (a self-contained report has no external assets)."""
-    return f"<style>\n{_load('report.css')}</style>"
+    """The report's style sheet, inline (a self-contained report has no external assets), and
+    the line of script that opens folded lists for printing."""
+    return f"<style>\n{_load('report.css')}</style>{PRINT_SCRIPT}"
 
 
 def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
-    """Verdict banner, what was tested where, the counts behind the verdict and each node that is
-    not accepted with the checks and sentences that decided it."""
+    """The handover sheet (verdict, nodes accepted, exclusions, key figures against their lines,
+    thresholds file and hash, date, the tool's version, room for two signatures: the first page
+    when printed), then the counts behind the verdict, each node that is not accepted with the
+    checks and sentences that decided it, and the failures, one line per node, check and cause."""
     cluster = doc.get("cluster", {})
     why = {
         "ACCEPTED": "Every check the profile requires ran and passed.",
@@ -105,18 +124,8 @@ def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
         "required checks left out by the selection → PARTIAL; otherwise ACCEPTED. "
         "Checks that do not apply to the profile are n/a."
     )
-    labels = {
-        "pass": "passed",
-        "warn": "passed with warnings",
-        "fail": "failed",
-        "error": "errors",
-        "skip": "skipped",
-        "n/a": "not applicable",
-        "xfail": "expected failures",
-        "xpass": "unexpected passes",
-    }
     chips = [
-        {"status": k, "count": acc.counts.get(k, 0), "label": labels[k]}
+        {"status": k, "count": acc.counts.get(k, 0), "label": COUNT_LABELS[k]}
         for k in model.COUNTED
         if acc.counts.get(k, 0) or k in ("pass", "warn", "fail", "skip")
     ]
@@ -131,6 +140,14 @@ def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
         check, _, reason = line.partition(": ")
         grouped.setdefault(reason, []).append(check)
     title = {"REJECTED": "Failures", "INCOMPLETE": "Why incomplete", "PARTIAL": "Left out of this run"}
+    accepted = [v.node for v in nodes.verdicts if v.verdict == "ACCEPTED"]
+    unsure = [v.node for v in nodes.verdicts if v.verdict not in ("ACCEPTED", "REJECTED")]
+    failures: list[dict[str, Any]] = []
+    if acc.verdict == "REJECTED" and acc.findings:
+        failures = [{"text": f.text, "count": f.count, "anchor": anchor(f.nodeid)} for f in acc.findings]
+    elif acc.reasons and acc.verdict != "ACCEPTED":
+        failures = [{"text": r, "count": 1, "anchor": ""} for r in acc.reasons]
+    version = dict(model.versions(doc)).get("pytest-gpucluster", "not recorded")
     return _render(
         "acceptance.html.j2",
         acc=acc,
@@ -140,7 +157,7 @@ def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
         profile=doc.get("profile", "?"),
         description=cluster.get("description") or "",
         node_text=node_text or "none",
-        excluded="; ".join(f"{n} ({reason})" for n, reason in excluded.items()),
+        excluded=[f"{n} ({reason})" for n, reason in excluded.items()],
         started=doc.get("started", "?"),
         finished=doc.get("finished") or "not finished",
         gpus=model.gpu_summary(doc),
@@ -148,18 +165,37 @@ def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
         tested=_tested(doc),
         thresholds_file=doc.get("thresholds_file", "?"),
         thresholds_set=doc.get("environment", {}).get("thresholds_set", "?"),
+        thresholds_sha256=doc.get("thresholds_sha256") or "not recorded",
+        version=version,
+        key_figures=figures.key_figures(doc),
         nodes=nodes if nodes.verdicts else None,
         judged=sorted((v for v in nodes.verdicts if v.verdict in order), key=lambda v: order[v.verdict]),
-        accepted=[v.node for v in nodes.verdicts if v.verdict == "ACCEPTED"],
+        accepted=accepted,
+        unsure=unsure,
         partial=[v.node for v in nodes.verdicts if v.verdict == "PARTIAL"],
         failures_title=title.get(acc.verdict, ""),
-        failures=list(acc.reasons) if acc.reasons and acc.verdict != "ACCEPTED" else [],
+        failures=failures,
         # an incomplete run lists its skipped checks among its reasons
-        skipped=[f"{model.test_label(t['nodeid'])}: {model.first_line(t.get('message', ''))}" for t in skipped]
+        skipped=fold_lines(
+            [f"{model.test_label(t['nodeid'])}: {model.first_line(t.get('message', ''))}" for t in skipped],
+            model.known_nodes(doc),
+        )
         if acc.verdict != "INCOMPLETE"
         else [],
         not_applicable=[f"{reason} ({len(checks)}: {short_list(checks, 3)})" for reason, checks in grouped.items()],
     )
+
+
+COUNT_LABELS = {
+    "pass": "passed",
+    "warn": "passed with warnings",
+    "fail": "failed",
+    "error": "errors",
+    "skip": "skipped",
+    "n/a": "not applicable",
+    "xfail": "expected failures",
+    "xpass": "unexpected passes",
+}
 
 
 def _tested(doc: Mapping[str, Any]) -> str:
@@ -172,59 +208,21 @@ def _tested(doc: Mapping[str, Any]) -> str:
 
 
 def environment_block(doc: Mapping[str, Any]) -> str:
-    """Software versions, the thresholds file's checksum and the per-node inventory (on a large
-    cluster, one column per group of nodes with the same inventory summary)."""
+    """Software versions, the thresholds file's checksum and the inventory: a row per node (on a
+    large cluster, per group of nodes alike) in words, the details folded beneath it."""
     env = doc.get("environment", {})
     shown = {k for _, keys in model.VERSION_FACTS for k in keys} | {"excluded_nodes"}
+    rows, note = inventory.inventory_rows(doc.get("inventory", {}), NODE_ROWS)
     return _render(
         "environment.html.j2",
         versions=model.versions(doc),
         thresholds_file=doc.get("thresholds_file", "?"),
         thresholds_sha256=doc.get("thresholds_sha256", "?"),
-        others=[(k, v) for k, v in sorted(env.items()) if k not in shown],
-        inventory=_inventory(doc.get("inventory", {})),
+        others=[(k, inventory.plain(v)) for k, v in sorted(env.items()) if k not in shown],
+        inventory={"columns": inventory.COLUMNS, "rows": rows, "note": note, "differ": inventory.differing(rows)}
+        if rows
+        else None,
     )
-
-
-def _inventory(inventory: Any) -> dict[str, Any] | None:
-    if not isinstance(inventory, Mapping) or not inventory:
-        return None
-    facts_of = {str(n): f for n, f in inventory.items() if isinstance(f, Mapping)}
-    if len(facts_of) <= NODE_ROWS:
-        keys: list[str] = []
-        for facts in facts_of.values():
-            keys += [k for k in facts if k not in keys]
-        keys = keys[:12]
-        rows = [(node, [_short(facts.get(k, "")) for k in keys]) for node, facts in facts_of.items()]
-        return {"columns": keys, "rows": rows, "note": ""}
-    # Many nodes: the compared facts ("summary", workloads/inventory.py) as rows, one column per
-    # group of nodes that share them; per-node details (serials, UUIDs) stay in the results file.
-    groups: dict[str, list[str]] = {}
-    summaries: dict[str, Mapping[str, Any]] = {}
-    for node, facts in facts_of.items():
-        summary = facts.get("summary", facts)
-        summary = summary if isinstance(summary, Mapping) else facts
-        key = json.dumps(summary, sort_keys=True, default=str)
-        groups.setdefault(key, []).append(node)
-        summaries[key] = summary
-    ordered = sorted(groups, key=lambda k: -len(groups[k]))
-    shown, more = ordered[:8], len(ordered) - 8
-    fact_keys: list[str] = []
-    for k in shown:
-        fact_keys += [f for f in summaries[k] if f not in fact_keys]
-    return {
-        "columns": [f"{model.hostlist(groups[k])} ({len(groups[k])})" for k in shown],
-        "rows": [(f, [_short(summaries[k].get(f, "")) for k in shown]) for f in fact_keys],
-        "note": f"{len(facts_of)} nodes in {len(groups)} group(s) of the same inventory summary"
-        + (f"; {more} smaller group(s) are in the results file." if more > 0 else "."),
-    }
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = ", ".join(f"{k}: {v}" for k, v in value.items()) if isinstance(value, Mapping) else str(value)
-    if isinstance(value, list | tuple):
-        text = ", ".join(str(v) for v in value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def matrix_block(m: model.Matrix) -> str:
@@ -239,11 +237,12 @@ def matrix_block(m: model.Matrix) -> str:
         else:
             areas.append((area, 1))
     rows = []
+    nodes = [r for r in m.rows if r != model.CLUSTER_ROW]
     for row in model.matrix_rows(m, NODE_ROWS):
         cells = []
         for col in m.columns:
             cell = row.cell(m, col)
-            tip = "\n".join(cell.lines[:20]) or "not run on this node"
+            tip = "\n".join(fold_lines(cell.lines, nodes)[:20]) or "not run on this node"
             cells.append({"status": cell.status, "tip": tip, "symbol": STATUS_SYMBOL.get(cell.status, "")})
         rows.append({"label": row.label, "group": len(row.nodes) > 1, "cells": cells})
     row_status = {r: model.worst(m.cell(r, c).status for c in m.columns) for r in m.rows}
@@ -268,6 +267,17 @@ def plots_block(doc: Mapping[str, Any]) -> str:
     if not rendered:
         return ""
     return _render("plots.html.j2", plots=rendered)
+
+
+def gpu_map_block(doc: Mapping[str, Any]) -> str:
+    """Per GPU: a map of nodes × GPUs for each metric measured on GPUs, each cell coloured against
+    the metric's line (passes paler the further they sit from the median toward it), the value in
+    the cell and in full on hover; a map of the metrics measured once per node; metrics that read
+    the same everywhere as one line."""
+    maps, uniform = figures.gpu_maps(doc)
+    if not maps and not uniform:
+        return ""
+    return _render("gpumap.html.j2", maps=maps, uniform=uniform, shades=figures.SHADES)
 
 
 def baseline_block(section: Mapping[str, Any] | None, limit: int = 40) -> str:
@@ -303,7 +313,8 @@ def details_of_test(test: Mapping[str, Any], *, limit: int = 200) -> str:
     ms = list(test.get("measurements", []))
     problems = list(test.get("problems", []))
     logs = list(test.get("logs", []))
-    if not (ms or problems or logs):
+    bad = test.get("verdict") in ("fail", "error", "xpass")
+    if not (ms or problems or logs or bad):
         return ""
     ordered = sorted(ms, key=lambda m: -model.SEVERITY.get(str(m.get("status")), 0))
     rows = [
@@ -321,6 +332,7 @@ def details_of_test(test: Mapping[str, Any], *, limit: int = 200) -> str:
     ]
     return _render(
         "details.html.j2",
+        anchor=anchor(str(test.get("nodeid", ""))),
         measurements=rows,
         more=max(len(ms) - limit, 0),
         problems=problems,
@@ -345,10 +357,10 @@ def table_cells(test: Mapping[str, Any] | None) -> list[str]:
 
 TABLE_HEADER = [
     '<th class="sortable" data-column-type="measured">Measured</th>',
-    "<th>Threshold</th>",
+    '<th class="gc-th-threshold">Threshold</th>',
     '<th class="sortable" data-column-type="verdict">Verdict</th>',
     '<th class="sortable" data-column-type="where">Node/GPU</th>',
-    "<th>Job</th>",
+    '<th class="gc-th-jobs">Job</th>',
 ]
 
 
@@ -398,6 +410,7 @@ def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance"
         acceptance_block(doc, acc),
         environment_block(doc),
         matrix_block(model.matrix(doc)),
+        gpu_map_block(doc),
         plots_block(doc),
         baseline_block(doc.get("baseline")),
         timing_block(doc),
@@ -418,6 +431,7 @@ def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance"
         "page.html.j2",
         title=title,
         css=Markup(_load("report.css")),
+        script=Markup(PRINT_SCRIPT),
         profile=doc.get("profile", ""),
         blocks=[Markup(b) for b in blocks if b],
         tests=tests,

@@ -12,6 +12,7 @@ its jobs' logs; pytest-html's own environment table last.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -39,6 +40,7 @@ class HtmlReportHooks:
 
     def __init__(self, session: GpuClusterSession) -> None:
         self.session = session
+        self.report_data: Any = None  # pytest-html's ReportData, handed to the title hook
 
     def _doc(self) -> dict[str, Any]:
         assert self.session.results is not None
@@ -53,6 +55,7 @@ class HtmlReportHooks:
     def pytest_html_report_title(self, report: Any) -> None:
         """``GPU cluster acceptance: nebius``."""
         report.title = f"GPU cluster acceptance: {self.session.profile.name}"
+        self.report_data = report
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(
@@ -60,11 +63,16 @@ class HtmlReportHooks:
     ) -> None:
         """Acceptance summary first; environment, matrix, plots and baseline after pytest-html's counts."""
         doc = self._doc()
-        prefix.extend([html.style(), html.acceptance_block(doc, model.acceptance(doc))])
+        acc = model.acceptance(doc)
+        prefix.extend([html.style(), html.acceptance_block(doc, acc)])
+        outcomes = getattr(self.report_data, "outcomes", None)
+        if isinstance(outcomes, dict):
+            relabel_outcomes(outcomes, acc.counts)
         postfix.extend(
             [
                 html.environment_block(doc),
                 html.matrix_block(model.matrix(doc)),
+                html.gpu_map_block(doc),
                 html.plots_block(doc),
                 html.baseline_block(doc.get("baseline")),
                 html.timing_block(doc),
@@ -90,3 +98,19 @@ class HtmlReportHooks:
         details = html.details_of_test(test) if test else ""
         if details:
             report.extras = [*getattr(report, "extras", []), html_extras.html(details)]  # type: ignore[attr-defined]
+
+
+def relabel_outcomes(outcomes: dict[str, dict[str, Any]], counts: Mapping[str, int]) -> None:
+    """Name pytest-html's filter counts in the suite's words, so the two lines agree: its
+    "Passed" holds the checks passed with warnings (``63 Passed (62 passed, 1 passed with
+    warnings)``) and its "Skipped" the checks that do not apply (``13 Not applicable``)."""
+    split = {"passed": ("pass", "warn"), "skipped": ("skip", "n/a")}
+    for outcome, (plain, other) in split.items():
+        entry = outcomes.get(outcome)
+        if not isinstance(entry, dict) or not counts.get(other):
+            continue
+        words = html.COUNT_LABELS
+        if not counts.get(plain):
+            entry["label"] = words[other][0].upper() + words[other][1:]
+        else:
+            entry["label"] = f"{outcome.capitalize()} ({counts[plain]} {words[plain]}, {counts[other]} {words[other]})"
