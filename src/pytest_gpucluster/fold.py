@@ -48,10 +48,18 @@ class Folded:
         return self.text if self.count == 1 else f"{self.text} (×{self.count})"
 
 
-def _mask(sentence: str, fixed: Sequence[str]) -> tuple[str, list[str]]:
-    """The sentence with its leading name and every name of ``fixed`` replaced by a placeholder
-    that no token pattern reads (a character of Unicode's private use area between two NULs), and
-    the names in placeholder order."""
+def _names_pattern(fixed: Sequence[str]) -> re.Pattern[str] | None:
+    """One pattern for every fixed name as a whole word, the longest first."""
+    names = sorted({n for n in fixed if n}, key=len, reverse=True)
+    if not names:
+        return None
+    return re.compile(rf"(?<![\w.\-])(?:{'|'.join(map(re.escape, names))})(?![\w\-]|\.\w)")
+
+
+def _mask(sentence: str, fixed: re.Pattern[str] | None) -> tuple[str, list[str]]:
+    """The sentence with its leading name and every fixed name replaced by a placeholder that no
+    token pattern reads (a character of Unicode's private use area between two NULs), and the
+    names in placeholder order."""
     names: list[str] = []
 
     def hide(name: str) -> str:
@@ -62,9 +70,8 @@ def _mask(sentence: str, fixed: Sequence[str]) -> tuple[str, list[str]]:
     lead = _LEADING_NAME.match(sentence)
     if lead:
         masked = hide(lead.group(0)) + masked[lead.end() :]
-    for name in sorted({n for n in fixed if n}, key=len, reverse=True):
-        pattern = re.compile(rf"(?<![\w.\-]){re.escape(name)}(?![\w\-]|\.\w)")
-        masked = pattern.sub(lambda m: hide(m.group(0)), masked)
+    if fixed is not None:
+        masked = fixed.sub(lambda m: hide(m.group(0)), masked)
     return masked, names
 
 
@@ -79,7 +86,7 @@ class _Parsed:
     names: tuple[str, ...]
 
 
-def _parse(sentence: str, fixed: Sequence[str]) -> _Parsed:
+def _parse(sentence: str, fixed: re.Pattern[str] | None) -> _Parsed:
     masked, names = _mask(sentence, fixed)
     key: list[str] = []
     values: list[str] = []
@@ -125,8 +132,9 @@ def fold(sentences: Iterable[str], fixed: Sequence[str] = ()) -> list[Folded]:
     """The sentences folded as this module's docstring says, in the order each line first
     appears; ``fixed``: names (nodes) that are never read as indices or numbers."""
     groups: dict[tuple[str, ...], list[tuple[str, _Parsed]]] = {}
+    names = _names_pattern(fixed)
     for sentence in sentences:
-        parsed = _parse(sentence, fixed)
+        parsed = _parse(sentence, names)
         groups.setdefault((*parsed.key, _MASK, *parsed.names), []).append((sentence, parsed))
     out: list[Folded] = []
     for members in groups.values():
