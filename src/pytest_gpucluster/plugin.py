@@ -110,6 +110,9 @@ def settings_from(config: pytest.Config) -> Settings:
         raise ConfigError(f"{path}: no such file (from {how}). Pass --thresholds=PATH or create thresholds.toml.")
     cfg = load(path)
     profile = cfg.profile(config.getoption("cluster"))
+    no_set = cfg.no_set_for(profile)
+    if no_set and not config.getoption("calibrate"):
+        raise ConfigError(no_set)  # a calibrating run measures without a set and writes one
     results = config.getoption("results")
     nodes = config.getoption("gpucluster_nodes", None)
     merge = config.getoption("merge_results", None)

@@ -32,10 +32,10 @@ import pytest
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Config, Profile, ThresholdSet
-from pytest_gpucluster.errors import GpuClusterError, SlurmQueryError
+from pytest_gpucluster.errors import GpuClusterError, MissingThresholdError, SlurmQueryError
 from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
-from pytest_gpucluster.outcomes import NOT_APPLICABLE
+from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, last_order, make_plan
 from pytest_gpucluster.plan import facts as run_facts
 from pytest_gpucluster.results import ResultsDocument, now_iso
@@ -633,6 +633,15 @@ class GpuClusterSession:
             return (yield)
         finally:
             self.current_item = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        """A check that reads a bound thresholds.toml lacks could not judge: it is skipped with the
+        reason naming the file, the set and the metric, never failed (the run is INCOMPLETE)."""
+        try:
+            return (yield)
+        except MissingThresholdError as exc:
+            raise pytest.skip.Exception(COULD_NOT_JUDGE + str(exc), _use_item_location=True) from None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

@@ -64,6 +64,7 @@ SOURCE_LABELS = {
     "calibration": "calibration",
     "derived": "derived from the fabric",
     "site": "site's choice",
+    "missing": "missing from thresholds.toml",  # a measurement kept unjudged: no bound to judge it by
 }
 
 
@@ -386,6 +387,8 @@ def matrix(doc: Mapping[str, Any]) -> Matrix:
             attributed_bad = attributed_bad or SEVERITY.get(verdict, 0) >= SEVERITY["warn"]
         for m in t.get("measurements", []):
             status = str(m.get("status", "pass"))
+            if status == "unjudged":
+                status = "skip"  # no bound to judge it by: the node is not judged in full
             on = nodes_in(str(m.get("where", "")), nodes)
             for n in on:
                 add(n, col, status, str(m.get("sentence", measurement_label(m))))
