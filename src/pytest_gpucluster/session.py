@@ -258,6 +258,7 @@ class GpuClusterSession:
                 queue_timeout_s=self.profile.queue_timeout_s,
                 mem_gb=self.profile.mem_gb,
                 on_status=self._on_status,
+                accounting=self.profile.accounting,
             )
         return self._launcher
 
