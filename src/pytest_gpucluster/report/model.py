@@ -168,11 +168,14 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
     for t in tests:
         counts[t.get("verdict", "error")] = counts.get(t.get("verdict", "error"), 0) + 1
     sel = doc.get("selection") or None
-    not_applicable = [f"{test_label(n)}: {why}" for n, why in (sel or {}).get("not_applicable", {}).items()]
-    not_applicable += [
-        f"{test_label(str(t.get('nodeid')))}: {reason_of(str(t.get('message', '')))}"
+    # The checks of this run that did not apply: the same tests ``counts["n/a"]`` counts, each with
+    # the reason known at collection (the selection) or found when it ran.
+    known_why = (sel or {}).get("not_applicable", {})
+    not_applicable = [
+        f"{test_label(str(t.get('nodeid')))}: "
+        + str(known_why.get(str(t.get("nodeid"))) or reason_of(str(t.get("message", ""))))
         for t in tests
-        if t.get("verdict") == "n/a" and str(t.get("nodeid")) not in (sel or {}).get("not_applicable", {})
+        if t.get("verdict") == "n/a"
     ]
     warned = tuple(
         f"{w} ({test_label(str(t.get('nodeid')))})"
