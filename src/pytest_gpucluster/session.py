@@ -32,12 +32,13 @@ import pytest
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Config, Profile, ThresholdSet
-from pytest_gpucluster.errors import GpuClusterError, MissingThresholdError, SlurmQueryError
+from pytest_gpucluster.errors import ConfigError, GpuClusterError, MissingThresholdError, SlurmQueryError
 from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, last_order, make_plan
 from pytest_gpucluster.plan import facts as run_facts
+from pytest_gpucluster.report.model import hostlist
 from pytest_gpucluster.results import ResultsDocument, now_iso
 from pytest_gpucluster.run import Runner, Start
 from pytest_gpucluster.run.runner import SharedFailure
@@ -121,6 +122,9 @@ class GpuClusterSession:
         self._nodes: tuple[str, ...] | None = None
         self.excluded_nodes: dict[str, str] = {}
         self.node_info: dict[str, slurm.NodeInfo] = {}  # Slurm's word on the partition's nodes at the start
+        self._partition: list[slurm.NodeInfo] | None = None  # the partition's nodes, once asked
+        if settings.nodes and self.profile.executor == "slurm" and settings.is_controller:
+            self._check_named_nodes()
         self._lost_recorded: dict[str, str] = {}
         self.node_error: str | None = None
         self.runner = Runner(limit_s=self._ahead_limit_s(), record_to_test=self._record_to_test)
@@ -173,12 +177,30 @@ class GpuClusterSession:
                 self.results.nodes = list(self._nodes)
         return self._nodes
 
+    def _check_named_nodes(self) -> None:
+        """``--nodes`` names nodes of the profile's partition: asked of Slurm once, before any job
+        (the answer is kept for the node list); ConfigError naming those it does not hold. Where
+        Slurm cannot answer now, the run's node list says so later."""
+        p = self.profile
+        try:
+            self._partition = slurm.partition_nodes(p.partition)
+        except SlurmQueryError:
+            return
+        held = {n.name for n in self._partition}
+        strangers = [n for n in self.settings.nodes if n not in held]
+        if strangers:
+            where = f"partition {p.partition!r}" if p.partition else "the cluster"
+            raise ConfigError(
+                f"--nodes: {hostlist(strangers)} {'is' if len(strangers) == 1 else 'are'} not in {where} of "
+                f"profile {p.name!r} (its nodes: {hostlist(sorted(held)) or 'none'}); name nodes of that partition."
+            )
+
     def _resolve_nodes(self) -> tuple[str, ...]:
         p = self.profile
         if p.executor == "local":
             return (socket.gethostname(),)
         try:
-            known = slurm.partition_nodes(p.partition)
+            known = self._partition if self._partition is not None else slurm.partition_nodes(p.partition)
         except SlurmQueryError as exc:
             self.node_error = str(exc)
             return tuple(p.nodelist)  # the jobs will say what is wrong with them
