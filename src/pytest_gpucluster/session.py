@@ -34,6 +34,7 @@ from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Config, Profile, ThresholdSet
 from pytest_gpucluster.errors import ConfigError, GpuClusterError, MissingThresholdError, SlurmQueryError
 from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult
+from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, last_order, make_plan
@@ -73,22 +74,6 @@ class Settings:
     nodes: tuple[str, ...] = ()  # --nodes: test only these (a re-test); empty: the profile's choice
 
 
-def gpus_on_this_machine() -> tuple[int, str | None]:
-    """How many GPUs NVML sees here and the first one's model name ((0, None) without a driver)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            count = int(pynvml.nvmlDeviceGetCount())
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0)) if count else None
-            return count, (name.decode() if isinstance(name, bytes) else name)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no library, no driver, no device: all mean "no GPU" here
-        return 0, None
-
-
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -108,10 +93,16 @@ class GpuClusterSession:
             # submitit's sbatch/sacct/scancel inherit this process's environment.
             os.environ["SLURM_CONF"] = self.profile.slurm_conf
         model = self.profile.gpu_model
+        # The local executor's node: this machine's GPUs, or those the caller's CUDA_VISIBLE_DEVICES exposes.
+        self.local_gpus = local_gpus(env) if self.profile.executor == "local" else None
         if self.profile.gpus_per_node is None:
-            self.gpus_per_node, model = gpus_on_this_machine()
+            exposed = self.local_gpus or local_gpus(env)
+            self.gpus_per_node, model = len(exposed.indices), exposed.model
         else:
             self.gpus_per_node = self.profile.gpus_per_node
+            given = self.local_gpus
+            if given is not None and given.restricted and len(given.indices) < self.gpus_per_node:
+                raise exposed_count_error(self.profile.name, self.gpus_per_node, given)
         if not self.gpus_per_node or not self.profile.gpus_are_real:
             model = model or "cpu"  # a node without GPU devices is judged by the "cpu" set
         self.gpu_model = model
@@ -162,6 +153,8 @@ class GpuClusterSession:
             "executor": self.profile.executor,
             "thresholds_set": self.thresholds.name,
         }
+        if self.local_gpus is not None and self.local_gpus.restricted:
+            facts["cuda_visible_devices"] = self.local_gpus.describe()
         if self.profile.executor == "slurm":
             with contextlib.suppress(GpuClusterError):
                 facts["slurm"] = slurm.version()
@@ -270,6 +263,8 @@ class GpuClusterSession:
         """The submitit launcher, built on first use (no folder or job before a test needs one)."""
         if self._launcher is None:
             env = {"PYTHONUNBUFFERED": "1", **self.profile.env}
+            if self.local_gpus is not None:
+                env.update(self.local_gpus.task_env())  # the node's GPUs, for its NVML readings
             self._launcher = SubmititLauncher(
                 executor=self.profile.executor,
                 folder=self.job_root,
@@ -281,6 +276,7 @@ class GpuClusterSession:
                 mem_gb=self.profile.mem_gb,
                 on_status=self._on_status,
                 accounting=self.profile.accounting,
+                visible_gpus=self.local_gpus.indices if self.local_gpus and self.local_gpus.restricted else None,
             )
         return self._launcher
 
@@ -532,6 +528,12 @@ class GpuClusterSession:
         return str(why) if why else None
 
     # ------------------------------------------------------------------ hooks
+
+    def pytest_report_header(self) -> list[str]:
+        """The local executor's node when the caller's CUDA_VISIBLE_DEVICES chose its GPUs."""
+        if self.local_gpus is None or not self.local_gpus.restricted:
+            return []
+        return [f"gpucluster: the node is {self.local_gpus.describe()} of this machine"]
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Remember the terminal for live job progress, terminal or not (CI logs); not on xdist

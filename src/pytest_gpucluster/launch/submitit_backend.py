@@ -665,8 +665,12 @@ class SubmititLauncher(Launcher):
         poll_s: float = 0.25,
         on_status: StatusCallback | None = None,
         accounting: bool = True,
+        visible_gpus: tuple[int, ...] | None = None,
     ) -> None:
         self.executor = executor
+        # Local executor: the machine's GPUs a job's tasks may get (NVML indices), as the caller's
+        # CUDA_VISIBLE_DEVICES exposed them; None: all, numbered from 0.
+        self.visible_gpus = visible_gpus
         # False: the cluster runs without slurmdbd; jobs are followed through the queue, and
         # submitit's warnings that sacct failed say nothing (``sacct_quiet``).
         self.accounting = accounting
@@ -759,6 +763,10 @@ class SubmititLauncher(Launcher):
             params["slurm_signal_delay_s"] = min(90, max(10, spec.timeout_min * 60 // 4))
             params["slurm_setup"] = [TASK_SETUP]
         executor.update_parameters(**params)
+        if self.executor == "local" and self.visible_gpus is not None:
+            # The tasks' CUDA_VISIBLE_DEVICES are taken from these, not 0..gpus_per_node-1. submitit's
+            # LocalExecutor takes visible_gpus; its AutoExecutor passes no such parameter on.
+            executor._executor.update_parameters(visible_gpus=self.visible_gpus)
         env = {**self.env, **(spec.env or {})}
         try:
             with self.submitit_lock:

@@ -666,15 +666,18 @@ def versions(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def gpu_summary(doc: Mapping[str, Any]) -> str:
-    """``2 nodes × 8 NVIDIA H100 80GB HBM3 = 16 GPUs``."""
+    """``2 nodes × 8 NVIDIA H100 80GB HBM3 = 16 GPUs``; where the caller's CUDA_VISIBLE_DEVICES
+    chose a local run's GPUs, that too (``...; CUDA_VISIBLE_DEVICES=0,1,2: 3 of 4 GPUs``)."""
     cluster = doc.get("cluster", {})
     nodes = len(doc.get("nodes", [])) or int(cluster.get("nodes_expected", 0) or 0)
     per_node = int(cluster.get("gpus_per_node", 0) or 0)
     model = str(cluster.get("gpu_model") or "GPU")
     noun = "node" if nodes == 1 else "nodes"
+    chosen = (doc.get("environment") or {}).get("cuda_visible_devices")
+    also = f"; {chosen}" if chosen else ""
     if not per_node:
-        return f"{nodes} {noun}, no GPU devices ({model})"
-    return f"{nodes} {noun} × {per_node} {model} = {nodes * per_node} GPUs"
+        return f"{nodes} {noun}, no GPU devices ({model}){also}"
+    return f"{nodes} {noun} × {per_node} {model} = {nodes * per_node} GPUs{also}"
 
 
 def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any], now_ref: str) -> dict[str, Any]:
