@@ -14,6 +14,17 @@ class ConfigError(GpuClusterError):
     """thresholds.toml or a command-line option is wrong; raised before any job exists."""
 
 
+class MissingThresholdError(ConfigError):
+    """thresholds.toml has no bound for a metric a check measured: the check cannot judge it. A
+    missing reference number is not a fault of the cluster, so the check ends unjudged (the run is
+    INCOMPLETE), never failed."""
+
+    def __init__(self, message: str, *, metric: str, set_name: str) -> None:
+        self.metric = metric
+        self.set_name = set_name
+        super().__init__(message)
+
+
 class LaunchError(GpuClusterError):
     """A job could not be submitted, failed, vanished or ran past its time limit."""
 

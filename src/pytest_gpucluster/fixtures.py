@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 
 from pytest_gpucluster.config import Profile, Threshold, ThresholdSet
 from pytest_gpucluster.fold import fold_lines
-from pytest_gpucluster.outcomes import ThresholdWarning
+from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, ThresholdWarning
 from pytest_gpucluster.session import GpuClusterSession
 from pytest_gpucluster.verdict import Measurement, Verdict, judge
 
@@ -27,11 +28,16 @@ class Judge:
     def __init__(self, session: GpuClusterSession) -> None:
         self._session = session
         self.verdicts: list[Verdict] = []
+        self.unjudged: list[str] = []  # why a measurement had no bound to be judged by
 
-    def _one(self, m: Measurement, threshold: Threshold | str | None) -> Verdict:
+    def _one(self, m: Measurement, threshold: Threshold | str | None) -> Verdict | None:
         if threshold is None:
             threshold = m.metric
-        t = self._session.thresholds[threshold] if isinstance(threshold, str) else threshold
+        t = self._session.thresholds.get(threshold) if isinstance(threshold, str) else threshold
+        if t is None:
+            assert isinstance(threshold, str)
+            self._unjudged(m, threshold)
+            return None
         verdict = judge(m, t)
         self.verdicts.append(verdict)
         self._session.record({"kind": "measurement", **verdict.to_json()})
@@ -39,15 +45,36 @@ class Judge:
             warnings.warn(ThresholdWarning(verdict.sentence), stacklevel=3)
         return verdict
 
+    def _unjudged(self, m: Measurement, metric: str) -> None:
+        """Keep a measurement that thresholds.toml has no bound for: in the results (``--calibrate``
+        writes lines from it), with the status ``unjudged`` and why."""
+        thresholds = self._session.thresholds
+        why = thresholds.missing(metric)
+        if why not in self.unjudged:
+            self.unjudged.append(why)
+        subject = f"{m.where}: {m.metric}" if m.where else m.metric
+        self._session.record(
+            {
+                "kind": "measurement",
+                **dataclasses.asdict(m),
+                "status": "unjudged",
+                "sentence": f"{subject} = {m.value:.4g} {m.unit}, not judged: no bound in set {thresholds.name!r}",
+                "threshold": {"source": f"{thresholds.file} [thresholds.{thresholds.name}]", "origin": "missing"},
+            }
+        )
+
     def __call__(self, m: Measurement, threshold: Threshold | str | None = None) -> Verdict:
-        """Judge one measurement; fails the test at once on a fail verdict."""
+        """Judge one measurement; fails the test at once on a fail verdict. Without a bound for it
+        the check could not judge: the measurement is kept and the check skipped, saying which bound
+        is missing (the run is INCOMPLETE, never REJECTED for it)."""
         verdict = self._one(m, threshold)
-        self._conclude([verdict])
+        self._conclude([verdict] if verdict is not None else [])
+        assert verdict is not None  # without a bound, _conclude has skipped the check
         return verdict
 
     def all(self, measurements: Iterable[Measurement], threshold: Threshold | str | None = None) -> list[Verdict]:
         """Judge every measurement, then fail once listing every failure (not only the first)."""
-        verdicts = [self._one(m, threshold) for m in measurements]
+        verdicts = [v for v in (self._one(m, threshold) for m in measurements) if v is not None]
         self._conclude(verdicts)
         return verdicts
 
@@ -55,6 +82,8 @@ class Judge:
         failed = [v for v in verdicts if v.status == "fail"]
         if failed:
             pytest.fail("\n".join(v.sentence for v in failed), pytrace=False)
+        if self.unjudged:
+            raise pytest.skip.Exception(COULD_NOT_JUDGE + "; ".join(self.unjudged), _use_item_location=True)
         expected = [v for v in verdicts if v.status == "xfail"]
         if expected:
             pytest.xfail("; ".join(v.sentence for v in expected))

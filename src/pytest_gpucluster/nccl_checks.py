@@ -58,14 +58,6 @@ class Check:
             return False
         return judge(self.measurement, self.threshold).status == "fail"
 
-    @property
-    def skip_reason(self) -> str:
-        """Why there is nothing to judge (no threshold for this metric in the set)."""
-        return (
-            f"no threshold for {self.metric} in the thresholds in force; the sweep ran and its results "
-            f"were {'right' if not self.problems else 'WRONG'}; add a bound to judge its speed"
-        )
-
 
 def metric_name(gc: GpuClusterSession, op: str, scope: str) -> str:
     """``nccl.<op>.<scope>``; inside a node with NVLS allowed (``nccl.nvls``), ``intra_node_nvls``

@@ -6,6 +6,11 @@ reported as such (``n/a`` in the terminal, the report and the results), never as
 as a required check that did not run. In pytest it is a skip whose reason starts with
 ``NOT_APPLICABLE``; every reader of results tells the two apart by that prefix.
 
+A check **could not judge** when thresholds.toml has no bound for what it measured: the
+measurement is kept (status ``unjudged``) and the check is skipped with a reason starting with
+``COULD_NOT_JUDGE`` that names the file, the set and the metric. A missing reference number is not
+a fault of the cluster: the run is INCOMPLETE, never REJECTED for it.
+
 A **warning** raised by a check (``GpuClusterWarning`` and its subclasses) is recorded on the
 check in the results and the report, and the run's verdict counts it.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 NOT_APPLICABLE = "not applicable: "
+COULD_NOT_JUDGE = "could not judge: "
 
 
 class GpuClusterWarning(UserWarning):

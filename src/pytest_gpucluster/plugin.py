@@ -6,13 +6,15 @@ No logic lives here; the session object (``session.py``) holds all state and hoo
 from __future__ import annotations
 
 import secrets
+import socket
 from pathlib import Path
 
 import pytest
 
 from pytest_gpucluster import slurm
-from pytest_gpucluster.config import load
+from pytest_gpucluster.config import Profile, load
 from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.options import merge_belongs, writable_file
 from pytest_gpucluster.results import load_node_verdicts
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
 
@@ -110,6 +112,9 @@ def settings_from(config: pytest.Config) -> Settings:
         raise ConfigError(f"{path}: no such file (from {how}). Pass --thresholds=PATH or create thresholds.toml.")
     cfg = load(path)
     profile = cfg.profile(config.getoption("cluster"))
+    no_set = cfg.no_set_for(profile)
+    if no_set and not config.getoption("calibrate"):
+        raise ConfigError(no_set)  # a calibrating run measures without a set and writes one
     results = config.getoption("results")
     nodes = config.getoption("gpucluster_nodes", None)
     merge = config.getoption("merge_results", None)
@@ -126,6 +131,8 @@ def settings_from(config: pytest.Config) -> Settings:
         except ValueError as exc:
             raise ConfigError(f"--nodes={nodes}: {exc}") from None
     workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        check_outputs_and_merge(config, profile, picked if nodes is not None else None)
     run_id = workerinput.get("gpucluster_run_id") if workerinput else None
     return Settings(
         config=cfg,
@@ -136,6 +143,25 @@ def settings_from(config: pytest.Config) -> Settings:
         is_controller=workerinput is None,
         is_xdist_worker=workerinput is not None,
     )
+
+
+# Options naming a file the run writes at its end, by dest (pytest-html's --html is "htmlpath").
+OUTPUT_OPTIONS = (("--results", "results"), ("--html", "htmlpath"), ("--calibrate", "calibrate"))
+
+
+def check_outputs_and_merge(config: pytest.Config, profile: Profile, nodes: tuple[str, ...] | None) -> None:
+    """Before any job: every file the run writes at its end can be written, and the earlier results
+    it merges with are of this cluster (``options``). ConfigError naming the option otherwise."""
+    for option, dest in OUTPUT_OPTIONS:
+        value = config.getoption(dest, None)
+        if value:
+            writable_file(option, str(value))
+    merge = config.getoption("merge_results", None)
+    if merge:
+        option = f"--merge-results={merge}"
+        earlier = load_node_verdicts(Path(merge), option)
+        here = nodes if nodes is not None else (socket.gethostname(),) if profile.executor == "local" else ()
+        merge_belongs(earlier, option, profile=profile.name, executor=profile.executor, nodes=here)
 
 
 def retest_nodes(path: Path, option: str) -> tuple[str, ...]:
@@ -164,9 +190,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.collectonly = True  # collect and plan; no test runs, so no job is submitted
     try:
         settings = settings_from(config)
+        session = GpuClusterSession(settings)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
-    session = GpuClusterSession(settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "gpucluster-session")
     install_sigterm_as_interrupt()

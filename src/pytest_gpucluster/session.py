@@ -32,12 +32,14 @@ import pytest
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Config, Profile, ThresholdSet
-from pytest_gpucluster.errors import GpuClusterError, SlurmQueryError
+from pytest_gpucluster.errors import ConfigError, GpuClusterError, MissingThresholdError, SlurmQueryError
 from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult
+from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
-from pytest_gpucluster.outcomes import NOT_APPLICABLE
+from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, last_order, make_plan
 from pytest_gpucluster.plan import facts as run_facts
+from pytest_gpucluster.report.model import hostlist
 from pytest_gpucluster.results import ResultsDocument, now_iso
 from pytest_gpucluster.run import Runner, Start
 from pytest_gpucluster.run.runner import SharedFailure
@@ -72,22 +74,6 @@ class Settings:
     nodes: tuple[str, ...] = ()  # --nodes: test only these (a re-test); empty: the profile's choice
 
 
-def gpus_on_this_machine() -> tuple[int, str | None]:
-    """How many GPUs NVML sees here and the first one's model name ((0, None) without a driver)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            count = int(pynvml.nvmlDeviceGetCount())
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0)) if count else None
-            return count, (name.decode() if isinstance(name, bytes) else name)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no library, no driver, no device: all mean "no GPU" here
-        return 0, None
-
-
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -107,10 +93,16 @@ class GpuClusterSession:
             # submitit's sbatch/sacct/scancel inherit this process's environment.
             os.environ["SLURM_CONF"] = self.profile.slurm_conf
         model = self.profile.gpu_model
+        # The local executor's node: this machine's GPUs, or those the caller's CUDA_VISIBLE_DEVICES exposes.
+        self.local_gpus = local_gpus(env) if self.profile.executor == "local" else None
         if self.profile.gpus_per_node is None:
-            self.gpus_per_node, model = gpus_on_this_machine()
+            exposed = self.local_gpus or local_gpus(env)
+            self.gpus_per_node, model = len(exposed.indices), exposed.model
         else:
             self.gpus_per_node = self.profile.gpus_per_node
+            given = self.local_gpus
+            if given is not None and given.restricted and len(given.indices) < self.gpus_per_node:
+                raise exposed_count_error(self.profile.name, self.gpus_per_node, given)
         if not self.gpus_per_node or not self.profile.gpus_are_real:
             model = model or "cpu"  # a node without GPU devices is judged by the "cpu" set
         self.gpu_model = model
@@ -121,6 +113,9 @@ class GpuClusterSession:
         self._nodes: tuple[str, ...] | None = None
         self.excluded_nodes: dict[str, str] = {}
         self.node_info: dict[str, slurm.NodeInfo] = {}  # Slurm's word on the partition's nodes at the start
+        self._partition: list[slurm.NodeInfo] | None = None  # the partition's nodes, once asked
+        if settings.nodes and self.profile.executor == "slurm" and settings.is_controller:
+            self._check_named_nodes()
         self._lost_recorded: dict[str, str] = {}
         self.node_error: str | None = None
         self.runner = Runner(limit_s=self._ahead_limit_s(), record_to_test=self._record_to_test)
@@ -158,6 +153,8 @@ class GpuClusterSession:
             "executor": self.profile.executor,
             "thresholds_set": self.thresholds.name,
         }
+        if self.local_gpus is not None and self.local_gpus.restricted:
+            facts["cuda_visible_devices"] = self.local_gpus.describe()
         if self.profile.executor == "slurm":
             with contextlib.suppress(GpuClusterError):
                 facts["slurm"] = slurm.version()
@@ -173,12 +170,30 @@ class GpuClusterSession:
                 self.results.nodes = list(self._nodes)
         return self._nodes
 
+    def _check_named_nodes(self) -> None:
+        """``--nodes`` names nodes of the profile's partition: asked of Slurm once, before any job
+        (the answer is kept for the node list); ConfigError naming those it does not hold. Where
+        Slurm cannot answer now, the run's node list says so later."""
+        p = self.profile
+        try:
+            self._partition = slurm.partition_nodes(p.partition)
+        except SlurmQueryError:
+            return
+        held = {n.name for n in self._partition}
+        strangers = [n for n in self.settings.nodes if n not in held]
+        if strangers:
+            where = f"partition {p.partition!r}" if p.partition else "the cluster"
+            raise ConfigError(
+                f"--nodes: {hostlist(strangers)} {'is' if len(strangers) == 1 else 'are'} not in {where} of "
+                f"profile {p.name!r} (its nodes: {hostlist(sorted(held)) or 'none'}); name nodes of that partition."
+            )
+
     def _resolve_nodes(self) -> tuple[str, ...]:
         p = self.profile
         if p.executor == "local":
             return (socket.gethostname(),)
         try:
-            known = slurm.partition_nodes(p.partition)
+            known = self._partition if self._partition is not None else slurm.partition_nodes(p.partition)
         except SlurmQueryError as exc:
             self.node_error = str(exc)
             return tuple(p.nodelist)  # the jobs will say what is wrong with them
@@ -248,6 +263,8 @@ class GpuClusterSession:
         """The submitit launcher, built on first use (no folder or job before a test needs one)."""
         if self._launcher is None:
             env = {"PYTHONUNBUFFERED": "1", **self.profile.env}
+            if self.local_gpus is not None:
+                env.update(self.local_gpus.task_env())  # the node's GPUs, for its NVML readings
             self._launcher = SubmititLauncher(
                 executor=self.profile.executor,
                 folder=self.job_root,
@@ -258,6 +275,8 @@ class GpuClusterSession:
                 queue_timeout_s=self.profile.queue_timeout_s,
                 mem_gb=self.profile.mem_gb,
                 on_status=self._on_status,
+                accounting=self.profile.accounting,
+                visible_gpus=self.local_gpus.indices if self.local_gpus and self.local_gpus.restricted else None,
             )
         return self._launcher
 
@@ -510,6 +529,12 @@ class GpuClusterSession:
 
     # ------------------------------------------------------------------ hooks
 
+    def pytest_report_header(self) -> list[str]:
+        """The local executor's node when the caller's CUDA_VISIBLE_DEVICES chose its GPUs."""
+        if self.local_gpus is None or not self.local_gpus.restricted:
+            return []
+        return [f"gpucluster: the node is {self.local_gpus.describe()} of this machine"]
+
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Remember the terminal for live job progress, terminal or not (CI logs); not on xdist
         workers, which have none. (At configure time the terminal reporter may not exist yet.)"""
@@ -555,7 +580,9 @@ class GpuClusterSession:
             self._collected.append(needs)
             na, blocked = not_applicable(needs, shape), cannot_run(needs, shape)
             if na:
-                item.add_marker(pytest.mark.skip(reason=NOT_APPLICABLE + na))
+                # First among the skip marks: a check the profile gives nothing to measure is n/a,
+                # also on a node whose parameter skips it as excluded (pytest takes the first).
+                item.add_marker(pytest.mark.skip(reason=NOT_APPLICABLE + na), append=False)
             elif blocked:
                 item.add_marker(pytest.mark.skip(reason=blocked))
         order = last_order([_requests(item) for item in items])
@@ -633,6 +660,15 @@ class GpuClusterSession:
             return (yield)
         finally:
             self.current_item = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        """A check that reads a bound thresholds.toml lacks could not judge: it is skipped with the
+        reason naming the file, the set and the metric, never failed (the run is INCOMPLETE)."""
+        try:
+            return (yield)
+        except MissingThresholdError as exc:
+            raise pytest.skip.Exception(COULD_NOT_JUDGE + str(exc), _use_item_location=True) from None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

@@ -74,7 +74,7 @@ def test_gpu_compute_and_memory(gpucluster, judge, record, thresholds, node):
             where=node,
             x_label="gpu",
             y_label=unit,
-            threshold=thresholds[name].fail_below,
+            threshold=getattr(thresholds.get(name), "fail_below", None),
             points=[[i, v] for i, v in enumerate(values.values())],
         )
     judge.problems(

@@ -28,9 +28,7 @@ def test_busbw_inside_node(gpucluster, judge, record, node, op):
     check = nccl_checks.intra_node(gpucluster, node, op)
     record("series", **check.series)
     judge.problems(list(check.problems), f"{node}: {op} returned wrong results (never retried)")
-    if check.threshold is None:
-        pytest.skip(check.skip_reason)
-    judge(check.measurement, check.threshold)
+    judge(check.measurement, check.threshold)  # without a bound: kept unjudged, the check could not judge
 
 
 @pytest.mark.across_nodes
@@ -39,8 +37,6 @@ def test_busbw_across_nodes(gpucluster, judge, record, op):
     check = nccl_checks.inter_node(gpucluster, op)
     record("series", **check.series)
     judge.problems(list(check.problems), f"{op} across nodes returned wrong results (never retried)")
-    if check.threshold is None:
-        pytest.skip(check.skip_reason)
     if check.fails:
         check = nccl_checks.isolate_bad_nodes(gpucluster, check)
-    judge(check.measurement, check.threshold)
+    judge(check.measurement, check.threshold)  # without a bound: kept unjudged, the check could not judge

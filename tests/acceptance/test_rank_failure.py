@@ -21,7 +21,8 @@ def _dead_rank(gpucluster):
     """Once per run: the job in which one rank dies, and the teardown its stamps show."""
 
     def produce():
-        bound = gpucluster.thresholds["robustness.rank_failure_teardown"].fail_above or 0.0
+        # Without a bound the job still runs (its check then could not judge): give it the shortest limit.
+        bound = getattr(gpucluster.thresholds.get("robustness.rank_failure_teardown"), "fail_above", None) or 0.0
         plan = rf_checks.plan(
             len(gpucluster.nodes), gpus_per_node=gpucluster.gpus_per_node, real_gpus=gpucluster.profile.gpus_are_real
         )

@@ -209,7 +209,7 @@ def _speed(run, baseline, where, job, gpucluster, thresholds, record):
         x_label="GPUs",
         y_label="tokens/s per GPU",
         points=[[1, base.tokens_per_s_per_gpu], [run.world_size, run.tokens_per_s_per_gpu]],
-        threshold=thresholds[f"train.{run.mode}.tokens_per_s_per_gpu"].fail_below,
+        threshold=getattr(thresholds.get(f"train.{run.mode}.tokens_per_s_per_gpu"), "fail_below", None),
     )
     detail = _detail(run, gpucluster)
     tps = run.tokens_per_s_per_gpu

@@ -73,4 +73,6 @@ def test_an_unwritable_calibration_path_is_named(gpc):
     gpc.makepyfile(test_x="def test_x():\n    pass\n")
     (gpc.path / "taken").write_text("a file, not a folder")
     result = gpc.runpytest_subprocess("--calibrate=taken/c.toml")
-    result.stdout.fnmatch_lines(["*CalibrationWarning: --calibrate=*taken/c.toml: cannot be written*"])
+    # Refused before the run, not found out after it: nothing measured is lost.
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --calibrate=taken/c.toml: */taken is not a folder; name a file*"])

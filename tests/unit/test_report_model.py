@@ -567,3 +567,17 @@ def test_pytest_html_filter_counts_are_named_in_the_suites_words():
     assert outcomes["skipped"]["label"] == "Not applicable" and outcomes["failed"]["label"] == "Failed"
     relabel_outcomes(outcomes, {"pass": 63, "warn": 0, "skip": 2, "n/a": 11})
     assert outcomes["skipped"]["label"] == "Skipped (2 skipped, 11 not applicable)"
+
+
+def test_the_not_applicable_list_and_count_are_the_same_checks():
+    # Known at collection and run (n/a), found when it ran (n/a, not in the selection), known at
+    # collection but deselected (no record): the run's n/a are the first two, counted and listed.
+    tests = [
+        _t("a::t1", "pass"),
+        _t("a::t2[node2]", "n/a", params="node2", message="Skipped: not applicable: profile 'ci' has GRES-only GPUs"),
+        _t("b::t3", "n/a", message="Skipped: not applicable: nvbandwidth is not installed on node1"),
+    ]
+    sel = _sel(["a::t1"], not_applicable={"a::t2[node2]": "GRES-only GPUs", "c::t4": "1 node"})
+    acc = model.acceptance({**_doc(tests), "selection": sel})
+    assert acc.counts["n/a"] == len(acc.not_applicable) == 2
+    assert acc.not_applicable == ("a::t2[node2]: GRES-only GPUs", "b::t3: nvbandwidth is not installed on node1")

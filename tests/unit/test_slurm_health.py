@@ -136,6 +136,20 @@ def test_holders_lines_are_split_into_id_name_state_and_hostlist():
 def test_a_hostlist_is_read_without_slurm_keeping_zero_padding():
     assert slurm.parse_hostlist("gpu-[01-03,07],login1") == ("gpu-01", "gpu-02", "gpu-03", "gpu-07", "login1")
     assert slurm.parse_hostlist("node4") == ("node4",)
-    for bad, said in (("node[a-b]", "'a-b' in 'node[a-b]' is not a number"), ("x]", "'x]' is not a host name")):
+    assert slurm.parse_hostlist("node[1-3,7]") == ("node1", "node2", "node3", "node7")
+    assert slurm.parse_hostlist("gpu-[03,11], gpu-11,,login1") == ("gpu-03", "gpu-11", "login1")
+    assert slurm.parse_hostlist("rack[1-2]n[1-2]") == ("rack1n1", "rack1n2", "rack2n1", "rack2n2")  # as Slurm
+    for bad, said in (
+        ("node[a-b]", "'a-b' in 'node[a-b]' is not a number"),
+        ("x]", "']' at character 2 closes no '['"),
+        ("node[", "'[' at character 5 is never closed"),
+        ("gpu-[03,11", "'[' at character 5 is never closed"),
+        ("node[3-1]", "'3-1' in 'node[3-1]' counts down; write 1-3"),
+        ("node[]", "empty brackets in 'node[]'"),
+        ("n[[1]]", "'[' at character 3 opens inside another '['"),
+        ("node1;reboot", "'node1;reboot' is not a host name"),
+        ("node[1-999999]", "names more than 65536 nodes"),
+        ("", "no node named"),
+    ):
         with pytest.raises(ValueError, match=re.escape(said)):
             slurm.parse_hostlist(bad)

@@ -23,7 +23,7 @@ from pytest_gpucluster.checks.fabric import check_bounds
 from pytest_gpucluster.config.metrics import METRICS, Metric
 from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile
 from pytest_gpucluster.config.tables import build, reject_unknown
-from pytest_gpucluster.config.thresholds import Threshold, ThresholdSet, choose_set
+from pytest_gpucluster.config.thresholds import Threshold, ThresholdSet, choose_set, no_set_for
 from pytest_gpucluster.errors import ConfigError
 
 # Slurm's own names for partitions, accounts and nodes; anything else is refused so a config value
@@ -63,6 +63,10 @@ class Config:
     def thresholds_for(self, profile: Profile, gpu_model: str | None = None) -> ThresholdSet:
         """The set that applies to ``profile`` (see ``choose_set``)."""
         return choose_set(self.threshold_sets, self.matches, profile, gpu_model, str(self.path))
+
+    def no_set_for(self, profile: Profile) -> str | None:
+        """Why no threshold set applies to the GPU model ``profile`` names, or None (``no_set_for``)."""
+        return no_set_for(str(self.path), profile, self.matches)
 
 
 def load(path: Path) -> Config:

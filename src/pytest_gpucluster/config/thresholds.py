@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pytest_gpucluster.config.metrics import METRICS
 from pytest_gpucluster.config.profile import Profile, node_network_gbps
-from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.errors import ConfigError, MissingThresholdError
 
 
 @dataclass(frozen=True)
@@ -77,25 +77,41 @@ class ThresholdSet:
     name: str
     values: Mapping[str, Threshold]
     file: str = "thresholds.toml"
+    # The GPU model no set matched (so only ``default`` is in force); empty when a set was named,
+    # one matched, or no model was known.
+    unmatched: str = ""
 
     def __getitem__(self, metric: str) -> Threshold:
         try:
             return self.values[metric]
         except KeyError:
-            raise ConfigError(
-                f"{self.file}: no threshold for {metric!r} in set {self.name!r} nor in 'default'; "
-                f'add [thresholds.default.{metric}] with unit = "{METRICS[metric].unit}" '
-                "and its bounds."
-                if metric in METRICS
-                else f'{self.file}: no threshold for {metric!r}: declare it under [metrics."{metric}"] '
-                f'(unit, better) and add its bounds under [thresholds.default."{metric}"].'
-                if metric.startswith("site.")
-                else f"{metric!r} is not a known metric."
-            ) from None
+            if metric in METRICS or metric.startswith("site."):
+                raise MissingThresholdError(self.missing(metric), metric=metric, set_name=self.name) from None
+            raise ConfigError(f"{metric!r} is not a known metric.") from None
 
     def get(self, metric: str) -> Threshold | None:
         """The threshold for ``metric``, or None when neither the set nor default has one."""
         return self.values.get(metric)
+
+    def missing(self, metric: str) -> str:
+        """Why there is no bound for ``metric`` and how to add one, naming the file and the set."""
+        if self.unmatched:
+            return (
+                f"{self.file}: no threshold for {metric!r}: no [thresholds.SET] matches GPU model "
+                f"{self.unmatched!r}, so only [thresholds.default] is in force and it has none. Name a set "
+                'in the profile with thresholds = "SET", add a fragment of the model to a set\'s match list, '
+                "or run with --calibrate=PATH to write a set from this run's measurements."
+            )
+        where = "in set 'default'" if self.name == "default" else f"in set {self.name!r} nor in 'default'"
+        if metric.startswith("site.") and metric not in METRICS:
+            return (
+                f'{self.file}: no threshold for {metric!r} {where}: declare it under [metrics."{metric}"] '
+                f'(unit, better) and add its bounds under [thresholds.{self.name}."{metric}"].'
+            )
+        return (
+            f"{self.file}: no threshold for {metric!r} {where}; add [thresholds.{self.name}.{metric}] with "
+            f'unit = "{METRICS[metric].unit}" and its bounds.'
+        )
 
 
 def choose_set(
@@ -109,19 +125,42 @@ def choose_set(
     (``gpu_model`` if given, e.g. what NVML reports, else the profile's), laid over default;
     the across-node busbw lines it does not set are derived from the profile's fabric."""
     name = profile.thresholds
-    model = (gpu_model or profile.gpu_model or "").lower()
+    model = gpu_model or profile.gpu_model or ""
+    unmatched = ""
     if name is None and model:
-        for set_name, fragments in matches.items():
-            if any(fragment.lower() in model for fragment in fragments):
-                name = set_name
-                break
+        name = matching_set(matches, model)
+        unmatched = "" if name else model
     name = name or "default"
     merged = dict(sets.get("default", {}))
     merged.update(sets.get(name, {}))
     # A line the file sets wins; the fabric fills in the across-node lines it leaves out.
     for metric, derived in derived_inter_node(profile).items():
         merged.setdefault(metric, derived)
-    return ThresholdSet(name=name, values=types.MappingProxyType(merged), file=file)
+    return ThresholdSet(name=name, values=types.MappingProxyType(merged), file=file, unmatched=unmatched)
+
+
+def matching_set(matches: Mapping[str, tuple[str, ...]], model: str) -> str | None:
+    """The first set one of whose ``match`` fragments is in ``model`` (case-insensitive), or None."""
+    for set_name, fragments in matches.items():
+        if any(fragment.lower() in model.lower() for fragment in fragments):
+            return set_name
+    return None
+
+
+def no_set_for(file: str, profile: Profile, matches: Mapping[str, tuple[str, ...]]) -> str | None:
+    """Why ``profile`` has no threshold set: it names a ``gpu_model`` that no set's ``match``
+    fits and names no set itself; None when a set applies (or no model is named). Judged by
+    ``default`` alone, most checks would have no bound."""
+    model = profile.gpu_model
+    if profile.thresholds is not None or not model or matching_set(matches, model) is not None:
+        return None
+    listed = "; ".join(f"{name}: {', '.join(frags)}" for name, frags in matches.items() if frags) or "none"
+    return (
+        f"{file}: profiles.{profile.name}.gpu_model = {model!r}: no threshold set applies to it (the profile "
+        f'names none with thresholds = "SET", and no set\'s match fits it; match lists: {listed}). Name a '
+        f'set in [profiles.{profile.name}] with thresholds = "SET", add a fragment of {model!r} to a set\'s '
+        "match list, or run with --calibrate=PATH to measure this cluster and write a set for it."
+    )
 
 
 # --------------------------------------------------------------------------- lines derived from the fabric

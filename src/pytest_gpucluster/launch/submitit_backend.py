@@ -13,6 +13,7 @@ at once instead of after submitit's own per-task grace period.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import logging
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -173,7 +174,7 @@ class SubmititJob(Job[R]):
         if self._launcher.executor == "local":
             return str(self._job.state).upper()
         mode = "force" if force else "cache"
-        with self._launcher.submitit_lock:
+        with self._launcher.submitit_lock, self._launcher.sacct_quiet():
             state = str(self._job.watcher.get_state(self.job_id, mode=mode)).upper()
         if state == "UNKNOWN" and force:
             # No accounting (sacct fails) or not recorded yet: ask the queue instead. A job the
@@ -594,6 +595,30 @@ def submitit_logs_to_stderr() -> None:
             handler.setStream(sys.stderr)
 
 
+# submitit's warning each time sacct fails ("Call #12 - Bypassing sacct error ..."): on a cluster
+# without accounting it comes with every state query, up to hundreds per test.
+_SACCT_BYPASSED = "Bypassing sacct error"
+
+
+class SacctBypassedFilter(logging.Filter):
+    """Drops submitit's warning that sacct failed and is bypassed; every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _SACCT_BYPASSED not in record.getMessage()
+
+
+@contextlib.contextmanager
+def sacct_bypass_quiet() -> Iterator[None]:
+    """While the block runs, submitit's logger drops its sacct-bypassed warnings."""
+    logger = logging.getLogger("submitit")
+    quiet = SacctBypassedFilter()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 def _words(why: str) -> set[str]:
     """The state words of ``"DOWN+NOT_RESPONDING (reason)"``, without the reason."""
     return set(why.split(" (")[0].split("+"))
@@ -639,8 +664,16 @@ class SubmititLauncher(Launcher):
         mem_gb: int | None = None,
         poll_s: float = 0.25,
         on_status: StatusCallback | None = None,
+        accounting: bool = True,
+        visible_gpus: tuple[int, ...] | None = None,
     ) -> None:
         self.executor = executor
+        # Local executor: the machine's GPUs a job's tasks may get (NVML indices), as the caller's
+        # CUDA_VISIBLE_DEVICES exposed them; None: all, numbered from 0.
+        self.visible_gpus = visible_gpus
+        # False: the cluster runs without slurmdbd; jobs are followed through the queue, and
+        # submitit's warnings that sacct failed say nothing (``sacct_quiet``).
+        self.accounting = accounting
         self.folder = folder
         self.partition = partition
         self.account = account
@@ -730,6 +763,10 @@ class SubmititLauncher(Launcher):
             params["slurm_signal_delay_s"] = min(90, max(10, spec.timeout_min * 60 // 4))
             params["slurm_setup"] = [TASK_SETUP]
         executor.update_parameters(**params)
+        if self.executor == "local" and self.visible_gpus is not None:
+            # The tasks' CUDA_VISIBLE_DEVICES are taken from these, not 0..gpus_per_node-1. submitit's
+            # LocalExecutor takes visible_gpus; its AutoExecutor passes no such parameter on.
+            executor._executor.update_parameters(visible_gpus=self.visible_gpus)
         env = {**self.env, **(spec.env or {})}
         try:
             with self.submitit_lock:
@@ -803,6 +840,11 @@ class SubmititLauncher(Launcher):
                 break
             time.sleep(_SETTLE_POLL_S)
         return ending
+
+    def sacct_quiet(self) -> contextlib.AbstractContextManager[None]:
+        """Around submitit's state queries: on a cluster without accounting, its warning that sacct
+        failed is dropped (the launcher reads the queue instead); with accounting it is kept."""
+        return contextlib.nullcontext() if self.accounting else sacct_bypass_quiet()
 
     def _note_ending(self, job_id: str) -> None:
         with self._lock:

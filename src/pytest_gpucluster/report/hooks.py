@@ -309,7 +309,8 @@ class ResultsHooks:
         if self.calibrate_path is not None:
             runs = list(self.calibrate_from)
             if any(t.get("measurements") for t in doc.get("tests", [])):
-                runs.append(Run(label=str(self.session.settings.results_path or "this run"), doc=doc))
+                # The document as it now stands, with this run's verdict for the fragment's header.
+                runs.append(Run(label=str(self.session.settings.results_path or "this run"), doc=results.to_json()))
             text = calibrate(
                 runs,
                 set_name=set_name_for(self.session.profile.name),

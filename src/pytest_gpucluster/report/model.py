@@ -65,6 +65,7 @@ SOURCE_LABELS = {
     "calibration": "calibration",
     "derived": "derived from the fabric",
     "site": "site's choice",
+    "missing": "missing from thresholds.toml",  # a measurement kept unjudged: no bound to judge it by
 }
 
 
@@ -193,11 +194,14 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
     for t in tests:
         counts[t.get("verdict", "error")] = counts.get(t.get("verdict", "error"), 0) + 1
     sel = doc.get("selection") or None
-    not_applicable = [f"{test_label(n)}: {why}" for n, why in (sel or {}).get("not_applicable", {}).items()]
-    not_applicable += [
-        f"{test_label(str(t.get('nodeid')))}: {reason_of(str(t.get('message', '')))}"
+    # The checks of this run that did not apply: the same tests ``counts["n/a"]`` counts, each with
+    # the reason known at collection (the selection) or found when it ran.
+    known_why = (sel or {}).get("not_applicable", {})
+    not_applicable = [
+        f"{test_label(str(t.get('nodeid')))}: "
+        + str(known_why.get(str(t.get("nodeid"))) or reason_of(str(t.get("message", ""))))
         for t in tests
-        if t.get("verdict") == "n/a" and str(t.get("nodeid")) not in (sel or {}).get("not_applicable", {})
+        if t.get("verdict") == "n/a"
     ]
     warned = tuple(
         dict.fromkeys(
@@ -436,6 +440,8 @@ def matrix(doc: Mapping[str, Any]) -> Matrix:
         said_on = param_nodes if SEVERITY.get(verdict, 0) >= SEVERITY["xpass"] else []
         for m in t.get("measurements", []):
             status = str(m.get("status", "pass"))
+            if status == "unjudged":
+                status = "skip"  # no bound to judge it by: the node is not judged in full
             on = nodes_in(str(m.get("where", "")), nodes)
             for n in on:
                 if not (n in said_on and status == "fail"):
@@ -717,15 +723,18 @@ def versions(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def gpu_summary(doc: Mapping[str, Any]) -> str:
-    """``2 nodes × 8 NVIDIA H100 80GB HBM3 = 16 GPUs``."""
+    """``2 nodes × 8 NVIDIA H100 80GB HBM3 = 16 GPUs``; where the caller's CUDA_VISIBLE_DEVICES
+    chose a local run's GPUs, that too (``...; CUDA_VISIBLE_DEVICES=0,1,2: 3 of 4 GPUs``)."""
     cluster = doc.get("cluster", {})
     nodes = len(doc.get("nodes", [])) or int(cluster.get("nodes_expected", 0) or 0)
     per_node = int(cluster.get("gpus_per_node", 0) or 0)
     model = str(cluster.get("gpu_model") or "GPU")
     noun = "node" if nodes == 1 else "nodes"
+    chosen = (doc.get("environment") or {}).get("cuda_visible_devices")
+    also = f"; {chosen}" if chosen else ""
     if not per_node:
-        return f"{nodes} {noun}, no GPU devices ({model})"
-    return f"{nodes} {noun} × {per_node} {model} = {nodes * per_node} GPUs"
+        return f"{nodes} {noun}, no GPU devices ({model}){also}"
+    return f"{nodes} {noun} × {per_node} {model} = {nodes * per_node} GPUs{also}"
 
 
 def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any], now_ref: str) -> dict[str, Any]:

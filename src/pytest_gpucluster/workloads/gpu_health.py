@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.nvml_util import node_gpu_indices
 
 T = TypeVar("T")
 
@@ -136,7 +137,8 @@ def _gpu(nvml: Any, i: int) -> GpuHealth:
 
 
 def read_node(ctx: TaskContext) -> NodeGpus:
-    """Every GPU of this node through NVML (no CUDA context is created)."""
+    """Every GPU of this node through NVML (no CUDA context is created); where the node is part of
+    the machine (``nvml_util.NODE_GPUS_ENV``), its GPUs only."""
     node = ctx.hostname or socket.gethostname()
     try:
         import pynvml as nvml
@@ -146,7 +148,7 @@ def read_node(ctx: TaskContext) -> NodeGpus:
         return NodeGpus(node, "", "", (), error=f"NVML unusable: {exc}")
     try:
         cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
-        gpus = tuple(_gpu(nvml, i) for i in range(nvml.nvmlDeviceGetCount()))
+        gpus = tuple(_gpu(nvml, i) for i in node_gpu_indices(int(nvml.nvmlDeviceGetCount())))
         return NodeGpus(node, _str(nvml.nvmlSystemGetDriverVersion()), f"{cuda // 1000}.{cuda % 1000 // 10}", gpus)
     except nvml.NVMLError as exc:
         return NodeGpus(node, "", "", (), error=f"NVML: {exc}")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.nvml_util import node_gpu_indices
 
 NA = "n/a"
 _SUBPROCESS_TIMEOUT_S = 10.0
@@ -367,7 +368,8 @@ def _nvml_facts(nvml: Any, sys_root: Path) -> dict[str, Any]:
     code = get("nvmlSystemGetCudaDriverVersion_v2")
     system["cuda"] = cuda_version(code) if isinstance(code, int) else NA
     count = get("nvmlDeviceGetCount")
-    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count if isinstance(count, int) else 0)]
+    indices = node_gpu_indices(count if isinstance(count, int) else 0)  # the node's GPUs, nvidia-smi's numbers
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
     words = max(1, -(-(os.cpu_count() or 1) // 64))
     gpus: list[dict[str, Any]] = []
     remote: list[list[str]] = []
@@ -397,7 +399,7 @@ def _nvml_facts(nvml: Any, sys_root: Path) -> dict[str, Any]:
         switch_links.append(to_switch)
         gpus.append(
             {
-                "index": i,
+                "index": indices[i],
                 "name": _text(get("nvmlDeviceGetName", h)),
                 "uuid": _text(get("nvmlDeviceGetUUID", h)),
                 "serial": _text(get("nvmlDeviceGetSerial", h)),
@@ -415,7 +417,7 @@ def _nvml_facts(nvml: Any, sys_root: Path) -> dict[str, Any]:
         for j in range(i + 1, len(handles)):
             direct = remote[i].count(pci_sysfs_name(gpus[j]["pci_bus_id"]))
             level = get("nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
-            topology[f"{i}-{j}"] = pair_label(
+            topology[f"{indices[i]}-{indices[j]}"] = pair_label(
                 direct, (switch_links[i], switch_links[j]), level if isinstance(level, int) else None
             )
     return {"gpus": gpus, "gpu_system": system, "gpu_topology": topology}

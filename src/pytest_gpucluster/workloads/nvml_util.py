@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,65 @@ def decode_throttle_reasons(mask: int) -> tuple[str, ...]:
 def failing_reasons(mask: int) -> tuple[str, ...]:
     """The reasons in ``mask`` that fail a burn test (thermal or hardware power slowdown)."""
     return tuple(n for n in decode_throttle_reasons(mask) if n in FAILING_REASONS)
+
+
+# Set in a task's environment where the run's node is part of a machine's GPUs (the local executor
+# under a CUDA_VISIBLE_DEVICES of the caller): the node's GPUs as NVML indices, e.g. "2,3". NVML
+# sees every GPU of the machine whatever CUDA_VISIBLE_DEVICES says; node-wide readings take these.
+NODE_GPUS_ENV = "GPUCLUSTER_NODE_GPUS"
+
+
+def visible_entries(visible: str) -> list[int | str]:
+    """The entries of ``CUDA_VISIBLE_DEVICES=visible`` as CUDA reads them: indices, and GPU UUIDs
+    (``GPU-`` and enough of the rest to tell one GPU); a negative index ends the list (``-1``
+    exposes none). ValueError naming a MIG device or anything else: CUDA would stop reading there
+    and hide the GPUs after it."""
+    out: list[int | str] = []
+    for entry in (e.strip() for e in visible.split(",")) if visible.strip() else ():
+        if entry.lstrip("-").isdigit():
+            if int(entry) < 0:
+                break
+            out.append(int(entry))
+        elif entry.upper().startswith("MIG-"):
+            raise ValueError(f"{entry!r} is a MIG device; name whole GPUs, by index or GPU- UUID")
+        elif entry.startswith("GPU-") and len(entry) > 4:
+            out.append(entry)
+        else:
+            raise ValueError(f"{entry!r} is neither a GPU index nor a GPU- UUID")
+    return out
+
+
+def visible_indices(visible: str, uuids: Sequence[str]) -> tuple[int, ...]:
+    """The NVML indices (nvidia-smi's numbering) of the GPUs ``CUDA_VISIBLE_DEVICES=visible``
+    exposes (``visible_entries``) on a machine whose GPUs NVML lists with ``uuids``, in the order
+    given. ValueError naming the entry for an index past the last GPU, a UUID that fits no GPU or
+    several, or a GPU named twice."""
+    found: list[int] = []
+    for entry in visible_entries(visible):
+        if isinstance(entry, int):
+            index = entry
+            if index >= len(uuids):
+                have = f"0-{len(uuids) - 1}" if len(uuids) > 1 else "0" if uuids else "none"
+                raise ValueError(f"'{entry}': no GPU {index} on this machine (NVML finds {len(uuids)}: {have})")
+        else:
+            fits = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
+            if len(fits) != 1:
+                what = "no GPU on this machine" if not fits else f"GPUs {', '.join(map(str, fits))}"
+                raise ValueError(f"{entry!r} fits {what}; give enough of the UUID (nvidia-smi -L) to tell one GPU")
+            index = fits[0]
+        if index in found:
+            raise ValueError(f"'{entry}' names GPU {index} a second time")
+        found.append(index)
+    return tuple(found)
+
+
+def node_gpu_indices(count: int, env: Mapping[str, str] | None = None) -> list[int]:
+    """The NVML indices of this node's GPUs, of the ``count`` NVML finds: all of them, or where the
+    run's node is part of the machine (``NODE_GPUS_ENV``), those."""
+    spec = (os.environ if env is None else env).get(NODE_GPUS_ENV)
+    if spec is None:
+        return list(range(count))
+    return [int(e) for e in spec.split(",") if e.strip().isdigit() and int(e) < count]
 
 
 def physical_index(cuda_index: int, visible: str | None = None) -> int:

@@ -1,0 +1,84 @@
+"""Command-line values checked before any job: the files a run will write (``--results``,
+``--html``, ``--calibrate``) and the earlier results it merges with (``--merge-results``).
+
+A run that could not write its results file at the end would have measured for nothing; a merge
+with the file of another cluster would hand over nodes nobody tested. Each function raises
+ConfigError naming the option, the value and what to do; the plugin turns it into a usage error
+(exit 4) in ``pytest_configure``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_gpucluster.errors import ConfigError
+
+
+def writable_file(option: str, value: str, *, base: Path | None = None) -> Path:
+    """``value`` (relative to ``base``, else the working directory; ``~`` and ``$VARS`` expanded,
+    as pytest-html does) as an absolute path this run can write at its end: not a folder, and its
+    folder writable, or the nearest existing folder above it writable so that it can be created.
+    Proved by creating and removing a file there, as the writers do (``atomic_write_json``)."""
+    path = Path(os.path.expandvars(value)).expanduser()
+    path = (base or Path.cwd()) / path if not path.is_absolute() else path
+    if path.is_dir():
+        raise ConfigError(f"{option}={value}: {path} is a folder; name a file in it.")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ConfigError(f"{option}={value}: {folder} is not a folder; name a file in a writable folder.")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(f"{option}={value}: {path} exists and is not writable; name another file.")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".pytest-gpucluster-probe-", dir=folder)
+    except OSError as exc:
+        where = "its folder" if folder == path.parent else f"{folder}, where its folder {path.parent} would be made"
+        raise ConfigError(
+            f"{option}={value}: cannot write in {where}: {exc.strerror or exc}. "
+            "Name a file in a writable folder; nothing has been run."
+        ) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return path
+
+
+def merge_belongs(
+    earlier: Mapping[str, Any], option: str, *, profile: str, executor: str, nodes: Sequence[str]
+) -> None:
+    """An earlier results file (``--merge-results``) must be of this run's cluster: the same
+    profile and executor, and every node this run tests must be one it tested or excluded.
+    ConfigError naming what differs otherwise."""
+    cluster = earlier.get("cluster") or {}
+    theirs = earlier.get("profile") or cluster.get("profile")
+    their_nodes = _nodes_of(earlier)
+    seen = ", ".join(their_nodes) or "none"
+    if theirs != profile:
+        raise ConfigError(
+            f"{option}: a run of profile {theirs!r} (executor {cluster.get('executor', '?')}, nodes: {seen}); "
+            f"this run is of profile {profile!r}. Merge with the results of a run of {profile!r}."
+        )
+    if cluster.get("executor") not in (None, executor):
+        raise ConfigError(
+            f"{option}: that run used the {cluster.get('executor')} executor; this one the {executor} executor."
+        )
+    strangers = [n for n in nodes if n not in their_nodes]
+    if strangers:
+        raise ConfigError(
+            f"{option}: {', '.join(strangers)} {'was' if len(strangers) == 1 else 'were'} not in that run "
+            f"(its nodes: {seen}); a re-test merges with the run that tested its nodes. Test new nodes "
+            "in a run of their own."
+        )
+
+
+def _nodes_of(doc: Mapping[str, Any]) -> list[str]:
+    """Every node an earlier run tested, judged or left out, in its order."""
+    verdicts = ((doc.get("acceptance") or {}).get("nodes") or {}).get("verdicts") or {}
+    excluded = (doc.get("environment") or {}).get("excluded_nodes") or {}
+    return list(dict.fromkeys([*map(str, doc.get("nodes") or []), *verdicts, *excluded]))
