@@ -325,9 +325,8 @@ def judge_node(
         sources["kernel log"] = f"not readable: {log_why}"
     seen = sorted({_label(g.bus, g.index) for w in watched for g in w.gpus}, key=_gpu_order)
     jobs = sorted({w.job_id for w in watched})
-    sources["NVML"] = (
-        f"{gpu_list(seen)} watched in {len(jobs)} job(s): {', '.join(jobs)}" if watched else _nvml_gaps(watches)
-    )
+    named = f": {', '.join(jobs)}" if len(jobs) <= 5 else ""
+    sources["NVML"] = f"{gpu_list(seen)} watched in {len(jobs)} job(s){named}" if watched else _nvml_gaps(watches)
     findings = fold(node, occurrences, run_started)
     warnings = [f.sentence for f in findings if not f.fails]
     warnings += _coverage(node, log, readable, watched, seen, expected_gpus)
