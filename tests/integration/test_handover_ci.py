@@ -36,7 +36,13 @@ def test_multinode_runs_the_whole_acceptance_and_gives_the_handover_verdict(run_
     # No InfiniBand and no GPU on the ci nodes: the fabric check says so on each node, never passes.
     fabric = [t for t in run.results["tests"] if t["area"] == "fabric"]
     assert len(fabric) == 2 and all(t["verdict"] == "n/a" for t in fabric), fabric
-    assert run.results["tests"][-1]["area"] == "fabric"  # its tests run last
+    # The checks of the jobs that run last (fabric, Xid) come last; the Xid check has no GPU device
+    # to watch on the ci nodes: n/a on each, never a pass.
+    assert {t["area"] for t in run.results["tests"][-4:]} == {"fabric", "xid"}, run.results["tests"][-4:]
+    xid = [t for t in run.results["tests"] if t["area"] == "xid"]
+    assert len(xid) == 2 and all(t["verdict"] == "n/a" for t in xid), xid
+    gres_only = "profile 'ci' has GRES-only GPUs (gpus_are_real = false); this check needs GPU devices"
+    assert all(t["message"].endswith(gres_only) for t in xid), xid
     reasons = set(sel["not_applicable"].values())
     assert "profile 'ci' expects no InfiniBand (ib_hcas = 0)" in reasons
     assert "profile 'ci' runs without Slurm accounting (accounting = false)" not in reasons  # ci has slurmdbd

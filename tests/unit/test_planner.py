@@ -37,6 +37,7 @@ SUITE: dict[str, tuple[tuple[JobRequest, ...], bool, bool, int]] = {
         2,
     ),
     "test_rank_failure.py::test_a_dead_rank_ends_the_job": ((jobs.RANK_FAILURE,), True, False, 0),
+    "test_xid.py::test_no_gpu_xid_errors": ((jobs.XID_LOG,), False, False, 1),
     "test_training.py::test_training_one_gpu": ((jobs.TRAIN_BASELINE,), False, False, 0),
     "test_training.py::test_training_on_node": ((jobs.TRAIN_PER_NODE, jobs.TRAIN_BASELINE), False, False, 0),
     "test_training.py::test_training_across_nodes": ((jobs.TRAIN_ACROSS, jobs.TRAIN_BASELINE), False, True, 0),
@@ -83,6 +84,7 @@ def test_one_node_of_one_gpu():
         "train-baseline": "in train-per-node",
         "train-per-node": "own",
         "dcgm": "own",
+        "xid-kernel-log": "own",
         "sdc": "own",
         "fabric-after": "own",
         "fabric-before": "ahead",
@@ -111,6 +113,7 @@ def test_many_nodes_of_eight_gpus(nodes):
     assert s["nccl-inter"] == "own" and s["train-across"] == "own"
     assert s["node-probe"] == "in nccl-intra" and s["isolation-pair"] == "ahead"
     assert [j.key for j in plan.ahead] == ["placement", "sharedfs", "isolation-pair", "fabric-before"]
+    assert s["xid-kernel-log"] == "own"  # it runs last: never ahead
     assert plan.jobs["placement"].tests == (
         "test_placement.py::test_task_placement[1node-1task]",
         "test_placement.py::test_task_placement[2nodes-1task-each]",

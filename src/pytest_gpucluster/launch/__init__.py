@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from pytest_gpucluster.workloads.xid import XidWatch
+
 R = TypeVar("R")
 
 
@@ -55,6 +57,8 @@ class TaskResult(Generic[R]):
     # CPU seconds the task's process used before the workload started (interpreter, imports,
     # unpickling): a start-up far longer than this waited, on files or on CPUs.
     startup_cpu_s: float = 0.0
+    # The Xid events NVML delivered while the workload ran, in a task given GPUs (None elsewhere).
+    xid: XidWatch | None = None
 
 
 def start_up_summary(results: Sequence[TaskResult[Any]]) -> dict[str, float]:
@@ -115,6 +119,8 @@ class Launcher(Protocol):
 
     lost_nodes: dict[str, str]  # nodes this run saw fail under a job: name → Slurm's state and reason
     lost_seen: dict[str, dict[str, str]]  # how this run learned it lost each node: {"why", "when", "job", "how"}
+    # Every Xid watch of the run's tasks whose results were read, failed tasks' included: (job id, task) → watch.
+    xid_watches: dict[tuple[str, int], XidWatch]
 
     def submit(self, fn: Callable[..., R], spec: JobSpec, /, **kwargs: Any) -> Job[R]:
         """Start ``fn(ctx, **kwargs)`` on every task of ``spec`` without waiting."""

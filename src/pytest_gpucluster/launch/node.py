@@ -4,23 +4,32 @@
 workload, and returns its value in a ``TaskOutput`` that the launcher reads back on the login
 node. submitit pickles ``run_on_node`` and ``TaskOutput`` by reference (module and name), so both
 live here at module level; this module imports only submitit's job environment and the workloads'
-context, never the login side (Slurm queries, the session, the backend's waiting logic).
+context and Xid watcher, never the login side (Slurm queries, the session, the backend's waiting
+logic).
+
+In a task given GPUs, the entry also watches NVML's Xid events while the workload runs
+(``workloads.xid``): the watch travels back in the ``TaskOutput`` or, when the workload raised, in
+a file beside the task's result (``xid_path``), so a task that an Xid killed still reports it.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import pickle
 import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import submitit
 
 from pytest_gpucluster.workloads.context import TaskContext, master_port_for, process_start_time
+from pytest_gpucluster.workloads.xid import XidWatch, XidWatcher, node_of
 
 R = TypeVar("R")
 
@@ -35,11 +44,19 @@ class TaskOutput(Generic[R]):
     ended: float = 0.0
     process_started: float = 0.0
     startup_cpu_s: float = 0.0  # CPU the process used before the workload started
+    xid: XidWatch | None = None  # the Xid events seen while the workload ran, in a task given GPUs
 
 
-def run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[str, Any]) -> TaskOutput[R]:
+def xid_path(result_pickle: Path) -> Path:
+    """Where a task whose workload raised leaves its Xid watch: beside its result file."""
+    return result_pickle.with_name(result_pickle.name.replace("_result.pkl", "") + "_xid.pkl")
+
+
+def run_on_node(
+    fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[str, Any], watch_xid: bool = False
+) -> TaskOutput[R]:
     """Runs on the compute node: build the task's context from the scheduler's environment,
-    then call the workload."""
+    then call the workload; ``watch_xid``: watch NVML's Xid events while it runs."""
     os.environ.update(env)
     job_env = submitit.JobEnvironment()
     hostnames = tuple(job_env.hostnames) or (socket.gethostname(),)
@@ -58,14 +75,28 @@ def run_on_node(fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[st
     )
     cpu = os.times()
     startup_cpu = cpu.user + cpu.system
+    watcher = XidWatcher(node_of(ctx), job_id, ctx.rank).start() if watch_xid else None
     started = time.time()
     try:
         value = fn(ctx, **kwargs)
     except BaseException:
+        if watcher is not None:
+            _leave_watch(job_env, watcher.stop())
         exit_once_written(1)
         raise
+    ended = time.time()
+    watch = watcher.stop() if watcher is not None else None
     exit_once_written(0)
-    return TaskOutput(ctx, value, started, time.time(), process_start_time(), startup_cpu)
+    return TaskOutput(ctx, value, started, ended, process_start_time(), startup_cpu, watch)
+
+
+def _leave_watch(job_env: submitit.JobEnvironment, watch: XidWatch) -> None:
+    """Write the watch of a task whose workload raised beside its result; never masks the error."""
+    with contextlib.suppress(Exception):
+        path = xid_path(Path(job_env.paths.result_pickle))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps(watch))
+        tmp.replace(path)
 
 
 def exit_once_written(code: int) -> None:

@@ -35,7 +35,8 @@ import submitit
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import GpuClusterError, LaunchError, NodeLostError, QueueTimeoutError, WallTimeoutError
 from pytest_gpucluster.launch import Job, JobSpec, Launcher, StatusCallback, TaskResult, start_up_summary
-from pytest_gpucluster.launch.node import TaskOutput, run_on_node
+from pytest_gpucluster.launch.node import TaskOutput, run_on_node, xid_path
+from pytest_gpucluster.workloads.xid import XidWatch
 
 R = TypeVar("R")
 
@@ -511,8 +512,11 @@ class SubmititJob(Job[R]):
             outcome, output = _read_result(Path(task.paths.result_pickle))
             if outcome != "success":
                 failed.append((index, _last_error_line(str(output).strip().splitlines())))
+                self._launcher.keep_watch(self.job_id, index, _left_watch(Path(task.paths.result_pickle)))
                 continue
             ctx = output.context
+            watch = getattr(output, "xid", None)
+            self._launcher.keep_watch(self.job_id, index, watch)
             out.append(
                 TaskResult(
                     self.job_id,
@@ -525,6 +529,7 @@ class SubmititJob(Job[R]):
                     output.ended,
                     getattr(output, "process_started", 0.0),
                     getattr(output, "startup_cpu_s", 0.0),
+                    watch,
                 )
             )
         # A task's result names its node; Slurm is asked only for the tasks that failed.
@@ -585,6 +590,15 @@ def _silent_nodes(
         for n in silent
         if n.split(".")[0] not in short
     }
+
+
+def _left_watch(result_pickle: Path) -> XidWatch | None:
+    """The Xid watch a task whose workload raised left beside its result, if any."""
+    try:
+        watch = pickle.loads(xid_path(result_pickle).read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
+        return None
+    return watch if isinstance(watch, XidWatch) else None
 
 
 def submitit_logs_to_stderr() -> None:
@@ -701,6 +715,12 @@ class SubmititLauncher(Launcher):
         # evidence is kept, later sightings do not overwrite it.
         self.lost_seen: dict[str, dict[str, str]] = {}
         self._nodes_used: set[str] = set()  # every node a job of this run was pinned to
+        self.xid_watches: dict[tuple[str, int], XidWatch] = {}
+
+    def keep_watch(self, job_id: str, task: int, watch: XidWatch | None) -> None:
+        """Keep a task's Xid watch for the run's Xid check (once per task, however often read)."""
+        if watch is not None:
+            self.xid_watches[(job_id, task)] = watch
 
     def learn_lost(self, lost: Mapping[str, str], *, job_id: str, how: str) -> None:
         """Remember nodes this run lost, once each: later jobs are planned without them and the
@@ -770,7 +790,7 @@ class SubmititLauncher(Launcher):
         env = {**self.env, **(spec.env or {})}
         try:
             with self.submitit_lock:
-                job = executor.submit(run_on_node, fn, env, kwargs)
+                job = executor.submit(run_on_node, fn, env, kwargs, bool(spec.gpus_per_node or spec.gpus_per_task))
         except OSError as exc:  # the job folder: read-only, full or gone
             shutil.rmtree(folder, ignore_errors=True)
             raise LaunchError(

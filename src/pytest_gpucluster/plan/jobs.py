@@ -107,6 +107,9 @@ FABRIC_BEFORE = JobRequest(
 FABRIC_AFTER = JobRequest(
     "fabric-after", "every node's InfiniBand and NVLink error counters after every other job", runs_last=True
 )
+XID_LOG = JobRequest(
+    "xid-kernel-log", "every node's kernel log read for Xid lines, after every other job", runs_last=True
+)
 
 SUITE = (
     NCCL_INTRA,
@@ -131,4 +134,5 @@ SUITE = (
     IB_WRITE_BW,
     FABRIC_BEFORE,
     FABRIC_AFTER,
+    XID_LOG,
 )

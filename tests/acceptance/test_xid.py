@@ -1,0 +1,85 @@
+"""Xid errors on every node, during the run and since boot. Every task of the run given GPUs
+watches NVML's Xid events while its workload runs (launch/node.py); after every other job, one
+GPU-less task per node reads the node's kernel log where it may (workloads/xid.py). An Xid during
+the run that asks for a GPU reset, a node reboot or servicing fails the node, naming
+``node:gpuN``; any other, and any logged before the run, warns (checks/xid.py has the table).
+Where neither source could be read on a node, its Xids are not judged: the check is skipped with
+the reason, never passed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import warnings
+
+import pytest
+
+from pytest_gpucluster.checks import xid
+from pytest_gpucluster.errors import GpuClusterError, NodeLostError
+from pytest_gpucluster.outcomes import GpuClusterWarning
+from pytest_gpucluster.plan import jobs
+from pytest_gpucluster.workloads import xid as xid_workload
+
+pytestmark = pytest.mark.gpu
+
+
+def gpucluster_not_applicable(gpucluster, name):
+    """On an xdist worker the check sees only that worker's jobs, and its kernel-log read cannot
+    follow every other job of the run."""
+    if gpucluster.settings.is_xdist_worker:
+        return (
+            "under xdist a worker sees only its own jobs' Xid watches and cannot read the kernel log after "
+            "every other job; run without -n to judge Xids"
+        )
+    return None
+
+
+def _kernel_logs(gpucluster):
+    """node → KernelLog, and the job id: one GPU-less task per node, after every other job."""
+
+    def produce():
+        spec = gpucluster.spec(jobs.XID_LOG.key, all_nodes=True, gpus_per_node=0)
+        try:
+            results = gpucluster.run(xid_workload.read_kernel_log, spec)
+        except NodeLostError as exc:
+            if not exc.answered:
+                raise
+            results = exc.answered  # the lost nodes are judged on their NVML watches alone
+        return {r.value.node: r.value for r in results}, results[0].job_id
+
+    return gpucluster.once(jobs.XID_LOG.key, produce)
+
+
+def _run_started(gpucluster):
+    """When the run started (epoch s): kernel-log Xids before it were there before the run."""
+    return dt.datetime.fromisoformat(gpucluster.results.started).timestamp()
+
+
+@pytest.mark.uses(jobs.XID_LOG)
+def test_no_gpu_xid_errors(gpucluster, judge, record, node):
+    watches = [w for w in gpucluster.launcher.xid_watches.values() if w.node == node]
+    try:
+        logs, job = _kernel_logs(gpucluster)
+        missing = f"job {job} has no reading from {node}"
+    except GpuClusterError as exc:
+        logs, job, missing = {}, None, f"the kernel-log job failed: {exc}"
+    found = xid.judge_node(
+        node,
+        watches,
+        logs.get(node),
+        _run_started(gpucluster),
+        log_missing=missing,
+        expected_gpus=gpucluster.gpus_per_node,
+    )
+    record(
+        "xid",
+        node=node,
+        job=job,
+        sources=found.sources,
+        findings=[{"xid": f.xid, "gpus": list(f.gpus), "during": f.during, "text": f.sentence} for f in found.findings],
+    )
+    if found.not_judged:
+        pytest.skip(found.not_judged)
+    for line in found.warnings:
+        warnings.warn(GpuClusterWarning(line), stacklevel=1)
+    judge.problems(found.problems, f"Xid errors on {node} during the run")
