@@ -161,3 +161,25 @@ def test_rule_errors_carry_the_key():
     with pytest.raises(RuleError) as info:
         with_overrides({"nvlink_crc": 5}, "profiles.x.fabric")
     assert info.value.key == "profiles.x.fabric.nvlink_crc"
+
+
+def test_a_counter_no_family_claims_fails_on_any_increase():
+    before = snapshot_from_dict(
+        {
+            "node": "n",
+            "time_s": 0,
+            "ib_ports": [{"hca": "mlx5_0", "port": 1, "counters": {"new_err": 0}}],
+            "gpus": [],
+            "nvml_status": "ok",
+        }
+    )
+    after = snapshot_from_dict(
+        {
+            "node": "n",
+            "time_s": 9,
+            "ib_ports": [{"hca": "mlx5_0", "port": 1, "counters": {"new_err": 2}}],
+            "gpus": [],
+            "nvml_status": "ok",
+        }
+    )
+    assert fabric.problems(fabric.compare(before, after)) == ["n: new_err +2 on mlx5_0 port 1 over 9 s (fail > 0)"]

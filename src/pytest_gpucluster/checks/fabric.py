@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pytest_gpucluster.checks import fabric_text as text
-from pytest_gpucluster.checks.fabric_rules import DEFAULT_RULES, FAMILY_OF, FabricRule
+from pytest_gpucluster.checks.fabric_rules import DEFAULT_RULES, FAMILY_OF, FabricRule, Scope
 from pytest_gpucluster.checks.fabric_text import Place
 from pytest_gpucluster.workloads.fabric_counters import IB_ERROR_COUNTERS, FabricSnapshot, GpuNvLinks
 
@@ -179,11 +179,16 @@ class _Diff:
                 for place, old, new in items:
                     assert old is not None and new is not None
                     rise = _Rise(place, counter, old, new)
-                    rose.setdefault(FAMILY_OF[counter], {}).setdefault(place.unit, []).append(rise)
-        for family, rule in self.rules.items():
-            units = rose.get(family)
-            if not units:
+                    rose.setdefault(FAMILY_OF.get(counter, counter), {}).setdefault(place.unit, []).append(rise)
+        rules = dict(self.rules)
+        for family, found in rose.items():
+            if family not in rules:  # a counter no family claims: any increase fails, never unjudged
+                scope: Scope = "port" if next(iter(found.values()))[0].place.link is None else "gpu"
+                rules[family] = FabricRule(family, family, (family,), scope, fail=0, source="no family")
+        for family, rule in rules.items():
+            if family not in rose:
                 continue
+            units = rose[family]
             by_status: dict[Status, list[str]] = {}
             totals = {unit: sum(r.after - r.before for r in rises) for unit, rises in units.items()}
             for unit in sorted(units, key=text.unit_order):
