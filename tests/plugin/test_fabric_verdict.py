@@ -7,7 +7,8 @@ the acceptance check calls (``fabric_checks.judge_node``), with the plugin's own
 ``record`` fixtures, so what is checked is what a customer reads: the run's verdict, the first
 sentence of the failure, the warnings and the per-link detail in the results file. The reading
 side runs through the plugin in test_wired_checks.py (a recorded InfiniBand tree) and through
-Slurm in tests/integration/test_fabric_ci.py."""
+Slurm in tests/integration/test_fabric_ci.py. NVLink left unread on real GPUs makes the run
+INCOMPLETE, not n/a."""
 
 from __future__ import annotations
 
@@ -73,3 +74,31 @@ def test_a_healthy_4x_h200_pair_warns_once_and_is_accepted(gpc):
     assert findings["nvlink_ecc"]["status"] == "note" and len(findings["nvlink_ecc"]["detail"]) == 72
     assert test["fabric"]["rules"]["nvlink_crc"]["lines"] == "warn > 0, fail ≥ 100/s per GPU"
     result.stdout.fnmatch_lines(["*NVLink ECC 130–134/s on gpu0–3 over 5 min 21 s (recorded, not judged)*"])
+
+
+UNREAD = """
+from pytest_gpucluster import fabric_checks
+from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot
+
+STATUS = "unsupported: NVML unusable (Driver Not Loaded)"
+
+
+def test_fabric_error_counters_did_not_rise(gpucluster, judge, record):
+    before = FabricSnapshot("node1", 0.0, "/sys/class/infiniband", (), (), STATUS)
+    after = FabricSnapshot("node1", 60.0, "/sys/class/infiniband", (), (), STATUS)
+    fabric_checks.judge_node(
+        judge, record, "node1", before, after,
+        rules=gpucluster.profile.fabric, nvlink_required=True, job_ids=["1", "2"],
+    )
+"""
+
+
+def test_nvlink_unread_on_real_gpus_leaves_the_run_incomplete(gpc):
+    gpc.makepyfile(test_fabric=UNREAD)
+    result = gpc.runpytest_subprocess("--cluster=local", "--results=out.json")
+    doc = json.loads((gpc.path / "out.json").read_text())
+    (test,) = doc["tests"]
+    assert test["verdict"] == "skip", test  # not n/a: the check could not judge what is there
+    assert "node1: NVLink error counters not read (NVML unusable (Driver Not Loaded))" in test["message"]
+    assert doc["acceptance"]["verdict"] == "INCOMPLETE", doc["acceptance"]
+    assert result.ret == 10
