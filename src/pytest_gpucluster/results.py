@@ -450,6 +450,8 @@ class ResultsDocument:
                 self.environment.update(e.get("facts", {}))
             for e in by_kind.get("inventory", []):
                 self.inventory.update(e.get("nodes", {}))
+            for e in by_kind.get("fabric", []):
+                rec.extra["fabric"] = _without_kind(e)  # the fabric check's per-port and per-link detail
             for e in by_kind.get("unjudged", []):
                 rec.unjudged = str(e.get("exception", "error"))
         if report.when == "call" or report.outcome != "passed":

@@ -1,38 +1,35 @@
 """Fabric error counters across the run: every InfiniBand port's and NVLink's error counters are
 read on every node before the first workload and again after every other job of the run
-(workloads/fabric_counters.py), and a counter that rose more than the profile's
-``fabric_bounds`` allow fails the node (checks/fabric.py): a link that corrupts or drops traffic
-under load shows here while the collectives still pass.
+(workloads/fabric_counters.py), and what rose is judged by counter family and rate against the
+profile's fabric rules (checks/fabric_rules.py): a link that corrupts or drops traffic under load
+shows here while the collectives still pass.
 
-The before snapshot is a light job that starts ahead with the run's first jobs; the after
-snapshot is taken by the check itself, whose tests the plugin runs last (``runs_last``). Both
-are jobs without GPUs: NVLink counters are read where such a job sees the GPUs (the local
-executor, or a cluster without device cgroups), and said not checked elsewhere.
+The before snapshot is the light job holding GPUs that starts ahead; the after snapshot is taken
+by the check itself, whose tests the plugin runs last (``runs_last``). Both hold every GPU of
+their nodes, so NVML sees them under device cgroups too. Where the profile's GPUs are real and
+NVLink could not be read, the check is incomplete, not passed.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
-from pytest_gpucluster.checks import fabric
-from pytest_gpucluster.outcomes import ThresholdWarning, not_applicable
+from pytest_gpucluster import fabric_checks
+from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.workloads import fabric_counters
 
 
-def _nvml(gpucluster):
-    """Whether a job without GPUs sees the node's GPUs through NVML."""
-    p = gpucluster.profile
-    return p.gpus_are_real and (p.executor == "local" or not p.device_cgroups)
+def _real_gpus(gpucluster):
+    """Whether the nodes' GPUs are real, so the snapshots read NVLink through NVML."""
+    return gpucluster.profile.gpus_are_real and gpucluster.gpus_per_node > 0
 
 
 def _snapshot(gpucluster, key):
-    """node → FabricSnapshot, and the job id: one task per node, no GPU."""
-    spec = gpucluster.spec(key, all_nodes=True, gpus_per_node=0)
+    """node → FabricSnapshot, and the job id: one task per node, holding the node's GPUs."""
+    spec = gpucluster.spec(key, all_nodes=True)
     results = gpucluster.run(
-        fabric_counters.snapshot, spec, root=gpucluster.profile.fabric_sysfs_root, nvml=_nvml(gpucluster)
+        fabric_counters.snapshot, spec, root=gpucluster.profile.fabric_sysfs_root, nvml=_real_gpus(gpucluster)
     )
     return {r.value.node: r.value for r in results}, results[0].job_id
 
@@ -57,9 +54,12 @@ def gpucluster_not_applicable(gpucluster, name):
     return None
 
 
-def _nothing_to_read(snap):
-    """Why a node's snapshot holds no fabric counter at all, or None."""
+def _nothing_to_read(snap, real_gpus):
+    """Why a node's snapshot holds no fabric counter at all, or None. NVLink left unread on real
+    GPUs is not "nothing": the check cannot judge it (incomplete)."""
     if snap.ib_ports or snap.error or any(g.links for g in snap.gpus):
+        return None
+    if real_gpus and (not snap.nvml_status.startswith("ok") or not snap.gpus):
         return None
     if not snap.nvml_status.startswith("ok"):
         nvlink = f"NVLink not read ({snap.nvml_status.removeprefix('unsupported: ')})"
@@ -76,21 +76,19 @@ def test_fabric_error_counters_did_not_rise(gpucluster, judge, record, node):
     before, job_before = _before(gpucluster)
     if node not in before:
         pytest.fail(f"{node}: no fabric counters read before the run (job {job_before})", pytrace=False)
-    why = _nothing_to_read(before[node])
+    real = _real_gpus(gpucluster)
+    why = _nothing_to_read(before[node], real)
     if why:
         not_applicable(f"{node}: {why}: no fabric error counters to compare")
     after, job_after = _after(gpucluster)
-    jobs_ = f"jobs {job_before} → {job_after}"
-    found = fabric.compare_nodes(
-        [before[node]], [after[node]] if node in after else [], gpucluster.profile.fabric_bounds
+    fabric_checks.judge_node(
+        judge,
+        record,
+        node,
+        before[node],
+        after.get(node),
+        rules=gpucluster.profile.fabric,
+        nvlink_required=real,
+        job_ids=[job_before, job_after],
+        say=gpucluster.say,
     )
-    record(
-        "fabric",
-        node=node,
-        jobs=[job_before, job_after],
-        ports=len(before[node].ib_ports),
-        findings=[{"kind": f.kind, "where": f.where, "counter": f.counter, "text": f.sentence} for f in found],
-    )
-    for line in fabric.warnings(found):
-        warnings.warn(ThresholdWarning(line), stacklevel=1)
-    judge.problems(fabric.problems(found), f"{jobs_}: fabric error counters rose on {node}")

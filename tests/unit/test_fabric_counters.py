@@ -1,13 +1,12 @@
-"""Fabric error counters: reading recorded sysfs trees (tests/data/fabric) and judging two reads."""
+"""Fabric error counters: reading recorded sysfs trees (tests/data/fabric) and judging two reads
+(the rules themselves: test_fabric_rules.py)."""
 
 from __future__ import annotations
 
 import pickle
 import shutil
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
-
-import pytest
 
 from pytest_gpucluster.checks import fabric
 from pytest_gpucluster.workloads import fabric_counters
@@ -63,35 +62,45 @@ def test_clean_pair_finds_nothing():
     assert found == []
 
 
-def test_one_counter_moves():
+def test_a_slow_rise_of_a_rate_judged_counter_warns_with_its_rate():
+    # 37 symbol errors over 13 min 35 s is 0.045/s: under the 10/s fail line, over the warn line 0.
     found = fabric.compare(_snap(DATA / "before", 100.0), _snap(DATA / "after_symbol_errors", 915.0))
-    assert [f.sentence for f in found] == [
-        "node1:mlx5_2 port 1: symbol_error rose 0 → 37 (+37, at most +0 allowed) over 13 min 35 s"
+    assert [(f.status, f.sentence) for f in found] == [
+        (
+            "warn",
+            "node1: InfiniBand symbol_error 0.0454/s on mlx5_2 port 1 over 13 min 35 s "
+            "(warn > 0, fail ≥ 10/s per port)",
+        )
     ]
-    assert found[0].fails and found[0].kind == "increase" and found[0].counter == "symbol_error"
-    assert fabric.problems(found) == [found[0].sentence] and fabric.warnings(found) == []
+    assert found[0].kind == "increase" and found[0].subject == "symbol_error" and not found[0].fails
+    assert found[0].detail == ({"where": "mlx5_2 port 1", "counter": "symbol_error", "before": 0, "after": 37},)
+    assert fabric.problems(found) == [] and fabric.warnings(found) == [found[0].sentence]
 
 
-def test_bound_allows_the_increase():
-    before, after = _snap(DATA / "before", 100.0), _snap(DATA / "after_symbol_errors", 915.0)
-    assert fabric.compare(before, after, {"symbol_error": 37}) == []
-    assert len(fabric.compare(before, after, {"symbol_error": 36})) == 1
+def test_the_same_rise_in_three_seconds_fails():
+    found = fabric.compare(_snap(DATA / "before", 100.0), _snap(DATA / "after_symbol_errors", 103.0))
+    assert fabric.problems(found) == [
+        "node1: InfiniBand symbol_error 12.3/s on mlx5_2 port 1 over 3 s (warn > 0, fail ≥ 10/s per port)"
+    ]
 
 
-def test_bad_bounds_are_named():
-    with pytest.raises(ValueError, match="Perhaps you meant 'symbol_error'"):
-        fabric.check_bounds({"symbol_errors": 1})
-    with pytest.raises(ValueError, match="'link_downed': -1 is not a whole number"):
-        fabric.check_bounds({"link_downed": -1})
+def test_a_fatal_counter_fails_on_one_and_ports_fold(tmp_path):
+    tree = _copy(tmp_path, "after_clean")
+    for hca in ("mlx5_0", "mlx5_1", "mlx5_3"):
+        path = tree / hca / "ports" / "1" / "counters" / "link_downed"
+        path.write_text(f"{int(path.read_text()) + 1}\n")
+    found = fabric.compare(_snap(DATA / "before", 0.0), _snap(tree, 45.0))
+    assert fabric.problems(found) == ["node1: InfiniBand link_downed +3 on mlx5_0–1, 3 port 1 over 45 s (fail > 0)"]
+    assert [d["where"] for d in found[0].detail] == ["mlx5_0 port 1", "mlx5_1 port 1", "mlx5_3 port 1"]
 
 
 def test_reset_is_not_an_increase(tmp_path):
     tree = _copy(tmp_path, "after_clean")
     (tree / "mlx5_1" / "ports" / "1" / "counters" / "link_downed").write_text("0\n")
     found = fabric.compare(_snap(DATA / "before", 100.0), _snap(tree, 145.0))
-    assert [(f.kind, f.where, f.counter) for f in found] == [("reset", "node1:mlx5_1 port 1", "link_downed")]
+    assert [(f.kind, f.node, f.subject) for f in found] == [("reset", "node1", "link_downed")]
     assert found[0].sentence == (
-        "node1:mlx5_1 port 1: link_downed went down 1 → 0 over 45 s: the counter was reset or wrapped, "
+        "node1: link_downed went down 1 → 0 on mlx5_1 port 1 over 45 s: the counter was reset or wrapped, "
         "so its increase during the run is unknown"
     )
     assert found[0].fails
@@ -102,9 +111,9 @@ def test_missing_port_and_counter(tmp_path):
     shutil.rmtree(tree / "mlx5_3")
     (tree / "mlx5_0" / "ports" / "1" / "counters" / "port_rcv_errors").unlink()
     found = fabric.compare(_snap(DATA / "before", 100.0), _snap(tree, 160.0))
-    assert [f.sentence for f in found] == [
-        "node1:mlx5_0 port 1: port_rcv_errors read before the run (0), missing after",
-        "node1:mlx5_3 port 1: read before the run, missing after (HCA gone or its driver reset)",
+    assert sorted(f.sentence for f in found) == [
+        "node1: mlx5_3 port 1 read before the run, missing after (HCA gone or its driver reset)",
+        "node1: port_rcv_errors on mlx5_0 port 1 read before the run, missing after",
     ]
     assert all(f.fails for f in found)
 
@@ -117,11 +126,11 @@ def test_saturated_counter_warns_and_increase_to_the_top_says_so(tmp_path):
     (after_tree / "mlx5_0" / "ports" / "1" / "counters" / "symbol_error").write_text("65535\n")
     (after_tree / "mlx5_1" / "ports" / "1" / "counters" / "link_downed").write_text("255\n")
     found = fabric.compare(_snap(before_tree, 0.0), _snap(after_tree, 30.0))
-    assert [(f.kind, f.where, f.fails) for f in found] == [
-        ("saturated", "node1:mlx5_0 port 1", False),
-        ("increase", "node1:mlx5_1 port 1", True),
-    ]
-    assert found[1].sentence.endswith("it is now at its 8-bit maximum, so the true increase may be larger")
+    assert [(f.kind, f.status) for f in found] == [("increase", "fail"), ("saturated", "warn")]
+    assert found[0].sentence.endswith(
+        "; link_downed on mlx5_1 port 1 is now at its 8-bit maximum, so the true increase may be larger"
+    )
+    assert found[1].sentence.startswith("node1: symbol_error on mlx5_0 port 1 was at its 16-bit maximum 65535")
 
 
 def test_unreadable_counter_is_named(tmp_path):
@@ -129,14 +138,14 @@ def test_unreadable_counter_is_named(tmp_path):
     (tree / "mlx5_2" / "ports" / "1" / "counters" / "symbol_error").write_text("N/A\n")
     found = fabric.compare(_snap(DATA / "before", 0.0), _snap(tree, 30.0))
     assert [(f.kind, f.sentence) for f in found] == [
-        ("unreadable", "node1:mlx5_2 port 1: symbol_error is not a number in sysfs; not judged")
+        ("unreadable", "node1: symbol_error on mlx5_2 port 1 is not a number in sysfs; not judged")
     ]
 
 
 def test_node_missing_after():
     before = [_snap(DATA / "before", 0.0), replace(_snap(DATA / "before", 0.0), node="node2")]
     found = fabric.compare_nodes(before, [_snap(DATA / "after_symbol_errors", 60.0)])
-    assert [f.where for f in found] == ["node1:mlx5_2 port 1", "node2"]
+    assert [(f.node, f.status) for f in found] == [("node1", "warn"), ("node2", "fail")]
     assert found[1].sentence.startswith("node2: fabric counters read before the run, none after")
 
 
@@ -159,19 +168,31 @@ def test_nvlink_increase_missing_gpu_and_unsupported():
     before = _nv((_links(0, {0: ZERO, 1: ZERO}, HOPPER_UNSUPPORTED), _links(1, {0: ZERO}, HOPPER_UNSUPPORTED)), 0.0)
     after = _nv((_links(0, {0: ZERO, 1: {**ZERO, "nvlink_replay": 4}}, HOPPER_UNSUPPORTED),), 75.0)
     found = fabric.compare(before, after)
-    assert [(f.kind, f.sentence) for f in found] == [
-        ("increase", "node1:gpu0 link 1: nvlink_replay rose 0 → 4 (+4, at most +0 allowed) over 1 min 15 s"),
-        ("missing", "node1:gpu1: NVLink counters read before the run, GPU missing after"),
-        ("unsupported", "node1: NVML does not report nvlink_crc_data on gpu0; not checked"),
-        ("unsupported", "node1: NVML does not report nvlink_ecc_data on gpu0; not checked"),
+    assert [(f.kind, f.status, f.sentence) for f in found] == [
+        ("increase", "fail", "node1: NVLink replay +4 on gpu0 link 1 over 1 min 15 s (fail > 0)"),
+        ("unsupported", "warn", "node1: NVML does not report nvlink_crc_data on gpu0; not checked"),
+        ("unsupported", "warn", "node1: NVML does not report nvlink_ecc_data on gpu0; not checked"),
+        ("missing", "fail", "node1: NVLink counters of gpu1 read before the run, GPU missing after"),
     ]
 
 
-def test_nvml_unsupported_is_a_warning_not_a_crash():
+def test_nvml_unsupported_warns_without_real_gpus_and_is_incomplete_with_them():
     status = "unsupported: NVML unusable (NVML Shared Library Not Found)"
     found = fabric.compare(_nv((), 0.0, status), _nv((), 10.0, status))
-    assert [(f.kind, f.fails) for f in found] == [("unsupported", False)]
+    assert [(f.kind, f.status) for f in found] == [("unread", "warn")]
     assert "NVML Shared Library Not Found" in found[0].sentence
+    found = fabric.compare(_nv((), 0.0, status), _nv((), 10.0, status), nvlink_required=True)
+    assert [(f.kind, f.status) for f in found] == [("unread", "incomplete")]
+    assert found[0].sentence == (
+        "node1: NVLink error counters not read (NVML unusable (NVML Shared Library Not Found)) although the "
+        "profile's GPUs are real; NVLink not judged"
+    )
+    assert [f.status for f in fabric.compare(_nv((), 0.0), _nv((), 10.0), nvlink_required=True)] == ["incomplete"]
+
+
+def test_snapshot_round_trips_through_a_dict():
+    snap = _nv((_links(0, {0: ZERO}, HOPPER_UNSUPPORTED),), 5.0)
+    assert fabric_counters.snapshot_from_dict(asdict(snap)) == snap
 
 
 class _NotSupported(Exception):

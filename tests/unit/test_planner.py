@@ -77,7 +77,7 @@ def test_one_node_of_one_gpu():
     assert summary(plan) == {
         "placement": "ahead",
         "sharedfs": "ahead",
-        "node-probe": "ahead",
+        "node-probe": "own",  # the before snapshot holds the GPUs ahead
         "compute-ceilings": "own",
         "isolation-view": "own",
         "rank-failure": "own",
@@ -98,8 +98,8 @@ def test_one_node_of_four_gpus():
     s = summary(plan)
     assert s["node-probe"] == s["compute-ceilings"] == "in nccl-intra"
     assert s["nccl-intra"] == "own"
-    # The probe rides, so the pair is the one early job holding GPUs; the rank-failure job waits.
-    assert s["isolation-pair"] == "ahead" and s["rank-failure"] == "own"
+    # The before snapshot is the one early job holding GPUs; the pair and the rank-failure job wait.
+    assert s["fabric-before"] == "ahead" and s["isolation-pair"] == s["rank-failure"] == "own"
     assert plan.dropped == {
         "isolation-view": "nodes have 4 GPUs; it is for nodes of at most 1",
         "isolation-per-task": "nodes have 4 GPUs; it is for nodes of at most 3",
@@ -111,8 +111,8 @@ def test_many_nodes_of_eight_gpus(nodes):
     plan = make_plan(selected(f := facts(8), nodes), f)
     s = summary(plan)
     assert s["nccl-inter"] == "own" and s["train-across"] == "own"
-    assert s["node-probe"] == "in nccl-intra" and s["isolation-pair"] == "ahead"
-    assert [j.key for j in plan.ahead] == ["placement", "sharedfs", "isolation-pair", "fabric-before"]
+    assert s["node-probe"] == "in nccl-intra" and s["isolation-pair"] == "own"
+    assert [j.key for j in plan.ahead] == ["placement", "sharedfs", "fabric-before"]
     assert s["xid-kernel-log"] == "own"  # it runs last: never ahead
     assert plan.jobs["placement"].tests == (
         "test_placement.py::test_task_placement[1node-1task]",
@@ -139,8 +139,19 @@ def test_without_the_host_the_rider_has_a_job_of_its_own():
 def test_nccl_tests_binaries_host_nothing():
     f = Facts(gpus_per_node=8, flags=frozenset({INTRA_NODE_PEERS, COMPUTE_RANKS_MATCH}))
     plan = make_plan(selected(f, 2), f)
-    assert plan.rides_in("node-probe") is None and plan.starts_ahead("node-probe")
+    assert plan.rides_in("node-probe") is None and not plan.starts_ahead("node-probe")
     assert plan.rides_in("compute-ceilings") is None
+    without_fabric = [u for u in selected(f, 2) if not u.test.startswith("test_fabric.py")]
+    assert make_plan(without_fabric, f).starts_ahead("node-probe")
+
+
+def test_the_before_snapshot_holds_gpus_and_starts_ahead_of_every_other_gpu_job():
+    for gpus, nodes in ((0, 1), (1, 1), (4, 1), (8, 2), (8, 64)):
+        plan = make_plan(selected(f := facts(gpus), nodes), f)
+        holding = [j.key for j in plan.ahead if j.request.holds_gpus]
+        assert holding == ["fabric-before"], (gpus, nodes, holding)
+    assert jobs.FABRIC_BEFORE.holds_gpus and jobs.FABRIC_AFTER.holds_gpus
+    assert jobs.FABRIC_BEFORE.ahead_order < min(r.ahead_order for r in jobs.SUITE if r is not jobs.FABRIC_BEFORE)
 
 
 def test_an_xdist_worker_rides_nothing_and_starts_nothing_ahead():

@@ -199,30 +199,23 @@ def test_profile_sdc_sizes_and_fabric_settings_load(tmp_path):
 [profiles.lab.sdc]
 n = 4096
 chain = 64
-[profiles.lab.fabric_bounds]
-rnr_nak_retry_err = 10
+[profiles.lab.fabric.rnr_nak_retry_err]
+fail_per_s = 1
 """
     )
     profile = load(write(tmp_path, text)).profile("lab")
     assert (profile.sdc.n, profile.sdc.chain, profile.sdc.dtype) == (4096, 64, "float32")
-    assert profile.fabric_sysfs_root == "/tmp/ib" and dict(profile.fabric_bounds) == {"rnr_nak_retry_err": 10}
+    assert profile.fabric_sysfs_root == "/tmp/ib" and profile.fabric["rnr_nak_retry_err"].fail == 1
 
 
 @pytest.mark.parametrize(
     ("table", "why"),
     [
         (
-            "[profiles.lab.fabric_bounds]\nsymbl_error = 3",
-            "profiles.lab.fabric_bounds: fabric counter bound 'symbl_error': "
-            "no such counter. Perhaps you meant 'symbol_error'?",
-        ),
-        (
-            "[profiles.lab.fabric_bounds]\nsymbol_error = -1",
-            "profiles.lab.fabric_bounds: fabric counter bound 'symbol_error': -1 is not a whole number ≥ 0",
-        ),
-        (
-            "[profiles.lab.fabric_bounds]\nsymbol_error = 1.5",
-            "profiles.lab.fabric_bounds: expected a table of whole numbers, got {'symbol_error': 1.5}.",
+            "[profiles.lab.fabric_bounds]\nsymbol_error = 3",
+            "profiles.lab.fabric_bounds: no longer read: an absolute bound over a run means nothing without its "
+            "length. Counters are judged by family and rate: set [profiles.lab.fabric.FAMILY] (here: symbol_error) "
+            "with warn_per_s / fail_per_s (or _per_min; 0: any increase; false: no line). See docs/thresholds.md.",
         ),
         (
             'fabric_sysfs_root = "sys/class"',

@@ -1,185 +1,282 @@
-"""Fabric error counters before and after the run's traffic: which rose, which vanished.
+"""Fabric error counters before and after the run's traffic: what rose, how fast, what vanished.
 
-``compare`` takes two ``FabricSnapshot`` of one node (before the first workload, after the last
-NCCL or training job) and per-counter bounds (counter → largest increase allowed, 0 where not
-named) and returns one ``FabricFinding`` per thing to say, each with its sentence:
+``compare`` takes two ``FabricSnapshot`` of one node (before the first workload, after every
+other job) and the rules in force (``fabric_rules``) and returns one ``FabricFinding`` per thing
+to say, each one sentence naming the node and the GPUs, links or ports it covers, folded:
 
-- ``increase``: a counter rose by more than its bound (fails);
+- ``increase``: a family of counters rose; judged as a rate against the family's lines, one
+  finding per node, family and status (fail, warn, or note: recorded, not judged), with every
+  port's or link's before and after in ``detail``;
 - ``missing``: a port, GPU, link or counter read before is not there after (fails);
 - ``reset``: a counter went down, so it was cleared or wrapped and its increase is unknown (fails);
 - ``unreadable``: a counter or a whole tree could not be read, so it is not judged (fails);
 - ``saturated``: a counter was at its maximum before and cannot show an increase (warns);
-- ``unsupported``: NVML does not report NVLink counters on the node, or some of them (warns).
+- ``unsupported``: NVML does not report some NVLink counters on the node's GPUs (warns);
+- ``unread``: NVLink was not read on the node. Where the node's GPUs are real
+  (``nvlink_required``) the check cannot judge NVLink: ``incomplete``; elsewhere it warns.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from pytest_gpucluster.workloads.fabric_counters import (
-    IB_ERROR_COUNTERS,
-    IB_HW_ERROR_COUNTERS,
-    NVLINK_ERROR_COUNTERS,
-    FabricSnapshot,
-    GpuNvLinks,
-    IbPortCounters,
-)
+from pytest_gpucluster.checks import fabric_text as text
+from pytest_gpucluster.checks.fabric_rules import DEFAULT_RULES, FAMILY_OF, FabricRule, Scope
+from pytest_gpucluster.checks.fabric_text import Place
+from pytest_gpucluster.workloads.fabric_counters import IB_ERROR_COUNTERS, FabricSnapshot, GpuNvLinks
 
-KNOWN_COUNTERS = (*IB_ERROR_COUNTERS, *IB_HW_ERROR_COUNTERS, *NVLINK_ERROR_COUNTERS)
-FAILING_KINDS = frozenset({"increase", "missing", "reset", "unreadable"})
+Status = Literal["fail", "incomplete", "warn", "note"]
 
 
 @dataclass(frozen=True)
 class FabricFinding:
-    """One thing the comparison found; ``where`` is ``node:hca port N``, ``node:gpuN link L``,
-    ``node:gpuN`` or ``node``; ``counter`` is empty when the finding is about a whole port or GPU."""
+    """One thing the comparison found on ``node``; ``subject`` is the family of an increase, the
+    counter of a reset, saturated, unreadable or missing counter, empty for a whole port or GPU."""
 
     kind: str
-    where: str
-    counter: str
+    status: Status
+    node: str
+    subject: str
     sentence: str
+    detail: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def fails(self) -> bool:
-        """Whether this finding fails the check (the others are warnings)."""
-        return self.kind in FAILING_KINDS
+        """Whether this finding fails the check."""
+        return self.status == "fail"
+
+    def to_json(self) -> dict[str, Any]:
+        """For the results record."""
+        out: dict[str, Any] = {"kind": self.kind, "status": self.status, "subject": self.subject}
+        return {**out, "text": self.sentence, "detail": [dict(d) for d in self.detail]}
 
 
-def check_bounds(bounds: Mapping[str, int]) -> dict[str, int]:
-    """``bounds`` as a plain dict; raises ValueError naming a counter that is unknown or a bound
-    that is negative."""
-    for name, bound in bounds.items():
-        if name not in KNOWN_COUNTERS:
-            close = difflib.get_close_matches(name, KNOWN_COUNTERS, n=1)
-            hint = f" Perhaps you meant {close[0]!r}?" if close else f" Known: {', '.join(KNOWN_COUNTERS)}."
-            raise ValueError(f"fabric counter bound {name!r}: no such counter.{hint}")
-        if not isinstance(bound, int) or isinstance(bound, bool) or bound < 0:
-            raise ValueError(f"fabric counter bound {name!r}: {bound!r} is not a whole number ≥ 0")
-    return dict(bounds)
+@dataclass
+class _Events:
+    """Per (kind, counter): each place with its values before and after."""
+
+    by: dict[tuple[str, str], list[tuple[Place, int | None, int | None]]] = field(default_factory=dict)
+
+    def add(self, kind: str, counter: str, place: Place, before: int | None = None, after: int | None = None) -> None:
+        self.by.setdefault((kind, counter), []).append((place, before, after))
 
 
-def _span(seconds: float) -> str:
-    total = round(max(0.0, seconds))
-    if total < 60:
-        return f"{total} s"
-    minutes, secs = divmod(total, 60)
-    if minutes < 60:
-        return f"{minutes} min {secs} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min"
+@dataclass(frozen=True)
+class _Rise:
+    place: Place
+    counter: str
+    before: int
+    after: int
+
+
+def _where(place: Place) -> str:
+    return place.unit + (f" link {place.link}" if place.link is not None else "")
 
 
 class _Diff:
     """Findings of one node's pair of snapshots."""
 
-    def __init__(self, before: FabricSnapshot, after: FabricSnapshot, bounds: Mapping[str, int]) -> None:
-        self.bounds = bounds
+    def __init__(self, before: FabricSnapshot, after: FabricSnapshot, rules: Mapping[str, FabricRule]) -> None:
+        self.rules = rules
         self.node = before.node
-        self.span = _span(after.time_s - before.time_s)
+        self.seconds = after.time_s - before.time_s
+        self.span = text.span(self.seconds)
+        self.events = _Events()
+        self.links_of: dict[str, int] = {}
         self.found: list[FabricFinding] = []
 
-    def add(self, kind: str, where: str, counter: str, text: str) -> None:
-        self.found.append(FabricFinding(kind, where, counter, f"{where}: {text}"))
+    def say(self, kind: str, status: Status, subject: str, sentence: str, detail: Any = ()) -> None:
+        self.found.append(FabricFinding(kind, status, self.node, subject, f"{self.node}: {sentence}", tuple(detail)))
 
-    def counters(
-        self, where: str, before: Mapping[str, int], after: Mapping[str, int], widths: Mapping[str, int]
-    ) -> None:
+    def counters(self, place: Place, before: Mapping[str, int], after: Mapping[str, int]) -> None:
         for name, old in before.items():
             new = after.get(name)
-            width = widths.get(name)
+            width = IB_ERROR_COUNTERS.get(name) if place.link is None else None
             top = 2**width - 1 if width else None
             if new is None:
-                self.add("missing", where, name, f"{name} read before the run ({old}), missing after")
+                self.events.add("missing", name, place, old)
             elif new < old:
-                text = f"{name} went down {old} → {new} over {self.span}: the counter was reset or wrapped, "
-                self.add("reset", where, name, text + "so its increase during the run is unknown")
-            elif new - old > self.bounds.get(name, 0):
-                allowed = self.bounds.get(name, 0)
-                text = f"{name} rose {old} → {new} (+{new - old}, at most +{allowed} allowed) over {self.span}"
-                if top is not None and new == top:
-                    text += f"; it is now at its {width}-bit maximum, so the true increase may be larger"
-                self.add("increase", where, name, text)
+                self.events.add("reset", name, place, old, new)
+            elif new > old:
+                self.events.add("increase", name, place, old, new)
             elif top is not None and old == top:
-                text = f"{name} was at its {width}-bit maximum {top} before the run and cannot show an increase; "
-                self.add("saturated", where, name, text + "clear the port's counters to judge it")
+                self.events.add("saturated", name, place, old, new)
 
-    def ib(self, before: Iterable[IbPortCounters], after: Iterable[IbPortCounters]) -> None:
-        later = {(p.hca, p.port): p for p in after}
-        for port in before:
-            where = f"{self.node}:{port.hca} port {port.port}"
+    # ---------------------------------------------------------------- reading both snapshots
+
+    def ib(self, before: FabricSnapshot, after: FabricSnapshot) -> None:
+        later = {(p.hca, p.port): p for p in after.ib_ports}
+        for port in before.ib_ports:
+            place = Place(f"{port.hca} port {port.port}")
             now = later.get((port.hca, port.port))
             if now is None:
-                self.add("missing", where, "", "read before the run, missing after (HCA gone or its driver reset)")
+                self.events.add("port-missing", "", place)
                 continue
             for name in sorted(set(port.unreadable) | set(now.unreadable)):
-                self.add("unreadable", where, name, f"{name} is not a number in sysfs; not judged")
+                self.events.add("unreadable", name, place)
             known_before = {k: v for k, v in port.counters.items() if k not in now.unreadable}
-            self.counters(where, known_before, now.counters, IB_ERROR_COUNTERS)
+            self.counters(place, known_before, now.counters)
 
-    def nvlink(self, before: FabricSnapshot, after: FabricSnapshot) -> None:
+    def nvlink(self, before: FabricSnapshot, after: FabricSnapshot, required: bool) -> None:
         if not before.nvml_status.startswith("ok"):
-            text = f"NVLink error counters not read ({before.nvml_status}); not checked"
-            self.add("unsupported", self.node, "", text)
+            why = before.nvml_status.removeprefix("unsupported: ")
+            if required:
+                self.say(
+                    "unread",
+                    "incomplete",
+                    "",
+                    f"NVLink error counters not read ({why}) although the profile's GPUs are real; NVLink not judged",
+                )
+            else:
+                self.say("unread", "warn", "", f"NVLink error counters not read ({why}); not checked")
             return
         if not after.nvml_status.startswith("ok"):
             if before.gpus:
-                self.add(
-                    "missing",
-                    self.node,
-                    "",
-                    f"NVLink error counters read before the run, not after ({after.nvml_status})",
-                )
+                why = after.nvml_status.removeprefix("unsupported: ")
+                self.say("missing", "fail", "", f"NVLink error counters read before the run, not after ({why})")
+            return
+        if required and not before.gpus:
+            self.say("unread", "incomplete", "", "NVML sees no GPU in a job holding the node's GPUs; NVLink not judged")
             return
         later = {g.index: g for g in after.gpus}
-        unsupported: dict[str, list[str]] = {}
         for gpu in before.gpus:
-            self._gpu(gpu, later.get(gpu.index), unsupported)
-        for counter, gpus in unsupported.items():
-            labels = ", ".join(sorted(set(gpus), key=_gpu_order))
-            self.add("unsupported", self.node, counter, f"NVML does not report {counter} on {labels}; not checked")
+            self._gpu(gpu, later.get(gpu.index))
 
-    def _gpu(self, gpu: GpuNvLinks, now: GpuNvLinks | None, unsupported: dict[str, list[str]]) -> None:
-        where = f"{self.node}:gpu{gpu.index}"
+    def _gpu(self, gpu: GpuNvLinks, now: GpuNvLinks | None) -> None:
+        unit = f"gpu{gpu.index}"
+        self.links_of[unit] = len(gpu.links)
         if now is None:
             if gpu.links:
-                self.add("missing", where, "", "NVLink counters read before the run, GPU missing after")
+                self.events.add("gpu-missing", "", Place(unit))
             return
-        for error in (*gpu.errors, *now.errors):
-            self.add("unreadable", where, "", f"NVLink counters: {error}; not judged")
+        for error in dict.fromkeys((*gpu.errors, *now.errors)):
+            self.say("unreadable", "fail", "", f"{unit} NVLink counters: {error}; not judged")
         later = {link.link: link for link in now.links}
         for link in gpu.links:
-            link_where = f"{where} link {link.link}"
+            place = Place(unit, link.link)
             current = later.get(link.link)
             if current is None:
-                self.add("missing", link_where, "", "read before the run, missing after")
+                self.events.add("link-missing", "", place)
                 continue
             for name in link.unsupported:
-                unsupported.setdefault(name, []).append(f"gpu{gpu.index}")
-            self.counters(link_where, link.counters, current.counters, {})
+                self.events.add("unsupported", name, Place(unit))
+            self.counters(place, link.counters, current.counters)
 
+    # ---------------------------------------------------------------- sentences
 
-def _gpu_order(label: str) -> int:
-    return int(label.removeprefix("gpu"))
+    def conclude(self) -> None:
+        self._increases()
+        for (kind, counter), items in self.events.by.items():
+            if kind != "increase":
+                self._other(kind, counter, items)
+
+    def _increases(self) -> None:
+        rose: dict[str, dict[str, list[_Rise]]] = {}
+        for (kind, counter), items in self.events.by.items():
+            if kind == "increase":
+                for place, old, new in items:
+                    assert old is not None and new is not None
+                    rise = _Rise(place, counter, old, new)
+                    rose.setdefault(FAMILY_OF.get(counter, counter), {}).setdefault(place.unit, []).append(rise)
+        rules = dict(self.rules)
+        for family, found in rose.items():
+            if family not in rules:  # a counter no family claims: any increase fails, never unjudged
+                scope: Scope = "port" if next(iter(found.values()))[0].place.link is None else "gpu"
+                rules[family] = FabricRule(family, family, (family,), scope, fail=0, source="no family")
+        for family, rule in rules.items():
+            if family not in rose:
+                continue
+            units = rose[family]
+            by_status: dict[Status, list[str]] = {}
+            totals = {unit: sum(r.after - r.before for r in rises) for unit, rises in units.items()}
+            for unit in sorted(units, key=text.unit_order):
+                by_status.setdefault(rule.status(totals[unit], self.seconds), []).append(unit)
+            for status in ("fail", "warn", "note"):
+                if status in by_status:
+                    self._family(rule, status, {u: units[u] for u in by_status[status]}, totals)
+
+    def _family(
+        self, rule: FabricRule, status: Status, units: Mapping[str, list[_Rise]], totals: Mapping[str, int]
+    ) -> None:
+        if rule.counts_only:
+            amount = f"+{sum(totals[u] for u in units)}"
+        else:
+            amount = text.rates((rule.rate(totals[u], self.seconds) for u in units), rule.per)
+        rises = [r for unit_rises in units.values() for r in unit_rises]
+        where = text.places([r.place for r in rises], self.links_of)
+        sentence = f"{rule.title} {amount} on {where} over {self.span} ({rule.lines()})"
+        for r in rises:
+            width = IB_ERROR_COUNTERS.get(r.counter) if r.place.link is None else None
+            if width and r.after == 2**width - 1:
+                sentence += (
+                    f"; {r.counter} on {r.place.unit} is now at its {width}-bit maximum, "
+                    "so the true increase may be larger"
+                )
+        detail = [{"where": _where(r.place), "counter": r.counter, "before": r.before, "after": r.after} for r in rises]
+        self.say("increase", status, rule.family, sentence, detail)
+
+    def _other(self, kind: str, counter: str, items: list[tuple[Place, int | None, int | None]]) -> None:
+        where = text.places((p for p, _, _ in items), self.links_of if kind != "link-missing" else None)
+        detail = [{"where": _where(p), "counter": counter, "before": b, "after": a} for p, b, a in items]
+        if kind == "reset":
+            (_, old, new), many = items[0], len(items) > 1
+            values = f"(e.g. {old} → {new})" if many else f"{old} → {new}"
+            sentence = (
+                f"{counter} went down {values} on {where} over {self.span}: the counter was reset or wrapped, "
+                "so its increase during the run is unknown"
+            )
+            self.say("reset", "fail", counter, sentence, detail)
+        elif kind == "missing":
+            self.say("missing", "fail", counter, f"{counter} on {where} read before the run, missing after", detail)
+        elif kind == "link-missing":
+            self.say("missing", "fail", "", f"NVLink {where} read before the run, missing after", detail)
+        elif kind == "port-missing":
+            why = "HCA gone or its driver reset"
+            self.say("missing", "fail", "", f"{where} read before the run, missing after ({why})", detail)
+        elif kind == "gpu-missing":
+            self.say("missing", "fail", "", f"NVLink counters of {where} read before the run, GPU missing after")
+        elif kind == "unreadable":
+            self.say("unreadable", "fail", counter, f"{counter} on {where} is not a number in sysfs; not judged")
+        elif kind == "saturated":
+            width = IB_ERROR_COUNTERS[counter]
+            sentence = (
+                f"{counter} on {where} was at its {width}-bit maximum {2**width - 1} before the run and cannot "
+                "show an increase; clear the port's counters to judge it"
+            )
+            self.say("saturated", "warn", counter, sentence, detail)
+        elif kind == "unsupported":
+            gpus = text.labels(sorted({p.unit for p, _, _ in items}, key=text.unit_order))
+            self.say("unsupported", "warn", counter, f"NVML does not report {counter} on {gpus}; not checked")
 
 
 def compare(
-    before: FabricSnapshot, after: FabricSnapshot, bounds: Mapping[str, int] | None = None
+    before: FabricSnapshot,
+    after: FabricSnapshot,
+    rules: Mapping[str, FabricRule] = DEFAULT_RULES,
+    *,
+    nvlink_required: bool = False,
 ) -> list[FabricFinding]:
-    """Findings for one node's counters between ``before`` and ``after``."""
-    diff = _Diff(before, after, check_bounds(bounds or {}))
+    """Findings for one node's counters between ``before`` and ``after``. ``nvlink_required``: the
+    node's GPUs are real, so NVLink not read leaves the check incomplete instead of warning."""
+    diff = _Diff(before, after, rules)
     for snap, when in ((before, "before"), (after, "after")):
         if snap.error:
-            diff.add("unreadable", snap.node, "", f"InfiniBand counters not read {when} the run: {snap.error}")
+            diff.say("unreadable", "fail", "", f"InfiniBand counters not read {when} the run: {snap.error}")
     if not before.error and not after.error:
-        diff.ib(before.ib_ports, after.ib_ports)
-    diff.nvlink(before, after)
+        diff.ib(before, after)
+    diff.nvlink(before, after, nvlink_required)
+    diff.conclude()
     return diff.found
 
 
 def compare_nodes(
-    before: Iterable[FabricSnapshot], after: Iterable[FabricSnapshot], bounds: Mapping[str, int] | None = None
+    before: Iterable[FabricSnapshot],
+    after: Iterable[FabricSnapshot],
+    rules: Mapping[str, FabricRule] = DEFAULT_RULES,
+    *,
+    nvlink_required: bool = False,
 ) -> list[FabricFinding]:
     """Findings for every node read before the run; a node with no reading after is missing."""
     later = {s.node: s for s in after}
@@ -187,25 +284,24 @@ def compare_nodes(
     for snap in sorted(before, key=lambda s: s.node):
         now = later.get(snap.node)
         if now is None:
-            found.append(
-                FabricFinding(
-                    "missing",
-                    snap.node,
-                    "",
-                    f"{snap.node}: fabric counters read before the "
-                    "run, none after (the node did not answer); not judged",
-                )
-            )
+            why = "none after (the node did not answer); not judged"
+            sentence = f"{snap.node}: fabric counters read before the run, {why}"
+            found.append(FabricFinding("missing", "fail", snap.node, "", sentence))
         else:
-            found += compare(snap, now, bounds)
+            found += compare(snap, now, rules, nvlink_required=nvlink_required)
     return found
+
+
+def sentences(findings: Iterable[FabricFinding], status: Status) -> list[str]:
+    """The sentences of the findings of one status, fails first in the order found."""
+    return [f.sentence for f in findings if f.status == status]
 
 
 def problems(findings: Iterable[FabricFinding]) -> list[str]:
     """The sentences of the findings that fail."""
-    return [f.sentence for f in findings if f.fails]
+    return sentences(findings, "fail")
 
 
 def warnings(findings: Iterable[FabricFinding]) -> list[str]:
     """The sentences of the findings that only warn."""
-    return [f.sentence for f in findings if not f.fails]
+    return sentences(findings, "warn")

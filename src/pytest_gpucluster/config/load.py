@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pytest_gpucluster.checks.fabric import check_bounds
+from pytest_gpucluster.checks.fabric_rules import FAMILY_OF, RuleError, with_overrides
 from pytest_gpucluster.config.metrics import METRICS, Metric
 from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile
 from pytest_gpucluster.config.tables import build, reject_unknown
@@ -205,10 +205,32 @@ def _profiles(raw: Mapping[str, Any], file: str) -> dict[str, Profile]:
     profiles: dict[str, Profile] = {}
     for name, table in resolve_extends(raw, parent_of, merge, "profiles", "profile", file).items():
         where = f"profiles.{name}"
-        profile = build(Profile, table, where, file, settable=PROFILE_KEYS, name=name)
+        table = dict(table)
+        fabric = _fabric_rules(table, where, file)
+        profile = build(Profile, table, where, file, settable=PROFILE_KEYS, name=name, **fabric)
         _check_profile(profile, where, file)
         profiles[name] = profile
     return profiles
+
+
+def _fabric_rules(table: dict[str, Any], where: str, file: str) -> dict[str, Any]:
+    """The profile's ``fabric`` tables laid over the suite's rules (taken out of ``table``), as
+    ``build``'s given field; the retired ``fabric_bounds`` is refused saying what replaces it."""
+    if "fabric_bounds" in table:
+        bounds = table["fabric_bounds"] if isinstance(table["fabric_bounds"], dict) else {}
+        families = sorted({FAMILY_OF.get(str(c), str(c)) for c in bounds})
+        example = f" (here: {', '.join(families)})" if families else ""
+        raise ConfigError(
+            f"{file}: {where}.fabric_bounds: no longer read: an absolute bound over a run means nothing "
+            f"without its length. Counters are judged by family and rate: set [{where}.fabric.FAMILY]{example} "
+            "with warn_per_s / fail_per_s (or _per_min; 0: any increase; false: no line). See docs/thresholds.md."
+        )
+    if "fabric" not in table:
+        return {}
+    try:
+        return {"fabric": with_overrides(table.pop("fabric"), f"{where}.fabric", file)}
+    except RuleError as exc:
+        raise ConfigError(f"{file}: {exc}") from None
 
 
 def _check_profile(p: Profile, where: str, file: str) -> None:
@@ -262,10 +284,6 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
             f"({n.inter_node_fail_fraction:g}); the warn line must sit between pass and fail.",
         )
     _check_algo(n.inter_node_algo, lambda why: bad("nccl.inter_node_algo", why))
-    try:
-        check_bounds(p.fabric_bounds)
-    except ValueError as exc:
-        raise bad("fabric_bounds", str(exc)) from None
     for key in ("nvbandwidth_path", "ib_write_bw_path"):
         value = getattr(p, key)
         if value is not None and (not value.startswith("/") or "\n" in value or "\0" in value):

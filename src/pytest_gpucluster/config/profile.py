@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
+from pytest_gpucluster.checks.fabric_rules import DEFAULT_RULES, FabricRule
 from pytest_gpucluster.workloads.compute import ComputeConfig
 from pytest_gpucluster.workloads.fabric_counters import SYSFS_ROOT
 from pytest_gpucluster.workloads.sdc import SdcConfig
@@ -115,8 +116,9 @@ class Profile:
     sdc: SdcConfig = field(default_factory=SdcConfig)
     # Where the fabric check reads the InfiniBand error counters on each node.
     fabric_sysfs_root: str = SYSFS_ROOT
-    # Fabric error counter → largest increase allowed over the run; a counter not named may not rise.
-    fabric_bounds: Mapping[str, int] = field(default_factory=dict)
+    # The fabric check's rules per counter family: the suite's defaults with the profile's
+    # [profiles.NAME.fabric.FAMILY] tables laid over them (checks/fabric_rules.py).
+    fabric: Mapping[str, FabricRule] = field(default_factory=lambda: DEFAULT_RULES)
 
 
 def node_network_gbps(profile: Profile) -> float | None:

@@ -101,11 +101,21 @@ NVBANDWIDTH = JobRequest(
     "nvbandwidth", "nvbandwidth's host-device and device-device copies on every node", holds_gpus=True
 )
 IB_WRITE_BW = JobRequest("ib-write-bw", "ib_write_bw between neighbour node pairs, every active HCA, both ways")
+# Both snapshots hold every GPU of their nodes, so that NVML sees them under device cgroups. The
+# before snapshot is first of the light jobs holding GPUs (ahead_order -1): without starting ahead
+# it compares nothing, while the others only gain time by it.
 FABRIC_BEFORE = JobRequest(
-    "fabric-before", "every node's InfiniBand and NVLink error counters before the first workload", light=True
+    "fabric-before",
+    "every node's InfiniBand and NVLink error counters before the first workload, holding its GPUs",
+    light=True,
+    holds_gpus=True,
+    ahead_order=-1,
 )
 FABRIC_AFTER = JobRequest(
-    "fabric-after", "every node's InfiniBand and NVLink error counters after every other job", runs_last=True
+    "fabric-after",
+    "every node's InfiniBand and NVLink error counters after every other job, holding its GPUs",
+    holds_gpus=True,
+    runs_last=True,
 )
 XID_LOG = JobRequest(
     "xid-kernel-log", "every node's kernel log read for Xid lines, after every other job", runs_last=True

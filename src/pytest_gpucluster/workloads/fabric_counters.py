@@ -1,7 +1,7 @@
 """Fabric error counters of one node: every InfiniBand port's error counters from sysfs and every
 NVLink's error counters from NVML, read at one moment into a picklable snapshot.
 
-Two snapshots, one before the first workload and one after the last NCCL or training job, are
+Two snapshots, one before the first workload and one after every other job of the run, are
 compared on the login node (``pytest_gpucluster.checks.fabric``): a link that corrupts or drops
 traffic under load shows as a counter that rose while the collectives still passed.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,34 @@ class FabricSnapshot:
     gpus: tuple[GpuNvLinks, ...]
     nvml_status: str
     error: str = ""
+
+
+def snapshot_from_dict(data: Mapping[str, Any]) -> FabricSnapshot:
+    """A snapshot from its ``dataclasses.asdict`` form (a results record, a recorded file)."""
+    ports = tuple(
+        IbPortCounters(p["hca"], str(p["port"]), dict(p["counters"]), tuple(p.get("unreadable", ())))
+        for p in data.get("ib_ports", ())
+    )
+    gpus = tuple(
+        GpuNvLinks(
+            int(g["index"]),
+            tuple(
+                NvLinkCounters(int(link["link"]), dict(link["counters"]), tuple(link.get("unsupported", ())))
+                for link in g.get("links", ())
+            ),
+            tuple(g.get("errors", ())),
+        )
+        for g in data.get("gpus", ())
+    )
+    return FabricSnapshot(
+        str(data["node"]),
+        float(data["time_s"]),
+        str(data.get("root", SYSFS_ROOT)),
+        ports,
+        gpus,
+        str(data["nvml_status"]),
+        str(data.get("error", "")),
+    )
 
 
 def _read_int(path: Path) -> int | None:
@@ -222,10 +251,11 @@ def _nvlink_snapshot() -> tuple[tuple[GpuNvLinks, ...], str]:
 
 
 def snapshot(ctx: TaskContext, *, root: str = SYSFS_ROOT, nvml: bool = True) -> FabricSnapshot:
-    """Run on each node: its InfiniBand and NVLink error counters now. ``nvml=False`` skips
-    NVLink (recorded as unsupported), for nodes or tests without GPUs."""
+    """Run on each node, in a job holding the node's GPUs (NVML sees only those under device
+    cgroups): its InfiniBand and NVLink error counters now. ``nvml=False`` skips NVLink (recorded
+    as unsupported), for profiles whose nodes have no real GPUs."""
     node = ctx.hostname or socket.gethostname()
-    gpus, status = _nvlink_snapshot() if nvml else ((), "unsupported: not asked for (a job without GPUs)")
+    gpus, status = _nvlink_snapshot() if nvml else ((), "unsupported: not asked for (the profile has no real GPUs)")
     now = time.time()
     try:
         return FabricSnapshot(node, now, root, read_ib_counters(root), gpus, status)

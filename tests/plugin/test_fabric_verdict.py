@@ -1,0 +1,104 @@
+"""The fabric check's judging through a real run of the plugin, on the representative 4×H200
+NVLink snapshot pairs (tests/data/fabric, built from a healthy node's measured rises).
+
+NVLink counters come from NVML on the node, and this machine has no GPU; nothing stands in for
+NVML or Slurm here. The test file below hands the recorded pair to the same login-side function
+the acceptance check calls (``fabric_checks.judge_node``), with the plugin's own ``judge`` and
+``record`` fixtures, so what is checked is what a customer reads: the run's verdict, the first
+sentence of the failure, the warnings and the per-link detail in the results file. The reading
+side runs through the plugin in test_wired_checks.py (a recorded InfiniBand tree) and through
+Slurm in tests/integration/test_fabric_ci.py. NVLink left unread on real GPUs makes the run
+INCOMPLETE, not n/a."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "fabric"
+CHECK = """
+import json
+from pathlib import Path
+
+from pytest_gpucluster import fabric_checks
+from pytest_gpucluster.workloads.fabric_counters import snapshot_from_dict
+
+DATA = Path({data!r})
+
+
+def _snap(name):
+    path = DATA / f"nvlink_4xH200_{{name}}_representative_sample.json"
+    return snapshot_from_dict(json.loads(path.read_text()))
+
+
+def test_fabric_error_counters_did_not_rise(gpucluster, judge, record):
+    fabric_checks.judge_node(
+        judge, record, "node1", _snap("before"), _snap({after!r}),
+        rules=gpucluster.profile.fabric, nvlink_required=True, job_ids=["4711", "4790"], say=gpucluster.say,
+    )
+"""
+
+
+def _run(gpc: pytest.Pytester, after: str) -> tuple[pytest.RunResult, dict]:
+    gpc.makepyfile(test_fabric=CHECK.format(data=str(DATA), after=after))
+    result = gpc.runpytest_subprocess("--cluster=local", "--results=out.json")
+    return result, json.loads((gpc.path / "out.json").read_text())
+
+
+def test_one_replay_on_one_link_rejects_naming_node_gpu_and_link_first(gpc):
+    result, doc = _run(gpc, "after_replay")
+    assert doc["acceptance"]["verdict"] == "REJECTED", result.stdout.str()
+    first = "node1: NVLink replay +1 on gpu2 link 5 over 5 min 21 s (fail > 0)"
+    assert doc["acceptance"]["reasons"][0].startswith(first)
+    (test,) = doc["tests"]
+    assert test["verdict"] == "fail" and test["message"].removeprefix("Failed: ").startswith(first), test
+    assert test["problems"] == [first]
+    # The healthy CRC rate is still said, once for the node, beside the failure.
+    assert test["warnings"] == [
+        "node1: NVLink CRC 21.2–21.7/s on gpu0–3 over 5 min 21 s (warn > 0, fail ≥ 100/s per GPU)"
+    ]
+    assert result.ret == 1
+
+
+def test_a_healthy_4x_h200_pair_warns_once_and_is_accepted(gpc):
+    result, doc = _run(gpc, "after_healthy")
+    (test,) = doc["tests"]
+    assert test["verdict"] == "warn", test
+    assert test["warnings"] == [
+        "node1: NVLink CRC 21.2–21.7/s on gpu0–3 over 5 min 21 s (warn > 0, fail ≥ 100/s per GPU)"
+    ]
+    assert doc["acceptance"]["verdict"] != "REJECTED", doc["acceptance"]
+    findings = {f["subject"]: f for f in test["fabric"]["findings"]}
+    assert findings["nvlink_ecc"]["status"] == "note" and len(findings["nvlink_ecc"]["detail"]) == 72
+    assert test["fabric"]["rules"]["nvlink_crc"]["lines"] == "warn > 0, fail ≥ 100/s per GPU"
+    result.stdout.fnmatch_lines(["*NVLink ECC 130–134/s on gpu0–3 over 5 min 21 s (recorded, not judged)*"])
+
+
+UNREAD = """
+from pytest_gpucluster import fabric_checks
+from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot
+
+STATUS = "unsupported: NVML unusable (Driver Not Loaded)"
+
+
+def test_fabric_error_counters_did_not_rise(gpucluster, judge, record):
+    before = FabricSnapshot("node1", 0.0, "/sys/class/infiniband", (), (), STATUS)
+    after = FabricSnapshot("node1", 60.0, "/sys/class/infiniband", (), (), STATUS)
+    fabric_checks.judge_node(
+        judge, record, "node1", before, after,
+        rules=gpucluster.profile.fabric, nvlink_required=True, job_ids=["1", "2"],
+    )
+"""
+
+
+def test_nvlink_unread_on_real_gpus_leaves_the_run_incomplete(gpc):
+    gpc.makepyfile(test_fabric=UNREAD)
+    result = gpc.runpytest_subprocess("--cluster=local", "--results=out.json")
+    doc = json.loads((gpc.path / "out.json").read_text())
+    (test,) = doc["tests"]
+    assert test["verdict"] == "skip", test  # not n/a: the check could not judge what is there
+    assert "node1: NVLink error counters not read (NVML unusable (Driver Not Loaded))" in test["message"]
+    assert doc["acceptance"]["verdict"] == "INCOMPLETE", doc["acceptance"]
+    assert result.ret == 10
