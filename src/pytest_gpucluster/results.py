@@ -59,6 +59,10 @@ def atomic_write_json(path: Path, document: Any) -> None:
         raise
 
 
+# Record kinds kept whole under the test's own key: the fabric check's per-port and per-link
+# counters, the Xid check's sources and events.
+DETAIL_KINDS = ("fabric", "xid")
+
 def entries_of(user_properties: Iterable[Any]) -> list[dict[str, Any]]:
     """The plugin's data entries among a report's ``user_properties``."""
     out = []
@@ -450,8 +454,9 @@ class ResultsDocument:
                 self.environment.update(e.get("facts", {}))
             for e in by_kind.get("inventory", []):
                 self.inventory.update(e.get("nodes", {}))
-            for e in by_kind.get("fabric", []):
-                rec.extra["fabric"] = _without_kind(e)  # the fabric check's per-port and per-link detail
+            for kind in DETAIL_KINDS:
+                for e in by_kind.get(kind, []):
+                    rec.extra[kind] = _without_kind(e)
             for e in by_kind.get("unjudged", []):
                 rec.unjudged = str(e.get("exception", "error"))
         if report.when == "call" or report.outcome != "passed":

@@ -51,6 +51,8 @@ def test_judged_from_the_kernel_log_after_every_other_test(checks):
     if readable:
         # No GPU job ran, so no NVML watch: the kernel log alone judges, and this machine logs no Xid.
         assert xid["verdict"] in ("pass", "warn"), xid
+        # What judged it is in the results, beside the verdict.
+        assert xid["xid"]["sources"]["kernel log"].endswith("Xid line(s) since boot"), xid["xid"]
     else:
         assert xid["verdict"] == "skip", xid
         assert "Xids not judged: kernel log not readable (/dev/kmsg: " in xid["message"]

@@ -12,6 +12,7 @@ from pytest_gpucluster.checks import fabric
 from pytest_gpucluster.workloads import fabric_counters
 from pytest_gpucluster.workloads.context import local_context
 from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot, GpuNvLinks, NvLinkCounters
+from pytest_gpucluster.workloads.nvml_util import NODE_GPUS_ENV
 
 DATA = Path(__file__).parent.parent / "data" / "fabric"
 
@@ -237,3 +238,10 @@ def test_reads_nvlink_counters_through_nvml():
     assert gpus[1].links[1] == NvLinkCounters(
         1, {"nvlink_replay": 11, "nvlink_recovery": 0, "nvlink_crc_flit": 0}, HOPPER_UNSUPPORTED
     )
+
+
+def test_reads_only_the_gpus_the_caller_exposed(monkeypatch):
+    # The local executor's node is the GPUs CUDA_VISIBLE_DEVICES exposes, passed on to the tasks.
+    monkeypatch.setenv(NODE_GPUS_ENV, "1")
+    gpus, status = fabric_counters.read_nvlink_counters(_Nvml())
+    assert status == "ok" and [g.index for g in gpus] == [1]

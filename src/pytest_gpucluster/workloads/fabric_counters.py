@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.nvml_util import node_gpu_indices
 
 SYSFS_ROOT = "/sys/class/infiniband"
 
@@ -220,13 +221,14 @@ def _gpu_links(nvml: Any, index: int) -> GpuNvLinks:
 
 
 def read_nvlink_counters(nvml: Any) -> tuple[tuple[GpuNvLinks, ...], str]:
-    """(every GPU's NVLink error counters, NVML status) through an initialised ``nvml`` module."""
+    """(every GPU's NVLink error counters, NVML status) through an initialised ``nvml`` module:
+    the node's GPUs, which are those the caller exposed where the node is part of the machine."""
     try:
         count = int(nvml.nvmlDeviceGetCount())
     except nvml.NVMLError as exc:
         return (), f"unsupported: {exc}"
     gpus = []
-    for index in range(count):
+    for index in node_gpu_indices(count):
         try:
             gpus.append(_gpu_links(nvml, index))
         except nvml.NVMLError as exc:
