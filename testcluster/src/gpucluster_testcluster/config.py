@@ -313,17 +313,14 @@ class ClusterSpec:
         return ",".join(devices)
 
     def hidden_devices(self, node_index: int) -> tuple[str, ...]:
-        """The GPU device files a node must not open: every other node's, and in real mode the
-        machine's GPUs no node owns. /dev/null is mounted over them in the node's own mount
-        namespace. None where the nodes share their GPUs."""
+        """The other nodes' GPU device files, which /dev/null covers in this node's own mount
+        namespace. None where the nodes share their GPUs. A GPU no node owns stays visible: a node
+        told of fewer GPUs than it has (a fault run) still shows the difference."""
         if not self.nodes_own_gpus:
             return ()
         own = set(self.node_devices(node_index))
-        if self.gpu_mode == "fake":
-            every = [f"{self.paths.dev}/gpu{k}" for k in range(self.fake_gpu_count)]
-        else:
-            every = [f"/dev/nvidia{m}" for m in self.gpu_order]
-        return tuple(d for d in every if d not in own)
+        others = (d for j in range(self.nodes) if j != node_index for d in self.node_devices(j))
+        return tuple(d for d in dict.fromkeys(others) if d not in own)
 
 
 def render_slurm_conf(spec: ClusterSpec) -> str:
