@@ -5,7 +5,8 @@ What runs on the nodes is ``workloads/collectives.py`` (torch) or ``workloads/nc
 (nccl-tests binaries); the arithmetic is ``workloads/busbw.py``; pairing is ``checks/pairing.py``.
 Rules kept here: a wrong result is never retried and fails whatever its speed; a slow one is
 re-measured up to ``nccl.retries`` times; the verdict uses the lowest busbw over the sizes
-≥ ``nccl.judge_from_bytes``, never the sweep average.
+≥ ``nccl.judge_from_bytes``, never the sweep average. The across-node sweeps take their sizes and
+repetitions from ``[nccl_across]`` where the profile sets them there.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_gpucluster.checks.busbw import describe_judged
 from pytest_gpucluster.checks.pairing import Isolation, Pair, isolate
-from pytest_gpucluster.config import NVLS_COLLECTIVES, Threshold
+from pytest_gpucluster.config import NVLS_COLLECTIVES, NcclSettings, Threshold
+from pytest_gpucluster.config.profile import sweep_settings
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.plan import facts, jobs
 from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
@@ -65,6 +67,16 @@ def metric_name(gc: GpuClusterSession, op: str, scope: str) -> str:
     if scope == "intra_node" and gc.profile.nccl.nvls and op in NVLS_COLLECTIVES:
         return f"nccl.{op}.intra_node_nvls"
     return f"nccl.{op}.{scope}"
+
+
+def settings(gc: GpuClusterSession, *, across: bool) -> NcclSettings:
+    """The sweep settings of the across-node sweeps (``[nccl_across]`` over ``[nccl]``) or of the
+    intra-node ones (``[nccl]``)."""
+    return sweep_settings(gc.profile, across=across)
+
+
+def _across(metric: str) -> bool:
+    return metric.endswith(".inter_node")
 
 
 def tasks_per_node(gc: GpuClusterSession) -> int:
@@ -180,14 +192,16 @@ def _run(
     """``run_sweeps``; with ``sampled`` the job runs under the telemetry sampler (one per node),
     with ``ceilings`` each GPU's compute ceilings are measured first in the same job, with
     ``probe`` every node's probe is read before anything else."""
-    s = gc.profile.nccl
+    across = groups != "node"
+    s = settings(gc, across=across)
     memory = gpu_memory_bytes(gc.gpu_model) if gc.profile.gpus_are_real and gc.gpus_per_node else None
     if memory is not None:
+        table = "nccl_across" if across and gc.profile.nccl_across.max_bytes is not None else "nccl"
         # Out of place: input and output buffers, plus the reference the result is checked against.
         check_fits(
             3 * s.max_bytes,
             memory,
-            f"[profiles.{gc.profile.name}.nccl] max_bytes = {s.max_bytes} "
+            f"[profiles.{gc.profile.name}.{table}] max_bytes = {s.max_bytes} "
             f"(3 buffers of that size on each {gc.gpu_model})",
         )
     use_tool = _uses_nccl_tests(gc, groups)
@@ -295,7 +309,7 @@ def make_check(gc: GpuClusterSession, sweep: SweepResult, metric: str, attempts:
     """Judge-ready form of a sweep: its measurement (lowest busbw at the large sizes), its
     correctness problems and its plot series."""
     threshold = gc.thresholds.get(metric)
-    measurement = measurement_of(sweep, metric, gc.profile.nccl.judge_from_bytes, attempts)
+    measurement = measurement_of(sweep, metric, settings(gc, across=_across(metric)).judge_from_bytes, attempts)
     series = {
         "name": metric,
         "where": sweep.where,
@@ -333,7 +347,7 @@ def _with_retries(gc: GpuClusterSession, first: SweepResult, metric: str, again:
     """Re-measure a performance miss up to ``nccl.retries`` times; a wrong result stops at once."""
     attempts = [first]
     check = make_check(gc, first, metric, attempts)
-    while check.fails and not check.problems and len(attempts) <= gc.profile.nccl.retries:
+    while check.fails and not check.problems and len(attempts) <= settings(gc, across=_across(metric)).retries:
         attempts.append(again())
         check = make_check(gc, attempts[-1], metric, attempts)
     return check
@@ -422,7 +436,8 @@ def isolate_bad_nodes(gc: GpuClusterSession, check: Check) -> Check:
     """Pair the nodes (one job per round, every pair its own communicator, all at once) and
     re-pair failed ones with known-good nodes; the culprit goes into the measurement's detail."""
     op = check.sweep.op
-    judge_from = min(gc.profile.nccl.judge_from_bytes, gc.profile.nccl.max_bytes)
+    s = settings(gc, across=True)
+    judge_from = min(s.judge_from_bytes, s.max_bytes)
 
     def run_round(pairs: list[Pair]) -> dict[Pair, bool]:
         sweeps = run_sweeps(

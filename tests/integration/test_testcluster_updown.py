@@ -42,6 +42,21 @@ def processes_mentioning(needle: str) -> list[str]:
     return found
 
 
+def mounts_mentioning(needle: str) -> list[str]:
+    """Mounts in any process's mount namespace whose mount point names ``needle``: the nodes'
+    /dev/null over other nodes' GPU files live only as long as the node's processes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            lines = (entry / "mountinfo").read_text().splitlines()
+        except OSError:
+            continue
+        found += [f"{entry.name}: {line}" for line in lines if needle in line.split()[4]]
+    return found
+
+
 def test_down_cleans_up_and_up_restores(slurm_cluster: ClusterInfo) -> None:
     running = TestCluster.from_running(slurm_cluster.state_dir)
     assert running is not None
@@ -52,6 +67,7 @@ def test_down_cleans_up_and_up_restores(slurm_cluster: ClusterInfo) -> None:
     down_s = time.monotonic() - t0
 
     assert processes_mentioning(str(state_dir)) == []
+    assert mounts_mentioning(str(state_dir)) == []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10, check=True).stdout
     for node in slurm_cluster.nodes:
         assert node not in netns.split()
@@ -72,6 +88,8 @@ def test_down_cleans_up_and_up_restores(slurm_cluster: ClusterInfo) -> None:
         ["srun", "-N2", "hostname"], env=info.env(), capture_output=True, text=True, timeout=60, check=True
     ).stdout
     assert set(out.split()) == set(slurm_cluster.nodes[:2])
+    # Each node's mount namespace covers the other nodes' GPU files, and only those.
+    assert mounts_mentioning(str(state_dir / "dev")) != []
     print(f"down {down_s:.1f}s, up {up_s:.1f}s")
 
 

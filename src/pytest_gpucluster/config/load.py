@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from pytest_gpucluster.checks.fabric_rules import FAMILY_OF, RuleError, with_overrides
 from pytest_gpucluster.config.metrics import METRICS, Metric
-from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile
+from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile, across_nodes
 from pytest_gpucluster.config.tables import build, reject_unknown
 from pytest_gpucluster.config.thresholds import Threshold, ThresholdSet, choose_set, no_set_for
 from pytest_gpucluster.errors import ConfigError
@@ -273,6 +273,13 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
             raise bad("nccl.ops", f"unknown collective {op!r}; known: {', '.join(known)}.")
     if n.iters < 1 or n.warmup_iters < 0 or n.retries < 0 or n.timeout_s < 1:
         raise bad("nccl", "iters ≥ 1, warmup_iters ≥ 0, retries ≥ 0 and timeout_s ≥ 1 are required.")
+    a = across_nodes(p)
+    if not 0 < a.min_bytes <= a.judge_from_bytes <= a.max_bytes:
+        taken = [k for k in ("min_bytes", "judge_from_bytes", "max_bytes") if getattr(p.nccl_across, k) is None]
+        inherited = f" ({', '.join(taken)} taken from [nccl])" if taken else ""
+        raise bad("nccl_across", f"need 0 < min_bytes ≤ judge_from_bytes ≤ max_bytes{inherited}.")
+    if a.iters < 1 or a.warmup_iters < 0 or a.retries < 0 or a.timeout_s < 1:
+        raise bad("nccl_across", "iters ≥ 1, warmup_iters ≥ 0, retries ≥ 0 and timeout_s ≥ 1 are required.")
     for key in ("inter_node_fail_fraction", "inter_node_warn_fraction"):
         fraction = getattr(n, key)
         if not 0 < fraction <= 1:

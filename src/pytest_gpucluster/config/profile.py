@@ -7,6 +7,7 @@ keys a profile may set are listed here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
@@ -42,6 +43,22 @@ class NcclSettings:
     # derived_inter_node and docs/thresholds.md).
     inter_node_fail_fraction: float = 0.75
     inter_node_warn_fraction: float = 0.85
+
+
+@dataclass(frozen=True)
+class NcclAcross:
+    """``[profiles.NAME.nccl_across]``: the across-node sweeps' sizes and repetitions, where they
+    differ from the intra-node sweep's; a key left unset is taken from ``[nccl]``. A network far
+    slower than NVLink (sockets, a test cluster) then gets short across-node sweeps while the
+    intra-node sweep keeps the sizes its lines were measured at."""
+
+    min_bytes: Bytes | None = None
+    max_bytes: Bytes | None = None
+    judge_from_bytes: Bytes | None = None
+    warmup_iters: int | None = None
+    iters: int | None = None
+    timeout_s: int | None = None
+    retries: int | None = None
 
 
 # The fields of the node-side configs that a profile's [training], [compute] and [sdc] tables may set;
@@ -111,6 +128,7 @@ class Profile:
     env: Mapping[str, str] = field(default_factory=dict)
     thresholds: str | None = None
     nccl: NcclSettings = field(default_factory=NcclSettings)
+    nccl_across: NcclAcross = field(default_factory=NcclAcross)
     training: TrainConfig = field(default_factory=TrainConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     sdc: SdcConfig = field(default_factory=SdcConfig)
@@ -127,3 +145,14 @@ def node_network_gbps(profile: Profile) -> float | None:
     if profile.ib_hcas < 1 or profile.nodes < 2:
         return None
     return profile.ib_hcas * profile.ib_rate_gbps / 8
+
+
+def across_nodes(profile: Profile) -> NcclSettings:
+    """The across-node sweeps' settings: ``[nccl]`` with what ``[nccl_across]`` sets laid over it."""
+    own = {f.name: getattr(profile.nccl_across, f.name) for f in dataclasses.fields(NcclAcross)}
+    return dataclasses.replace(profile.nccl, **{k: v for k, v in own.items() if v is not None})
+
+
+def sweep_settings(profile: Profile, *, across: bool) -> NcclSettings:
+    """The settings of the across-node sweeps (``across``) or of the intra-node ones."""
+    return across_nodes(profile) if across else profile.nccl

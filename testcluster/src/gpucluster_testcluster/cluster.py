@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import config, daemons, netns, packages
+from . import config, daemons, gpus, netns, packages
 from .config import ClusterSpec, GpuMode, Network, Paths
 from .proc import ClusterError, alive_from_pid_file, exclusive, pid_matches, run, terminate, wait_for
 
@@ -277,7 +277,8 @@ class TestCluster:
         if node not in config.node_names(self.nodes):
             raise ValueError(f"no such node: {node}")
         if alive_from_pid_file(self.paths.slurmd_pid(node), "slurmd") is None:
-            daemons.start_slurmd(self.paths, node, self.network)
+            hidden = (_read_record(self.paths) or {}).get("hidden_devices", {}).get(node, [])
+            daemons.start_slurmd(self.paths, node, self.network, hide=tuple(hidden))
         if wait:
             wait_for(
                 f"{node} to be usable",
@@ -313,6 +314,7 @@ class TestCluster:
             raise ClusterError("accounting requested but slurmdbd/MariaDB are not installed")
         host = socket.gethostname().split(".")[0]
         unified = daemons.cgroup_v2_unified()
+        machine = self._machine_gpus()
         return ClusterSpec(
             nodes=self.nodes,
             gpus_per_node=self.gpus_per_node,
@@ -320,7 +322,8 @@ class TestCluster:
             accounting=accounting,
             constrain_devices=self.constrain_devices,
             controller_host=host,
-            real_gpu_count=daemons.real_gpu_count() if self.gpu_mode == "real" else 0,
+            real_gpu_count=len(machine),
+            gpu_minors=tuple(g.minor for g in machine),
             cgroup_plugin="cgroup/v2" if unified else "cgroup/v1",
             network=self.network,
             shared_gpus=self.shared_gpus,
@@ -328,6 +331,10 @@ class TestCluster:
             **(_machine_share(self.nodes) if self.gpu_mode == "real" else self._fake_share()),
             paths=self.paths,
         )
+
+    def _machine_gpus(self) -> tuple[gpus.Gpu, ...]:
+        """Real mode: the machine's GPUs in PCI bus order (nvidia-smi's), each with its device file."""
+        return gpus.with_device_files(gpus.machine_gpus()) if self.gpu_mode == "real" else ()
 
     def _fake_share(self) -> dict[str, int]:
         return {} if self.cpus_per_node is None else {"node_cpus": self.cpus_per_node}
@@ -398,6 +405,9 @@ class TestCluster:
             "shared_dir": str(paths.shared_dir),
             "created_dirs": _make_shared_dir(paths.shared_dir),
             "cgroup_created": [],
+            # Each node's GPU device files, and those /dev/null is mounted over in its namespace.
+            "node_gpus": _node_gpus(spec, self._machine_gpus()),
+            "hidden_devices": {node: list(spec.hidden_devices(i)) for i, node in enumerate(nodes)},
             "complete": False,
         }
         # Written before anything else is created, so `down` can undo a crash.
@@ -408,9 +418,8 @@ class TestCluster:
         paths.gres_conf.write_text(config.render_gres_conf(spec))
         paths.cgroup_conf.write_text(config.render_cgroup_conf(spec))
         if spec.gpu_mode == "fake":
-            for k in range(spec.gpus_per_node):
-                # Slurm only accepts character devices as GRES files; 1:3 is /dev/null.
-                os.mknod(paths.dev / f"gpu{k}", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+            for k in range(spec.fake_gpu_count):
+                os.mknod(paths.dev / f"gpu{k}", stat.S_IFCHR | 0o666, os.makedev(*config.FAKE_GPU_DEVICE))
         elif spec.gpus_per_node and spec.real_gpu_count < spec.gpus_per_node:
             raise ClusterError(
                 f"--gpu-mode real wants {spec.gpus_per_node} GPUs per node, found {spec.real_gpu_count} /dev/nvidiaN"
@@ -443,8 +452,8 @@ class TestCluster:
             self._say(f"slurmdbd: {time.monotonic() - t:.1f}s")
             t = time.monotonic()
         daemons.start_slurmctld(paths)
-        for node in nodes:
-            daemons.start_slurmd(paths, node, spec.network)
+        for i, node in enumerate(nodes):
+            daemons.start_slurmd(paths, node, spec.network, hide=spec.hidden_devices(i))
         wait_for(
             "all nodes idle",
             lambda: _all_idle(self.node_states(), nodes),
@@ -471,6 +480,22 @@ def _machine_share(nodes: int) -> dict[str, int]:
     return {"node_cpus": cpus, "node_memory_mb": memory_mb}
 
 
+def _node_gpus(spec: ClusterSpec, machine: tuple[gpus.Gpu, ...]) -> dict[str, list[dict[str, str]]]:
+    """node → its GPUs in the order its jobs number them: device file, and in real mode the PCI bus
+    id and UUID (what a tool running on the host needs to reach the same GPU)."""
+    by_device = {g.device: g for g in machine}
+    out: dict[str, list[dict[str, str]]] = {}
+    for i, node in enumerate(spec.node_names):
+        out[node] = []
+        for device in spec.node_devices(i):
+            gpu = by_device.get(device)
+            entry = {"device": device}
+            if gpu is not None:
+                entry.update(bus_id=gpu.bus_id, uuid=gpu.uuid)
+            out[node].append(entry)
+    return out
+
+
 def _all_idle(states: list[NodeState], nodes: tuple[str, ...]) -> bool:
     return [s.name for s in states] == list(nodes) and all(s.responding and s.state == "idle" for s in states)
 
@@ -485,6 +510,7 @@ def _spec_json(spec: ClusterSpec) -> dict[str, Any]:
     d.pop("paths")
     # As JSON gives it back, so a running cluster's record compares equal to the same request.
     d["gpuless_nodes"] = list(spec.gpuless_nodes)
+    d["gpu_minors"] = list(spec.gpu_minors)
     return d
 
 

@@ -46,6 +46,11 @@ MARIADB_PORT = 16306
 HOST_SLURMD_PORT = 16830
 LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
 
+# The fake GRES device files: a character device (Slurm rejects plain files) other than /dev/null
+# (1:3), so a file hidden from a node by /dev/null mounted over it differs from one it owns. 1:5 is
+# /dev/zero; nothing opens these files.
+FAKE_GPU_DEVICE = (1, 5)
+
 SLURMDBD_DB = "slurm_acct_db"
 SLURMDBD_DB_USER = "slurm"
 
@@ -218,6 +223,9 @@ class ClusterSpec:
     # Real mode: how many /dev/nvidiaN exist; decides whether nodes get
     # disjoint GPUs or all share the same ones.
     real_gpu_count: int = 0
+    # Real mode: the device minors of the machine's GPUs in PCI bus order (nvidia-smi's order);
+    # empty means 0 .. real_gpu_count-1. Node i owns the i-th share of this order.
+    gpu_minors: tuple[int, ...] = ()
     # Every node names the same GPUs (/dev/nvidia0..G-1) even where the machine has enough for
     # each to get its own: two nodes in their own UTS namespaces are two hosts to NCCL, so one
     # GPU carries a two-node job (its socket transport over the nodes' bridge).
@@ -262,17 +270,57 @@ class ClusterSpec:
         """Where slurmctld reaches the node with 0-based ``index`` (and /etc/hosts points)."""
         return node_address(index) if self.network == "netns" else LOOPBACK
 
-    def gpu_files(self, node_index: int) -> str:
-        """gres.conf ``File=`` value of one node."""
+    @property
+    def gpu_order(self) -> tuple[int, ...]:
+        """Real mode: the device minors of the machine's GPUs in PCI bus order."""
+        return self.gpu_minors or tuple(range(self.real_gpu_count))
+
+    @property
+    def nodes_own_gpus(self) -> bool:
+        """Every node has GPUs of its own, which the other nodes cannot open; otherwise every node
+        names the same ones (``shared_gpus``, or too few GPUs in the machine for a share each)."""
+        if self.shared_gpus:
+            return False
+        return self.gpu_mode == "fake" or len(self.gpu_order) >= self.gpus_per_node * self.nodes
+
+    @property
+    def fake_gpu_count(self) -> int:
+        """Fake mode: how many GRES device files ``<state>/dev/gpuK`` the cluster makes."""
+        return self.gpus_per_node * (self.nodes if self.nodes_own_gpus else 1)
+
+    def _share(self, node_index: int) -> range:
         g = self.gpus_per_node
+        first = g * node_index if self.nodes_own_gpus else 0
+        return range(first, first + g)
+
+    def node_devices(self, node_index: int) -> tuple[str, ...]:
+        """The device files of one node's GPUs, in the order jobs number them (PCI bus order)."""
+        share = self._share(node_index)
         if self.gpu_mode == "fake":
-            # The same char devices serve every node: only their existence matters.
-            return numbered_files(f"{self.paths.dev}/gpu", 0, g)
-        # With enough physical GPUs every node gets its own unless sharing is asked for;
-        # otherwise they overlap and concurrent jobs on different nodes may share a GPU.
-        own = not self.shared_gpus and self.real_gpu_count >= g * self.nodes
-        first = g * node_index if own else 0
-        return numbered_files("/dev/nvidia", first, g)
+            return tuple(f"{self.paths.dev}/gpu{k}" for k in share)
+        order = self.gpu_order
+        minors = [order[k] for k in share] if len(order) >= share.stop else list(share)
+        return tuple(f"/dev/nvidia{m}" for m in minors)
+
+    def gpu_files(self, node_index: int) -> str:
+        """gres.conf ``File=`` value of one node: a range where the files are numbered in a row,
+        else the files in PCI bus order, comma-separated."""
+        devices = self.node_devices(node_index)
+        prefix = f"{self.paths.dev}/gpu" if self.gpu_mode == "fake" else "/dev/nvidia"
+        numbers = [int(d.removeprefix(prefix)) for d in devices]
+        if numbers and numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+            return numbered_files(prefix, numbers[0], len(numbers))
+        return ",".join(devices)
+
+    def hidden_devices(self, node_index: int) -> tuple[str, ...]:
+        """The other nodes' GPU device files, which /dev/null covers in this node's own mount
+        namespace. None where the nodes share their GPUs. A GPU no node owns stays visible: a node
+        told of fewer GPUs than it has (a fault run) still shows the difference."""
+        if not self.nodes_own_gpus:
+            return ()
+        own = set(self.node_devices(node_index))
+        others = (d for j in range(self.nodes) if j != node_index for d in self.node_devices(j))
+        return tuple(d for d in dict.fromkeys(others) if d not in own)
 
 
 def render_slurm_conf(spec: ClusterSpec) -> str:

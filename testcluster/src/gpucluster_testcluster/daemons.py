@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import re
 import socket
 import subprocess
 import sys
@@ -18,9 +17,9 @@ from .proc import ClusterError, alive_from_pid_file, run, terminate, wait_for
 START_TIMEOUT = 60.0
 STOP_GRACE = 5.0
 
-# Executed by the node's fresh UTS namespace: set the host name, then become
-# slurmd. Python rather than `sh -c` so no shell ever parses an argument.
-_SETHOSTNAME_EXEC = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execv(sys.argv[2], sys.argv[2:])"
+# Run inside the node's fresh namespaces: hide the other nodes' GPUs, set the host name, then
+# become slurmd. Python rather than `sh -c` so no shell ever parses an argument.
+NODE_EXEC = Path(__file__).with_name("nodeexec.py")
 
 
 def _binary(name: str) -> str:
@@ -231,9 +230,10 @@ def start_slurmctld(paths: Paths) -> None:
     )
 
 
-def start_slurmd(paths: Paths, node: str, network: config.Network = "netns") -> int:
+def start_slurmd(paths: Paths, node: str, network: config.Network = "netns", *, hide: Sequence[str] = ()) -> int:
     """Start one node's slurmd inside its network namespace (or the host's, with
-    ``network="host"``) and a fresh UTS one, so that it has its own hostname."""
+    ``network="host"``) and fresh UTS and mount ones: its own hostname, and /dev/null mounted over
+    the device files in ``hide`` (the other nodes' GPUs), which its jobs inherit."""
     config.validate_node_name(node)
     # Not `ip netns exec`: it remounts /sys, hides the cgroup fs, and slurmd
     # then fails to load its cgroup plugin.
@@ -242,11 +242,16 @@ def start_slurmd(paths: Paths, node: str, network: config.Network = "netns") -> 
         *enter,
         _binary("unshare"),
         "--uts",
+        # Private: the node's mounts stay out of the host and the host's later ones out of the node.
+        "--mount",
+        "--propagation",
+        "private",
         sys.executable,
         "-I",
-        "-c",
-        _SETHOSTNAME_EXEC,
+        NODE_EXEC,
         node,
+        *hide,
+        "--",
         _binary("slurmd"),
         "-N",
         node,
@@ -323,7 +328,3 @@ def remove_cgroup_dirs(created: Sequence[str]) -> None:
             os.rmdir(top_path)
         except OSError:
             pass
-
-
-def real_gpu_count() -> int:
-    return sum(1 for p in Path("/dev").glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
