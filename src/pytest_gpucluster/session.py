@@ -30,9 +30,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pytest_gpucluster import slurm
+from pytest_gpucluster import slurm, slurm_retry
 from pytest_gpucluster.config import Config, Profile, ThresholdSet
-from pytest_gpucluster.errors import GpuClusterError, SlurmQueryError
+from pytest_gpucluster.errors import DAEMON_NAMES, ClusterFault, GpuClusterError, SharedFsFault, SlurmQueryError
+from pytest_gpucluster.faults import cluster_fault
 from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.outcomes import NOT_APPLICABLE
@@ -123,6 +124,12 @@ class GpuClusterSession:
         self.node_info: dict[str, slurm.NodeInfo] = {}  # Slurm's word on the partition's nodes at the start
         self._lost_recorded: dict[str, str] = {}
         self.node_error: str | None = None
+        self.node_fault: ClusterFault | None = None  # the node list could not be read: a fault outside the nodes
+        # The first fault outside the nodes that stopped a check (``faults.py``): later checks
+        # first look whether it still stands, and end at once with the same sentence if so.
+        self.cluster_fault: ClusterFault | None = None
+        slurm_retry.OUTAGES.window_s = float(self.profile.slurm_retry_s)
+        slurm_retry.OUTAGES.on_change = self._on_outage
         self.runner = Runner(limit_s=self._ahead_limit_s(), record_to_test=self._record_to_test)
         self._collected: list[Needs] = []  # every collected check's needs, before deselection
         self.selection: Selection | None = None
@@ -181,6 +188,7 @@ class GpuClusterSession:
             known = slurm.partition_nodes(p.partition)
         except SlurmQueryError as exc:
             self.node_error = str(exc)
+            self.node_fault = cluster_fault(exc)
             return tuple(p.nodelist)  # the jobs will say what is wrong with them
         self.node_info = {n.name: n for n in known}
         named = self.settings.nodes or p.nodelist
@@ -224,7 +232,7 @@ class GpuClusterSession:
             if self.profile.executor == "slurm":
                 shared = Path(self.profile.shared_fs or Path.home())
                 if not shared.is_dir():
-                    raise GpuClusterError(
+                    raise SharedFsFault(
                         f"shared_fs {str(shared)!r} of profile {self.profile.name!r} is not a directory on this "
                         "login node; mount the shared filesystem or fix shared_fs (jobs keep their files there)."
                     )
@@ -232,9 +240,11 @@ class GpuClusterSession:
                 try:
                     root.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
-                    raise GpuClusterError(
-                        f"cannot create the job folder {root} on shared_fs {str(shared)!r}: {exc.strerror or exc}; "
-                        "it must be writable and not full."
+                    raise SharedFsFault.cannot_write(
+                        str(shared),
+                        str(exc.strerror or exc),
+                        f"cannot create the job folder {root}; jobs keep their files there, so it must be "
+                        "writable and not full.",
                     ) from None
                 self._job_root = root
             else:
@@ -258,6 +268,7 @@ class GpuClusterSession:
                 queue_timeout_s=self.profile.queue_timeout_s,
                 mem_gb=self.profile.mem_gb,
                 on_status=self._on_status,
+                run_prefix=f"gpucluster-{self.settings.run_id}-",
             )
         return self._launcher
 
@@ -280,6 +291,8 @@ class GpuClusterSession:
         if all_nodes:
             nodelist = self.live_nodes
             if not nodelist:
+                if self.node_fault is not None:
+                    raise self.node_fault
                 lost = "; ".join(f"{n}: {why}" for n, why in self.lost_nodes.items())
                 raise GpuClusterError(
                     self.node_error or "no usable node to run on" + (f" (lost: {lost})" if lost else "")
@@ -310,7 +323,12 @@ class GpuClusterSession:
         measurement (``once(..., light=True)``), first wait for the jobs started ahead to end."""
         if not self.runner.light:
             self._await_ahead()
-        job = self.launcher.submit(fn, spec, **kwargs)
+        self._fault_still_stands()
+        try:
+            job = self.launcher.submit(fn, spec, **kwargs)
+        except ClusterFault as exc:
+            self._note_fault(exc)
+            raise
         entry: dict[str, Any] = {
             "kind": "job",
             "job_id": job.job_id,
@@ -332,6 +350,42 @@ class GpuClusterSession:
 
         job.on_ran = ran
         return job
+
+    def _on_outage(self, daemon: str, failure: str) -> None:
+        """A live line when a Slurm daemon stops answering (its commands are tried again for
+        ``slurm_retry_s``) and when it answers again."""
+        name = DAEMON_NAMES.get(daemon, daemon)
+        if failure:
+            line = f"{name} does not answer ({failure.splitlines()[0]}); Slurm commands are tried again for up to "
+            line += f"{slurm_retry.OUTAGES.window_s:.0f} s"
+        else:
+            line = f"{name} answers again"
+        self.status_lines.append(line)
+        self.say(line)
+
+    def _note_fault(self, exc: ClusterFault) -> None:
+        """Remember the first fault outside the nodes that stopped a job (not a queue wait: other
+        work ends, and each job's wait is its own)."""
+        if self.cluster_fault is None and exc.what != "queue":
+            self.cluster_fault = exc
+
+    def _fault_still_stands(self) -> None:
+        """Raise the remembered fault again when a quick look says it still stands (one try of
+        ``scontrol ping`` or ``sacct``, a directory made on the shared filesystem): the checks
+        after it end at once with the same sentence instead of each waiting out the retry window.
+        A fault that has cleared is forgotten."""
+        fault = self.cluster_fault
+        if fault is None:
+            return
+        if fault.what == "shared_fs":
+            root = Path(self.profile.shared_fs or Path.home())
+            try:
+                Path(tempfile.mkdtemp(prefix=".pytest-gpucluster-probe-", dir=root)).rmdir()
+            except OSError:
+                raise fault from None
+        elif not slurm.answers(fault.what):
+            raise fault
+        self.cluster_fault = None
 
     def short_of_gpus(self, gpus: int) -> str:
         """The tested nodes Slurm says have fewer than ``gpus`` GPUs, as one clause ("node1,
@@ -645,6 +699,13 @@ class GpuClusterSession:
         more to an operator (``--tb=long`` shows it)."""
         report = yield
         exc = call.excinfo.value if call.excinfo is not None else None
+        fault = cluster_fault(exc)
+        if fault is not None:
+            # Not a judgement of any node: the results mark the check not judged (faults.py).
+            report.user_properties.append(
+                (PROPERTY, {"kind": "cluster_fault", "what": fault.what, "sentence": fault.sentence})
+            )
+            self._note_fault(fault)
         if isinstance(exc, SharedFailure):
             report.longrepr = str(exc)
         elif isinstance(exc, GpuClusterError) and item.config.getoption("tbstyle", "auto") == "auto":
