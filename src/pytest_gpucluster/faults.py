@@ -40,17 +40,54 @@ def held_sentence(other: Sequence[Holder], nodes: Sequence[str], waited_s: float
     return f"other work held {', '.join(nodes)} past queue_timeout_s ({waited_s:.0f} s): {jobs}"
 
 
-def gives_way(group: Sequence[str], holders: Iterable[Holder]) -> Holder | None:
-    """For jobs that must run at the same time (``group``: their ids) of which some run and some
-    wait: the job, started after the group's first, that holds what the waiting ones need, or
-    None. Such a job slipped in between the group's members: if it waits on a partner too (another
-    run's pair), neither would ever start, so the group gives way (cancels and submits its jobs
-    again, behind it). A holder older than the group's first job gives no such reason: the group
-    waits for it, bounded by queue_timeout_s."""
-    first = min(int(i) for i in group)
+# Jobs that must run at the same time carry their group's mark in their names
+# (``gpucluster-RUN-isolation-pair@3f9a2c``), so another group's members can be told apart.
+GROUP_MARK = "@"
+
+
+def group_of(name: str) -> str:
+    """The group a job's name marks it as a member of, or "" for a job of no group."""
+    head, mark, tag = name.rpartition(GROUP_MARK)
+    return tag if mark and head and tag.isalnum() else ""
+
+
+def gives_way(
+    group: Sequence[str], waiting: Sequence[str], running: Iterable[Holder], queued: Iterable[Holder]
+) -> Holder | None:
+    """For jobs that must run at the same time (``group``: their ids), of which ``waiting`` wait
+    while the others run and hold their share: the job that the group must give way to (cancel
+    its jobs and submit them again, behind it), or None to wait on.
+
+    A member that runs holds what it has until the others start; the group gives way to
+    * a job that runs on the waiting members' nodes and came after the group's first member
+      (it slipped in between them: if it waits on a partner too, neither would ever start);
+    * a job queued ahead of a waiting member for the same nodes (``queued``): Slurm starts it
+      first, and it may need what the running member holds.
+    A job of another group counts only if that group is younger (its first job came after
+    this group's first), so of two groups that hold part of each other's nodes exactly one
+    gives way. A job that ran before the group began is waited for, bounded by queue_timeout_s."""
     mine = set(group)
-    later = [h for h in holders if h.job_id not in mine and h.job_id.isdigit() and int(h.job_id) > first]
-    return min(later, key=lambda h: int(h.job_id)) if later else None
+    first = min(int(i) for i in group)
+    last_waiting = max(int(i) for i in waiting)
+    others = [h for h in (*running, *queued) if h.job_id not in mine and h.job_id.isdigit()]
+    group_first: dict[str, int] = {}
+    for h in others:
+        tag = group_of(h.name)
+        if tag:
+            group_first[tag] = min(group_first.get(tag, int(h.job_id)), int(h.job_id))
+
+    def younger_group(h: Holder) -> bool | None:
+        tag = group_of(h.name)
+        return group_first[tag] > first if tag else None
+
+    blocking = [
+        h
+        for h in others
+        if (h.state != "PENDING" and (younger_group(h) if group_of(h.name) else int(h.job_id) > first))
+        or (h.state == "PENDING" and int(h.job_id) < last_waiting and younger_group(h) is not False)
+    ]
+    # The one to name: a job queued ahead before one that merely runs beside.
+    return min(blocking, key=lambda h: (h.state != "PENDING", int(h.job_id))) if blocking else None
 
 
 def srun_missed_controller(stderr_text: str) -> str:

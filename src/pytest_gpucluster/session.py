@@ -8,7 +8,6 @@ job still queued is cancelled).
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -16,6 +15,7 @@ import importlib.metadata
 import inspect
 import os
 import platform
+import secrets
 import shutil
 import signal
 import socket
@@ -33,8 +33,8 @@ import pytest
 from pytest_gpucluster import slurm, slurm_retry
 from pytest_gpucluster.config import Config, Profile, ThresholdSet
 from pytest_gpucluster.errors import DAEMON_NAMES, ClusterFault, GpuClusterError, SharedFsFault, SlurmQueryError
-from pytest_gpucluster.faults import cluster_fault
-from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult
+from pytest_gpucluster.faults import GROUP_MARK, cluster_fault
+from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult, together
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.outcomes import NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, last_order, make_plan
@@ -128,6 +128,7 @@ class GpuClusterSession:
         # The first fault outside the nodes that stopped a check (``faults.py``): later checks
         # first look whether it still stands, and end at once with the same sentence if so.
         self.cluster_fault: ClusterFault | None = None
+        self._group = threading.local()  # the mark of the group run_together submits on this thread
         slurm_retry.OUTAGES.window_s = float(self.profile.slurm_retry_s)
         slurm_retry.OUTAGES.on_change = self._on_outage
         self.runner = Runner(limit_s=self._ahead_limit_s(), record_to_test=self._record_to_test)
@@ -324,6 +325,9 @@ class GpuClusterSession:
         if not self.runner.light:
             self._await_ahead()
         self._fault_still_stands()
+        mark = getattr(self._group, "mark", "")
+        if mark:  # a member of jobs that must run at the same time (run_together)
+            spec = dataclasses.replace(spec, name=f"{spec.name}{GROUP_MARK}{mark}")
         try:
             job = self.launcher.submit(fn, spec, **kwargs)
         except ClusterFault as exc:
@@ -398,19 +402,25 @@ class GpuClusterSession:
 
     @staticmethod
     def results_together(*jobs: Job[Any]) -> list[list[TaskResult[Any]]]:
-        """The results of jobs that run at once and wait for each other: waited on together, so
-        that one failing (stuck in the queue past queue_timeout_s, say) cancels the others at
-        once instead of leaving them to wait out their own bound for a partner that never comes."""
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="together") as pool:
-            futures = [pool.submit(job.results) for job in jobs]
-            done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
-            first = next((f.exception() for f in futures if f in done and f.exception() is not None), None)
-            if first is not None:
-                for job in jobs:
-                    job.cancel()
-                concurrent.futures.wait(futures)  # the others end now, cancelled: their errors say less
-                raise first
-            return [f.result() for f in futures]
+        """The results of jobs that run at once and wait for each other (``launch.together``)."""
+        return together.results_together(*jobs)
+
+    def run_together(self, submit: Callable[[], list[Job[Any]]]) -> list[list[TaskResult[Any]]]:
+        """Jobs that must run at the same time: ``submit`` submits every one of them; waited on
+        together, and on Slurm given back to the queue (submitted again through ``submit``) when
+        a job that came after them holds what the ones still waiting need (``launch.together``)."""
+        if self.profile.executor != "slurm":
+            return together.results_together(*submit())
+
+        def marked() -> list[Job[Any]]:
+            # Each try's jobs carry a fresh mark of their group in their names (faults.group_of).
+            self._group.mark = secrets.token_hex(3)
+            try:
+                return submit()
+            finally:
+                self._group.mark = ""
+
+        return together.run_together(marked, say=self.say)
 
     def note_parts(self, job_id: str, parts: Mapping[str, tuple[float, float]]) -> None:
         """For a job that serves several areas: when each area's part of the workload ran

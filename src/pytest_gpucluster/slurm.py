@@ -304,7 +304,8 @@ class Holder(NamedTuple):
     def describe(self) -> str:
         """``job 23 of alice (train-llm), RUNNING on node[1-2]``."""
         of = f" of {self.user}" if self.user else ""
-        return f"job {self.job_id}{of} ({self.name}), {self.state} on {', '.join(self.nodes) or 'its nodes'}"
+        where = "for" if self.state == "PENDING" else "on"
+        return f"job {self.job_id}{of} ({self.name}), {self.state} {where} {', '.join(self.nodes) or 'its nodes'}"
 
 
 def parse_holders(text: str) -> list[tuple[str, ...]]:
@@ -329,10 +330,28 @@ def holders(nodes: tuple[str, ...]) -> list[Holder]:
             "%i|%j|%T|%N|%u",
         ]
     )
-    return [
-        Holder(r[0], r[1], r[2], parse_hostlist(r[3]) if r[3] not in ("", "(null)") else (), r[4] if len(r) > 4 else "")
-        for r in parse_holders(out)
-    ]
+    return _holder_rows(out)
+
+
+def queued_for(nodes: tuple[str, ...]) -> list[Holder]:
+    """Pending jobs (any user's) that asked for any of ``nodes`` by name (``--nodelist``), with
+    the nodes they asked for: what Slurm starts ahead of a later job pinned to those nodes."""
+    if not nodes:
+        return []
+    out = run(["squeue", "-h", "-t", "PENDING", "-o", "%i|%j|%T|%n|%u"])
+    wanted = set(nodes)
+    return [h for h in _holder_rows(out) if wanted & set(h.nodes)]
+
+
+def _holder_rows(out: str) -> list[Holder]:
+    rows = []
+    for r in parse_holders(out):
+        try:
+            hosts = parse_hostlist(r[3]) if r[3] not in ("", "(null)") else ()
+        except ValueError:
+            hosts = ()
+        rows.append(Holder(r[0], r[1], r[2], hosts, r[4] if len(r) > 4 else ""))
+    return rows
 
 
 def cancel(job_id: str) -> None:

@@ -12,7 +12,14 @@ from pytest_gpucluster.errors import (
     QueueTimeoutError,
     SharedFsFault,
 )
-from pytest_gpucluster.faults import cluster_fault, gives_way, held_sentence, other_work, srun_missed_controller
+from pytest_gpucluster.faults import (
+    cluster_fault,
+    gives_way,
+    group_of,
+    held_sentence,
+    other_work,
+    srun_missed_controller,
+)
 from pytest_gpucluster.slurm import Holder
 
 NODES = ("node1", "node2")
@@ -47,19 +54,52 @@ def test_other_work_is_what_is_not_this_runs_own():
     )
 
 
+def _pair(run, mark, a, b, state_a="RUNNING", state_b="PENDING"):
+    return [
+        Holder(a, f"gpucluster-{run}-isolation-pair@{mark}", state_a, NODES, "root"),
+        Holder(b, f"gpucluster-{run}-isolation-pair-per-task@{mark}", state_b, NODES, "root"),
+    ]
+
+
+def _split(jobs, group):
+    """What the group sees: the others' jobs running on its nodes and queued for them."""
+    others = [h for h in jobs if h.job_id not in group]
+    return [h for h in others if h.state != "PENDING"], [h for h in others if h.state == "PENDING"]
+
+
 def test_of_two_pairs_holding_half_of_each_others_nodes_exactly_one_gives_way():
-    # Run X submitted 10 and 12, run Y 11 and 13; 10 and 11 run, 12 and 13 wait.
-    x, y = ("10", "12"), ("11", "13")
-    on_nodes = [Holder("10", "gpucluster-x-isolation-pair", "RUNNING", NODES, "root")]
-    on_nodes.append(Holder("11", "gpucluster-y-isolation-pair", "RUNNING", NODES, "root"))
-    gave = {name: gives_way(group, on_nodes) for name, group in (("x", x), ("y", y))}
-    assert gave["x"] is not None and gave["x"].job_id == "11"  # 11 came after 10: x gives way
-    assert gave["y"] is None  # 10 came before 11: y waits for x's job to go
+    # Two runs (or two xdist workers of one run: the marks differ) submitted 10, 11, 12, 13 in
+    # that order: both first jobs run, holding half of every node; both second jobs wait.
+    for x_run, y_run in (("aa11", "bb22"), ("aa11", "aa11")):
+        jobs = _pair(x_run, "f00d01", "10", "12") + _pair(y_run, "f00d02", "11", "13")
+        x = gives_way(("10", "12"), ("12",), *_split(jobs, {"10", "12"}))
+        y = gives_way(("11", "13"), ("13",), *_split(jobs, {"11", "13"}))
+        assert x is not None and x.job_id == "11"  # y's first job came after x's: x gives way
+        assert y is None  # x's jobs came first: y waits, and starts once x's are cancelled
 
 
-def test_a_holder_older_than_the_group_is_waited_for():
+def test_a_pair_gives_way_to_a_job_queued_ahead_of_its_second_half():
+    # Measured under -n 4: a worker's node probe (all GPUs) queued between a pair's two jobs;
+    # Slurm starts it first, and it needs the half the pair's first job holds.
+    probe = Holder("110", "gpucluster-aa11-node-probe", "PENDING", NODES, "root")
+    beside = Holder("109", "gpucluster-aa11-ceilings", "RUNNING", NODES, "root")
+    gave = gives_way(("108", "112"), ("112",), [beside], [probe])
+    assert gave is probe
+    assert gave.describe() == "job 110 of root (gpucluster-aa11-node-probe), PENDING for node1, node2"
+
+
+def test_a_job_that_ran_before_the_pair_began_is_waited_for():
     busy = [Holder("3", "train-llm", "RUNNING", NODES, "alice")]
-    assert gives_way(("10", "11"), busy) is None
+    assert gives_way(("10", "11"), ("11",), busy, []) is None
+    queued_later = [Holder("15", "train-llm", "PENDING", NODES, "alice")]  # behind the pair: no matter
+    assert gives_way(("10", "11"), ("11",), busy, queued_later) is None
+
+
+def test_group_marks_are_read_from_job_names_only_where_one_is_written():
+    assert group_of("gpucluster-aa11-isolation-pair@3f9a2c") == "3f9a2c"
+    assert group_of("gpucluster-aa11-node-probe") == ""
+    assert group_of("backup@nightly") == "nightly"  # a foreign name may look like one: it only orders
+    assert group_of("@") == ""
 
 
 def test_srun_that_could_not_reach_the_controller_is_told_from_a_dead_node():

@@ -176,6 +176,11 @@ class SubmititJob(Job[R]):
         """Where submitit keeps this job's pickles and logs."""
         return Path(self._job.paths.folder)
 
+    @property
+    def nodelist(self) -> tuple[str, ...]:
+        """The nodes the job is pinned to (empty: wherever Slurm puts it)."""
+        return self.spec.nodelist
+
     def _tasks(self) -> list[submitit.Job[TaskOutput[R]]]:
         n = self.spec.nodes * self.spec.tasks_per_node
         return [self._job.task(i) for i in range(n)] if n > 1 else [self._job]
