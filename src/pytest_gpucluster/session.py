@@ -653,6 +653,7 @@ class GpuClusterSession:
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:
             workeroutput["gpucluster_selection"] = self.selection.to_json()
+            workeroutput["gpucluster_nodes"] = {"tested": list(self.nodes), "excluded": dict(self.excluded_nodes)}
         if self.results is not None:
             self.results.nodes = list(self.nodes)
             self.results.selection = self.selection
@@ -682,7 +683,14 @@ class GpuClusterSession:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """xdist controller: fold each worker's view of the selection into the results."""
-        data = getattr(node, "workeroutput", {}).get("gpucluster_selection")
+        output = getattr(node, "workeroutput", {})
+        tested = output.get("gpucluster_nodes") or {}
+        if tested and self.results is not None and not self.results.nodes:
+            # The controller collects nothing under xdist: the tested nodes are the workers' word.
+            self.results.nodes = list(tested.get("tested", []))
+            if tested.get("excluded"):
+                self.results.environment.setdefault("excluded_nodes", dict(tested["excluded"]))
+        data = output.get("gpucluster_selection")
         if data and self.results is not None:
             if self.results.selection is None:
                 self.results.selection = Selection.from_json(data)
