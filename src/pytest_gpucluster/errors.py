@@ -73,3 +73,73 @@ class NodeLostError(LaunchError):
         # other nodes on them: what was measured is kept.
         self.answered: list[object] = []
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
+
+
+class ClusterFault(GpuClusterError):
+    """A fault outside the nodes: a Slurm daemon that does not answer, a shared filesystem the
+    run cannot write, other work holding the nodes past ``queue_timeout_s``. The checks it stops
+    are not judged (the run is INCOMPLETE, not REJECTED) and no node is excluded or drained for
+    it. ``what`` names the part at fault; ``sentence`` says it in one line, the part first."""
+
+    what = "cluster"
+    # The sentence, where the message's first line names a job rather than the fault.
+    fault_sentence = ""
+
+    @property
+    def sentence(self) -> str:
+        if self.fault_sentence:
+            return self.fault_sentence
+        lines = str(self).strip().splitlines()
+        return lines[0] if lines else self.what
+
+
+# How a fault's sentence names each Slurm daemon.
+DAEMON_NAMES = {"slurmctld": "the Slurm controller (slurmctld)", "slurmdbd": "Slurm's accounting daemon (slurmdbd)"}
+
+
+class DaemonUnreachable(SlurmQueryError, ClusterFault):
+    """A Slurm daemon (``slurmctld``, ``slurmdbd``) did not answer for the retry window, or did
+    not answer srun as a job started."""
+
+    def __init__(self, daemon: str, down_s: float, error: str, *, sent: bool = False, said: str = "") -> None:
+        self.what = daemon
+        self.down_s = down_s
+        self.error = error
+        name = DAEMON_NAMES.get(daemon, daemon)
+        if said:
+            said = f"{name} {said}"
+        elif sent:
+            said = f"{name} did not answer a submission ({error.strip()}); the job may exist, so it is not sent again"
+        else:
+            said = f"{name} did not answer for {down_s:.0f} s: {error.strip()}"
+        super().__init__(said)
+
+    @classmethod
+    def for_step(cls, job_id: str, job_name: str, line: str) -> DaemonUnreachable:
+        """srun, inside job ``job_id``, could not reach slurmctld to start the job's tasks."""
+        why = line.rsplit(": ", 1)[-1]
+        fault = cls("slurmctld", 0.0, line, said=f"did not answer srun as job {job_id} ({job_name}) started: {line}")
+        fault.fault_sentence = f"{DAEMON_NAMES['slurmctld']} did not answer srun as a job started ({why})"
+        return fault
+
+
+class SharedFsFault(LaunchError, ClusterFault):
+    """The run cannot write its job files on the shared filesystem (read-only, full, missing)."""
+
+    what = "shared_fs"
+
+    @classmethod
+    def cannot_write(cls, shared: str, why: str, detail: str) -> SharedFsFault:
+        """The fault of a shared filesystem the login node cannot write: one sentence naming the
+        directory and the system's reason (the same wherever the run meets it), then ``detail``."""
+        sentence = f"shared_fs {shared!r} cannot be written from this login node ({why})"
+        fault = cls(f"{sentence}: {detail}")
+        fault.fault_sentence = sentence
+        return fault
+
+
+class QueueHeldError(QueueTimeoutError, ClusterFault):
+    """A job stayed PENDING past ``queue_timeout_s`` while other work (another user's or another
+    run's jobs) held its nodes; it has been cancelled."""
+
+    what = "queue"

@@ -63,6 +63,7 @@ def atomic_write_json(path: Path, document: Any) -> None:
 # counters, the Xid check's sources and events.
 DETAIL_KINDS = ("fabric", "xid")
 
+
 def entries_of(user_properties: Iterable[Any]) -> list[dict[str, Any]]:
     """The plugin's data entries among a report's ``user_properties``."""
     out = []
@@ -201,6 +202,8 @@ class TestRecord:
     logs: list[LogEntry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what the check warned of (GpuClusterWarning)
     unjudged: str = ""  # an error that is no judgement (a harness fault): the exception's type
+    # A fault outside the nodes stopped the check (faults.py): {"what", "sentence"}; not judged.
+    cluster_fault: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -240,6 +243,7 @@ class TestRecord:
             "problems": self.problems,
             "warnings": self.warnings,
             "unjudged": self.unjudged,
+            "cluster_fault": self.cluster_fault or None,
             "logs": self.logs,
             **self.extra,
         }
@@ -261,8 +265,15 @@ def _message(report: Any) -> str:
         return str(report.wasxfail)
     if report.failed:
         crash = getattr(report.longrepr, "reprcrash", None)
-        return str(getattr(crash, "message", "") or report.longreprtext)[-4000:]
+        return _without_worker_line(str(getattr(crash, "message", "") or report.longreprtext))[-4000:]
     return ""
+
+
+def _without_worker_line(text: str) -> str:
+    """A failure's text without the line pytest-xdist puts first (``[gw0] linux -- Python 3.11.7
+    /path``): the message a reader wants is the one after it."""
+    first, sep, rest = text.partition("\n")
+    return rest if sep and re.match(r"\[gw\d+\] \S+ -- Python ", first) else text
 
 
 def union_s(spans: Iterable[tuple[float, float]]) -> float:
@@ -459,6 +470,9 @@ class ResultsDocument:
                     rec.extra[kind] = _without_kind(e)
             for e in by_kind.get("unjudged", []):
                 rec.unjudged = str(e.get("exception", "error"))
+            for e in by_kind.get("cluster_fault", []):
+                rec.cluster_fault = {"what": str(e.get("what", "")), "sentence": str(e.get("sentence", ""))}
+                rec.unjudged = f"cluster fault: {rec.cluster_fault['what']}"
         if report.when == "call" or report.outcome != "passed":
             # A teardown error after a failed call keeps "failed": the call is what was judged.
             if not (report.when == "teardown" and rec.outcome == "failed"):

@@ -8,7 +8,6 @@ job still queued is cancelled).
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -16,6 +15,7 @@ import importlib.metadata
 import inspect
 import os
 import platform
+import secrets
 import shutil
 import signal
 import socket
@@ -30,10 +30,19 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pytest_gpucluster import slurm
+from pytest_gpucluster import slurm, slurm_retry
 from pytest_gpucluster.config import Config, Profile, ThresholdSet
-from pytest_gpucluster.errors import ConfigError, GpuClusterError, MissingThresholdError, SlurmQueryError
-from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult
+from pytest_gpucluster.errors import (
+    DAEMON_NAMES,
+    ClusterFault,
+    ConfigError,
+    GpuClusterError,
+    MissingThresholdError,
+    SharedFsFault,
+    SlurmQueryError,
+)
+from pytest_gpucluster.faults import GROUP_MARK, cluster_fault
+from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult, together
 from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE
@@ -118,6 +127,13 @@ class GpuClusterSession:
             self._check_named_nodes()
         self._lost_recorded: dict[str, str] = {}
         self.node_error: str | None = None
+        self.node_fault: ClusterFault | None = None  # the node list could not be read: a fault outside the nodes
+        # The first fault outside the nodes that stopped a check (``faults.py``): later checks
+        # first look whether it still stands, and end at once with the same sentence if so.
+        self.cluster_fault: ClusterFault | None = None
+        self._group = threading.local()  # the mark of the group run_together submits on this thread
+        slurm_retry.OUTAGES.window_s = float(self.profile.slurm_retry_s)
+        slurm_retry.OUTAGES.on_change = self._on_outage
         self.runner = Runner(limit_s=self._ahead_limit_s(), record_to_test=self._record_to_test)
         self._collected: list[Needs] = []  # every collected check's needs, before deselection
         self.selection: Selection | None = None
@@ -196,6 +212,7 @@ class GpuClusterSession:
             known = self._partition if self._partition is not None else slurm.partition_nodes(p.partition)
         except SlurmQueryError as exc:
             self.node_error = str(exc)
+            self.node_fault = cluster_fault(exc)
             return tuple(p.nodelist)  # the jobs will say what is wrong with them
         self.node_info = {n.name: n for n in known}
         named = self.settings.nodes or p.nodelist
@@ -239,7 +256,7 @@ class GpuClusterSession:
             if self.profile.executor == "slurm":
                 shared = Path(self.profile.shared_fs or Path.home())
                 if not shared.is_dir():
-                    raise GpuClusterError(
+                    raise SharedFsFault(
                         f"shared_fs {str(shared)!r} of profile {self.profile.name!r} is not a directory on this "
                         "login node; mount the shared filesystem or fix shared_fs (jobs keep their files there)."
                     )
@@ -247,9 +264,11 @@ class GpuClusterSession:
                 try:
                     root.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
-                    raise GpuClusterError(
-                        f"cannot create the job folder {root} on shared_fs {str(shared)!r}: {exc.strerror or exc}; "
-                        "it must be writable and not full."
+                    raise SharedFsFault.cannot_write(
+                        str(shared),
+                        str(exc.strerror or exc),
+                        f"cannot create the job folder {root}; jobs keep their files there, so it must be "
+                        "writable and not full.",
                     ) from None
                 self._job_root = root
             else:
@@ -277,6 +296,7 @@ class GpuClusterSession:
                 on_status=self._on_status,
                 accounting=self.profile.accounting,
                 visible_gpus=self.local_gpus.indices if self.local_gpus and self.local_gpus.restricted else None,
+                run_prefix=f"gpucluster-{self.settings.run_id}-",
             )
         return self._launcher
 
@@ -299,6 +319,8 @@ class GpuClusterSession:
         if all_nodes:
             nodelist = self.live_nodes
             if not nodelist:
+                if self.node_fault is not None:
+                    raise self.node_fault
                 lost = "; ".join(f"{n}: {why}" for n, why in self.lost_nodes.items())
                 raise GpuClusterError(
                     self.node_error or "no usable node to run on" + (f" (lost: {lost})" if lost else "")
@@ -329,7 +351,15 @@ class GpuClusterSession:
         measurement (``once(..., light=True)``), first wait for the jobs started ahead to end."""
         if not self.runner.light:
             self._await_ahead()
-        job = self.launcher.submit(fn, spec, **kwargs)
+        self._fault_still_stands()
+        mark = getattr(self._group, "mark", "")
+        if mark:  # a member of jobs that must run at the same time (run_together)
+            spec = dataclasses.replace(spec, name=f"{spec.name}{GROUP_MARK}{mark}")
+        try:
+            job = self.launcher.submit(fn, spec, **kwargs)
+        except ClusterFault as exc:
+            self._note_fault(exc)
+            raise
         entry: dict[str, Any] = {
             "kind": "job",
             "job_id": job.job_id,
@@ -352,6 +382,42 @@ class GpuClusterSession:
         job.on_ran = ran
         return job
 
+    def _on_outage(self, daemon: str, failure: str) -> None:
+        """A live line when a Slurm daemon stops answering (its commands are tried again for
+        ``slurm_retry_s``) and when it answers again."""
+        name = DAEMON_NAMES.get(daemon, daemon)
+        if failure:
+            line = f"{name} does not answer ({failure.splitlines()[0]}); Slurm commands are tried again for up to "
+            line += f"{slurm_retry.OUTAGES.window_s:.0f} s"
+        else:
+            line = f"{name} answers again"
+        self.status_lines.append(line)
+        self.say(line)
+
+    def _note_fault(self, exc: ClusterFault) -> None:
+        """Remember the first fault outside the nodes that stopped a job (not a queue wait: other
+        work ends, and each job's wait is its own)."""
+        if self.cluster_fault is None and exc.what != "queue":
+            self.cluster_fault = exc
+
+    def _fault_still_stands(self) -> None:
+        """Raise the remembered fault again when a quick look says it still stands (one try of
+        ``scontrol ping`` or ``sacct``, a directory made on the shared filesystem): the checks
+        after it end at once with the same sentence instead of each waiting out the retry window.
+        A fault that has cleared is forgotten."""
+        fault = self.cluster_fault
+        if fault is None:
+            return
+        if fault.what == "shared_fs":
+            root = Path(self.profile.shared_fs or Path.home())
+            try:
+                Path(tempfile.mkdtemp(prefix=".pytest-gpucluster-probe-", dir=root)).rmdir()
+            except OSError:
+                raise fault from None
+        elif not slurm.answers(fault.what):
+            raise fault
+        self.cluster_fault = None
+
     def short_of_gpus(self, gpus: int) -> str:
         """The tested nodes Slurm says have fewer than ``gpus`` GPUs, as one clause ("node1,
         node2 advertise 4 (Gres=gpu:4)"); empty when none or when Slurm was not asked."""
@@ -363,19 +429,25 @@ class GpuClusterSession:
 
     @staticmethod
     def results_together(*jobs: Job[Any]) -> list[list[TaskResult[Any]]]:
-        """The results of jobs that run at once and wait for each other: waited on together, so
-        that one failing (stuck in the queue past queue_timeout_s, say) cancels the others at
-        once instead of leaving them to wait out their own bound for a partner that never comes."""
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="together") as pool:
-            futures = [pool.submit(job.results) for job in jobs]
-            done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
-            first = next((f.exception() for f in futures if f in done and f.exception() is not None), None)
-            if first is not None:
-                for job in jobs:
-                    job.cancel()
-                concurrent.futures.wait(futures)  # the others end now, cancelled: their errors say less
-                raise first
-            return [f.result() for f in futures]
+        """The results of jobs that run at once and wait for each other (``launch.together``)."""
+        return together.results_together(*jobs)
+
+    def run_together(self, submit: Callable[[], list[Job[Any]]]) -> list[list[TaskResult[Any]]]:
+        """Jobs that must run at the same time: ``submit`` submits every one of them; waited on
+        together, and on Slurm given back to the queue (submitted again through ``submit``) when
+        a job that came after them holds what the ones still waiting need (``launch.together``)."""
+        if self.profile.executor != "slurm":
+            return together.results_together(*submit())
+
+        def marked() -> list[Job[Any]]:
+            # Each try's jobs carry a fresh mark of their group in their names (faults.group_of).
+            self._group.mark = secrets.token_hex(3)
+            try:
+                return submit()
+            finally:
+                self._group.mark = ""
+
+        return together.run_together(marked, say=self.say)
 
     def note_parts(self, job_id: str, parts: Mapping[str, tuple[float, float]]) -> None:
         """For a job that serves several areas: when each area's part of the workload ran
@@ -616,6 +688,7 @@ class GpuClusterSession:
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:
             workeroutput["gpucluster_selection"] = self.selection.to_json()
+            workeroutput["gpucluster_nodes"] = {"tested": list(self.nodes), "excluded": dict(self.excluded_nodes)}
         if self.results is not None:
             self.results.nodes = list(self.nodes)
             self.results.selection = self.selection
@@ -645,7 +718,14 @@ class GpuClusterSession:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """xdist controller: fold each worker's view of the selection into the results."""
-        data = getattr(node, "workeroutput", {}).get("gpucluster_selection")
+        output = getattr(node, "workeroutput", {})
+        tested = output.get("gpucluster_nodes") or {}
+        if tested and self.results is not None and not self.results.nodes:
+            # The controller collects nothing under xdist: the tested nodes are the workers' word.
+            self.results.nodes = list(tested.get("tested", []))
+            if tested.get("excluded"):
+                self.results.environment.setdefault("excluded_nodes", dict(tested["excluded"]))
+        data = output.get("gpucluster_selection")
         if data and self.results is not None:
             if self.results.selection is None:
                 self.results.selection = Selection.from_json(data)
@@ -681,6 +761,13 @@ class GpuClusterSession:
         more to an operator (``--tb=long`` shows it)."""
         report = yield
         exc = call.excinfo.value if call.excinfo is not None else None
+        fault = cluster_fault(exc)
+        if fault is not None:
+            # Not a judgement of any node: the results mark the check not judged (faults.py).
+            report.user_properties.append(
+                (PROPERTY, {"kind": "cluster_fault", "what": fault.what, "sentence": fault.sentence})
+            )
+            self._note_fault(fault)
         if isinstance(exc, SharedFailure):
             report.longrepr = str(exc)
         elif isinstance(exc, GpuClusterError) and item.config.getoption("tbstyle", "auto") == "auto":

@@ -11,15 +11,22 @@ import subprocess
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from pytest_gpucluster.errors import SlurmQueryError
+from pytest_gpucluster.errors import DaemonUnreachable, SlurmQueryError
+from pytest_gpucluster.slurm_retry import OUTAGES
 
 TIMEOUT_S = 30.0
 
 
 def run(argv: list[str], timeout_s: float = TIMEOUT_S) -> str:
-    """Run a Slurm client command; its stdout, or SlurmQueryError naming the command."""
+    """Run a Slurm client command; its stdout, or SlurmQueryError naming the command. A failure
+    that says the daemon could not be reached is tried again until the daemon has not answered
+    for the retry window (``slurm_retry``), then raises ``DaemonUnreachable``."""
+    return OUTAGES.attempt(argv[0], lambda: _run_once(argv, timeout_s))
+
+
+def _run_once(argv: list[str], timeout_s: float) -> str:
     if shutil.which(argv[0]) is None:
         raise SlurmQueryError(f"`{argv[0]}` is not on PATH; is slurm-client installed on this login node?")
     try:
@@ -27,19 +34,48 @@ def run(argv: list[str], timeout_s: float = TIMEOUT_S) -> str:
     except subprocess.TimeoutExpired:
         raise SlurmQueryError(f"`{' '.join(argv)}` did not answer within {timeout_s:.0f} s.") from None
     if proc.returncode != 0:
-        err = (proc.stderr or proc.stdout).strip().splitlines()
-        raise SlurmQueryError(f"`{' '.join(argv)}` exited {proc.returncode}: {err[-1] if err else 'no output'}")
+        raise SlurmQueryError(
+            f"`{' '.join(argv)}` exited {proc.returncode}: {telling_line(proc.stderr or proc.stdout)}"
+        )
     return proc.stdout
 
 
+def telling_line(text: str) -> str:
+    """The line of a client's output that says what went wrong: the last one that is not a
+    banner of asterisks (``scontrol ping`` frames "RESTORE SLURMCTLD DAEMON TO SERVICE" in them)."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    said = [line for line in lines if line and not line.startswith("**") and set(line) != {"*"}]
+    return said[-1] if said else (lines[-1] if lines else "no output")
+
+
 def run_json(argv: list[str], timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
-    """Run a command with ``--json`` output and parse it."""
-    out = run(argv, timeout_s)
+    """Run a command with ``--json`` output and parse it. A listing that carries only errors (what
+    ``sinfo --json`` prints, exiting 0, while slurmctld is down) is no answer: retried as a
+    command that could not reach its daemon."""
+    return OUTAGES.attempt(argv[0], lambda: _parse_json(argv, _run_once(argv, timeout_s)))
+
+
+def _parse_json(argv: list[str], out: str) -> dict[str, Any]:
     try:
         data: dict[str, Any] = json.loads(out)
     except json.JSONDecodeError as exc:
         raise SlurmQueryError(f"`{' '.join(argv)}` printed no valid JSON ({exc}).") from None
+    errors = data.get("errors") or []
+    if errors and not any(data.get(key) for key in ("nodes", "jobs", "partitions")):
+        said = "; ".join(str(e.get("error", e)) if isinstance(e, dict) else str(e) for e in errors)
+        raise SlurmQueryError(f"`{' '.join(argv)}` reported errors and no data: {said}")
     return data
+
+
+def answers(daemon: str) -> bool:
+    """One try, no retry: whether ``daemon`` (``slurmctld``, ``slurmdbd``) answers now."""
+    argv = ["sacct", "-X", "-n", "-j", "1"] if daemon == "slurmdbd" else ["scontrol", "ping"]
+    try:
+        _run_once(argv, TIMEOUT_S)
+    except SlurmQueryError:
+        return False
+    OUTAGES.answered(daemon)
+    return True
 
 
 def version() -> str:
@@ -315,20 +351,77 @@ def my_queue() -> dict[str, str]:
     return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
 
 
-def parse_holders(text: str) -> list[tuple[str, str, str, str]]:
-    """``squeue -h -o "%i|%j|%T|%N"`` lines → (job id, name, state, hostlist) tuples."""
-    rows = [line.strip().split("|", 3) for line in text.splitlines() if line.count("|") >= 3]
-    return [(r[0], r[1], r[2], r[3]) for r in rows]
+class Holder(NamedTuple):
+    """A job that runs (or ends) on nodes another job waits for: what ``squeue`` says of it."""
+
+    job_id: str
+    name: str
+    state: str
+    nodes: tuple[str, ...]
+    user: str = ""
+
+    def describe(self) -> str:
+        """``job 23 of alice (train-llm), RUNNING on node[1-2]``."""
+        of = f" of {self.user}" if self.user else ""
+        where = "for" if self.state == "PENDING" else "on"
+        return f"job {self.job_id}{of} ({self.name}), {self.state} {where} {', '.join(self.nodes) or 'its nodes'}"
 
 
-def holders(nodes: tuple[str, ...]) -> list[tuple[str, str, str, tuple[str, ...]]]:
-    """Jobs that run or end on any of ``nodes`` (any user's): (id, name, state, their nodes)."""
+def parse_holders(text: str) -> list[tuple[str, ...]]:
+    """``squeue -h -o "%i|%j|%T|%N|%u"`` lines → (job id, name, state, hostlist[, user]) tuples."""
+    rows = [line.strip().split("|", 4) for line in text.splitlines() if line.count("|") >= 3]
+    return [tuple(r) for r in rows]
+
+
+def holders(nodes: tuple[str, ...]) -> list[Holder]:
+    """Jobs that run or end on any of ``nodes`` (any user's), with their user."""
     if not nodes:
         return []
     out = run(
-        ["squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING,SUSPENDED", "-w", ",".join(nodes), "-o", "%i|%j|%T|%N"]
+        [
+            "squeue",
+            "-h",
+            "-t",
+            "RUNNING,COMPLETING,CONFIGURING,SUSPENDED",
+            "-w",
+            ",".join(nodes),
+            "-o",
+            "%i|%j|%T|%N|%u",
+        ]
     )
-    return [(i, name, state, parse_hostlist(hosts)) for i, name, state, hosts in parse_holders(out)]
+    return _holder_rows(out)
+
+
+def queued_for(nodes: tuple[str, ...]) -> list[Holder]:
+    """Pending jobs (any user's) that asked for any of ``nodes`` by name (``--nodelist``), with
+    the nodes they asked for: what Slurm starts ahead of a later job pinned to those nodes."""
+    if not nodes:
+        return []
+    out = run(["squeue", "-h", "-t", "PENDING", "-o", "%i|%j|%T|%n|%u"])
+    wanted = set(nodes)
+    return [h for h in _holder_rows(out) if wanted & set(h.nodes)]
+
+
+def _holder_rows(out: str) -> list[Holder]:
+    rows = []
+    for r in parse_holders(out):
+        try:
+            hosts = parse_hostlist(r[3]) if r[3] not in ("", "(null)") else ()
+        except ValueError:
+            hosts = ()
+        rows.append(Holder(r[0], r[1], r[2], hosts, r[4] if len(r) > 4 else ""))
+    return rows
+
+
+def cancel(job_id: str) -> None:
+    """``scancel JOB``; a job that has already ended is no error."""
+    try:
+        run(["scancel", job_id])
+    except DaemonUnreachable:
+        raise
+    except SlurmQueryError as exc:
+        if "Invalid job id" not in str(exc) and "already" not in str(exc):
+            raise
 
 
 def cancel_by_name_prefix(prefix: str) -> list[str]:

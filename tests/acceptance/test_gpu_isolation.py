@@ -50,15 +50,16 @@ def _pair(gpucluster):
         )
 
     def produce():
-        with tempfile.TemporaryDirectory(prefix="isolation-", dir=gpucluster.job_root) as hold:
-            a = gpucluster.submit(isolation.gpu_view, first, real=real, hold_dir=hold, hold_as="a", hold_for="b")
-            b = gpucluster.submit(isolation.gpu_view, second, real=real, hold_dir=hold, hold_as="b", hold_for="a")
-            try:
-                results_a, results_b = gpucluster.results_together(a, b)
-            except BaseException:
-                a.cancel()
-                b.cancel()
-                raise
+        with tempfile.TemporaryDirectory(prefix="isolation-", dir=gpucluster.job_root) as root:
+
+            def submit_pair():
+                hold = tempfile.mkdtemp(dir=root)  # each try its own: a cancelled job's mark says nothing
+                return [
+                    gpucluster.submit(isolation.gpu_view, first, real=real, hold_dir=hold, hold_as="a", hold_for="b"),
+                    gpucluster.submit(isolation.gpu_view, second, real=real, hold_dir=hold, hold_as="b", hold_for="a"),
+                ]
+
+            results_a, results_b = gpucluster.run_together(submit_pair)
             return [r.value for r in results_a], [r.value for r in results_b]
 
     return (half, *gpucluster.once(("isolation-pair",), produce), per_task)

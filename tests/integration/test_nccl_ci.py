@@ -87,7 +87,8 @@ def test_the_node_probe_rides_in_the_intra_node_job_and_the_isolation_pair_start
     )
     assert run.returncode == 0, run.output
     jobs = {j["job_id"]: j for t in run.results["tests"] for j in t["jobs"]}
-    names = sorted(j["name"].split("-", 1)[1] for j in jobs.values())
+    # The pair's job names carry their group's mark ("...-isolation-pair@3f9a2c"): launch/together.py.
+    names = sorted(j["name"].split("-", 1)[1].split("@")[0] for j in jobs.values())
     # No job of its own for the probe: it is the intra-node job's first phase.
     assert names == ["isolation-pair", "isolation-pair-per-task", "probe-nccl-intra"], names
     (intra,) = [j for j in jobs.values() if j["name"].endswith("-probe-nccl-intra")]

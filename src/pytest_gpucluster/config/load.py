@@ -254,6 +254,8 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
     for key, number in positive.items():
         if number < 1:
             raise bad(key, f"must be at least 1, got {number}.")
+    if p.slurm_retry_s < 0:
+        raise bad("slurm_retry_s", f"must not be negative (0: no retry), got {p.slurm_retry_s}.")
     if p.gpus_per_node is not None and p.gpus_per_node < 0:
         raise bad("gpus_per_node", f"must not be negative, got {p.gpus_per_node}.")
     if p.ib_hcas < 0 or p.ib_rate_gbps <= 0:

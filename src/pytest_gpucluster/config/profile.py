@@ -123,6 +123,9 @@ class Profile:
     require_slow: bool = False
     job_timeout_min: int = 30
     queue_timeout_s: int = 300
+    # How long a Slurm daemon may not answer (a controller restart) before the commands that need
+    # it give up and the checks they serve are not judged: slurm_retry.py. 0: no retry.
+    slurm_retry_s: int = 60
     slurm_conf: str | None = None
     sbatch_extra: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)

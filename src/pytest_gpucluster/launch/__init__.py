@@ -101,6 +101,10 @@ class Job(Protocol[R]):
     def folder(self) -> Path:
         """Where the job's files and logs are kept."""
 
+    @property
+    def nodelist(self) -> tuple[str, ...]:
+        """The nodes the job is pinned to (empty: wherever Slurm puts it)."""
+
     def results(self, *, lag_s: float | None = None, learn_lost: bool = True) -> list[TaskResult[R]]:
         """Wait (bounded) and return one result per task, ordered by rank; ``lag_s`` bounds the
         wait for results still missing once the job ended; ``learn_lost`` false: a node whose

@@ -33,9 +33,20 @@ from typing import Any, Literal, TypeVar
 import submitit
 
 from pytest_gpucluster import slurm
-from pytest_gpucluster.errors import GpuClusterError, LaunchError, NodeLostError, QueueTimeoutError, WallTimeoutError
+from pytest_gpucluster.errors import (
+    DaemonUnreachable,
+    GpuClusterError,
+    LaunchError,
+    NodeLostError,
+    QueueHeldError,
+    QueueTimeoutError,
+    SharedFsFault,
+    WallTimeoutError,
+)
+from pytest_gpucluster.faults import held_sentence, other_work, srun_missed_controller
 from pytest_gpucluster.launch import Job, JobSpec, Launcher, StatusCallback, TaskResult, start_up_summary
 from pytest_gpucluster.launch.node import TaskOutput, run_on_node, xid_path
+from pytest_gpucluster.slurm_retry import OUTAGES
 from pytest_gpucluster.workloads.xid import XidWatch
 
 R = TypeVar("R")
@@ -167,6 +178,11 @@ class SubmititJob(Job[R]):
         """Where submitit keeps this job's pickles and logs."""
         return Path(self._job.paths.folder)
 
+    @property
+    def nodelist(self) -> tuple[str, ...]:
+        """The nodes the job is pinned to (empty: wherever Slurm puts it)."""
+        return self.spec.nodelist
+
     def _tasks(self) -> list[submitit.Job[TaskOutput[R]]]:
         n = self.spec.nodes * self.spec.tasks_per_node
         return [self._job.task(i) for i in range(n)] if n > 1 else [self._job]
@@ -209,10 +225,13 @@ class SubmititJob(Job[R]):
         """Cancel the job unless it already ended."""
         if not self._done:
             try:
-                with self._launcher.submitit_lock:
-                    self._job.cancel(check=False)
-            except OSError:
-                pass  # scancel missing or the job is gone; nothing left to stop
+                if self._launcher.executor == "slurm":
+                    slurm.cancel(self.job_id)  # tried again while slurmctld restarts (slurm_retry)
+                else:
+                    with self._launcher.submitit_lock:
+                        self._job.cancel(check=False)
+            except (OSError, GpuClusterError):
+                pass  # scancel missing, the job gone, or slurmctld away past the window: nothing to stop
             self._done = True
         self._launcher._forget(self)
 
@@ -301,18 +320,30 @@ class SubmititJob(Job[R]):
                         self._launcher._nudge(self.job_id)
                     behind_lost = ending
                     was_behind = was_behind or bool(ending)
-                if now - self.submitted_at - excused > queue_limit:
+                down = OUTAGES.down_s("slurmctld")
+                if down is not None and down >= OUTAGES.window_s:
+                    # No job starts without the controller: a fault of the cluster, not of its nodes.
+                    raise DaemonUnreachable("slurmctld", down, OUTAGES.first_error("slurmctld"))
+                # Time slurmctld did not answer is the controller's, not the nodes': not counted.
+                outage = OUTAGES.downtime("slurmctld", self.submitted_at)
+                if now - self.submitted_at - excused - outage > queue_limit:
                     reason = self._launcher._pending_reason(self.job_id) or pending_reason or "reason unknown"
-                    held = self._launcher._what_holds(self.spec.nodelist, self.job_id)
+                    holders = self._launcher._holders(self.spec.nodelist, self.job_id)
+                    held = self._launcher._what_holds(self.spec.nodelist, self.job_id, holders)
                     if held:
                         reason += f" ({held})"
+                    other = other_work(holders, self._launcher.run_prefix)
                     self.cancel()
-                    raise self._error(
-                        QueueTimeoutError,
+                    err = self._error(
+                        QueueHeldError if other else QueueTimeoutError,
                         f"still {state} after {queue_limit:.0f} s{_excused_clause(excused)}: {reason}; cancelled. "
                         "Check the partition's nodes (sinfo) or raise queue_timeout_s.",
                         state,
                     )
+                    if other:
+                        assert isinstance(err, QueueHeldError)
+                        err.fault_sentence = held_sentence(other, self.spec.nodelist, queue_limit)
+                    raise err
             elif state in _REQUEUED and self._launcher.executor == "slurm":
                 # Accounting can lag the controller: right after the start, sacct may still say
                 # PENDING for a job squeue already showed running. Only slurmctld's own word
@@ -403,8 +434,11 @@ class SubmititJob(Job[R]):
 
     def _check_pinned_nodes(self, state: str, reason: str) -> None:
         """A waiting job pinned to a node Slurm cannot use (down, not responding, drained) would
-        only wait out ``queue_timeout_s``: cancel it now and name the node."""
+        only wait out ``queue_timeout_s``: cancel it now and name the node. A node that is only
+        UNKNOWN has not registered with slurmctld since it (re)started (1 to 5 s on the test
+        cluster): the job waits for it, bounded by ``queue_timeout_s``."""
         unusable = self._launcher._unusable_nodes(self.spec.nodelist)
+        unusable = {n: why for n, why in unusable.items() if _words(why) != {"UNKNOWN"}}
         if unusable:
             self.cancel()
             names = ", ".join(f"{n} is {why}" for n, why in unusable.items())
@@ -545,6 +579,10 @@ class SubmititJob(Job[R]):
         if failures:
             final = self._state(force=True) if self._launcher.executor == "slurm" else state
             message = f"ended {final} with {len(failures)} failed task(s): " + "; ".join(failures)
+            missed = self._srun_missed_controller()
+            if missed:
+                # srun could not ask slurmctld for the job step: no task ran, on no node's account.
+                raise DaemonUnreachable.for_step(self.job_id, self.spec.name, missed)
             lost = self._launcher._lost_nodes(nodes) if self._launcher.executor == "slurm" else {}
             unreached = self._unreached_nodes() if learn_lost and self._launcher.executor == "slurm" else {}
             if unreached:
@@ -565,6 +603,14 @@ class SubmititJob(Job[R]):
                 raise err
             raise self._error(LaunchError, message, final)
         return sorted(out, key=lambda r: r.rank)
+
+    def _srun_missed_controller(self) -> str:
+        """srun's line in the batch step's stderr when it could not reach slurmctld to start the
+        job's step (a controller restarting as the job began), else empty."""
+        if self._launcher.executor != "slurm":
+            return ""
+        tasks = self._tasks()
+        return srun_missed_controller(_tail(Path(tasks[0].paths.stderr), lines=200)) if tasks else ""
 
     def _unreached_nodes(self) -> dict[str, str]:
         """Nodes srun could not start this job's tasks on, from the batch step's stderr."""
@@ -680,6 +726,7 @@ class SubmititLauncher(Launcher):
         on_status: StatusCallback | None = None,
         accounting: bool = True,
         visible_gpus: tuple[int, ...] | None = None,
+        run_prefix: str = "",
     ) -> None:
         self.executor = executor
         # Local executor: the machine's GPUs a job's tasks may get (NVML indices), as the caller's
@@ -688,6 +735,9 @@ class SubmititLauncher(Launcher):
         # False: the cluster runs without slurmdbd; jobs are followed through the queue, and
         # submitit's warnings that sacct failed say nothing (``sacct_quiet``).
         self.accounting = accounting
+        # The names of this run's jobs start with it; a job waiting behind others tells the
+        # run's own from other work by it (faults.other_work). Empty: no job is told apart.
+        self.run_prefix = run_prefix
         self.folder = folder
         self.partition = partition
         self.account = account
@@ -750,7 +800,6 @@ class SubmititLauncher(Launcher):
         if self.executor == "local" and spec.nodes != 1:
             raise LaunchError(f"{spec.name}: the local executor runs on one node; {spec.nodes} were asked for.")
         folder = self.folder / f"{spec.name}-{uuid.uuid4().hex[:8]}"
-        executor = submitit.AutoExecutor(folder=folder, cluster=self.executor)
         params: dict[str, Any] = {
             "name": f"gpucluster-{spec.name}",
             "nodes": spec.nodes,
@@ -782,21 +831,35 @@ class SubmititLauncher(Launcher):
             # quarter of a short job's limit keeps that signal from arriving almost at its start.
             params["slurm_signal_delay_s"] = min(90, max(10, spec.timeout_min * 60 // 4))
             params["slurm_setup"] = [TASK_SETUP]
-        executor.update_parameters(**params)
-        if self.executor == "local" and self.visible_gpus is not None:
-            # The tasks' CUDA_VISIBLE_DEVICES are taken from these, not 0..gpus_per_node-1. submitit's
-            # LocalExecutor takes visible_gpus; its AutoExecutor passes no such parameter on.
-            executor._executor.update_parameters(visible_gpus=self.visible_gpus)
         env = {**self.env, **(spec.env or {})}
+        watch_xid = bool(spec.gpus_per_node or spec.gpus_per_task)
+
+        def send() -> submitit.Job[TaskOutput[R]]:
+            executor = submitit.AutoExecutor(folder=folder, cluster=self.executor)
+            executor.update_parameters(**params)
+            if self.executor == "local" and self.visible_gpus is not None:
+                # The tasks' CUDA_VISIBLE_DEVICES are taken from these, not 0..gpus_per_node-1.
+                # submitit's LocalExecutor takes visible_gpus; its AutoExecutor passes no such
+                # parameter on.
+                executor._executor.update_parameters(visible_gpus=self.visible_gpus)
+            try:
+                with self.submitit_lock:
+                    return executor.submit(run_on_node, fn, env, kwargs, watch_xid)
+            except Exception:
+                shutil.rmtree(folder, ignore_errors=True)  # a try sent again starts afresh
+                raise
+
         try:
-            with self.submitit_lock:
-                job = executor.submit(run_on_node, fn, env, kwargs, bool(spec.gpus_per_node or spec.gpus_per_task))
+            # sbatch is sent again while slurmctld cannot be reached, never after it may have
+            # received the job (slurm_retry).
+            job = send() if self.executor == "local" else OUTAGES.attempt("sbatch", send, resend=False)
         except OSError as exc:  # the job folder: read-only, full or gone
-            shutil.rmtree(folder, ignore_errors=True)
-            raise LaunchError(
-                f"{spec.name}: cannot write the job's files to {folder}: {exc.strerror or exc}. Every node "
-                "reads them from there: the shared filesystem must be mounted, writable and not full."
+            raise SharedFsFault(
+                f"the shared filesystem cannot take the job's files: {folder}: {exc.strerror or exc}; every node "
+                f"reads them from there, so it must be mounted, writable and not full ({spec.name}: not submitted)."
             ) from exc
+        except DaemonUnreachable:
+            raise
         except Exception as exc:  # sbatch refused: bad partition, account, GRES...
             shutil.rmtree(folder, ignore_errors=True)
             why = f"{spec.name}: submission refused: {exc}".rstrip()
@@ -925,7 +988,16 @@ class SubmititLauncher(Launcher):
                 out[name] = node.state + (f" ({node.reason})" if node.reason else "")
         return out
 
-    def _what_holds(self, nodes: tuple[str, ...], job_id: str) -> str:
+    def _holders(self, nodes: tuple[str, ...], job_id: str) -> list[slurm.Holder]:
+        """The other jobs on ``nodes`` (any user's); empty when Slurm cannot say."""
+        if self.executor != "slurm":
+            return []
+        try:
+            return [h for h in slurm.holders(nodes) if h.job_id != job_id]
+        except Exception:  # a nicety for the message; the timeout itself stands
+            return []
+
+    def _what_holds(self, nodes: tuple[str, ...], job_id: str, holders: list[slurm.Holder] | None = None) -> str:
         """Why a job pinned to ``nodes`` may still wait, as one clause: other jobs on those nodes,
         and the nodes of this run's jobs that Slurm cannot use or this run lost (a job that failed
         to launch on a dead node keeps the live nodes of its allocation until Slurm has ended it):
@@ -935,13 +1007,11 @@ class SubmititLauncher(Launcher):
         if self.executor != "slurm":
             return ""
         parts: list[str] = []
-        try:
-            holders = [h for h in slurm.holders(nodes) if h[0] != job_id]
-        except Exception:  # a nicety for the message; the timeout itself stands
-            holders = []
-        for other, name, state, hosts in holders:
-            mine = ", ".join(n for n in nodes if n in hosts)
-            parts.append(f"{mine} held by job {other} ({name}), {state} on {', '.join(hosts) or 'its nodes'}")
+        if holders is None:
+            holders = self._holders(nodes, job_id)
+        for holder in holders:
+            mine = ", ".join(n for n in nodes if n in holder.nodes)
+            parts.append(f"{mine} held by {holder.describe()}")
         used = sorted(self._nodes_used | {n for h in holders for n in h[3]})
         bad = {**self._unusable_nodes(tuple(used)), **self.lost_nodes}
         bad = {n: why for n, why in bad.items() if n not in nodes}
@@ -972,7 +1042,7 @@ class SubmititLauncher(Launcher):
         if not ending or len(ending) != len(holders):
             return ""
         lost = sorted({n for h in ending for n in h[3] if n in self.lost_nodes})
-        return ", ".join(f"job {i} ({name})" for i, name, _, _ in ending) + f" on {', '.join(lost)}"
+        return ", ".join(f"job {h.job_id} ({h.name})" for h in ending) + f" on {', '.join(lost)}"
 
     def _lost_nodes(self, nodes: tuple[str, ...]) -> dict[str, str]:
         if not nodes:

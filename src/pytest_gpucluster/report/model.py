@@ -7,8 +7,10 @@ The verdict rule (also in docs/report.md), over the run's *required set* (``sele
 * REJECTED   a selected check failed, or errored on the cluster (a job failed, a submission was
   refused); an unexpected pass of a strict xfail counts as a failure;
 * INCOMPLETE otherwise, when a required check that was selected was skipped, errored before it
-  could judge (a fault of the harness), or was not reached (the run was interrupted), or when no
-  check passed;
+  could judge (a fault of the harness), was stopped by a fault outside the nodes (``faults.py``:
+  the controller, the shared filesystem, other work in the queue; one reason per fault, its
+  sentence first, and the headline names the first), or was not reached (the run was
+  interrupted), or when no check passed;
 * PARTIAL    otherwise, when the selection (``-k``, ``-m``, ``--deselect``, files or tests named on
   the command line) left required checks out: what ran passed, but it is not the acceptance;
 * ACCEPTED   otherwise: every required check ran and passed; warnings are counted and listed.
@@ -237,15 +239,20 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
             tuple(found),
         )
 
+    faults = fault_reasons(tests)
     bad = [t for t in tests if _judged_bad(t)]
     if bad:
         found = [f for t in bad for f in findings_of(t, nodes)]
         n = len(bad)
         return made(
-            "REJECTED", [f.line for f in found], f"REJECTED: {n} check{'s' if n != 1 else ''} failed", found=found
+            "REJECTED",
+            [*faults, *(f.line for f in found)],
+            f"REJECTED: {n} check{'s' if n != 1 else ''} failed",
+            found=found,
         )
 
-    reasons: list[str] = []
+    reasons: list[str] = list(faults)
+    faulted = {str(t.get("nodeid")) for t in tests if t.get("cluster_fault")}
     status = doc.get("status")
     if status != "complete":
         reasons.append(f"the run did not finish (status: {status}); results cover only the checks that ran")
@@ -254,13 +261,14 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         skipped_out = set(sel.get("not_selected", []))
         not_selected = [test_label(n) for n in sel.get("not_selected", [])]
         for nodeid in sel.get("required", []):
-            if nodeid in skipped_out:
+            if nodeid in skipped_out or nodeid in faulted:
                 continue
             t = by_id.get(nodeid)
             reasons += _missing(nodeid, t)
     else:  # a results file without a selection: every check in it is taken as required
         for t in tests:
-            reasons += _missing(str(t.get("nodeid")), t)
+            if str(t.get("nodeid")) not in faulted:
+                reasons += _missing(str(t.get("nodeid")), t)
     narrowed = sel is not None and bool(not_selected or sel.get("named"))
     if counts["pass"] + counts["warn"] == 0 and not narrowed:
         reasons.append("no acceptance check passed")
@@ -268,6 +276,11 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         reasons = fold_lines(reasons, nodes)
         n = len(reasons)
         headline = f"INCOMPLETE: {n} reason{'s' if n != 1 else ''} the acceptance is not whole"
+        if faults:  # the fault outside the nodes is what a reader must see first
+            more = n - 1
+            headline = f"INCOMPLETE: {faults[0]}" + (
+                f" (and {more} more reason{'s' if more != 1 else ''})" if more else ""
+            )
         return made("INCOMPLETE", reasons, headline, not_selected)
     passed = counts["pass"] + counts["warn"]
     w = f", {len(warned)} warning{'s' if len(warned) != 1 else ''}" if warned else ""
@@ -280,6 +293,24 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         why += [f"{n}: not selected" for n in not_selected]
         return made("PARTIAL", why, "PARTIAL: " + "; ".join(parts), not_selected)
     return made("ACCEPTED", warned, f"ACCEPTED{w}")
+
+
+def fault_reasons(tests: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per fault outside the nodes (``faults.py``) that stopped checks, its sentence
+    first, then how many checks it kept from being judged: "the Slurm controller (slurmctld) did
+    not answer for 60 s: ... (26 checks not judged: test_a, test_b, test_c and 23 more)"."""
+    stopped: dict[str, list[str]] = {}
+    for t in tests:
+        fault = t.get("cluster_fault") or {}
+        if fault:
+            stopped.setdefault(str(fault.get("sentence") or fault.get("what")), []).append(
+                test_label(str(t.get("nodeid")))
+            )
+    out = []
+    for sentence, labels in stopped.items():
+        shown = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+        out.append(f"{sentence} ({len(labels)} check{'s' if len(labels) != 1 else ''} not judged: {shown})")
+    return out
 
 
 def _missing(nodeid: str, t: Mapping[str, Any] | None) -> list[str]:
@@ -426,7 +457,11 @@ def matrix(doc: Mapping[str, Any]) -> Matrix:
         label = str(t.get("nodeid", "")).split("::")[-1]
         param_nodes = nodes_in(str(t.get("params", "")), nodes)
         attributed_bad = False
-        if SEVERITY.get(verdict, 0) >= SEVERITY["xpass"]:
+        fault = t.get("cluster_fault") or {}
+        if fault:  # stopped from outside the nodes: not judged, on no node's account
+            verdict = "skip"
+            said = [f"{label}: not judged: {fault.get('sentence') or fault.get('what')}"]
+        elif SEVERITY.get(verdict, 0) >= SEVERITY["xpass"]:
             said = [f"{s} ({label})" for s in failure_sentences(t)]
         elif verdict in ("skip", "n/a"):
             said = [f"{label}: {'skipped' if verdict == 'skip' else 'n/a'}: {reason_of(str(t.get('message', '')))}"]
@@ -456,7 +491,9 @@ def matrix(doc: Mapping[str, Any]) -> Matrix:
         touched = bool(param_nodes) or any(nodes_in(str(m.get("where", "")), nodes) for m in t.get("measurements", []))
         if not touched or (SEVERITY.get(verdict, 0) >= SEVERITY["warn"] and not attributed_bad):
             line = f"{label}: {verdict}"
-            if t.get("message"):
+            if fault:
+                line = said[0]
+            elif t.get("message"):
                 line += f": {first_line(t['message'])}"
             add(CLUSTER_ROW, col, verdict, line)
     rows = [n for n in nodes if any(key[0] == n for key in collected)] or list(nodes)

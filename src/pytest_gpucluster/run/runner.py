@@ -18,7 +18,7 @@ from concurrent.futures import wait as wait_all
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.errors import ClusterFault, GpuClusterError
 
 R = TypeVar("R")
 
@@ -140,6 +140,8 @@ class Runner:
             return exc
         if not isinstance(exc, (GpuClusterError, SharedFailure)):
             return exc  # pytest's own outcomes (fail, skip) and unexpected errors stay as they are
+        if isinstance(exc, ClusterFault):
+            return exc  # a fault outside the nodes stays itself: no reader judges a node on it
         text = str(exc).strip().splitlines()
         first = text[0] if text else type(exc).__name__
         return SharedFailure(f"{first} (the same failure as in {slot.first_reader}, which shows it in full)")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from string import Template
 
-from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.errors import SharedFsFault
 from pytest_gpucluster.workloads.context import TaskContext
 
 MARKER = "login-marker"
@@ -97,7 +97,8 @@ class Prepared:
 
 def prepare(root_template: str, env: Mapping[str, str] | None = None) -> Prepared:
     """On the login node: make ``<root>/.pytest-gpucluster-sharedfs-<random>`` with mode 0700 and
-    write the marker every node must find. GpuClusterError names the path when ``root`` is unusable."""
+    write the marker every node must find. SharedFsFault (a fault outside the nodes) names the
+    path when ``root`` cannot be written."""
     root = expand(root_template, os.environ if env is None else env)
     token = secrets.token_hex(16)
     name = f".pytest-gpucluster-sharedfs-{token[:12]}"
@@ -108,9 +109,11 @@ def prepare(root_template: str, env: Mapping[str, str] | None = None) -> Prepare
         _write(directory / MARKER, token.encode())
     except OSError as exc:
         shutil.rmtree(directory, ignore_errors=True)
-        raise GpuClusterError(
-            f"login node: cannot make a private directory in {root} ({exc.strerror or exc}); is the "
-            f"shared filesystem ({root_template}) mounted and writable on the login node?"
+        raise SharedFsFault.cannot_write(
+            str(root),
+            str(exc.strerror or exc),
+            f"cannot make a private directory in it; is the shared filesystem ({root_template}) mounted "
+            "and writable on the login node?",
         ) from exc
     return Prepared(root_template, str(root), name, token)
 

@@ -1,0 +1,102 @@
+"""Whose fault it is: the rules that tell a fault of the cluster (its controller, its shared
+filesystem, other work in its queue) from a fault of a node, and that keep jobs which must run at
+the same time from waiting on each other forever. Pure: Slurm's answers in, decisions out.
+
+A node is rejected only for its own fault. What stops a check from outside the nodes is a
+``ClusterFault`` (``errors.py``): the check is not judged, and no node is excluded or drained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from pytest_gpucluster.errors import ClusterFault
+from pytest_gpucluster.slurm import Holder
+
+
+def cluster_fault(exc: BaseException | None) -> ClusterFault | None:
+    """The fault outside the nodes that ``exc`` is, or was raised from; None for anything else
+    (a judgement, a failed job, a lost node, a harness error)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ClusterFault):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def other_work(holders: Iterable[Holder], run_prefix: str) -> list[Holder]:
+    """Of the jobs holding a waiting job's nodes, those that are not this run's own: another
+    user's, or another run's (the run's jobs are named ``run_prefix...``). A job of this run that
+    holds the nodes ends within its own time limit; other work may hold them for as long as it
+    likes, and is then named as what kept the check from running."""
+    return [h for h in holders if not h.name.startswith(run_prefix)]
+
+
+def held_sentence(other: Sequence[Holder], nodes: Sequence[str], waited_s: float) -> str:
+    """One sentence naming the other work that kept ``nodes`` past the queue bound."""
+    jobs = "; ".join(h.describe() for h in other)
+    return f"other work held {', '.join(nodes)} past queue_timeout_s ({waited_s:.0f} s): {jobs}"
+
+
+# Jobs that must run at the same time carry their group's mark in their names
+# (``gpucluster-RUN-isolation-pair@3f9a2c``), so another group's members can be told apart.
+GROUP_MARK = "@"
+
+
+def group_of(name: str) -> str:
+    """The group a job's name marks it as a member of, or "" for a job of no group."""
+    head, mark, tag = name.rpartition(GROUP_MARK)
+    return tag if mark and head and tag.isalnum() else ""
+
+
+def gives_way(
+    group: Sequence[str], waiting: Sequence[str], running: Iterable[Holder], queued: Iterable[Holder]
+) -> Holder | None:
+    """For jobs that must run at the same time (``group``: their ids), of which ``waiting`` wait
+    while the others run and hold their share: the job that the group must give way to (cancel
+    its jobs and submit them again, behind it), or None to wait on.
+
+    A member that runs holds what it has until the others start; the group gives way to
+    * a job that runs on the waiting members' nodes and came after the group's first member
+      (it slipped in between them: if it waits on a partner too, neither would ever start);
+    * a job queued ahead of a waiting member for the same nodes (``queued``): Slurm starts it
+      first, and it may need what the running member holds.
+    A job of another group counts only if that group is younger (its first job came after
+    this group's first), so of two groups that hold part of each other's nodes exactly one
+    gives way. A job that ran before the group began is waited for, bounded by queue_timeout_s."""
+    mine = set(group)
+    first = min(int(i) for i in group)
+    last_waiting = max(int(i) for i in waiting)
+    others = [h for h in (*running, *queued) if h.job_id not in mine and h.job_id.isdigit()]
+    group_first: dict[str, int] = {}
+    for h in others:
+        tag = group_of(h.name)
+        if tag:
+            group_first[tag] = min(group_first.get(tag, int(h.job_id)), int(h.job_id))
+
+    def younger_group(h: Holder) -> bool | None:
+        tag = group_of(h.name)
+        return group_first[tag] > first if tag else None
+
+    blocking = [
+        h
+        for h in others
+        if (h.state != "PENDING" and (younger_group(h) if group_of(h.name) else int(h.job_id) > first))
+        or (h.state == "PENDING" and int(h.job_id) < last_waiting and younger_group(h) is not False)
+    ]
+    # The one to name: a job queued ahead before one that merely runs beside.
+    return min(blocking, key=lambda h: (h.state != "PENDING", int(h.job_id))) if blocking else None
+
+
+def srun_missed_controller(stderr_text: str) -> str:
+    """The line of srun in a batch step's stderr that says it could not reach slurmctld (to
+    confirm the allocation or create the job's step), or empty. srun failing to reach a node
+    (``Task launch for StepId=... failed on node ...``, ``Application launch failed:
+    Communication connection failure``) is that node's and is not such a line."""
+    for line in stderr_text.splitlines():
+        text = line.strip()
+        if text.startswith("srun:") and "unable to contact slurm controller" in text.lower():
+            return text
+    return ""
