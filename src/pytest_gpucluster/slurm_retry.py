@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from pytest_gpucluster.errors import DaemonUnreachable
+from pytest_gpucluster.errors import DAEMON_NAMES, DaemonUnreachable
 
 T = TypeVar("T")
 
@@ -102,16 +102,27 @@ class Outages:
         self._since: dict[str, float] = {}
         self._first: dict[str, str] = {}
         self._past: dict[str, list[tuple[float, float]]] = {}  # outages that ended: (from, to)
+        self._said: dict[str, str] = {}  # the sentence of each daemon's latest outage
+        self._when: dict[str, str] = {}  # when (UTC) each daemon's latest outage began
+        self._certain: dict[str, bool] = {}  # whether its quoted failure says "not contacted"
         # Told (daemon, the failure) once when an outage begins and (daemon, "") when it ends.
         self.on_change: Callable[[str, str], None] | None = None
 
-    def failed(self, daemon: str, text: str) -> float:
-        """Note a failure to reach ``daemon``; how long it has not answered (0 for the first)."""
+    def failed(self, daemon: str, text: str, *, certain: bool = False) -> float:
+        """Note a failure to reach ``daemon``; how long it has not answered (0 for the first).
+        ``certain``: the failure says the daemon could not be contacted at all; the outage's
+        sentence quotes the first such failure rather than a vaguer one before it."""
         now = self._clock()
         with self._lock:
             began = daemon not in self._since
             since = self._since.setdefault(daemon, now)
-            self._first.setdefault(daemon, text)
+            if began:
+                self._when[daemon] = time.strftime("%H:%M:%S", time.gmtime())
+            if began or (certain and not self._certain.get(daemon)):
+                self._first[daemon] = text
+                self._certain[daemon] = certain
+                name = DAEMON_NAMES.get(daemon, daemon)
+                self._said[daemon] = f"{name} stopped answering at {self._when[daemon]} UTC ({text})"
         if began and self.on_change is not None:
             self.on_change(daemon, text)
         return now - since
@@ -121,6 +132,7 @@ class Outages:
         with self._lock:
             since = self._since.pop(daemon, None)
             self._first.pop(daemon, None)
+            self._certain.pop(daemon, None)
             ended = since is not None
             if since is not None:
                 self._past.setdefault(daemon, []).append((since, self._clock()))
@@ -145,6 +157,13 @@ class Outages:
         with self._lock:
             return self._first.get(daemon, "")
 
+    def sentence(self, daemon: str) -> str:
+        """One sentence for ``daemon``'s latest outage, the same for every check it stopped:
+        "the Slurm controller (slurmctld) stopped answering at 10:14:05 UTC (<first failure>)";
+        empty when it never stopped answering."""
+        with self._lock:
+            return self._said.get(daemon, "")
+
     def attempt(self, command: str, once: Callable[[], T], *, resend: bool = True) -> T:
         """``once()`` until it succeeds, fails for another reason, or its daemon has not answered
         for the window: then ``DaemonUnreachable``. ``resend`` false (a submission): a failure
@@ -157,10 +176,13 @@ class Outages:
                 said = unreachable(command, str(exc))
                 if said is None:
                     raise
-                down = self.failed(said.daemon, str(exc))
+                down = self.failed(said.daemon, str(exc), certain=said.not_received)
                 delay = retry_delay(tries, down, self.window_s) if (resend or said.not_received) else None
                 if delay is None:
-                    raise DaemonUnreachable(said.daemon, down, str(exc), sent=not said.not_received) from exc
+                    sent = not resend and not said.not_received
+                    fault = DaemonUnreachable(said.daemon, down, str(exc), sent=sent)
+                    fault.fault_sentence = self.sentence(said.daemon)
+                    raise fault from exc
                 self._sleep(delay)
                 tries += 1
                 continue

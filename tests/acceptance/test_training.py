@@ -16,7 +16,7 @@ import dataclasses
 import pytest
 
 from pytest_gpucluster.checks import telemetry
-from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.errors import ClusterFault, GpuClusterError
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
@@ -50,6 +50,7 @@ def _baselines(gpucluster):
         jobs = _per_node_jobs(gpucluster)
         found = {n: (got[0]["single"], got[1]) for n, got in jobs.items() if isinstance(got, tuple)}
         if not found:
+            _raise_cluster_fault(jobs.values())
             failed = "; ".join(f"{n}: {got}" for n, got in jobs.items())
             pytest.fail(f"no node trained on one GPU: every per-node training job failed ({failed})", pytrace=False)
         return found
@@ -129,9 +130,18 @@ BASELINE = pytest.mark.uses(jobs.TRAIN_BASELINE)
 def node_training(gpucluster, node):
     """``node``'s training job: (mode → summary, job id, telemetry samples)."""
     got = _per_node_jobs(gpucluster).get(node)
+    _raise_cluster_fault([got])
     if isinstance(got, Exception) or got is None:
         pytest.fail(f"{node}: training job failed: {got}", pytrace=False)
     return got
+
+
+def _raise_cluster_fault(outcomes):
+    """A node's job that failed for a fault outside the nodes (the controller, the shared
+    filesystem) is no judgement of that node: the fault itself ends the check, not judged."""
+    for got in outcomes:
+        if isinstance(got, ClusterFault):
+            raise got
 
 
 def _training_telemetry(gpucluster, node, node_training, record):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster.checks import stability
-from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.errors import ClusterFault, GpuClusterError
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.workloads.training import plan_training, stability_config, summarise, train
 
@@ -65,6 +65,8 @@ def _long_runs(gpucluster):
 def long_run(gpucluster, node):
     """``node``'s long run: (RunStats of every rank, job id)."""
     got = _long_runs(gpucluster).get(node)
+    if isinstance(got, ClusterFault):
+        raise got  # the controller or the shared filesystem, not the node: not judged
     if isinstance(got, Exception) or got is None:
         pytest.fail(f"{node}: the long training job failed: {got}", pytrace=False)
     return got

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpucluster_testcluster import ClusterInfo, TestCluster
+from gpucluster_testcluster import ClusterInfo, TestCluster, daemons
+from gpucluster_testcluster.config import Paths
+from gpucluster_testcluster.proc import alive_from_pid_file
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT_NODES = ("node3", "node4")
@@ -180,6 +182,19 @@ def restore_nodes(info: ClusterInfo) -> None:
         return not busy and all(n.healthy for n in cluster.node_states() if n.name in FAULT_NODES)
 
     wait_until("node3 and node4 usable and empty again", usable, 60)
+
+
+def stop_controller(info: ClusterInfo) -> None:
+    """Stop slurmctld (SIGTERM: it saves its state, as in a restart or a failover)."""
+    paths = Paths(state_dir=info.state_dir, shared_dir=info.shared_dir)
+    assert daemons.stop_pid_file(paths.slurmctld_pid, "slurmctld"), "slurmctld was not running"
+
+
+def start_controller(info: ClusterInfo) -> None:
+    """Start slurmctld again (bounded: until it answers ``scontrol ping``); a no-op when it runs."""
+    paths = Paths(state_dir=info.state_dir, shared_dir=info.shared_dir)
+    if alive_from_pid_file(paths.slurmctld_pid, "slurmctld") is None:
+        daemons.start_slurmctld(paths)
 
 
 LONG_TEST = """

@@ -4,6 +4,8 @@ failure texts are those of Slurm 22.05's clients with slurmctld stopped on the t
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pytest_gpucluster.errors import ClusterFault, DaemonUnreachable, SlurmQueryError
@@ -93,13 +95,17 @@ def test_past_the_window_the_command_fails_as_a_fault_of_the_cluster_and_later_o
         outages.attempt("squeue", down)
     assert isinstance(info.value, ClusterFault) and isinstance(info.value, SlurmQueryError)
     assert info.value.what == "slurmctld"
-    assert info.value.sentence.startswith("the Slurm controller (slurmctld) did not answer for ")
+    assert str(info.value).startswith("the Slurm controller (slurmctld) did not answer for ")
+    assert re.fullmatch(
+        r"the Slurm controller \(slurmctld\) stopped answering at \d\d:\d\d:\d\d UTC \(.*\)", info.value.sentence
+    )
     assert CONNECT in info.value.sentence
     assert clock.now - 100.0 >= 20.0  # gave up once the controller had not answered for the window
     before = len(clock.slept)
-    with pytest.raises(DaemonUnreachable):
+    with pytest.raises(DaemonUnreachable) as again:
         outages.attempt("scontrol", down)  # the outage is shared: no new window
     assert len(clock.slept) == before
+    assert again.value.sentence == info.value.sentence  # one outage, one sentence for every check
 
 
 def test_a_submission_that_may_have_arrived_is_not_sent_again():
@@ -134,3 +140,18 @@ def test_the_telling_line_of_a_ping_is_not_its_banner():
     )
     assert telling_line(ping) == "Slurmctld(primary) at vm is DOWN"
     assert telling_line("a\nsbatch: error: refused\n") == "sbatch: error: refused"
+
+
+def test_the_outages_sentence_quotes_the_plainest_failure_seen_before_giving_up():
+    clock = _Clock()
+    outages = Outages(10.0, clock=clock, sleep=clock.sleep)
+    vague = SlurmQueryError("`sinfo --json` reported errors and no data: Unspecified error")
+    seen = iter([vague, SlurmQueryError(CONNECT)])
+
+    def down() -> str:
+        clock.now += 1.0
+        raise next(seen, SlurmQueryError(CONNECT))
+
+    with pytest.raises(DaemonUnreachable) as info:
+        outages.attempt("sinfo", down)
+    assert info.value.sentence.endswith(f"({CONNECT})")

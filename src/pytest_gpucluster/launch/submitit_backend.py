@@ -323,7 +323,9 @@ class SubmititJob(Job[R]):
                 down = OUTAGES.down_s("slurmctld")
                 if down is not None and down >= OUTAGES.window_s:
                     # No job starts without the controller: a fault of the cluster, not of its nodes.
-                    raise DaemonUnreachable("slurmctld", down, OUTAGES.first_error("slurmctld"))
+                    fault = DaemonUnreachable("slurmctld", down, OUTAGES.first_error("slurmctld"))
+                    fault.fault_sentence = OUTAGES.sentence("slurmctld")
+                    raise fault
                 # Time slurmctld did not answer is the controller's, not the nodes': not counted.
                 outage = OUTAGES.downtime("slurmctld", self.submitted_at)
                 if now - self.submitted_at - excused - outage > queue_limit:
@@ -582,7 +584,9 @@ class SubmititJob(Job[R]):
             missed = self._srun_missed_controller()
             if missed:
                 # srun could not ask slurmctld for the job step: no task ran, on no node's account.
-                raise DaemonUnreachable.for_step(self.job_id, self.spec.name, missed)
+                fault = DaemonUnreachable.for_step(self.job_id, self.spec.name, missed)
+                fault.fault_sentence = OUTAGES.sentence("slurmctld") or fault.fault_sentence
+                raise fault
             lost = self._launcher._lost_nodes(nodes) if self._launcher.executor == "slurm" else {}
             unreached = self._unreached_nodes() if learn_lost and self._launcher.executor == "slurm" else {}
             if unreached:

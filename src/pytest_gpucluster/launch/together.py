@@ -84,7 +84,7 @@ def run_together(
                 job.cancel()
             concurrent.futures.wait(futures)  # each ends at once, cancelled
         ids = ", ".join(j.job_id for j in jobs)
-        say(f"jobs {ids} gave way to {holder.describe()}, which came after them and holds their nodes; submitted again")
+        say(f"jobs {ids}, which must run at once, gave way to {holder.describe()}; submitted again behind it")
     raise AssertionError("unreachable: the last try is waited on to its end")
 
 

@@ -287,8 +287,15 @@ class ResultsHooks:
         collect_only = bool(self.config.option.collectonly)
         if self.config.getoption("drain_failed", False) and not collect_only:
             results.extra["drained"] = self._drain(results.extra["acceptance"]["nodes"])
-        if acc.verdict == "INCOMPLETE" and session.exitstatus == pytest.ExitCode.OK and not collect_only:
-            session.exitstatus = EXIT_INCOMPLETE  # a CI gate must not take it for a pass
+        if acc.verdict == "INCOMPLETE" and not collect_only:
+            # A CI gate must not take it for a pass, nor for a rejection when the checks that
+            # errored were stopped by a fault outside the nodes (the controller, the shared
+            # filesystem, other work). A harness error keeps pytest's own status.
+            faulted = all(t.get("cluster_fault") for t in doc["tests"] if t.get("outcome") in ("failed", "error"))
+            if session.exitstatus == pytest.ExitCode.OK or (
+                session.exitstatus == pytest.ExitCode.TESTS_FAILED and faulted
+            ):
+                session.exitstatus = EXIT_INCOMPLETE
         if self.merge_doc is not None and self.merge_path is not None and not collect_only:
             here = str(self.session.settings.results_path or "(this run, no --results file)")
             merged = model.handover(self.merge_doc, str(self.merge_path), results.to_json(), here)

@@ -244,12 +244,10 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
     if bad:
         found = [f for t in bad for f in findings_of(t, nodes)]
         n = len(bad)
-        return made(
-            "REJECTED",
-            [*faults, *(f.line for f in found)],
-            f"REJECTED: {n} check{'s' if n != 1 else ''} failed",
-            found=found,
-        )
+        headline = f"REJECTED: {n} check{'s' if n != 1 else ''} failed"
+        if faults:  # what stopped the other checks is named in the headline too
+            headline += f"; {fault_reasons(tests, short=True)[0]}"
+        return made("REJECTED", [*faults, *(f.line for f in found)], headline, found=found)
 
     reasons: list[str] = list(faults)
     faulted = {str(t.get("nodeid")) for t in tests if t.get("cluster_fault")}
@@ -278,7 +276,7 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         headline = f"INCOMPLETE: {n} reason{'s' if n != 1 else ''} the acceptance is not whole"
         if faults:  # the fault outside the nodes is what a reader must see first
             more = n - 1
-            headline = f"INCOMPLETE: {faults[0]}" + (
+            headline = f"INCOMPLETE: {fault_reasons(tests, short=True)[0]}" + (
                 f" (and {more} more reason{'s' if more != 1 else ''})" if more else ""
             )
         return made("INCOMPLETE", reasons, headline, not_selected)
@@ -295,10 +293,11 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
     return made("ACCEPTED", warned, f"ACCEPTED{w}")
 
 
-def fault_reasons(tests: Iterable[Mapping[str, Any]]) -> list[str]:
+def fault_reasons(tests: Iterable[Mapping[str, Any]], *, short: bool = False) -> list[str]:
     """One line per fault outside the nodes (``faults.py``) that stopped checks, its sentence
-    first, then how many checks it kept from being judged: "the Slurm controller (slurmctld) did
-    not answer for 60 s: ... (26 checks not judged: test_a, test_b, test_c and 23 more)"."""
+    first, then how many checks it kept from being judged: "the Slurm controller (slurmctld)
+    stopped answering at 10:14:05 UTC (...) (26 checks not judged: test_a, test_b, test_c and 23
+    more)"; ``short``: without naming the checks (for a headline)."""
     stopped: dict[str, list[str]] = {}
     for t in tests:
         fault = t.get("cluster_fault") or {}
@@ -308,8 +307,9 @@ def fault_reasons(tests: Iterable[Mapping[str, Any]]) -> list[str]:
             )
     out = []
     for sentence, labels in stopped.items():
+        count = f"{len(labels)} check{'s' if len(labels) != 1 else ''} not judged"
         shown = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
-        out.append(f"{sentence} ({len(labels)} check{'s' if len(labels) != 1 else ''} not judged: {shown})")
+        out.append(f"{sentence} ({count})" if short else f"{sentence} ({count}: {shown})")
     return out
 
 
