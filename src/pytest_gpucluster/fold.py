@@ -22,6 +22,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from pytest_gpucluster.ranges import spans
+
 # An index: the word it belongs to, then the number. ``gpu3``, ``GPU 3``, ``link 17``, ``port 1``,
 # ``mlx5_3``, ``rank 5``, ``nvswitch2``; never the digits of a longer word (``node13``, ``gpu-017``).
 _INDEX = r"(?<![\w\-])(gpu|GPU |links? |ports? |ranks? |nvswitch|[a-z]+\d+_)(\d+)(?!\w)"
@@ -104,19 +106,8 @@ def _parse(sentence: str, fixed: re.Pattern[str] | None) -> _Parsed:
 
 
 def index_set(indices: Iterable[int]) -> str:
-    """``[0, 1, 2, 3, 6]`` → ``0–3,6``."""
-    numbers = sorted(set(indices))
-    spans: list[str] = []
-    i = 0
-    while i < len(numbers):
-        j = i
-        while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
-            j += 1
-        spans.append(
-            str(numbers[i]) if i == j else f"{numbers[i]}–{numbers[j]}" if j > i + 1 else f"{numbers[i]},{numbers[j]}"
-        )
-        i = j + 1
-    return ",".join(spans)
+    """``[0, 1, 2, 3, 6]`` → ``0–3,6``; two in a row stay two: ``[4, 5]`` → ``4,5``."""
+    return ",".join(spans(indices, pair_as_two=True))
 
 
 def _span(values: Sequence[str]) -> str:

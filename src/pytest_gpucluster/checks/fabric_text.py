@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pytest_gpucluster.ranges import spans
+
 _NUMBERED = re.compile(r"(.*?)(\d+)")
 
 
@@ -21,17 +23,7 @@ class Place:
 
 def numbers(values: Iterable[int]) -> str:
     """``0, 1, 2, 3, 5`` → ``0–3, 5``."""
-    ordered = sorted(set(values))
-    spans: list[str] = []
-    start = prev = ordered[0]
-    for n in [*ordered[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        spans.append(str(start) if start == prev else f"{start}–{prev}")
-        if n is not None:
-            start = prev = n
-    return ", ".join(spans)
+    return ", ".join(spans(values))
 
 
 def labels(names: Sequence[str]) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pytest_gpucluster.ranges import spans
 from pytest_gpucluster.workloads.xid import KernelLog, XidWatch, pci_key
 
 Source = Literal["NVIDIA", "Azure", "NVIDIA, Azure"]
@@ -224,16 +225,7 @@ def gpu_list(gpus: Sequence[str]) -> str:
     if len(indices) == 1:
         parts.append(f"gpu{indices[0]}")
     elif indices:
-        spans: list[str] = []
-        start = prev = indices[0]
-        for n in [*indices[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            spans.append(str(start) if start == prev else f"{start}-{prev}")
-            if n is not None:
-                start = prev = n
-        parts.append(f"gpu[{','.join(spans)}]")
+        parts.append(f"gpu[{','.join(spans(indices, dash='-'))}]")
     return ",".join([*parts, *others])
 
 

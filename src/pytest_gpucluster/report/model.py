@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pytest_gpucluster.config.thresholds import origin_of
 from pytest_gpucluster.fold import fold, fold_lines
 from pytest_gpucluster.outcomes import reason_of
+from pytest_gpucluster.ranges import spans as runs_as_text
 from pytest_gpucluster.results import PROPERTY
 
 Overall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE", "PARTIAL"]
@@ -702,16 +703,7 @@ def hostlist(names: Sequence[str]) -> str:
     out = list(plain)
     for (prefix, width), numbers in groups.items():
         numbers = sorted(set(numbers))
-        spans: list[str] = []
-        start = prev = numbers[0]
-        for n in [*numbers[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            a, b = (str(start).zfill(width), str(prev).zfill(width))
-            spans.append(a if start == prev else f"{a}-{b}")
-            if n is not None:
-                start = prev = n
+        spans = runs_as_text(numbers, dash="-", width=width)
         out.append(f"{prefix}{spans[0]}" if len(numbers) == 1 else f"{prefix}[{','.join(spans)}]")
     return ",".join(out)
 
