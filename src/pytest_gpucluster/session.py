@@ -224,13 +224,13 @@ class GpuClusterSession:
                 n = by_name.get(name)
                 if n is None and self.settings.nodes:
                     self.excluded_nodes[name] = f"not in partition {p.partition!r} (--nodes)"
-                elif n is not None and n.why_unusable(p.gpus_per_node):
-                    self.excluded_nodes[name] = n.why_unusable(p.gpus_per_node)
+                elif n is not None and not n.usable:
+                    self.excluded_nodes[name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
             return tuple(name for name in named if name not in self.excluded_nodes)
-        usable = [n.name for n in known if not n.why_unusable(p.gpus_per_node)]
+        usable = [n.name for n in known if n.usable]
         for n in known:
-            if n.why_unusable(p.gpus_per_node):
-                self.excluded_nodes[n.name] = n.why_unusable(p.gpus_per_node)
+            if not n.usable:
+                self.excluded_nodes[n.name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
         if not known:
             self.node_error = f"partition {p.partition!r} has no nodes (sinfo -p {p.partition})"
         return tuple(usable[: p.nodes])

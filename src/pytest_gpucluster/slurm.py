@@ -277,16 +277,6 @@ class NodeInfo:
         good = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"}
         return bool(parts & good) and not parts & bad
 
-    def why_unusable(self, gpus: int | None = None) -> str:
-        """Why the run cannot place its jobs on this node ("" when it can): Slurm's state and
-        reason, or a GRES that offers fewer GPUs than the ``gpus`` each job of the run asks for
-        there (every job over all nodes would be refused at submission, the healthy nodes' too)."""
-        if not self.usable:
-            return self.state + (f" ({self.reason})" if self.reason else "")
-        if gpus is not None and self.gpus < gpus:
-            return f"with {self.gpus} GPU(s) (Gres={self.gres or 'none'}), fewer than the {gpus} the profile expects"
-        return ""
-
     @property
     def gpus(self) -> int:
         """GPU count from the GRES string (``gpu:4``, ``gpu:h100:8(S:0-1)``)."""

@@ -153,14 +153,3 @@ def test_a_hostlist_is_read_without_slurm_keeping_zero_padding():
     ):
         with pytest.raises(ValueError, match=re.escape(said)):
             slurm.parse_hostlist(bad)
-
-
-def test_a_node_offering_fewer_gpus_than_the_jobs_ask_for_is_unusable_for_the_run():
-    # A job over every node would be refused at submission, so the node is left out by name.
-    hidden = slurm.NodeInfo("node2", "IDLE", "", ("debug",), "", 32, 64000)
-    assert hidden.why_unusable(2) == "with 0 GPU(s) (Gres=none), fewer than the 2 the profile expects"
-    assert hidden.why_unusable(None) == "" and hidden.why_unusable(0) == ""
-    more = slurm.NodeInfo("node1", "MIXED", "", ("debug",), "gpu:h200:4(S:0-1)", 32, 64000)
-    assert more.why_unusable(2) == ""  # more than asked: the inventory check judges the count
-    drained = slurm.NodeInfo("node3", "IDLE+DRAIN", "bad DIMM", ("debug",), "gpu:4", 32, 64000)
-    assert drained.why_unusable(4) == "IDLE+DRAIN (bad DIMM)"
