@@ -168,7 +168,7 @@ def test_a_broken_shared_filesystem_fails_clearly_and_leaves_nothing(slurm_clust
     assert test["outcome"] == "error", run.output[-3000:]  # raised in the fixture that runs the job
     assert expected in test["message"], test["message"]
     assert str(path) in test["message"]
-    assert run.returncode == 1
+    assert run.returncode == 10  # INCOMPLETE: a fault outside the nodes, no node judged
     assert (sorted(os.listdir(path)) if path.exists() else None) == before  # nothing created, nothing left
     assert profile.jobs() == []
 
