@@ -447,7 +447,9 @@ class GpuClusterSession:
             finally:
                 self._group.mark = ""
 
-        return together.run_together(marked, say=self.say)
+        launcher = self.launcher
+        states = launcher.queue_entries if isinstance(launcher, SubmititLauncher) else slurm.queue_entries
+        return together.run_together(marked, say=self.say, states=states)
 
     def note_parts(self, job_id: str, parts: Mapping[str, tuple[float, float]]) -> None:
         """For a job that serves several areas: when each area's part of the workload ran

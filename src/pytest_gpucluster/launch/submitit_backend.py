@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -962,6 +962,12 @@ class SubmititLauncher(Launcher):
                 self._queue_read = slurm.queue_entries(ids)
                 self._queue_read_at = time.monotonic()
             return self._queue_read
+
+    def queue_entries(self, job_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """The shared read's word on these jobs of this launcher, job id → (state, reason): no
+        squeue of its own while they are waited on."""
+        entries = self._queue_entries()
+        return {i: entries[i] for i in job_ids if i in entries}
 
     def _pending_reason(self, job_id: str) -> str:
         try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_gpucluster import slurm
@@ -62,15 +62,17 @@ def run_together(
     grace_s: float = GRACE_S,
     poll_s: float = POLL_S,
     max_tries: int = MAX_TRIES,
+    states: Callable[[Sequence[str]], Mapping[str, tuple[str, str]]] = slurm.queue_entries,
 ) -> list[list[TaskResult[Any]]]:
     """Submit the group (``submit`` submits every member afresh, each try) and return each
     member's results; a group that gives way is cancelled and submitted again, at most
-    ``max_tries`` times in all."""
+    ``max_tries`` times in all. ``states`` reads the members' (state, reason) from the queue:
+    the launcher's shared read where the caller has one."""
     for attempt in range(1, max_tries + 1):
         jobs = list(submit())
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="together") as pool:
             futures = [pool.submit(job.results) for job in jobs]
-            holder = None if attempt == max_tries else _watch(jobs, futures, grace_s, poll_s)
+            holder = None if attempt == max_tries else _watch(jobs, futures, grace_s, poll_s, states)
             if holder is None:
                 done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
                 first = next((f.exception() for f in futures if f in done and f.exception() is not None), None)
@@ -89,7 +91,11 @@ def run_together(
 
 
 def _watch(
-    jobs: Sequence[Job[Any]], futures: Sequence[concurrent.futures.Future[Any]], grace_s: float, poll_s: float
+    jobs: Sequence[Job[Any]],
+    futures: Sequence[concurrent.futures.Future[Any]],
+    grace_s: float,
+    poll_s: float,
+    states: Callable[[Sequence[str]], Mapping[str, tuple[str, str]]],
 ) -> slurm.Holder | None:
     """Until every member has started (or one ended): the job this group must give way to, if
     one appears while the group is split for longer than ``grace_s``; None otherwise."""
@@ -97,11 +103,11 @@ def _watch(
     split_since: float | None = None
     while not any(f.done() for f in futures):
         try:
-            states = slurm.queue_entries(ids)
+            now_states = states(ids)
         except GpuClusterError:  # the queue cannot say now; each member's own wait still bounds it
-            states = {}
-        running = [i for i in ids if states.get(i, ("", ""))[0] in _RUNNING]
-        waiting = [j for j in jobs if states.get(j.job_id, ("", ""))[0] == "PENDING"]
+            now_states = {}
+        running = [i for i in ids if now_states.get(i, ("", ""))[0] in _RUNNING]
+        waiting = [j for j in jobs if now_states.get(j.job_id, ("", ""))[0] == "PENDING"]
         if running and len(running) == len(ids):
             return None  # all started: they meet at their hold
         if running and waiting:
