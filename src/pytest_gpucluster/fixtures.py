@@ -10,8 +10,13 @@ from typing import Any
 import pytest
 
 from pytest_gpucluster.config import Profile, Threshold, ThresholdSet
+from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.fold import fold_lines
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, ThresholdWarning
+from pytest_gpucluster.plan import JobRequest
+from pytest_gpucluster.run import produce
+from pytest_gpucluster.run.cluster import Cluster
+from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.session import GpuClusterSession
 from pytest_gpucluster.verdict import Measurement, Verdict, judge
 
@@ -99,35 +104,76 @@ class Judge:
             pytest.fail("; ".join(fold_lines(dict.fromkeys(problems))) + f" ({what})", pytrace=False)
 
 
-@pytest.fixture(scope="session")
-def gpucluster(pytestconfig: pytest.Config) -> GpuClusterSession:
-    """The run's session: profile, thresholds, launcher, nodes."""
-    return _session(pytestconfig)
+class Measured:
+    """The values of the jobs a test declares (``@pytest.mark.uses``): ``measured()`` is the value
+    of its one declared job, ``measured(jobs.X)`` that of ``X``. Each is produced once per run
+    (``run.produce``) with the test's parameters its producer takes (``node``, ``op``, ...);
+    ``params`` given here set them explicitly."""
+
+    def __init__(self, ctx: JobContext, item: pytest.Item) -> None:
+        self._ctx = ctx
+        self._item = item
+        self._params = dict(getattr(getattr(item, "callspec", None), "params", {}))
+
+    def declared(self) -> list[JobRequest]:
+        return [r for mark in self._item.iter_markers("uses") for r in mark.args if isinstance(r, JobRequest)]
+
+    def __call__(self, request: JobRequest | None = None, /, **params: Any) -> Any:
+        if request is None:
+            declared = list(dict.fromkeys(self.declared()))
+            if len(declared) != 1:
+                keys = ", ".join(r.key for r in declared) or "none"
+                raise GpuClusterError(
+                    f"{self._item.nodeid}: measured() without a request needs exactly one declared job "
+                    f"(@pytest.mark.uses), it has {keys}; name the one to read: measured(jobs.X)"
+                )
+            request = declared[0]
+        return produce.value(self._ctx, request, **{**produce.taken(request, self._params), **params})
 
 
 @pytest.fixture(scope="session")
-def profile(gpucluster: GpuClusterSession) -> Profile:
-    """The cluster profile chosen with --cluster."""
-    return gpucluster.profile
+def cluster(pytestconfig: pytest.Config) -> Cluster:
+    """What a check knows of the cluster: tested nodes, GPUs, profile, thresholds, the plan."""
+    return _session(pytestconfig).cluster
 
 
 @pytest.fixture(scope="session")
-def thresholds(gpucluster: GpuClusterSession) -> ThresholdSet:
-    """The thresholds in force (the GPU model's set laid over default)."""
-    return gpucluster.thresholds
-
-
-@pytest.fixture(name="judge")
-def _judge(gpucluster: GpuClusterSession) -> Judge:
-    """Judge measurements against thresholds.toml; every verdict lands in the results."""
-    return Judge(gpucluster)
+def gpucluster(pytestconfig: pytest.Config) -> JobContext:
+    """The run's job context, for a site's own job that no request declares: ``spec``,
+    ``run``, ``submit``, ``once`` (the suite's checks read declared jobs through ``measured``)."""
+    return _session(pytestconfig).jobs
 
 
 @pytest.fixture
-def record(gpucluster: GpuClusterSession) -> Any:
+def measured(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Measured:
+    """The values of the jobs the test declares (``Measured``)."""
+    return Measured(_session(pytestconfig).jobs, request.node)
+
+
+@pytest.fixture(scope="session")
+def profile(cluster: Cluster) -> Profile:
+    """The cluster profile chosen with --cluster."""
+    return cluster.profile
+
+
+@pytest.fixture(scope="session")
+def thresholds(cluster: Cluster) -> ThresholdSet:
+    """The thresholds in force (the GPU model's set laid over default)."""
+    return cluster.thresholds
+
+
+@pytest.fixture(name="judge")
+def _judge(pytestconfig: pytest.Config) -> Judge:
+    """Judge measurements against thresholds.toml; every verdict lands in the results."""
+    return Judge(_session(pytestconfig))
+
+
+@pytest.fixture
+def record(pytestconfig: pytest.Config) -> Any:
     """``record(kind, **fields)`` attaches data (a sweep, an inventory) to the test's results."""
+    session = _session(pytestconfig)
 
     def _record(kind: str, **fields: Any) -> None:
-        gpucluster.record({"kind": kind, **fields})
+        session.record({"kind": kind, **fields})
 
     return _record

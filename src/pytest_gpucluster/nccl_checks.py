@@ -34,7 +34,7 @@ from pytest_gpucluster.workloads.node_probe import NodeProbe
 from pytest_gpucluster.workloads.telemetry import NodeTelemetry, under_telemetry
 
 if TYPE_CHECKING:
-    from pytest_gpucluster.session import GpuClusterSession
+    from pytest_gpucluster.run.context import JobContext as GpuClusterSession
 
 # The areas (test files) the node probe serves: each is given the probe's part of a shared job.
 PROBE_AREAS = ("gpu_health", "infiniband", "inventory", "dcgm")

@@ -38,9 +38,9 @@ MARKERS = {
     "accounting": "needs Slurm accounting; not applicable where the profile says accounting = false",
     "slow": "minutes of load (burn checks); optional unless the profile sets require_slow = true",
     "quick": "the quick acceptance subset (about a minute on one node); a run of it alone is PARTIAL",
-    "uses(*requests, start=None)": (
-        "the jobs (pytest_gpucluster.plan.jobs.JobRequest) the check reads from; `start` produces the "
-        "job's value and is called ahead when the plan starts the job before the first test"
+    "uses(*requests)": (
+        "the jobs (pytest_gpucluster.plan.jobs.JobRequest) the check reads from, through the `measured` "
+        "fixture; the plan may start a light one ahead of the first test"
     ),
 }
 

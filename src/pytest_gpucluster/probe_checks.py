@@ -24,7 +24,7 @@ from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.workloads.node_probe import NodeProbe, PartError, probe_node
 
 if TYPE_CHECKING:
-    from pytest_gpucluster.session import GpuClusterSession
+    from pytest_gpucluster.run.context import JobContext as GpuClusterSession
 
 
 def _probes(gc: GpuClusterSession) -> dict[str, NodeProbe]:

@@ -4,7 +4,8 @@ so the login side and the checks may all use it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 
 
 def runs(values: Iterable[int]) -> list[tuple[int, int]]:
@@ -32,3 +33,22 @@ def spans(values: Iterable[int], dash: str = "–", width: int = 0, pair_as_two:
         else:
             out.append(f"{a}{dash}{b}")
     return out
+
+
+def hostlist(names: Sequence[str]) -> str:
+    """Node names as a Slurm hostlist: ``gpu-03, gpu-11, gpu-12`` → ``gpu-[03,11-12]``."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    plain: list[str] = []
+    for name in names:
+        match = re.fullmatch(r"(.*?)(\d+)", name)
+        if match is None:
+            plain.append(name)
+            continue
+        prefix, digits = match.group(1), match.group(2)
+        groups.setdefault((prefix, len(digits)), []).append(int(digits))  # same width: one range
+    out = list(plain)
+    for (prefix, width), numbers in groups.items():
+        numbers = sorted(set(numbers))
+        text = spans(numbers, dash="-", width=width)
+        out.append(f"{prefix}{text[0]}" if len(numbers) == 1 else f"{prefix}[{','.join(text)}]")
+    return ",".join(out)

@@ -17,36 +17,12 @@ import pytest
 from pytest_gpucluster import fabric_checks
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.workloads import fabric_counters
 
 
-def _real_gpus(gpucluster):
-    """Whether the nodes' GPUs are real, so the snapshots read NVLink through NVML."""
-    return gpucluster.profile.gpus_are_real and gpucluster.gpus_per_node > 0
-
-
-def _snapshot(gpucluster, key):
-    """node → FabricSnapshot, and the job id: one task per node, holding the node's GPUs."""
-    spec = gpucluster.spec(key, all_nodes=True)
-    results = gpucluster.run(
-        fabric_counters.snapshot, spec, root=gpucluster.profile.fabric_sysfs_root, nvml=_real_gpus(gpucluster)
-    )
-    return {r.value.node: r.value for r in results}, results[0].job_id
-
-
-def _before(gpucluster):
-    return gpucluster.once(jobs.FABRIC_BEFORE.key, lambda: _snapshot(gpucluster, jobs.FABRIC_BEFORE.key), light=True)
-
-
-def _after(gpucluster):
-    # Not light: it waits until every job started ahead has ended.
-    return gpucluster.once(jobs.FABRIC_AFTER.key, lambda: _snapshot(gpucluster, jobs.FABRIC_AFTER.key))
-
-
-def gpucluster_not_applicable(gpucluster, name):
+def gpucluster_not_applicable(cluster, name):
     """On an xdist worker the after snapshot cannot follow every other job: each worker runs only
     the tests it is handed, and nothing starts ahead there."""
-    if gpucluster.settings.is_xdist_worker:
+    if cluster.is_xdist_worker:
         return (
             "under xdist a worker cannot take the after snapshot last in the run (other workers' jobs may "
             "still run) nor the before snapshot ahead of them; run without -n to compare fabric counters"
@@ -69,26 +45,26 @@ def _nothing_to_read(snap, real_gpus):
 
 
 @pytest.mark.uses(jobs.FABRIC_AFTER)
-@pytest.mark.uses(jobs.FABRIC_BEFORE, start=_before)
-def test_fabric_error_counters_did_not_rise(gpucluster, judge, record, node):
-    if not gpucluster.plan.starts_ahead(jobs.FABRIC_BEFORE.key):
+@pytest.mark.uses(jobs.FABRIC_BEFORE)
+def test_fabric_error_counters_did_not_rise(cluster, measured, judge, record, node):
+    if not cluster.plan.starts_ahead(jobs.FABRIC_BEFORE.key):
         not_applicable("the before snapshot was not taken ahead of the run's first workload")
-    before, job_before = _before(gpucluster)
+    before, job_before = measured(jobs.FABRIC_BEFORE)
     if node not in before:
         pytest.fail(f"{node}: no fabric counters read before the run (job {job_before})", pytrace=False)
-    real = _real_gpus(gpucluster)
+    real = cluster.profile.gpus_are_real and cluster.gpus_per_node > 0
     why = _nothing_to_read(before[node], real)
     if why:
         not_applicable(f"{node}: {why}: no fabric error counters to compare")
-    after, job_after = _after(gpucluster)
+    after, job_after = measured(jobs.FABRIC_AFTER)
     fabric_checks.judge_node(
         judge,
         record,
         node,
         before[node],
         after.get(node),
-        rules=gpucluster.profile.fabric,
+        rules=cluster.profile.fabric,
         nvlink_required=real,
         job_ids=[job_before, job_after],
-        say=gpucluster.say,
+        say=cluster.say,
     )

@@ -9,7 +9,6 @@ the reason, never passed.
 
 from __future__ import annotations
 
-import datetime as dt
 import warnings
 
 import pytest
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.gpu
 def gpucluster_not_applicable(gpucluster, name):
     """On an xdist worker the check sees only that worker's jobs, and its kernel-log read cannot
     follow every other job of the run."""
-    if gpucluster.settings.is_xdist_worker:
+    if gpucluster.is_xdist_worker:
         return (
             "under xdist a worker sees only its own jobs' Xid watches and cannot read the kernel log after "
             "every other job; run without -n to judge Xids"
@@ -52,7 +51,7 @@ def _kernel_logs(gpucluster):
 
 def _run_started(gpucluster):
     """When the run started (epoch s): kernel-log Xids before it were there before the run."""
-    return dt.datetime.fromisoformat(gpucluster.results.started).timestamp()
+    return gpucluster.started_epoch
 
 
 @pytest.mark.uses(jobs.XID_LOG)

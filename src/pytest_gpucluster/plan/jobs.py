@@ -1,9 +1,10 @@
-"""Job requests: what a check declares about the job it reads from.
+"""Job requests: the jobs the suite's checks read from, declared whole.
 
-A test states the jobs it uses with ``@pytest.mark.uses(REQUEST, start=...)`` (or a module's
-``pytestmark``). The request is data the planner reads; ``start`` is the login-side function
-that produces the job's value through ``GpuClusterSession.once`` and is what the runner calls
-when the plan starts the job ahead.
+A test states the jobs it uses with ``@pytest.mark.uses(REQUEST)`` (or a module's
+``pytestmark``) and receives their values through the ``measured`` fixture. A request is data:
+the workload that runs on the nodes, the job's shape in the profile's terms, and what the planner
+needs to know (whether it is light, holds GPUs, rides in another job, runs last). ``run.produce``
+executes a request by its declaration; the planner reads the same data to order and share jobs.
 
 The requests of the suite's own areas are declared here, so that a job that may ride inside
 another names its host by the request, not by a test.
@@ -11,7 +12,53 @@ another names its host by the request, not by a test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_gpucluster.workloads import (
+    collectives,
+    dcgm,
+    fabric_counters,
+    ib_write_bw,
+    isolation,
+    node_probe,
+    nvbandwidth,
+    placement,
+    rank_failure,
+    sdc,
+    sharedfs,
+    training,
+    xid,
+)
+from pytest_gpucluster.workloads import compute as compute_load
+
+EVERY = "every"  # one job over every tested node
+EACH = "each"  # one job per tested node, all submitted at once
+PER_GPU = "per_gpu"  # one task per GPU of the node (at least one)
+RANKS = "ranks"  # the ranks of a collective: one per GPU, two CPU ranks on nodes without GPUs
+ALL = "all"  # every GPU of the node
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Where a declared job runs, in the profile's terms; ``run.produce.spec_of`` resolves it.
+
+    ``nodes``: ``EVERY``, ``EACH`` or a number of nodes. ``tasks_per_node``: a number, ``PER_GPU``
+    or ``RANKS``. ``gpus_per_node``: ``ALL`` or a number (0: the job asks for none)."""
+
+    nodes: str | int = EVERY
+    tasks_per_node: str | int = 1
+    gpus_per_node: str | int = ALL
+    exclusive: bool = False
+
+    def describe(self) -> str:
+        nodes = {EVERY: "every node", EACH: "a job per node"}.get(str(self.nodes), f"{self.nodes} node(s)")
+        tasks = {PER_GPU: "a task per GPU", RANKS: "a rank per GPU"}.get(str(self.tasks_per_node))
+        gpus = {ALL: "all GPUs"}.get(str(self.gpus_per_node), f"{self.gpus_per_node} GPU(s)")
+        return f"{nodes}, {tasks or f'{self.tasks_per_node} task(s)'} per node, {gpus}" + (
+            ", exclusive" if self.exclusive else ""
+        )
 
 
 @dataclass(frozen=True)
@@ -26,10 +73,16 @@ class JobRequest:
     one job fewer is one scheduler start fewer. ``exists_if``: facts without which the run has no
     such job; nodes with fewer GPUs than ``min_gpus`` or more than ``max_gpus`` have none.
     ``runs_last``: it reads what every other job of the run left behind, so the tests that use it
-    run after every other test (``planner.last_order``) and it never starts ahead."""
+    run after every other test (``planner.last_order``) and it never starts ahead.
+    ``workload``: the function that runs on the nodes; ``shape``: where. The arguments a
+    workload takes come from the profile's tables in ``run.produce``; a job whose value needs more
+    than one workload call (retries, rounds of pairs, jobs that must run together) has its
+    producer there too."""
 
     key: str
     what: str
+    workload: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    shape: Shape = Shape()
     light: bool = False
     holds_gpus: bool = False
     rides_in: str | None = None
@@ -50,13 +103,21 @@ INTRA_NODE_PEERS = "intra_node_peers"  # a node has more than one GPU, or CPU ra
 NCCL_INTRA = JobRequest(
     "nccl-intra",
     "every node's intra-node collective sweeps, under the telemetry sampler",
+    workload=collectives.collective_sweeps,
+    shape=Shape(tasks_per_node=RANKS),
     host_needs=(TORCH_SWEEPS,),
     exists_if=(INTRA_NODE_PEERS,),
 )
-NCCL_INTER = JobRequest("nccl-inter", "the collective sweeps across every node")
+NCCL_INTER = JobRequest(
+    "nccl-inter",
+    "the collective sweeps across every node",
+    workload=collectives.collective_sweeps,
+    shape=Shape(tasks_per_node=RANKS),
+)
 NODE_PROBE = JobRequest(
     "node-probe",
     "NVML, InfiniBand, inventory and vendor tools' presence on every node",
+    workload=node_probe.probe_node,
     light=True,
     holds_gpus=True,
     rides_in=NCCL_INTRA.key,
@@ -65,48 +126,124 @@ NODE_PROBE = JobRequest(
 CEILINGS = JobRequest(
     "compute-ceilings",
     "every GPU's GEMM and device-copy ceilings",
+    workload=compute_load.measure_ceilings,
+    shape=Shape(tasks_per_node=RANKS),
     rides_in=NCCL_INTRA.key,
     ride_needs=(COMPUTE_RANKS_MATCH,),
 )
-BURN = JobRequest("compute-burn", "every GPU under a GEMM load, its clocks sampled")
+BURN = JobRequest(
+    "compute-burn",
+    "every GPU under a GEMM load, its clocks sampled",
+    workload=compute_load.burn,
+    shape=Shape(tasks_per_node=RANKS),
+)
 ISOLATION_PAIR = JobRequest(
     "isolation-pair",
     "two jobs at once, each holding half of every node's GPUs",
+    workload=isolation.gpu_view,
     light=True,
     holds_gpus=True,
     ahead_order=1,
     min_gpus=2,
 )
 ISOLATION_VIEW = JobRequest(
-    "isolation-view", "what a task sees of its node's one GPU", holds_gpus=True, min_gpus=1, max_gpus=1
+    "isolation-view",
+    "what a task sees of its node's one GPU",
+    workload=isolation.gpu_view,
+    shape=Shape(gpus_per_node=1),
+    holds_gpus=True,
+    min_gpus=1,
+    max_gpus=1,
 )
 ISOLATION_PER_TASK = JobRequest(
-    "isolation-per-task", "one task per GPU with --gpus-per-task=1", holds_gpus=True, min_gpus=2, max_gpus=3
+    "isolation-per-task",
+    "one task per GPU with --gpus-per-task=1",
+    workload=isolation.gpu_view,
+    shape=Shape(tasks_per_node=PER_GPU),
+    holds_gpus=True,
+    min_gpus=2,
+    max_gpus=3,
 )
 RANK_FAILURE = JobRequest(
-    "rank-failure", "a collective job in which one rank dies", light=True, holds_gpus=True, ahead_order=2
+    "rank-failure",
+    "a collective job in which one rank dies",
+    workload=rank_failure.rank_failure,
+    shape=Shape(nodes=2, tasks_per_node=RANKS),
+    light=True,
+    holds_gpus=True,
+    ahead_order=2,
 )
-PLACEMENT = JobRequest("placement", "where each task of a job ran", light=True)
+PLACEMENT = JobRequest(
+    "placement",
+    "where each task of a job ran",
+    workload=placement.report_placement,
+    shape=Shape(nodes=1, gpus_per_node=0),
+    light=True,
+)
 # Not light: it takes a task per GPU and their CPUs on every node, which would leave no room for
 # the jobs started ahead beside it (the isolation pair's two jobs must run at once).
-PLACEMENT_EVERY_NODE = JobRequest("placement-every-node", "where each task ran: every node, a task per GPU")
-SHAREDFS = JobRequest("sharedfs", "the shared filesystem seen from every node", light=True)
-DCGM = JobRequest("dcgm", "dcgmi diag on every node, exclusive")
-TRAIN_PER_NODE = JobRequest("train-per-node", "each GPU alone, then DDP and FSDP, on every node")
-TRAIN_BASELINE = JobRequest("train-baseline", "one GPU training alone", rides_in=TRAIN_PER_NODE.key)
-TRAIN_ACROSS = JobRequest("train-across", "DDP and FSDP across every node")
-TRAIN_STABILITY = JobRequest("train-stability", "a long DDP run on every node: loss, NaN/inf and step-time spread")
-SDC = JobRequest("sdc", "the same GEMM chain on every GPU of every node, its bits compared", holds_gpus=True)
-NVBANDWIDTH = JobRequest(
-    "nvbandwidth", "nvbandwidth's host-device and device-device copies on every node", holds_gpus=True
+PLACEMENT_EVERY_NODE = JobRequest(
+    "placement-every-node",
+    "where each task ran: every node, a task per GPU",
+    workload=placement.report_placement,
+    shape=Shape(tasks_per_node=PER_GPU, gpus_per_node=0),
 )
-IB_WRITE_BW = JobRequest("ib-write-bw", "ib_write_bw between neighbour node pairs, every active HCA, both ways")
+SHAREDFS = JobRequest(
+    "sharedfs",
+    "the shared filesystem seen from every node",
+    workload=sharedfs.check_node,
+    shape=Shape(gpus_per_node=0),
+    light=True,
+)
+DCGM = JobRequest("dcgm", "dcgmi diag on every node, exclusive", workload=dcgm.run_diag, shape=Shape(exclusive=True))
+TRAIN_PER_NODE = JobRequest(
+    "train-per-node",
+    "each GPU alone, then DDP and FSDP, on every node",
+    workload=training.train,
+    shape=Shape(nodes=EACH, tasks_per_node=RANKS),
+)
+TRAIN_BASELINE = JobRequest(
+    "train-baseline",
+    "one GPU training alone",
+    workload=training.train,
+    shape=Shape(nodes=1, gpus_per_node=1),
+    rides_in=TRAIN_PER_NODE.key,
+)
+TRAIN_ACROSS = JobRequest(
+    "train-across", "DDP and FSDP across every node", workload=training.train, shape=Shape(tasks_per_node=RANKS)
+)
+TRAIN_STABILITY = JobRequest(
+    "train-stability",
+    "a long DDP run on every node: loss, NaN/inf and step-time spread",
+    workload=training.train,
+    shape=Shape(nodes=EACH, tasks_per_node=RANKS),
+)
+SDC = JobRequest(
+    "sdc",
+    "the same GEMM chain on every GPU of every node, its bits compared",
+    workload=sdc.run,
+    shape=Shape(tasks_per_node=RANKS),
+    holds_gpus=True,
+)
+NVBANDWIDTH = JobRequest(
+    "nvbandwidth",
+    "nvbandwidth's host-device and device-device copies on every node",
+    workload=nvbandwidth.run_nvbandwidth,
+    holds_gpus=True,
+)
+IB_WRITE_BW = JobRequest(
+    "ib-write-bw",
+    "ib_write_bw between neighbour node pairs, every active HCA, both ways",
+    workload=ib_write_bw.run_pairs,
+    shape=Shape(gpus_per_node=0),
+)
 # Both snapshots hold every GPU of their nodes, so that NVML sees them under device cgroups. The
 # before snapshot is first of the light jobs holding GPUs (ahead_order -1): without starting ahead
 # it compares nothing, while the others only gain time by it.
 FABRIC_BEFORE = JobRequest(
     "fabric-before",
     "every node's InfiniBand and NVLink error counters before the first workload, holding its GPUs",
+    workload=fabric_counters.snapshot,
     light=True,
     holds_gpus=True,
     ahead_order=-1,
@@ -114,11 +251,16 @@ FABRIC_BEFORE = JobRequest(
 FABRIC_AFTER = JobRequest(
     "fabric-after",
     "every node's InfiniBand and NVLink error counters after every other job, holding its GPUs",
+    workload=fabric_counters.snapshot,
     holds_gpus=True,
     runs_last=True,
 )
 XID_LOG = JobRequest(
-    "xid-kernel-log", "every node's kernel log read for Xid lines, after every other job", runs_last=True
+    "xid-kernel-log",
+    "every node's kernel log read for Xid lines, after every other job",
+    workload=xid.read_kernel_log,
+    shape=Shape(gpus_per_node=0),
+    runs_last=True,
 )
 
 SUITE = (

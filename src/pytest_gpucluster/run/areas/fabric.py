@@ -1,0 +1,34 @@
+"""Fabric error counters: a snapshot of every node's InfiniBand and NVLink counters before the
+first workload (started ahead) and one after every other job (its tests run last)."""
+
+from __future__ import annotations
+
+from pytest_gpucluster.plan import JobRequest, jobs
+from pytest_gpucluster.run.context import JobContext
+from pytest_gpucluster.run.produce import produces, spec_of
+from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot
+
+Snapshots = tuple[dict[str, FabricSnapshot], str]  # node → snapshot, and the job id
+
+
+def real_gpus(ctx: JobContext) -> bool:
+    """Whether the nodes' GPUs are real, so the snapshots read NVLink through NVML."""
+    return ctx.profile.gpus_are_real and ctx.gpus_per_node > 0
+
+
+def _snapshot(ctx: JobContext, request: JobRequest) -> Snapshots:
+    """One task per node, holding the node's GPUs."""
+    assert request.workload is not None
+    results = ctx.run(request.workload, spec_of(ctx, request), root=ctx.profile.fabric_sysfs_root, nvml=real_gpus(ctx))
+    return {r.value.node: r.value for r in results}, results[0].job_id
+
+
+@produces(jobs.FABRIC_BEFORE)
+def before(ctx: JobContext) -> Snapshots:
+    return ctx.once(jobs.FABRIC_BEFORE.key, lambda: _snapshot(ctx, jobs.FABRIC_BEFORE), light=True)
+
+
+@produces(jobs.FABRIC_AFTER)
+def after(ctx: JobContext) -> Snapshots:
+    # Not light: it waits until every job started ahead has ended.
+    return ctx.once(jobs.FABRIC_AFTER.key, lambda: _snapshot(ctx, jobs.FABRIC_AFTER))

@@ -1,0 +1,119 @@
+"""The nodes a run tests: the profile's node list or its partition's first usable nodes, those
+Slurm will not run jobs on (left out with its reason) and those lost under a job of the run."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Mapping, Sequence
+
+from pytest_gpucluster import slurm
+from pytest_gpucluster.config import Profile
+from pytest_gpucluster.errors import ClusterFault, ConfigError, SlurmQueryError
+from pytest_gpucluster.faults import cluster_fault
+from pytest_gpucluster.ranges import hostlist
+
+
+class NodeSet:
+    """The tested nodes, resolved once on first use. ``named``: the nodes ``--nodes`` names;
+    ``lost``: the launcher's word on the nodes lost so far (name → Slurm's state and reason)."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        named: Sequence[str] = (),
+        check_named: bool = False,
+        lost: Callable[[], Mapping[str, str]] = dict,
+    ) -> None:
+        self.profile = profile
+        self.named = tuple(named)
+        self._lost = lost
+        self._nodes: tuple[str, ...] | None = None
+        self.excluded: dict[str, str] = {}
+        self.info: dict[str, slurm.NodeInfo] = {}  # Slurm's word on the partition's nodes at the start
+        self._partition: list[slurm.NodeInfo] | None = None  # the partition's nodes, once asked
+        self.error: str | None = None
+        self.fault: ClusterFault | None = None  # the node list could not be read: a fault outside the nodes
+        if self.named and profile.executor == "slurm" and check_named:
+            self._check_named()
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The nodes this run tests: the profile's nodelist, or the first usable nodes of its
+        partition (drained and down ones are excluded and remembered with Slurm's reason)."""
+        if self._nodes is None:
+            self._nodes = self._resolve()
+        return self._nodes
+
+    @property
+    def resolved(self) -> bool:
+        return self._nodes is not None
+
+    @property
+    def lost(self) -> dict[str, str]:
+        """Nodes that failed under a job of this run (name → Slurm's state and reason)."""
+        return dict(self._lost())
+
+    @property
+    def live(self) -> tuple[str, ...]:
+        """The tested nodes less those lost during the run: what later jobs run on."""
+        lost = self.lost
+        return tuple(n for n in self.nodes if n not in lost)
+
+    def short_of_gpus(self, gpus: int) -> str:
+        """The tested nodes Slurm says have fewer than ``gpus`` GPUs, as one clause ("node1,
+        node2 advertise 4 (Gres=gpu:4)"); empty when none or when Slurm was not asked."""
+        short = [n for n in self.live if n in self.info and self.info[n].gpus < gpus]
+        if not short:
+            return ""
+        shapes = sorted({f"{self.info[n].gpus} (Gres={self.info[n].gres or 'none'})" for n in short})
+        return f"{', '.join(short)} advertise{'s' if len(short) == 1 else ''} {' or '.join(shapes)}"
+
+    def _check_named(self) -> None:
+        """``--nodes`` names nodes of the profile's partition: asked of Slurm once, before any job
+        (the answer is kept for the node list); ConfigError naming those it does not hold. Where
+        Slurm cannot answer now, the run's node list says so later."""
+        p = self.profile
+        try:
+            self._partition = slurm.partition_nodes(p.partition)
+        except SlurmQueryError:
+            return
+        held = {n.name for n in self._partition}
+        strangers = [n for n in self.named if n not in held]
+        if strangers:
+            where = f"partition {p.partition!r}" if p.partition else "the cluster"
+            raise ConfigError(
+                f"--nodes: {hostlist(strangers)} {'is' if len(strangers) == 1 else 'are'} not in {where} of "
+                f"profile {p.name!r} (its nodes: {hostlist(sorted(held)) or 'none'}); name nodes of that partition."
+            )
+
+    def _resolve(self) -> tuple[str, ...]:
+        p = self.profile
+        if p.executor == "local":
+            return (socket.gethostname(),)
+        try:
+            known = self._partition if self._partition is not None else slurm.partition_nodes(p.partition)
+        except SlurmQueryError as exc:
+            self.error = str(exc)
+            self.fault = cluster_fault(exc)
+            return tuple(p.nodelist)  # the jobs will say what is wrong with them
+        self.info = {n.name: n for n in known}
+        named = self.named or p.nodelist
+        if named:
+            # The operator named these nodes; one Slurm will not run jobs on is still left out (a
+            # job pinned to it would only queue until queue_timeout_s), and said why.
+            by_name = {n.name: n for n in known}
+            for name in named:
+                n = by_name.get(name)
+                if n is None and self.named:
+                    self.excluded[name] = f"not in partition {p.partition!r} (--nodes)"
+                elif n is not None and not n.usable:
+                    self.excluded[name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
+            return tuple(name for name in named if name not in self.excluded)
+        usable = [n.name for n in known if n.usable]
+        for n in known:
+            if not n.usable:
+                self.excluded[n.name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
+        if not known:
+            self.error = f"partition {p.partition!r} has no nodes (sinfo -p {p.partition})"
+        return tuple(usable[: p.nodes])

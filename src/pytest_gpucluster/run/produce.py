@@ -1,0 +1,120 @@
+"""Runs a declared job and hands its value to the checks that read it.
+
+Every request of ``plan.jobs`` is executed by its declaration: the job's shape resolved against
+the profile (``spec_of``), its workload run on the tested nodes, its value measured once per run
+(``JobContext.once``) and shared by every test that reads it. An area whose value needs more than
+one workload call (a retry of a slow collective, rounds of node pairs, two jobs that must run at
+once, a fallback job) registers a producer for its request here (``@produces``), in a module of
+``run/`` named after the area; the producer receives the context and the test's parameters it
+names in its signature (``node``, ``op``, ...).
+
+The same producer is what the runner calls when the plan starts a job ahead of the first test.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.launch import JobSpec, TaskResult
+from pytest_gpucluster.plan import JobRequest
+from pytest_gpucluster.plan import facts as run_facts
+from pytest_gpucluster.plan.jobs import ALL, EACH, EVERY, PER_GPU, RANKS
+from pytest_gpucluster.run.context import JobContext
+
+Producer = Callable[..., Any]
+
+_PRODUCERS: dict[str, Producer] = {}
+
+
+def produces(request: JobRequest) -> Callable[[Producer], Producer]:
+    """Register the decorated function as ``request``'s producer: ``fn(ctx, **params)``."""
+
+    def register(fn: Producer) -> Producer:
+        if request.key in _PRODUCERS and _PRODUCERS[request.key] is not fn:
+            raise GpuClusterError(f"job request {request.key!r} has two producers: {_PRODUCERS[request.key]} and {fn}")
+        _PRODUCERS[request.key] = fn
+        return fn
+
+    return register
+
+
+def producer_of(request: JobRequest) -> Producer | None:
+    """``request``'s registered producer, or None: it then runs as declared (``plain``)."""
+    _load_areas()
+    return _PRODUCERS.get(request.key)
+
+
+def params_of(request: JobRequest) -> list[str]:
+    """The test parameters ``request``'s producer takes: its keyword arguments after the context."""
+    producer = producer_of(request)
+    if producer is None:
+        return []
+    return [
+        name
+        for name, p in list(inspect.signature(producer).parameters.items())[1:]
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+
+
+def taken(request: JobRequest, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Of a test's parameters, those ``request``'s producer takes."""
+    names = params_of(request)
+    return {k: v for k, v in params.items() if k in names}
+
+
+def value(ctx: JobContext, request: JobRequest, **params: Any) -> Any:
+    """The value of ``request`` for these parameters: produced on first use, shared after."""
+    producer = producer_of(request)
+    if producer is None:
+        return plain(ctx, request, **params)
+    return producer(ctx, **params)
+
+
+def spec_of(ctx: JobContext, request: JobRequest, *, name: str | None = None, **override: Any) -> JobSpec:
+    """``request``'s declared shape as a job of this profile; ``override`` sets ``ctx.spec``'s
+    arguments the shape leaves to the area (a timeout, an environment, a node list)."""
+    shape = request.shape
+    gpus = ctx.gpus_per_node
+    args: dict[str, Any] = {}
+    if shape.nodes == EVERY:
+        args["all_nodes"] = True
+    elif shape.nodes != EACH:
+        args["nodes"] = int(shape.nodes)
+    if shape.tasks_per_node == PER_GPU:
+        args["tasks_per_node"] = max(1, gpus)
+    elif shape.tasks_per_node == RANKS:
+        args["tasks_per_node"] = run_facts.ranks_per_node(ctx.profile, gpus)
+    else:
+        args["tasks_per_node"] = int(shape.tasks_per_node)
+    if shape.gpus_per_node != ALL:
+        args["gpus_per_node"] = min(int(shape.gpus_per_node), gpus)
+    args["exclusive"] = shape.exclusive
+    args.update(override)
+    return ctx.spec(name or request.key, **args)
+
+
+def plain(ctx: JobContext, request: JobRequest, **kwargs: Any) -> list[TaskResult[Any]]:
+    """A request without a producer of its own: its workload on its declared shape, once, with
+    ``kwargs`` as the workload's arguments."""
+    if request.workload is None:
+        raise GpuClusterError(
+            f"job request {request.key!r} declares no workload and no producer registers for it (run/areas/)"
+        )
+    workload = request.workload
+    return ctx.once(  # type: ignore[no-any-return]
+        request.key, lambda: ctx.run(workload, spec_of(ctx, request), **kwargs), light=request.light
+    )
+
+
+_loaded = False
+
+
+def _load_areas() -> None:
+    """Import the area modules of ``run/``: each registers its producers."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        import pytest_gpucluster.run.areas  # noqa: F401
