@@ -39,6 +39,7 @@ from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, last_order, mak
 from pytest_gpucluster.plan import facts as run_facts
 from pytest_gpucluster.results import ResultsDocument, now_iso
 from pytest_gpucluster.run import Runner, Start, produce
+from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
 from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext, ahead_limit_s
 from pytest_gpucluster.run.nodes import NodeSet

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from pytest_gpucluster.errors import LaunchError, QueueTimeoutError
-from pytest_gpucluster.session import GpuClusterSession
+from pytest_gpucluster.run.context import JobContext
 
 
 class _Held:
@@ -56,10 +56,10 @@ def test_the_first_failure_cancels_its_partner_and_is_the_error_raised():
     held = _Held()
     t0 = time.monotonic()
     with pytest.raises(QueueTimeoutError, match=r"job 2 .*still PENDING"):
-        GpuClusterSession.results_together(held, _Queued(0.2))
+        JobContext.results_together(held, _Queued(0.2))
     assert held.cancelled.is_set()
     assert time.monotonic() - t0 < 5  # not the partner's own 30 s
 
 
 def test_jobs_that_both_end_give_both_results():
-    assert GpuClusterSession.results_together(_Done("a"), _Done("b")) == [["a"], ["b"]]
+    assert JobContext.results_together(_Done("a"), _Done("b")) == [["a"], ["b"]]

@@ -4,8 +4,8 @@ Every request of ``plan.jobs`` is executed by its declaration: the job's shape r
 the profile (``spec_of``), its workload run on the tested nodes, its value measured once per run
 (``JobContext.once``) and shared by every test that reads it. An area whose value needs more than
 one workload call (a retry of a slow collective, rounds of node pairs, two jobs that must run at
-once, a fallback job) registers a producer for its request here (``@produces``), in a module of
-``run/`` named after the area; the producer receives the context and the test's parameters it
+once, a fallback job) registers a producer for its request (``@produces``) in a module of
+``run/areas/`` named after the area; the producer receives the context and the test's parameters it
 names in its signature (``node``, ``op``, ...).
 
 The same producer is what the runner calls when the plan starts a job ahead of the first test.
@@ -42,8 +42,8 @@ def produces(request: JobRequest) -> Callable[[Producer], Producer]:
 
 
 def producer_of(request: JobRequest) -> Producer | None:
-    """``request``'s registered producer, or None: it then runs as declared (``plain``)."""
-    _load_areas()
+    """``request``'s registered producer, or None: it then runs as declared (``plain``). The
+    suite's producers are registered when ``run.areas`` is imported (the session does)."""
     return _PRODUCERS.get(request.key)
 
 
@@ -107,14 +107,3 @@ def plain(ctx: JobContext, request: JobRequest, **kwargs: Any) -> list[TaskResul
     return ctx.once(  # type: ignore[no-any-return]
         request.key, lambda: ctx.run(workload, spec_of(ctx, request), **kwargs), light=request.light
     )
-
-
-_loaded = False
-
-
-def _load_areas() -> None:
-    """Import the area modules of ``run/``: each registers its producers."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import pytest_gpucluster.run.areas  # noqa: F401
