@@ -271,8 +271,10 @@ def test_a_failure_shared_by_several_tests_is_shown_once_as_its_message(gpc):
 
 
 PROGRESS = """
-def test_waits(gpucluster):
-    gpucluster._on_status("4711", "PENDING", "Resources")
+from pytest_gpucluster.plugin import SESSION_KEY
+
+def test_waits(pytestconfig, gpucluster):
+    pytestconfig.stash[SESSION_KEY]._on_status("4711", "PENDING", "Resources")
 """
 
 
