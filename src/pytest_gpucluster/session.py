@@ -19,7 +19,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,19 +33,19 @@ from pytest_gpucluster.errors import (
     MissingThresholdError,
 )
 from pytest_gpucluster.faults import cluster_fault
+from pytest_gpucluster.items import declared_not_applicable, is_check, needs_of, plan_of, requests_of, skipped
 from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE
-from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, last_order, make_plan
+from pytest_gpucluster.plan import Facts, Plan, last_order
 from pytest_gpucluster.plan import facts as run_facts
 from pytest_gpucluster.results import ResultsDocument, now_iso
-from pytest_gpucluster.run import Runner, Start, produce
+from pytest_gpucluster.run import Runner, Start
 from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
 from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext, ahead_limit_s
 from pytest_gpucluster.run.nodes import NodeSet
 from pytest_gpucluster.run.runner import SharedFailure
 from pytest_gpucluster.selection import (
-    NEED_MARKERS,
     Needs,
     Selection,
     Shape,
@@ -57,7 +57,6 @@ from pytest_gpucluster.selection import (
 R = TypeVar("R")
 PROPERTY = "gpucluster"  # key of every user_properties entry this plugin adds
 # The module-level function by which a test file declares its checks not applicable to a shape.
-DECLARED_NOT_APPLICABLE = "gpucluster_not_applicable"
 _QUIET_WAIT_S = 20.0  # a job that started within this many seconds of queueing gets no second line
 
 
@@ -201,37 +200,14 @@ class GpuClusterSession:
     # ------------------------------------------------------------------ the plan
 
     def make_plan(self, items: list[pytest.Item]) -> tuple[Plan, list[Start]]:
-        """The plan for the runnable ``items`` (``plan.make_plan``) from the requests their
-        ``uses`` markers declare, and the early start of each job the plan starts ahead: its
-        producer (``run.produce``) with the test parameters it takes."""
-        uses: list[Use] = []
-        for item in items:
-            params = dict(getattr(getattr(item, "callspec", None), "params", {}))
-            for mark in item.iter_markers("uses"):
-                for request in mark.args:
-                    if not isinstance(request, JobRequest):
-                        raise GpuClusterError(
-                            f"{item.nodeid}: @pytest.mark.uses takes JobRequest objects "
-                            f"(pytest_gpucluster.plan.jobs), not {request!r}"
-                        )
-                    wanted = produce.params_of(request)
-                    given = tuple((arg, params[arg]) for arg in wanted if arg in params)
-                    uses.append(Use(request, item.nodeid, given if len(given) == len(wanted) else ()))
+        """The plan for the runnable ``items`` and the early starts of the jobs it starts ahead
+        (``items.plan_of``)."""
         known = Facts(
             gpus_per_node=self.gpus_per_node,
             flags=run_facts.flags(self.profile, self.gpus_per_node),
             sees_whole_selection=not self.settings.is_xdist_worker,
         )
-        plan = make_plan(uses, known)
-        by_key = {r.key: r for u in uses for r in (u.request,)}
-        early = [
-            Start(job.key, _starter(by_key[job.key]), dict(p))
-            for job in plan.ahead
-            if job.key in by_key
-            for p in job.params or ((),)
-            if len(p) == len(produce.params_of(by_key[job.key]))
-        ]
-        return plan, early
+        return plan_of(items, known)
 
     def _jobs_of_current(self) -> Iterator[dict[str, Any]]:
         if self.current_item is None:
@@ -306,20 +282,6 @@ class GpuClusterSession:
             unusable=unusable,
         )
 
-    def declared_not_applicable(self, item: pytest.Item) -> str | None:
-        """Why ``item``'s own module declares it not applicable to this profile's shape, or None.
-
-        A need the markers cannot state (one GPU per node rules out an intra-node collective, while
-        nodes without GPUs still run one on CPU ranks) is declared by a module-level function
-        ``gpucluster_not_applicable(cluster, name)`` of the test file: the run's view of the cluster
-        (``run.cluster.Cluster``) and the test's function name in, a reason or None out. It is asked
-        at collection, before any job exists."""
-        declared = getattr(getattr(item, "module", None), DECLARED_NOT_APPLICABLE, None)
-        if not callable(declared):
-            return None
-        why = declared(self.cluster, getattr(item, "originalname", item.name))
-        return str(why) if why else None
-
     # ------------------------------------------------------------------ hooks
 
     def pytest_report_header(self) -> list[str]:
@@ -369,7 +331,7 @@ class GpuClusterSession:
             if not is_check(item):
                 continue
             item.add_marker(pytest.mark.multinode)
-            needs = dataclasses.replace(needs_of(item), declared=self.declared_not_applicable(item) or "")
+            needs = dataclasses.replace(needs_of(item), declared=declared_not_applicable(item, self.cluster) or "")
             self._collected.append(needs)
             na, blocked = not_applicable(needs, shape), cannot_run(needs, shape)
             if na:
@@ -378,7 +340,7 @@ class GpuClusterSession:
                 item.add_marker(pytest.mark.skip(reason=NOT_APPLICABLE + na), append=False)
             elif blocked:
                 item.add_marker(pytest.mark.skip(reason=blocked))
-        order = last_order([_requests(item) for item in items])
+        order = last_order([requests_of(item) for item in items])
         items[:] = [items[i] for i in order]
 
     @pytest.hookimpl(tryfirst=True)
@@ -386,7 +348,7 @@ class GpuClusterSession:
         """Before the first test: plan the run's jobs from the selected, runnable tests, record
         the plan, print it for a dry run, and start the light jobs it starts ahead, together."""
         config = session.config
-        runnable = [item for item in session.items if not _skipped(item)]
+        runnable = [item for item in session.items if not skipped(item)]
         self.jobs.plan, early = self.make_plan(runnable)
         if self.results is not None and session.items:
             self.results.plan = self.plan.to_json()
@@ -578,54 +540,6 @@ class GpuClusterSession:
         """Cancel the jobs this process submitted and, for Slurm, any job still queued under this
         run's name (covers jobs of xdist workers that died before they could cancel)."""
         return self.jobs.cancel_everything(by_name=not self.settings.is_xdist_worker)
-
-
-def is_check(item: pytest.Item) -> bool:
-    """Whether ``item`` is an acceptance check: it judges, uses the cluster, or states a need."""
-    names = getattr(item, "fixturenames", ())
-    if {"judge", "gpucluster", "cluster", "measured"} & set(names):
-        return True
-    return any(item.get_closest_marker(m) is not None for m in NEED_MARKERS if m != "slow")
-
-
-def needs_of(item: pytest.Item) -> Needs:
-    """A check's needs, from its markers (``plugin.MARKERS``)."""
-    gpu = item.get_closest_marker("gpu")
-    count = 0
-    if gpu is not None:
-        count = int(gpu.args[0]) if gpu.args else int(gpu.kwargs.get("count", 1))
-    return Needs(
-        nodeid=item.nodeid,
-        across_nodes=item.get_closest_marker("across_nodes") is not None,
-        gpus=count,
-        gres_only=bool(gpu.kwargs.get("gres_only", False)) if gpu is not None else False,
-        slurm=item.get_closest_marker("slurm") is not None,
-        infiniband=item.get_closest_marker("infiniband") is not None,
-        accounting=item.get_closest_marker("accounting") is not None,
-        slow=item.get_closest_marker("slow") is not None,
-    )
-
-
-def _requests(item: pytest.Item) -> list[JobRequest]:
-    """The job requests ``item``'s ``uses`` markers declare."""
-    return [r for mark in item.iter_markers("uses") for r in mark.args if isinstance(r, JobRequest)]
-
-
-def _starter(request: JobRequest) -> Callable[..., Any]:
-    """The early start of ``request``: its value produced with the job context and parameters."""
-
-    def start(ctx: JobContext, **params: Any) -> Any:
-        return produce.value(ctx, request, **params)
-
-    return start
-
-
-def _skipped(item: pytest.Item) -> bool:
-    """True when a skip marker (or a skipif whose conditions are plain booleans, all true)
-    already decides that ``item`` will not run."""
-    if item.get_closest_marker("skip") is not None:
-        return True
-    return any(m.args and all(a is True for a in m.args) for m in item.iter_markers("skipif"))
 
 
 def install_sigterm_as_interrupt() -> None:
