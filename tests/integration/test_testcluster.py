@@ -254,13 +254,13 @@ def test_jobs_waiting_at_once_share_one_queue_read(
     # Four jobs that each need every node queue behind one another; the launcher asks the queue
     # for their states and reasons with one squeue for all, not one per job.
     calls: list[list[str]] = []
-    real_run = slurm_api.run
+    real_run = slurm_api.commands.run
 
     def counted(argv: list[str], *args: Any, **kwargs: Any) -> str:
         calls.append(list(argv))
         return real_run(argv, *args, **kwargs)
 
-    monkeypatch.setattr(slurm_api, "run", counted)
+    monkeypatch.setattr(slurm_api.commands, "run", counted)
     launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug", queue_timeout_s=120)
     nodes = tuple(n.name for n in partition_nodes("debug"))
     jobs = [

@@ -24,7 +24,7 @@ def test_each_listed_job_has_its_state_and_reason_and_one_call_serves_all(monkey
         calls.append(argv)
         return RECORDED.read_text()
 
-    monkeypatch.setattr(slurm, "run", recorded)
+    monkeypatch.setattr(slurm.commands, "run", recorded)
     entries = slurm.queue_entries(["3", "1", "2", "999999", "2"])
     assert entries == {"1": ("RUNNING", "None"), "2": ("PENDING", "Resources"), "3": ("PENDING", "Priority")}
     assert calls == [["squeue", "-h", "-j", "1,2,3,999999", "-o", "%i|%T|%r"]]
@@ -36,7 +36,7 @@ def test_a_single_id_the_queue_no_longer_knows_is_an_empty_answer(monkeypatch):
     def refused(argv, *args, **kwargs):
         raise SlurmQueryError(f"`{' '.join(argv)}` exited 1: slurm_load_jobs error: Invalid job id specified")
 
-    monkeypatch.setattr(slurm, "run", refused)
+    monkeypatch.setattr(slurm.commands, "run", refused)
     assert slurm.queue_entries(["999999"]) == {}
     assert slurm.queue_entries([]) == {}
 
@@ -45,6 +45,6 @@ def test_any_other_failure_is_raised(monkeypatch):
     def down(argv, *args, **kwargs):
         raise SlurmQueryError("`squeue -h ...` did not answer within 30 s.")
 
-    monkeypatch.setattr(slurm, "run", down)
+    monkeypatch.setattr(slurm.commands, "run", down)
     with pytest.raises(SlurmQueryError, match="did not answer"):
         slurm.queue_entries(["1", "2"])

@@ -1,0 +1,138 @@
+"""The cluster's nodes as Slurm reports them (``sinfo --json``), those lost, and draining one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_gpucluster.slurm import commands
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return "" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as Slurm's JSON (``sinfo --json`` / ``scontrol --json show nodes``) describes it."""
+
+    name: str
+    state: str  # e.g. "IDLE", "MIXED", "DOWN+NOT_RESPONDING", "IDLE+DRAIN"
+    reason: str
+    partitions: tuple[str, ...]
+    gres: str
+    cpus: int
+    real_memory_mb: int
+
+    @property
+    def usable(self) -> bool:
+        """Idle, mixed or allocated, and not draining, down or failing."""
+        parts = set(self.state.upper().replace("+", " ").split())
+        bad = {
+            "DOWN",
+            "DRAIN",
+            "DRAINED",
+            "DRAINING",
+            "FAIL",
+            "FAILING",
+            "NOT_RESPONDING",
+            "MAINTENANCE",
+            "REBOOT_REQUESTED",
+            "INVALID_REG",
+            "FUTURE",
+            "UNKNOWN",
+        }
+        good = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"}
+        return bool(parts & good) and not parts & bad
+
+    @property
+    def gpus(self) -> int:
+        """GPU count from the GRES string (``gpu:4``, ``gpu:h100:8(S:0-1)``)."""
+        total = 0
+        for item in self.gres.split(","):
+            fields = item.split("(")[0].split(":")
+            if fields[0] == "gpu" and fields[-1].isdigit():
+                total += int(fields[-1])
+        return total
+
+
+def number(value: Any) -> int:
+    """An integer field of Slurm's JSON: a plain number, or ``{"set": true, "number": 4}``
+    (Slurm 23.11 and later)."""
+    if isinstance(value, dict):
+        value = value.get("number", 0) if value.get("set", True) else 0
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def parse_nodes(data: dict[str, Any]) -> list[NodeInfo]:
+    """Nodes from ``sinfo --json`` (Slurm 22.05: ``state`` a word plus ``state_flags``) or
+    ``scontrol --json show nodes`` (23.02 and later: ``state`` a list of words)."""
+    nodes = []
+    for raw in data.get("nodes", []):
+        state = raw.get("state", "")
+        words = [str(w).upper() for w in state] if isinstance(state, list) else [_text(state).upper()]
+        words += [str(f).upper() for f in raw.get("state_flags", []) or [] if str(f).upper() not in words]
+        nodes.append(
+            NodeInfo(
+                name=str(raw.get("name", "")),
+                state="+".join(w for w in words if w),
+                reason=_text(raw.get("reason", "")),
+                partitions=tuple(raw.get("partitions", []) or []),
+                gres=_text(raw.get("gres", "")),
+                cpus=number(raw.get("cpus")),
+                real_memory_mb=number(raw.get("real_memory")),
+            )
+        )
+    return nodes
+
+
+def nodes() -> list[NodeInfo]:
+    """Every node the controller knows. Slurm 22.05's scontrol has no ``--json`` but its
+    ``sinfo --json`` lists nodes; from 23.02 sinfo groups nodes and ``scontrol --json`` answers."""
+    data = commands.run_json(["sinfo", "--json"])
+    if "nodes" not in data:
+        data = commands.run_json(["scontrol", "--json", "show", "nodes"])
+    return parse_nodes(data)
+
+
+def partition_nodes(partition: str | None) -> list[NodeInfo]:
+    """Nodes of ``partition`` (all nodes when None), sorted by name."""
+    return sorted((n for n in nodes() if partition is None or partition in n.partitions), key=lambda n: n.name)
+
+
+_LOST = {"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "UNKNOWN"}
+
+
+def lost_nodes(found: list[NodeInfo], names: tuple[str, ...]) -> dict[str, str]:
+    """Of ``names``, the nodes in ``found`` that are down, failing or not responding (a job on
+    them is lost even if Slurm still calls it RUNNING): name → ``"STATE (reason)"``. A node
+    that Slurm no longer lists at all counts as lost too."""
+    by_name = {n.name: n for n in found}
+    out: dict[str, str] = {}
+    for name in names:
+        node = by_name.get(name)
+        if node is None:
+            out[name] = "not known to slurmctld"
+        elif set(node.state.upper().split("+")) & _LOST:
+            out[name] = node.state + (f" ({node.reason})" if node.reason else "")
+    return out
+
+
+DRAIN_REASON_CHARS = 240  # Slurm keeps the reason as one line; long ones only clutter sinfo -R
+
+
+def drain_reason(check: str, evidence: str) -> str:
+    """One line for Slurm's reason field: who drained the node, for which check, and why."""
+    text = " ".join(f"pytest-gpucluster: {check}: {evidence}".split())
+    return text if len(text) <= DRAIN_REASON_CHARS else text[: DRAIN_REASON_CHARS - 1] + "…"
+
+
+def drain(node: str, reason: str) -> None:
+    """``scontrol update nodename=NODE state=drain reason=...``; SlurmQueryError when refused.
+    The reason travels as one argument: nothing goes through a shell."""
+    commands.run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
