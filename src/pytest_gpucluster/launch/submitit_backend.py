@@ -24,19 +24,11 @@ from pytest_gpucluster.launch import JobSpec, Launcher, StatusCallback, TaskResu
 from pytest_gpucluster.launch import wait_rules as rules
 from pytest_gpucluster.launch.job import SubmititJob
 from pytest_gpucluster.launch.node import TaskOutput, run_on_node
-from pytest_gpucluster.launch.task_files import launch_failures
-from pytest_gpucluster.launch.watcher import SETTLE_S, SlurmWatcher, sacct_bypass_quiet, submitit_logs_to_stderr
+from pytest_gpucluster.launch.watcher import SETTLE_S, SlurmWatcher, submitit_logs_to_stderr
 from pytest_gpucluster.slurm_retry import OUTAGES
 from pytest_gpucluster.workloads.xid import XidWatch
 
-__all__ = [
-    "TASK_SETUP",
-    "SubmititJob",
-    "SubmititLauncher",
-    "launch_failures",
-    "sacct_bypass_quiet",
-    "submitit_logs_to_stderr",
-]
+__all__ = ["TASK_SETUP", "SubmititJob", "SubmititLauncher", "submitit_logs_to_stderr"]
 
 R = TypeVar("R")
 
@@ -48,8 +40,9 @@ TASK_SETUP = "export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}"
 
 
 class SubmititLauncher(Launcher):
-    """Submits workloads through submitit; tracks live jobs so they can all be cancelled (the
-    submitit implementation of ``launch.Launcher``)."""
+    """Submits workloads through submitit and cancels them (the submitit implementation of
+    ``launch.Launcher``). Its jobs are followed by its ``watcher``; what they ask of the
+    launcher itself is public: its settings, ``status``, ``keep_watch`` and ``shape_hint``."""
 
     def __init__(
         self,
