@@ -360,7 +360,7 @@ def test_at_a_runs_end_jobs_whose_results_are_in_leave_the_queue_by_themselves(
     # One that does not leave is handed back at the limit, for the caller to cancel.
     stuck = slurm(cluster, "sbatch", "--parsable", "-p", "debug", "-o", "/dev/null", "--wrap", "sleep 120").strip()
     try:
-        launcher._note_ending(stuck)
+        launcher.watcher.note_ending(stuck)
         t0 = time.monotonic()
         assert launcher.settle(limit_s=1.0) == [stuck]
         assert time.monotonic() - t0 < 5.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_gpucluster.launch.submitit_backend import launch_failures
+from pytest_gpucluster.launch.task_files import launch_failures
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 

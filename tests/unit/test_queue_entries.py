@@ -1,4 +1,5 @@
-"""One squeue for many jobs: its answer parsed into each job's state and reason.
+"""One squeue for many jobs: its answer parsed into each job's state and reason, and shared by
+every job a launcher's watcher waits on.
 
 ``squeue-22.05-jobs-state-reason.txt`` was captured on the project's test cluster (slurm-wlm
 22.05.8): three jobs of every node, exclusive, submitted together, then ``squeue -h -j
@@ -48,3 +49,45 @@ def test_any_other_failure_is_raised(monkeypatch):
     monkeypatch.setattr(slurm.commands, "run", down)
     with pytest.raises(SlurmQueryError, match="did not answer"):
         slurm.queue_entries(["1", "2"])
+
+
+class _Waited:
+    """A job as the watcher knows it: its id."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+
+
+def test_the_watcher_answers_every_waiter_from_one_squeue(monkeypatch):
+    from pytest_gpucluster.launch import watcher as watcher_module
+    from pytest_gpucluster.launch.watcher import SlurmWatcher
+
+    calls = []
+
+    def recorded(argv, *args, **kwargs):
+        calls.append(argv)
+        return RECORDED.read_text()
+
+    monkeypatch.setattr(slurm, "run", recorded)
+    watcher = SlurmWatcher()
+    for job_id in ("1", "2", "3"):
+        watcher.watch(_Waited(job_id))
+    assert watcher.queue_state("1") == "RUNNING"
+    assert watcher.pending_reason("2") == "Resources"
+    assert watcher.entries(["3", "2"]) == {"3": ("PENDING", "Priority"), "2": ("PENDING", "Resources")}
+    assert calls == [["squeue", "-h", "-j", "1,2,3", "-o", "%i|%T|%r"]]
+    # A job the launcher no longer waits on leaves the next read.
+    watcher.unwatch("3")
+    monkeypatch.setattr(watcher_module, "QUEUE_READ_S", 0.0)  # the shared read has aged
+    watcher.entries()
+    assert calls[-1] == ["squeue", "-h", "-j", "1,2", "-o", "%i|%T|%r"]
+
+
+def test_a_lost_node_is_learned_once_with_its_first_evidence():
+    from pytest_gpucluster.launch.watcher import SlurmWatcher
+
+    watcher = SlurmWatcher()
+    watcher.learn_lost({"node4": "DOWN"}, job_id="7", how="under job 7 (probe), RUNNING")
+    watcher.learn_lost({"node4": "silent", "node3": "DRAIN"}, job_id="9", how="under job 9 (nccl), FAILED")
+    assert watcher.lost_nodes == {"node4": "DOWN", "node3": "DRAIN"}
+    assert watcher.lost_seen["node4"]["job"] == "7" and watcher.lost_seen["node3"]["job"] == "9"

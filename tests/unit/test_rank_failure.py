@@ -154,39 +154,20 @@ def test_a_job_that_never_started_says_so_with_slurms_reason_and_its_nodes():
     assert "it was to run on any node of the partition" in rf_checks.never_started("7", "Slurm says CANCELLED", ())
 
 
-def _job(monkeypatch, *, seen_running=False, nodes=(), record=None, pending=""):
-    from pytest_gpucluster import slurm
-    from pytest_gpucluster.launch import JobSpec
-    from pytest_gpucluster.launch.submitit_backend import SubmititJob
+def test_the_launcher_tells_a_job_that_never_started():
+    from pytest_gpucluster.launch.wait_rules import never_started
 
-    job = object.__new__(SubmititJob)
-    launcher = type("L", (), {"executor": "slurm", "_job_nodes": lambda self, job_id, expected=None: nodes})()
-    job.__dict__.update(
-        _job=type("J", (), {"job_id": "41"})(),
-        spec=JobSpec("rank-failure", nodes=2),
-        _launcher=launcher,
-        seen_running=seen_running,
-        pending_reason=pending,
-        _final_state="CANCELLED",
-        _queue_state="",
-    )
-    monkeypatch.setattr(slurm, "controller_job", lambda job_id: record)
-    return job
-
-
-def test_the_launcher_tells_a_job_that_never_started(monkeypatch):
     record = {"JobState": "CANCELLED", "Reason": "ReqNodeNotAvail,_UnavailableNodes:node2", "NodeList": "(null)"}
-    assert _job(monkeypatch, record=record).never_started() == (
+    assert never_started(False, record, "CANCELLED", "") == (
         "Slurm says CANCELLED, reason ReqNodeNotAvail,_UnavailableNodes:node2"
     )
     # The controller forgot the job, or says no reason: the reason last seen in the queue stands in.
-    assert _job(monkeypatch, pending="Resources").never_started() == "Slurm says CANCELLED, reason Resources"
+    assert never_started(False, {}, "CANCELLED", "Resources") == "Slurm says CANCELLED, reason Resources"
     assert (
-        _job(monkeypatch, record={"JobState": "CANCELLED", "Reason": "None"}, pending="Priority").never_started()
+        never_started(False, {"JobState": "CANCELLED", "Reason": "None"}, "CANCELLED", "Priority")
         == "Slurm says CANCELLED, reason Priority"
     )
-    assert _job(monkeypatch, seen_running=True).never_started() is None
-    assert _job(monkeypatch, nodes=("node1", "node2")).never_started() is None  # it had nodes: it ran
+    assert never_started(True, record, "CANCELLED", "") is None  # seen running, or it had nodes: it ran
 
 
 @pytest.mark.parametrize(

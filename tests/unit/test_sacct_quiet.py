@@ -9,14 +9,12 @@ import logging
 import pytest
 import submitit
 
-from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititJob, SubmititLauncher
+from pytest_gpucluster.launch.watcher import SlurmWatcher, sacct_bypass_quiet
 
 
 def _query_state(tmp_path, accounting: bool) -> str:
-    launcher = SubmititLauncher(executor="slurm", folder=tmp_path, accounting=accounting)
-    job = SubmititJob(submitit.SlurmJob(folder=tmp_path, job_id="4711"), JobSpec(name="x", nodes=1), launcher)
-    return job._state(force=True)
+    watcher = SlurmWatcher(accounting=accounting)
+    return watcher.job_state(submitit.SlurmJob(folder=tmp_path, job_id="4711"), force=True)
 
 
 @pytest.fixture
@@ -47,8 +45,6 @@ def test_with_accounting_a_failing_sacct_is_still_said(tmp_path, no_slurm_tools,
 
 
 def test_other_submitit_records_pass_the_filter(tmp_path, caplog):
-    from pytest_gpucluster.launch.submitit_backend import sacct_bypass_quiet
-
     caplog.set_level(logging.INFO, logger="submitit")
     with sacct_bypass_quiet():
         logging.getLogger("submitit").warning("Bypassing state error:\nsomething else")

@@ -1,8 +1,11 @@
 """Launching workloads on nodes: the job shape, the task result and the protocol a backend fills in.
 
-``submitit_backend`` implements ``Launcher`` and ``Job`` over submitit; it serves both Slurm and
-the embedded local executor, so the same client code runs on a cluster and on a laptop. ``node``
-is what runs inside the job (the task's entry point); it imports nothing of the login side.
+``submitit_backend`` implements ``Launcher`` over submitit and ``job`` implements ``Job``; they
+serve both Slurm and the embedded local executor, so the same client code runs on a cluster and
+on a laptop. A launcher's jobs read Slurm through its one ``watcher`` and end their waits by the
+pure rules of ``wait_rules``; ``task_files`` reads what the tasks left in the job's folder, and
+``together`` waits on jobs that must run at once. ``node`` is what runs inside the job (the
+task's entry point); it imports nothing of the login side.
 """
 
 from __future__ import annotations

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.faults import gives_way
 from pytest_gpucluster.launch import Job, TaskResult
+from pytest_gpucluster.launch.watcher import SlurmWatcher
 
 # How long some members may run while others wait before the holders are looked at: a member
 # normally starts within a scheduling pass of the first (batch_sched_delay, 3 s by default).
@@ -62,17 +63,18 @@ def run_together(
     grace_s: float = GRACE_S,
     poll_s: float = POLL_S,
     max_tries: int = MAX_TRIES,
-    states: Callable[[Sequence[str]], Mapping[str, tuple[str, str]]] = slurm.queue_entries,
+    watcher: SlurmWatcher | None = None,
 ) -> list[list[TaskResult[Any]]]:
     """Submit the group (``submit`` submits every member afresh, each try) and return each
     member's results; a group that gives way is cancelled and submitted again, at most
-    ``max_tries`` times in all. ``states`` reads the members' (state, reason) from the queue:
-    the launcher's shared read where the caller has one."""
+    ``max_tries`` times in all. The members' states and what holds their nodes are read through
+    ``watcher``: the launcher's, shared with every job it waits on, where the caller has one."""
+    watcher = watcher or SlurmWatcher()
     for attempt in range(1, max_tries + 1):
         jobs = list(submit())
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="together") as pool:
             futures = [pool.submit(job.results) for job in jobs]
-            holder = None if attempt == max_tries else _watch(jobs, futures, grace_s, poll_s, states)
+            holder = None if attempt == max_tries else _watch(jobs, futures, grace_s, poll_s, watcher)
             if holder is None:
                 done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
                 first = next((f.exception() for f in futures if f in done and f.exception() is not None), None)
@@ -95,7 +97,7 @@ def _watch(
     futures: Sequence[concurrent.futures.Future[Any]],
     grace_s: float,
     poll_s: float,
-    states: Callable[[Sequence[str]], Mapping[str, tuple[str, str]]],
+    watcher: SlurmWatcher,
 ) -> slurm.Holder | None:
     """Until every member has started (or one ended): the job this group must give way to, if
     one appears while the group is split for longer than ``grace_s``; None otherwise."""
@@ -103,7 +105,7 @@ def _watch(
     split_since: float | None = None
     while not any(f.done() for f in futures):
         try:
-            now_states = states(ids)
+            now_states = watcher.entries(ids)
         except GpuClusterError:  # the queue cannot say now; each member's own wait still bounds it
             now_states = {}
         running = [i for i in ids if now_states.get(i, ("", ""))[0] in _RUNNING]
@@ -115,8 +117,9 @@ def _watch(
             split_since = split_since or now
             if now - split_since >= grace_s:
                 nodes = tuple(dict.fromkeys(n for j in waiting for n in j.nodelist))
+                waiting_ids = [j.job_id for j in waiting]
                 try:
-                    holder = gives_way(ids, [j.job_id for j in waiting], slurm.holders(nodes), slurm.queued_for(nodes))
+                    holder = gives_way(ids, waiting_ids, watcher.holders(nodes), watcher.queued_for(nodes))
                 except GpuClusterError:
                     holder = None
                 if holder is not None:

@@ -287,9 +287,8 @@ class JobContext:
             finally:
                 self._group.mark = ""
 
-        launcher = self.launcher
-        states = launcher.queue_entries if isinstance(launcher, SubmititLauncher) else slurm.queue_entries
-        return together.run_together(marked, say=self.say, states=states)
+        watcher = self.launcher.watcher if isinstance(self.launcher, SubmititLauncher) else None
+        return together.run_together(marked, say=self.say, watcher=watcher)
 
     def note_parts(self, job_id: str, parts: Mapping[str, tuple[float, float]]) -> None:
         """For a job that serves several areas: when each area's part of the workload ran
