@@ -68,7 +68,7 @@ def test_the_watcher_answers_every_waiter_from_one_squeue(monkeypatch):
         calls.append(argv)
         return RECORDED.read_text()
 
-    monkeypatch.setattr(slurm, "run", recorded)
+    monkeypatch.setattr(slurm.commands, "run", recorded)
     watcher = SlurmWatcher()
     for job_id in ("1", "2", "3"):
         watcher.watch(_Waited(job_id))
