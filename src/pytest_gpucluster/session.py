@@ -48,7 +48,6 @@ from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, last_order, make_plan
 from pytest_gpucluster.plan import facts as run_facts
-from pytest_gpucluster.report.model import hostlist
 from pytest_gpucluster.results import ResultsDocument, now_iso
 from pytest_gpucluster.run import Runner, Start
 from pytest_gpucluster.run.runner import SharedFailure
@@ -61,6 +60,7 @@ from pytest_gpucluster.selection import (
     not_applicable,
     plan_selection,
 )
+from pytest_gpucluster.verdict import hostlist
 from pytest_gpucluster.workloads.distributed import BACKEND_ENV
 
 R = TypeVar("R")

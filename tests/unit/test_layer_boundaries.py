@@ -1,6 +1,6 @@
 """The package's layers import one way: what runs on the nodes (``workloads/``, ``launch/node.py``)
-imports nothing of the login side, and ``checks/`` (login-side, pure) imports neither pytest, the
-session nor the launcher. Read from the source with ``ast``, so an import inside a function counts
+imports nothing of the login side; ``checks/`` and ``verdict/`` (login-side, pure) import neither
+pytest, the session, the launcher nor Slurm. Read from the source with ``ast``, so an import inside a function counts
 as much as one at the top of a module.
 """
 
@@ -40,6 +40,14 @@ LOGIN_SIDE = (
     "pytest_gpucluster.calibrate",
 )
 NOT_IN_CHECKS = ("pytest", "_pytest", "pytest_gpucluster.session", "pytest_gpucluster.launch")
+# Verdicts are decided from plain data: no pytest, no session, no launcher, no Slurm, no report.
+NOT_IN_VERDICT = (
+    *NOT_IN_CHECKS,
+    "pytest_gpucluster.slurm",
+    "pytest_gpucluster.slurm_retry",
+    "pytest_gpucluster.report",
+    "submitit",
+)
 
 # Functions under workloads/ that run on the login node and read the profile's settings: the
 # compute and training plans. They import the configuration inside the function, so a job that
@@ -91,6 +99,11 @@ def test_node_side_code_imports_nothing_of_the_login_side(path):
 @pytest.mark.parametrize("path", sorted((PACKAGE / "checks").glob("*.py")), ids=lambda p: p.name)
 def test_checks_import_neither_pytest_nor_the_session_nor_the_launcher(path):
     assert _hits(path, NOT_IN_CHECKS) == []
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "verdict").glob("*.py")), ids=lambda p: p.name)
+def test_verdicts_import_neither_pytest_nor_the_session_nor_the_launcher_nor_slurm(path):
+    assert _hits(path, NOT_IN_VERDICT) == []
 
 
 def test_the_login_side_planners_let_through_still_exist():

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucluster import slurm
+from pytest_gpucluster import slurm, verdict
 from pytest_gpucluster.baseline import REGRESSION_METRIC, Comparison, compare
 from pytest_gpucluster.calibrate import Margins, Run, calibrate, check_comparable, read_run, set_name_for
 from pytest_gpucluster.errors import ConfigError, GpuClusterError
@@ -39,7 +39,6 @@ from pytest_gpucluster.results import (
 from pytest_gpucluster.session import GpuClusterSession
 
 BASELINE_NODEID = "baseline::test_no_regression_against_baseline"
-EXIT_INCOMPLETE = 10  # clear of pytest's own codes (0-6)
 # Exceptions that are a judgement (pytest.fail, assert) or the cluster's answer (a failed job, a
 # refused submission): a check ending in any other exception could not judge.
 JUDGED: tuple[type[BaseException], ...] = (pytest.fail.Exception, AssertionError, GpuClusterError)
@@ -273,7 +272,7 @@ class ResultsHooks:
                 record.message = record.message or "the run was interrupted during this test"
         results.finished = now_iso()
         doc = results.to_json()
-        acc = model.acceptance(doc)
+        acc = verdict.acceptance(doc)
         results.extra["acceptance"] = {
             "verdict": acc.verdict,
             "headline": acc.headline,
@@ -282,29 +281,25 @@ class ResultsHooks:
             "not_applicable": list(acc.not_applicable),
             "not_selected": list(acc.not_selected),
             "counts": dict(acc.counts),
-            "nodes": model.node_verdicts(doc, acc.verdict).to_json(),
+            "nodes": verdict.node_verdicts(doc, acc.verdict).to_json(),
         }
         collect_only = bool(self.config.option.collectonly)
         if self.config.getoption("drain_failed", False) and not collect_only:
             results.extra["drained"] = self._drain(results.extra["acceptance"]["nodes"])
-        if acc.verdict == "INCOMPLETE" and not collect_only:
-            # A CI gate must not take it for a pass, nor for a rejection when the checks that
-            # errored were stopped by a fault outside the nodes (the controller, the shared
-            # filesystem, other work). A harness error keeps pytest's own status.
-            faulted = all(t.get("cluster_fault") for t in doc["tests"] if t.get("outcome") in ("failed", "error"))
-            if session.exitstatus == pytest.ExitCode.OK or (
-                session.exitstatus == pytest.ExitCode.TESTS_FAILED and faulted
-            ):
-                session.exitstatus = EXIT_INCOMPLETE
+        handover = None
         if self.merge_doc is not None and self.merge_path is not None and not collect_only:
             here = str(self.session.settings.results_path or "(this run, no --results file)")
-            merged = model.handover(self.merge_doc, str(self.merge_path), results.to_json(), here)
-            results.extra["handover"] = merged
-            # The operator asked for the cluster's handover: the exit status follows it.
-            if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, EXIT_INCOMPLETE):
-                session.exitstatus = {"ACCEPTED": pytest.ExitCode.OK, "REJECTED": pytest.ExitCode.TESTS_FAILED}.get(
-                    merged["verdict"], EXIT_INCOMPLETE
-                )
+            handover = verdict.handover(self.merge_doc, str(self.merge_path), results.to_json(), here)
+            results.extra["handover"] = handover
+        if not collect_only:
+            status = verdict.exit_status(
+                acc.verdict,
+                int(session.exitstatus),
+                faults_only=verdict.stopped_by_faults_only(doc),
+                handover=handover["verdict"] if handover is not None else None,
+            )
+            if status != session.exitstatus:
+                session.exitstatus = status
         if self.comparison is not None and self.comparison.environment_differences:
             warnings.warn(
                 BaselineWarning(
@@ -345,10 +340,10 @@ class ResultsHooks:
             return {}
         excluded = self.session.excluded_nodes
         out: dict[str, dict[str, str]] = {}
-        for node, verdict in nodes.get("verdicts", {}).items():
-            if verdict.get("verdict") != "REJECTED" or node in excluded:
+        for node, judged in nodes.get("verdicts", {}).items():
+            if judged.get("verdict") != "REJECTED" or node in excluded:
                 continue
-            reason = slurm.drain_reason("rejected", (verdict.get("reasons") or ["acceptance failed"])[0])
+            reason = slurm.drain_reason("rejected", (judged.get("reasons") or ["acceptance failed"])[0])
             try:
                 slurm.drain(node, reason)
                 out[node] = {"reason": reason}
@@ -386,7 +381,7 @@ class ResultsHooks:
             exclude = f" (sbatch --exclude={merged['exclude']})" if merged.get("exclude") else ""
             terminalreporter.write_line(
                 f"handover with {merged['earlier']}: {merged['verdict']}: {merged['summary']}{exclude}; "
-                f"re-tested now: {model.hostlist(merged['retested']) or 'none'}",
+                f"re-tested now: {verdict.hostlist(merged['retested']) or 'none'}",
                 bold=True,
             )
             for node, v in merged["nodes"].items():

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from pytest_html import extras as html_extras
 
-from pytest_gpucluster.report import html, model
+from pytest_gpucluster import verdict
+from pytest_gpucluster.report import html
 from pytest_gpucluster.session import GpuClusterSession
 
 
@@ -63,7 +64,7 @@ class HtmlReportHooks:
     ) -> None:
         """Acceptance summary first; environment, matrix, plots and baseline after pytest-html's counts."""
         doc = self._doc()
-        acc = model.acceptance(doc)
+        acc = verdict.acceptance(doc)
         prefix.extend([html.style(), html.acceptance_block(doc, acc)])
         outcomes = getattr(self.report_data, "outcomes", None)
         if isinstance(outcomes, dict):
@@ -71,7 +72,7 @@ class HtmlReportHooks:
         postfix.extend(
             [
                 html.environment_block(doc),
-                html.matrix_block(model.matrix(doc)),
+                html.matrix_block(verdict.matrix(doc)),
                 html.gpu_map_block(doc),
                 html.plots_block(doc),
                 html.baseline_block(doc.get("baseline")),
