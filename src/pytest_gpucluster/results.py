@@ -427,6 +427,18 @@ class ResultsDocument:
         if self.wall_s is None:
             self.wall_s = time.monotonic() - self.t0
 
+    def close(self, *, interrupted: bool) -> None:
+        """The run has ended: its status (``complete``, or ``interrupted`` unless a status was
+        already set), every test that started and never reported a result marked interrupted,
+        and the end time."""
+        if self.status == "running":
+            self.status = "interrupted" if interrupted else "complete"
+        for record in self.tests.values():
+            if record.outcome == "unknown":
+                record.outcome = "interrupted"
+                record.message = record.message or "the run was interrupted during this test"
+        self.finished = now_iso()
+
     def timing(self, tests: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Where the run's time went (``timing_summary``), from the tests' records."""
         return timing_summary(

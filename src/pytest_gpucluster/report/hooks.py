@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucluster import slurm, verdict
+from pytest_gpucluster import verdict
 from pytest_gpucluster.baseline import REGRESSION_METRIC, Comparison, compare
 from pytest_gpucluster.calibrate import Margins, Run, calibrate, check_comparable, read_run, set_name_for
 from pytest_gpucluster.errors import ConfigError, GpuClusterError
@@ -31,9 +31,7 @@ from pytest_gpucluster.results import (
     PROPERTY,
     entries_of,
     job_log_tails,
-    load_node_verdicts,
     load_results,
-    now_iso,
     start_up_note,
 )
 from pytest_gpucluster.session import GpuClusterSession
@@ -50,42 +48,6 @@ class BaselineWarning(UserWarning):
 
 class CalibrationWarning(UserWarning):
     """The calibrated thresholds could not be written where --calibrate says."""
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    """Where --calibrate puts the lines it writes."""
-    group = parser.getgroup("gpucluster", "GPU cluster acceptance")
-    group.addoption(
-        "--drain-failed",
-        action="store_true",
-        default=False,
-        help="after the run, drain each REJECTED node in Slurm with the check and its evidence as "
-        "the reason (never a node Slurm had already excluded); off by default",
-    )
-    group.addoption(
-        "--calibrate-from",
-        action="append",
-        default=[],
-        metavar="PATH[,PATH...]",
-        help="--calibrate: earlier --results files of clean runs to calibrate from, with this run's "
-        "measurements if it has any (repeat the option or separate with commas; 3 or more runs advised)",
-    )
-    group.addoption(
-        "--calibrate-fail",
-        type=float,
-        default=None,
-        metavar="FRACTION",
-        help="--calibrate: the fail line is never above this fraction of the median measured "
-        "(default 0.75 on GPUs, 0.25 on CPU stand-ins)",
-    )
-    group.addoption(
-        "--calibrate-warn",
-        type=float,
-        default=None,
-        metavar="FRACTION",
-        help="--calibrate: the warn line is never above this fraction of the median measured "
-        "(default 0.85 on GPUs, 0.5 on CPU stand-ins)",
-    )
 
 
 @pytest.hookimpl(trylast=True)
@@ -112,22 +74,14 @@ class ResultsHooks:
         self.comparison: Comparison | None = None
         self.calibrated_path: Path | None = None
         self.baseline_doc: dict[str, Any] | None = None
-        baseline = config.getoption("baseline", None)
-        self.baseline_path = Path(baseline).resolve() if baseline else None
-        calibrate_to = config.getoption("calibrate", None)
-        self.calibrate_path = Path(calibrate_to).resolve() if calibrate_to else None
-        self.margins = Margins.for_run(
-            config.getoption("calibrate_fail"), config.getoption("calibrate_warn"), session.gpu_model
-        )
-        self.calibrate_from = self._calibration_runs(config.getoption("calibrate_from") or [])
-        merge = config.getoption("merge_results", None)
-        self.merge_path = Path(merge).resolve() if merge else None
-        self.merge_doc: dict[str, Any] | None = None
+        self.outputs = outputs = session.settings.outputs
+        self.baseline_path = outputs.baseline_path
+        self.calibrate_path = outputs.calibrate_path
+        self.margins = Margins.for_run(outputs.calibrate_fail, outputs.calibrate_warn, session.gpu_model)
+        self.calibrate_from = self._calibration_runs(list(outputs.calibrate_from))
         results = session.results
         if results is None:
             return  # an xdist worker: only log tails are its business
-        if self.merge_path is not None:
-            self.merge_doc = load_node_verdicts(self.merge_path, f"--merge-results={merge}")
         results.cluster = {
             "profile": session.profile.name,
             "description": session.profile.description,
@@ -140,12 +94,11 @@ class ResultsHooks:
             try:
                 self.baseline_doc = load_results(self.baseline_path)
             except (OSError, ValueError) as exc:
-                raise ConfigError(f"--baseline={baseline}: {exc}") from None
+                raise ConfigError(f"--baseline={outputs.baseline}: {exc}") from None
             session.thresholds[REGRESSION_METRIC]  # a missing bound fails now, not after the run
 
-    def _calibration_runs(self, options: list[str]) -> list[Run]:
+    def _calibration_runs(self, paths: list[str]) -> list[Run]:
         """The earlier runs ``--calibrate-from`` names, read and checked now, before any job."""
-        paths = [p.strip() for option in options for p in option.split(",") if p.strip()]
         if paths and self.calibrate_path is None:
             raise ConfigError(
                 f"--calibrate-from={','.join(paths)}: says what to calibrate from; add --calibrate=PATH "
@@ -256,50 +209,13 @@ class ResultsHooks:
             hook.pytest_runtest_logreport(report=report)
         hook.pytest_runtest_logfinish(nodeid=BASELINE_NODEID, location=location)
 
-    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Settle the run's status and verdict (before the report and the results file are
-        written), warn about an incomparable baseline and write the calibrated thresholds."""
+        """After the session has recorded the run's verdict (its own ``pytest_sessionfinish`` comes
+        first): warn about an incomparable baseline and write the calibrated thresholds, whose
+        header names this run's verdict."""
         results = self.session.results
         if results is None:
             return
-        if results.status == "running":
-            interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, 2) or bool(session.shouldstop)
-            results.status = "interrupted" if interrupted else "complete"
-        for record in results.tests.values():
-            if record.outcome == "unknown":  # started, never reported a result
-                record.outcome = "interrupted"
-                record.message = record.message or "the run was interrupted during this test"
-        results.finished = now_iso()
-        doc = results.to_json()
-        acc = verdict.acceptance(doc)
-        results.extra["acceptance"] = {
-            "verdict": acc.verdict,
-            "headline": acc.headline,
-            "reasons": list(acc.reasons),
-            "warnings": list(acc.warnings),
-            "not_applicable": list(acc.not_applicable),
-            "not_selected": list(acc.not_selected),
-            "counts": dict(acc.counts),
-            "nodes": verdict.node_verdicts(doc, acc.verdict).to_json(),
-        }
-        collect_only = bool(self.config.option.collectonly)
-        if self.config.getoption("drain_failed", False) and not collect_only:
-            results.extra["drained"] = self._drain(results.extra["acceptance"]["nodes"])
-        handover = None
-        if self.merge_doc is not None and self.merge_path is not None and not collect_only:
-            here = str(self.session.settings.results_path or "(this run, no --results file)")
-            handover = verdict.handover(self.merge_doc, str(self.merge_path), results.to_json(), here)
-            results.extra["handover"] = handover
-        if not collect_only:
-            status = verdict.exit_status(
-                acc.verdict,
-                int(session.exitstatus),
-                faults_only=verdict.stopped_by_faults_only(doc),
-                handover=handover["verdict"] if handover is not None else None,
-            )
-            if status != session.exitstatus:
-                session.exitstatus = status
         if self.comparison is not None and self.comparison.environment_differences:
             warnings.warn(
                 BaselineWarning(
@@ -310,7 +226,7 @@ class ResultsHooks:
             )
         if self.calibrate_path is not None:
             runs = list(self.calibrate_from)
-            if any(t.get("measurements") for t in doc.get("tests", [])):
+            if any(t.measurements for t in results.tests.values()):
                 # The document as it now stands, with this run's verdict for the fragment's header.
                 runs.append(Run(label=str(self.session.settings.results_path or "this run"), doc=results.to_json()))
             text = calibrate(
@@ -332,29 +248,10 @@ class ResultsHooks:
             else:
                 self.calibrated_path = self.calibrate_path
 
-    def _drain(self, nodes: dict[str, Any]) -> dict[str, dict[str, str]]:
-        """``--drain-failed``: drain each REJECTED node that this run tested, with the first
-        sentence that rejected it as Slurm's reason; node → {reason} or {error}. A node Slurm had
-        excluded before the run keeps the reason it has."""
-        if self.session.profile.executor != "slurm":
-            return {}
-        excluded = self.session.excluded_nodes
-        out: dict[str, dict[str, str]] = {}
-        for node, judged in nodes.get("verdicts", {}).items():
-            if judged.get("verdict") != "REJECTED" or node in excluded:
-                continue
-            reason = slurm.drain_reason("rejected", (judged.get("reasons") or ["acceptance failed"])[0])
-            try:
-                slurm.drain(node, reason)
-                out[node] = {"reason": reason}
-            except GpuClusterError as exc:
-                out[node] = {"error": str(exc)}
-        return out
-
     def _speaks_for_a_cluster(self) -> bool:
         # The verdict line is for acceptance runs: asked for a record, or a test used the cluster.
-        options = ("results", "baseline", "calibrate", "htmlpath")
-        if any(self.config.getoption(o, None) for o in options):
+        outputs = self.outputs
+        if self.session.settings.results_path or outputs.baseline or outputs.calibrate or outputs.html:
             return True
         assert self.session.results is not None
         return any(
