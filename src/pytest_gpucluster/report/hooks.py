@@ -32,9 +32,9 @@ from pytest_gpucluster.results import (
     entries_of,
     job_log_tails,
     load_results,
-    start_up_note,
 )
 from pytest_gpucluster.session import GpuClusterSession
+from pytest_gpucluster.timing import start_up_note
 
 BASELINE_NODEID = "baseline::test_no_regression_against_baseline"
 # Exceptions that are a judgement (pytest.fail, assert) or the cluster's answer (a failed job, a

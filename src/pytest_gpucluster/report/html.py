@@ -21,7 +21,7 @@ from markupsafe import Markup
 from pytest_gpucluster import verdict
 from pytest_gpucluster.fold import fold_lines
 from pytest_gpucluster.report import figures, inventory, model, plots
-from pytest_gpucluster.results import start_up_note
+from pytest_gpucluster.timing import start_up_note
 from pytest_gpucluster.verdict.attribution import known_nodes
 from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
 from pytest_gpucluster.verdict.run import COUNTED
