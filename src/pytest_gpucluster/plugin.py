@@ -21,7 +21,7 @@ from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigte
 
 pytest_plugins = [
     "pytest_gpucluster.fixtures",
-    "pytest_gpucluster.report.hooks",
+    "pytest_gpucluster.recording",
     "pytest_gpucluster.report.pytest_html_hooks",
 ]
 

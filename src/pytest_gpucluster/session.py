@@ -813,7 +813,7 @@ class GpuClusterSession:
             facts = {n: dict(seen.get(n) or {"why": why}) for n, why in lost.items()}
             item.user_properties.append((PROPERTY, {"kind": "environment", "facts": {"lost_nodes": facts}}))
 
-    # Each test's reports are folded into self.results by report/hooks.py (ResultsHooks), which
+    # Each test's reports are folded into self.results by recording.py (ResultsHooks), which
     # also turns the data entries into readable JUnit properties.
 
     def pytest_keyboard_interrupt(self) -> None:

@@ -1,6 +1,9 @@
-"""pytest hooks of the results file, readable JUnit properties, job log tails, ``--baseline`` and
-``--calibrate``. The pytest-html integration (``pytest_html_hooks.py``) registers itself; nothing
-here knows about it.
+"""pytest hooks that record the run into its results document: each test's reports, job log
+tails, readable JUnit properties, the checks' warnings, the ``--baseline`` comparison (judged as
+one more test) and, after the run's verdict, the ``--calibrate`` file; and the terminal summary
+(rendered by ``report/terminal.py``). The verdict itself is decided and recorded at the session's
+``pytest_sessionfinish`` (``finish.py``). The pytest-html integration
+(``report/pytest_html_hooks.py``) registers itself; nothing here knows about it.
 
 Data path: tests attach ``("gpucluster", {...})`` entries to ``user_properties``. Where a test
 runs (an xdist worker or the only process), a failed phase gets the end of its jobs' logs
@@ -21,12 +24,11 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucluster import verdict
 from pytest_gpucluster.baseline import REGRESSION_METRIC, Comparison, compare
 from pytest_gpucluster.calibrate import Margins, Run, calibrate, check_comparable, read_run, set_name_for
 from pytest_gpucluster.errors import ConfigError, GpuClusterError
 from pytest_gpucluster.outcomes import GpuClusterWarning, is_not_applicable
-from pytest_gpucluster.report import model
+from pytest_gpucluster.report import model, terminal
 from pytest_gpucluster.results import (
     PROPERTY,
     entries_of,
@@ -34,7 +36,6 @@ from pytest_gpucluster.results import (
     load_results,
 )
 from pytest_gpucluster.session import GpuClusterSession
-from pytest_gpucluster.timing import start_up_note
 
 BASELINE_NODEID = "baseline::test_no_regression_against_baseline"
 # Exceptions that are a judgement (pytest.fail, assert) or the cluster's answer (a failed job, a
@@ -52,7 +53,7 @@ class CalibrationWarning(UserWarning):
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Build the results hooks on the run's session."""
+    """Build the recording hooks on the run's session."""
     from pytest_gpucluster.plugin import SESSION_KEY
 
     session = config.stash.get(SESSION_KEY, None)
@@ -66,7 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class ResultsHooks:
-    """Results folding, JUnit properties, log tails, baseline and calibration for one run."""
+    """Results folding, JUnit properties, log tails, baseline, calibration and the terminal
+    summary for one run."""
 
     def __init__(self, session: GpuClusterSession, config: pytest.Config) -> None:
         self.session = session
@@ -259,77 +261,20 @@ class ResultsHooks:
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The acceptance verdict, regressions and the calibration file, at the end of the run."""
+        """The acceptance verdict, regressions and the calibration file, at the end of the run
+        (``report/terminal.py``)."""
         results = self.session.results
         if results is None or "acceptance" not in results.extra or not self._speaks_for_a_cluster():
             return
         if self.config.option.collectonly:  # --collect-only, --dry-run: nothing ran, nothing to judge
             return
-        acc = results.extra["acceptance"]
-        counts = ", ".join(f"{n} {k}" for k, n in acc["counts"].items() if n)
-        colour = {"ACCEPTED": {"green": True}, "REJECTED": {"red": True}}.get(acc["verdict"], {"yellow": True})
-        terminalreporter.write_sep("=", f"gpucluster: {acc['headline']} ({counts or 'no tests'})", bold=True, **colour)
-        nodes = acc.get("nodes") or {}
-        if nodes.get("verdicts"):
-            exclude = f" (sbatch --exclude={nodes['exclude']})" if nodes.get("exclude") else ""
-            terminalreporter.write_line(f"nodes: {nodes['summary']}{exclude}", bold=True)
-        merged = results.extra.get("handover")
-        if merged:
-            exclude = f" (sbatch --exclude={merged['exclude']})" if merged.get("exclude") else ""
-            terminalreporter.write_line(
-                f"handover with {merged['earlier']}: {merged['verdict']}: {merged['summary']}{exclude}; "
-                f"re-tested now: {verdict.hostlist(merged['retested']) or 'none'}",
-                bold=True,
-            )
-            for node, v in merged["nodes"].items():
-                if v["verdict"] != "ACCEPTED":
-                    first = (v.get("reasons") or [f"as judged in {v['from']}, where only the selected checks ran"])[0]
-                    terminalreporter.write_line(f"  {node}: {v['verdict']}: {first}")
-        for node, done in (results.extra.get("drained") or {}).items():
-            said = f"reason {done['reason']!r}" if "reason" in done else f"NOT drained: {done['error']}"
-            terminalreporter.write_line(f"drained {node} (--drain-failed): {said}")
-        shown = acc["reasons"] if acc["verdict"] != "ACCEPTED" else acc["warnings"]
-        for reason in shown[:20]:
-            terminalreporter.write_line(f"  {reason}")
-        if len(shown) > 20:
-            terminalreporter.write_line(f"  ... and {len(shown) - 20} more (see the results file or the report)")
-        if acc["verdict"] in ("REJECTED", "INCOMPLETE") and acc["warnings"]:
-            terminalreporter.write_line(
-                f"  and {len(acc['warnings'])} warning(s): {acc['warnings'][0]}"
-                + (" ..." if len(acc["warnings"]) > 1 else "")
-            )
-        if acc["not_applicable"]:
-            why: dict[str, int] = {}
-            for line in acc["not_applicable"]:
-                reason = line.split(": ", 1)[-1]
-                why[reason] = why.get(reason, 0) + 1
-            terminalreporter.write_line(f"not applicable: {len(acc['not_applicable'])} check(s)")
-            for reason, n in sorted(why.items(), key=lambda kv: -kv[1]):
-                terminalreporter.write_line(f"  {n} × {reason}")
-        timing = results.timing()
-        if timing["jobs"]:
-            terminalreporter.write_line(
-                f"time: {timing['wall_s']:.0f} s in all, workloads ran {timing['workload_s']:.0f} s "
-                f"({timing['jobs']} jobs), harness {timing['harness_s']:.0f} s "
-                f"({100 * (timing['harness_fraction'] or 0):.0f} %)"
-            )
-            parts = timing.get("harness_parts") or {}
-            if parts:
-                terminalreporter.write_line(
-                    f"harness: {parts['scheduling_s']:.1f} s submission to first process, {parts['start_up_s']:.1f} s "
-                    f"process start-up, {parts['pickup_s']:.1f} s result pickup, {parts['between_jobs_s']:.1f} s "
-                    "between jobs"
-                )
-            waited = start_up_note(timing)
-            if waited:
-                terminalreporter.write_line(waited)
-        if self.comparison is not None:
-            c = self.comparison
-            terminalreporter.write_line(
-                f"baseline {self.baseline_path}: {len(c.changes)} compared, {len(c.failed)} regression(s) past "
-                f"the fail line, {len(c.warned)} past the warn line"
-            )
-            for change in (c.failed + c.warned)[:20]:
-                terminalreporter.write_line(f"  {change.verdict.status}: {change.verdict.sentence}")
-        if self.calibrated_path is not None:
-            terminalreporter.write_line(f"calibrated thresholds written to {self.calibrated_path}")
+        shown = terminal.summary(
+            results.extra,
+            results.timing(),
+            comparison=self.comparison,
+            baseline_path=self.baseline_path,
+            calibrated_path=self.calibrated_path,
+        )
+        terminalreporter.write_sep("=", shown.headline, bold=True, **shown.colour)
+        for text, bold in shown.lines:
+            terminalreporter.write_line(text, bold=bold)
