@@ -1,5 +1,6 @@
 """Command-line values checked before any job: the files a run will write (``--results``,
-``--html``, ``--calibrate``) and the earlier results it merges with (``--merge-results``).
+``--html``, ``--calibrate``) and the earlier results it merges with (``--merge-results``); and
+``Outputs``, what the run does at its end, resolved once from those options.
 
 A run that could not write its results file at the end would have measured for nothing; a merge
 with the file of another cluster would hand over nodes nobody tested. Each function raises
@@ -13,6 +14,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +84,36 @@ def _nodes_of(doc: Mapping[str, Any]) -> list[str]:
     verdicts = ((doc.get("acceptance") or {}).get("nodes") or {}).get("verdicts") or {}
     excluded = (doc.get("environment") or {}).get("excluded_nodes") or {}
     return list(dict.fromkeys([*map(str, doc.get("nodes") or []), *verdicts, *excluded]))
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What a run writes and does once its checks are done, read from the command line once
+    (``plugin.settings_from``): the files it compares with, calibrates from and merges with, the
+    file it calibrates into, and whether it drains the nodes it rejects. Values keep the operator's
+    spelling where a message quotes them (``--baseline=old.json: ...``)."""
+
+    baseline: str | None = None  # --baseline, as given
+    calibrate: str | None = None  # --calibrate, as given
+    calibrate_from: tuple[str, ...] = ()  # --calibrate-from, each path as given
+    calibrate_fail: float | None = None
+    calibrate_warn: float | None = None
+    merge_results: str | None = None  # --merge-results, as given
+    merge_doc: Mapping[str, Any] | None = None  # the earlier results it names, read once (controller)
+    drain_failed: bool = False
+    html: str | None = None  # pytest-html's --html
+
+    @property
+    def baseline_path(self) -> Path | None:
+        """``--baseline`` as an absolute path."""
+        return Path(self.baseline).resolve() if self.baseline else None
+
+    @property
+    def calibrate_path(self) -> Path | None:
+        """``--calibrate`` as an absolute path."""
+        return Path(self.calibrate).resolve() if self.calibrate else None
+
+    @property
+    def merge_path(self) -> Path | None:
+        """``--merge-results`` as an absolute path."""
+        return Path(self.merge_results).resolve() if self.merge_results else None

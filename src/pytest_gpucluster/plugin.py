@@ -8,19 +8,20 @@ from __future__ import annotations
 import secrets
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile, load
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.options import merge_belongs, writable_file
+from pytest_gpucluster.options import Outputs, merge_belongs, writable_file
 from pytest_gpucluster.results import load_node_verdicts
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
 
 pytest_plugins = [
     "pytest_gpucluster.fixtures",
-    "pytest_gpucluster.report.hooks",
+    "pytest_gpucluster.recording",
     "pytest_gpucluster.report.pytest_html_hooks",
 ]
 
@@ -95,6 +96,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="gpucluster_dry_run",
         help="print the plan of jobs for the selected checks and stop: nothing is submitted",
     )
+    group.addoption(
+        "--drain-failed",
+        action="store_true",
+        default=False,
+        help="after the run, drain each REJECTED node in Slurm with the check and its evidence as "
+        "the reason (never a node Slurm had already excluded); off by default",
+    )
+    group.addoption(
+        "--calibrate-from",
+        action="append",
+        default=[],
+        metavar="PATH[,PATH...]",
+        help="--calibrate: earlier --results files of clean runs to calibrate from, with this run's "
+        "measurements if it has any (repeat the option or separate with commas; 3 or more runs advised)",
+    )
+    group.addoption(
+        "--calibrate-fail",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="--calibrate: the fail line is never above this fraction of the median measured "
+        "(default 0.75 on GPUs, 0.25 on CPU stand-ins)",
+    )
+    group.addoption(
+        "--calibrate-warn",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="--calibrate: the warn line is never above this fraction of the median measured "
+        "(default 0.85 on GPUs, 0.5 on CPU stand-ins)",
+    )
 
 
 def _thresholds_path(config: pytest.Config) -> Path:
@@ -131,8 +163,9 @@ def settings_from(config: pytest.Config) -> Settings:
         except ValueError as exc:
             raise ConfigError(f"--nodes={nodes}: {exc}") from None
     workerinput = getattr(config, "workerinput", None)
+    earlier = None
     if workerinput is None:
-        check_outputs_and_merge(config, profile, picked if nodes is not None else None)
+        earlier = check_outputs_and_merge(config, profile, picked if nodes is not None else None)
     run_id = workerinput.get("gpucluster_run_id") if workerinput else None
     return Settings(
         config=cfg,
@@ -142,16 +175,37 @@ def settings_from(config: pytest.Config) -> Settings:
         nodes=picked if nodes is not None else (),
         is_controller=workerinput is None,
         is_xdist_worker=workerinput is not None,
+        outputs=Outputs(
+            baseline=config.getoption("baseline"),
+            calibrate=config.getoption("calibrate"),
+            calibrate_from=tuple(
+                p.strip() for o in config.getoption("calibrate_from") for p in o.split(",") if p.strip()
+            ),
+            calibrate_fail=config.getoption("calibrate_fail"),
+            calibrate_warn=config.getoption("calibrate_warn"),
+            merge_results=merge,
+            merge_doc=earlier,
+            drain_failed=bool(config.getoption("drain_failed")),
+            html=config.getoption("htmlpath", None),
+        ),
     )
+
+
+def _paths(options: list[str]) -> tuple[str, ...]:
+    """The paths of an option given several times, each a comma-separated list."""
+    return tuple(p.strip() for option in options for p in option.split(",") if p.strip())
 
 
 # Options naming a file the run writes at its end, by dest (pytest-html's --html is "htmlpath").
 OUTPUT_OPTIONS = (("--results", "results"), ("--html", "htmlpath"), ("--calibrate", "calibrate"))
 
 
-def check_outputs_and_merge(config: pytest.Config, profile: Profile, nodes: tuple[str, ...] | None) -> None:
+def check_outputs_and_merge(
+    config: pytest.Config, profile: Profile, nodes: tuple[str, ...] | None
+) -> dict[str, Any] | None:
     """Before any job: every file the run writes at its end can be written, and the earlier results
-    it merges with are of this cluster (``options``). ConfigError naming the option otherwise."""
+    it merges with are of this cluster (``options``): those results, or None without
+    ``--merge-results``. ConfigError naming the option otherwise."""
     for option, dest in OUTPUT_OPTIONS:
         value = config.getoption(dest, None)
         if value:
@@ -162,6 +216,8 @@ def check_outputs_and_merge(config: pytest.Config, profile: Profile, nodes: tupl
         earlier = load_node_verdicts(Path(merge), option)
         here = nodes if nodes is not None else (socket.gethostname(),) if profile.executor == "local" else ()
         merge_belongs(earlier, option, profile=profile.name, executor=profile.executor, nodes=here)
+        return earlier
+    return None
 
 
 def retest_nodes(path: Path, option: str) -> tuple[str, ...]:

@@ -28,17 +28,20 @@ import pytest
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Config, Profile, ThresholdSet
+from pytest_gpucluster.drain import drain_rejected
 from pytest_gpucluster.errors import (
     GpuClusterError,
     MissingThresholdError,
 )
 from pytest_gpucluster.faults import cluster_fault
+from pytest_gpucluster.finish import finish
 from pytest_gpucluster.items import declared_not_applicable, is_check, needs_of, plan_of, requests_of, skipped
 from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
+from pytest_gpucluster.options import Outputs
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, Plan, last_order
 from pytest_gpucluster.plan import facts as run_facts
-from pytest_gpucluster.results import ResultsDocument, now_iso
+from pytest_gpucluster.results import PROPERTY, ResultsDocument
 from pytest_gpucluster.run import Runner, Start
 from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
 from pytest_gpucluster.run.cluster import Cluster
@@ -55,7 +58,6 @@ from pytest_gpucluster.selection import (
 )
 
 R = TypeVar("R")
-PROPERTY = "gpucluster"  # key of every user_properties entry this plugin adds
 # The module-level function by which a test file declares its checks not applicable to a shape.
 _QUIET_WAIT_S = 20.0  # a job that started within this many seconds of queueing gets no second line
 
@@ -71,6 +73,7 @@ class Settings:
     is_controller: bool
     is_xdist_worker: bool = False
     nodes: tuple[str, ...] = ()  # --nodes: test only these (a re-test); empty: the profile's choice
+    outputs: Outputs = dataclasses.field(default_factory=Outputs)  # what the run writes and does at its end
 
 
 def _version(dist: str) -> str | None:
@@ -493,7 +496,7 @@ class GpuClusterSession:
             facts = {n: dict(seen.get(n) or {"why": why}) for n, why in lost.items()}
             item.user_properties.append((PROPERTY, {"kind": "environment", "facts": {"lost_nodes": facts}}))
 
-    # Each test's reports are folded into self.results by report/hooks.py (ResultsHooks), which
+    # Each test's reports are folded into self.results by recording.py (ResultsHooks), which
     # also turns the data entries into readable JUnit properties.
 
     def pytest_keyboard_interrupt(self) -> None:
@@ -502,22 +505,35 @@ class GpuClusterSession:
         if self.results is not None:
             self.results.status = "interrupted"
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Let the jobs whose results are in leave the queue (bounded), cancel leftovers; write the
-        final results file. The run's wall time ends with its last test, before this clean-up."""
-        interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, 2) or session.shouldstop
+        """Let the jobs whose results are in leave the queue (bounded), cancel leftovers; then end
+        the results, decide and record the verdicts and act on them (``finish.py``), set the exit
+        status and write the final results file. First among the hooks of the run's end, so the
+        report and every later reader see the verdict. The run's wall time ends with its last
+        test, before this clean-up."""
+        interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, 2) or bool(session.shouldstop)
         if self.results is not None:
             self.results.freeze()
         launcher = self.jobs.launched
         if launcher is not None and exitstatus != pytest.ExitCode.INTERRUPTED:
             launcher.settle()
         self.cancel_everything()
-        if self.results is not None:
-            if self.results.status == "running":
-                self.results.status = "interrupted" if interrupted else "complete"
-            self.results.finished = now_iso()
-            if self.settings.results_path is not None:
-                self.results.write(self.settings.results_path)
+        if self.results is None:
+            return
+        status = finish(
+            self.results,
+            self.settings.outputs,
+            pytest_status=int(session.exitstatus),
+            interrupted=interrupted,
+            collect_only=bool(session.config.option.collectonly),
+            drain=lambda nodes: drain_rejected(nodes, executor=self.profile.executor, excluded=self.excluded_nodes),
+            here=str(self.settings.results_path or "(this run, no --results file)"),
+        )
+        if status != session.exitstatus:
+            session.exitstatus = status
+        if self.settings.results_path is not None:
+            self.results.write(self.settings.results_path)
 
     def pytest_unconfigure(self) -> None:
         """Last chance to cancel; remove a temporary job folder this run made."""

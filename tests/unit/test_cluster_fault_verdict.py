@@ -1,4 +1,4 @@
-"""A fault outside the nodes in the verdict (``report.model``): the checks it stopped are not
+"""A fault outside the nodes in the verdict (``verdict.run``, ``verdict.nodes``): the checks it stopped are not
 judged, the run is INCOMPLETE with the fault's one sentence first, and no node is rejected,
 excluded or drained for it; a check that judged something still rejects."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from pytest_gpucluster.report import model
+from pytest_gpucluster import verdict
 from pytest_gpucluster.results import PROPERTY, ResultsDocument
 
 DOWN = "the Slurm controller (slurmctld) did not answer for 61 s: `sbatch` exited 1: Unable to contact slurm controller"
@@ -39,7 +39,7 @@ STOPPED = [
 
 
 def test_checks_stopped_by_the_controller_are_not_judged_and_the_sentence_comes_first():
-    acc = model.acceptance(_doc([_test("test_slurm_health.py::test_partition_is_up", "pass"), *STOPPED]))
+    acc = verdict.acceptance(_doc([_test("test_slurm_health.py::test_partition_is_up", "pass"), *STOPPED]))
     assert acc.verdict == "INCOMPLETE"
     assert acc.headline == f"INCOMPLETE: {DOWN} (6 checks not judged)"
     assert acc.reasons == (  # one line, not one per check
@@ -49,7 +49,7 @@ def test_checks_stopped_by_the_controller_are_not_judged_and_the_sentence_comes_
 
 
 def test_no_node_is_rejected_excluded_or_drained_for_it():
-    nodes = model.node_verdicts(_doc(STOPPED))
+    nodes = verdict.node_verdicts(_doc(STOPPED))
     assert {v.node: v.verdict for v in nodes.verdicts} == {"node1": "INCOMPLETE", "node2": "INCOMPLETE"}
     assert nodes.exclude == ""
     assert nodes.cluster_wide == ()
@@ -58,11 +58,11 @@ def test_no_node_is_rejected_excluded_or_drained_for_it():
 
 def test_a_judged_failure_still_rejects_with_the_fault_named_first():
     failed = _test("test_slurm_health.py::test_controller_answers", "fail", message="Failed: " + DOWN)
-    acc = model.acceptance(_doc([failed, *STOPPED]))
+    acc = verdict.acceptance(_doc([failed, *STOPPED]))
     assert acc.verdict == "REJECTED"
     assert acc.reasons[0].startswith(DOWN + " (6 checks not judged")
     assert acc.headline == f"REJECTED: 1 check failed; {DOWN} (6 checks not judged)"
-    assert model.node_verdicts(_doc([failed, *STOPPED])).exclude == ""
+    assert verdict.node_verdicts(_doc([failed, *STOPPED])).exclude == ""
 
 
 WORKER_TEXT = "[gw1] linux -- Python 3.11.7 /venv/bin/python\nSharedFsFault: shared_fs '/mnt/s' cannot be written"

@@ -1,6 +1,7 @@
 """The package's layers import one way: what runs on the nodes (``workloads/``, ``launch/node.py``)
-imports nothing of the login side, and ``checks/`` (login-side, pure) imports neither pytest, the
-session nor the launcher. Read from the source with ``ast``, so an import inside a function counts
+imports nothing of the login side; ``checks/`` and ``verdict/`` (login-side, pure) import neither
+pytest, the session, the launcher nor Slurm; and ``report/``, which only renders, imports nothing
+of Slurm or the launcher. Read from the source with ``ast``, so an import inside a function counts
 as much as one at the top of a module.
 """
 
@@ -45,6 +46,16 @@ LOGIN_SIDE = (
     "pytest_gpucluster.calibrate",
 )
 NOT_IN_CHECKS = ("pytest", "_pytest", "pytest_gpucluster.session", "pytest_gpucluster.launch")
+# Verdicts are decided from plain data: no pytest, no session, no launcher, no Slurm, no report.
+NOT_IN_VERDICT = (
+    *NOT_IN_CHECKS,
+    "pytest_gpucluster.slurm",
+    "pytest_gpucluster.slurm_retry",
+    "pytest_gpucluster.report",
+    "submitit",
+)
+# The report renders the results and the verdicts; what acts on the cluster lives elsewhere.
+NOT_IN_REPORT = ("pytest_gpucluster.slurm", "pytest_gpucluster.slurm_retry", "pytest_gpucluster.launch", "submitit")
 
 # Functions under workloads/ that run on the login node and read the profile's settings: the
 # compute and training plans. They import the configuration inside the function, so a job that
@@ -96,6 +107,16 @@ def test_node_side_code_imports_nothing_of_the_login_side(path):
 @pytest.mark.parametrize("path", sorted((PACKAGE / "checks").glob("*.py")), ids=lambda p: p.name)
 def test_checks_import_neither_pytest_nor_the_session_nor_the_launcher(path):
     assert _hits(path, NOT_IN_CHECKS) == []
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "verdict").glob("*.py")), ids=lambda p: p.name)
+def test_verdicts_import_neither_pytest_nor_the_session_nor_the_launcher_nor_slurm(path):
+    assert _hits(path, NOT_IN_VERDICT) == []
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "report").glob("*.py")), ids=lambda p: p.name)
+def test_the_report_imports_nothing_of_slurm_or_the_launcher(path):
+    assert _hits(path, NOT_IN_REPORT) == []
 
 
 def test_the_login_side_planners_let_through_still_exist():

@@ -12,9 +12,8 @@ from pytest_gpucluster.results import (
     job_log_tails,
     load_results,
     split_nodeid,
-    timing_summary,
-    union_s,
 )
+from pytest_gpucluster.timing import timing_summary, union_s
 
 
 def test_nodeid_names_area_function_and_parameters():

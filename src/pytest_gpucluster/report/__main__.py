@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from pytest_gpucluster.report.html import render_page
-from pytest_gpucluster.report.model import acceptance
 from pytest_gpucluster.results import load_results
+from pytest_gpucluster.verdict import acceptance, exit_status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(render_page(doc), encoding="utf-8")
     acc = acceptance(doc)
     print(f"{acc.headline}: {out}")
-    return {"ACCEPTED": 0, "PARTIAL": 0, "REJECTED": 1}.get(acc.verdict, 10)
+    return exit_status(acc.verdict)
 
 
 if __name__ == "__main__":

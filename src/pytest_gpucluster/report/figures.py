@@ -15,15 +15,14 @@ from typing import Any
 
 from pytest_gpucluster.config.metrics import METRICS
 from pytest_gpucluster.report.model import (
-    SEVERITY,
     SOURCE_LABELS,
     describe_threshold,
-    known_nodes,
     measurement_value,
     threshold_origin,
     threshold_source,
-    worst,
 )
+from pytest_gpucluster.verdict.attribution import known_nodes
+from pytest_gpucluster.verdict.findings import SEVERITY, worst
 
 _GPU_PLACE = re.compile(r"(.+):gpu(\d+)")
 # Passes are shaded by how far they sit from the metric's median toward its line, in these steps:

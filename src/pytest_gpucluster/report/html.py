@@ -18,9 +18,13 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from pytest_gpucluster import verdict
 from pytest_gpucluster.fold import fold_lines
 from pytest_gpucluster.report import figures, inventory, model, plots
-from pytest_gpucluster.results import start_up_note
+from pytest_gpucluster.timing import start_up_note
+from pytest_gpucluster.verdict.attribution import known_nodes
+from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
+from pytest_gpucluster.verdict.run import COUNTED
 
 STATUS_TEXT = {
     "pass": "pass",
@@ -79,7 +83,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        css=css, hostlist=model.hostlist, check_name=lambda name: str(name).removeprefix("test_"), anchor=anchor
+        css=css, hostlist=verdict.hostlist, check_name=lambda name: str(name).removeprefix("test_"), anchor=anchor
     )
     env.globals.update(STATUS_TEXT=STATUS_TEXT, NODE_BADGE=NODE_BADGE)
     return env
@@ -107,7 +111,7 @@ def style() -> str:
     return f"<style>\n{_load('report.css')}</style>{PRINT_SCRIPT}"
 
 
-def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
+def acceptance_block(doc: Mapping[str, Any], acc: verdict.Acceptance) -> str:
     """The handover sheet (verdict, nodes accepted, exclusions, key figures against their lines,
     thresholds file and hash, date, the tool's version, room for two signatures: the first page
     when printed), then the counts behind the verdict, each node that is not accepted with the
@@ -126,13 +130,13 @@ def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
     )
     chips = [
         {"status": k, "count": acc.counts.get(k, 0), "label": COUNT_LABELS[k]}
-        for k in model.COUNTED
+        for k in COUNTED
         if acc.counts.get(k, 0) or k in ("pass", "warn", "fail", "skip")
     ]
     names = [str(n) for n in doc.get("nodes", [])]
-    node_text = f"{len(names)} nodes: {model.hostlist(names)}" if len(names) > NODE_ROWS else ", ".join(names)
+    node_text = f"{len(names)} nodes: {verdict.hostlist(names)}" if len(names) > NODE_ROWS else ", ".join(names)
     excluded = doc.get("environment", {}).get("excluded_nodes", {})
-    nodes = model.node_verdicts(doc, acc.verdict)
+    nodes = verdict.node_verdicts(doc, acc.verdict)
     order = {"REJECTED": 0, "INCOMPLETE": 1}
     skipped = [t for t in doc.get("tests", []) if t.get("verdict") == "skip"]
     grouped: dict[str, list[str]] = {}
@@ -177,8 +181,8 @@ def acceptance_block(doc: Mapping[str, Any], acc: model.Acceptance) -> str:
         failures=failures,
         # an incomplete run lists its skipped checks among its reasons
         skipped=fold_lines(
-            [f"{model.test_label(t['nodeid'])}: {model.first_line(t.get('message', ''))}" for t in skipped],
-            model.known_nodes(doc),
+            [f"{test_label(t['nodeid'])}: {verdict.first_line(t.get('message', ''))}" for t in skipped],
+            known_nodes(doc),
         )
         if acc.verdict != "INCOMPLETE"
         else [],
@@ -225,7 +229,7 @@ def environment_block(doc: Mapping[str, Any]) -> str:
     )
 
 
-def matrix_block(m: model.Matrix) -> str:
+def matrix_block(m: verdict.Matrix) -> str:
     """The node × check matrix: one row per node (past ``NODE_ROWS`` nodes, the nodes with
     anything but passes first and the rest in one row), one column per check; hover for details."""
     if not m.columns:
@@ -237,7 +241,7 @@ def matrix_block(m: model.Matrix) -> str:
         else:
             areas.append((area, 1))
     rows = []
-    nodes = [r for r in m.rows if r != model.CLUSTER_ROW]
+    nodes = [r for r in m.rows if r != verdict.CLUSTER_ROW]
     for row in model.matrix_rows(m, NODE_ROWS):
         cells = []
         for col in m.columns:
@@ -245,15 +249,15 @@ def matrix_block(m: model.Matrix) -> str:
             tip = "\n".join(fold_lines(cell.lines, nodes)[:20]) or "not run on this node"
             cells.append({"status": cell.status, "tip": tip, "symbol": STATUS_SYMBOL.get(cell.status, "")})
         rows.append({"label": row.label, "group": len(row.nodes) > 1, "cells": cells})
-    row_status = {r: model.worst(m.cell(r, c).status for c in m.columns) for r in m.rows}
-    failing = [r for r, st in row_status.items() if st in ("fail", "error", "xpass") and r != model.CLUSTER_ROW]
-    warning = [r for r, st in row_status.items() if st == "warn" and r != model.CLUSTER_ROW]
+    row_status = {r: worst(m.cell(r, c).status for c in m.columns) for r in m.rows}
+    failing = [r for r, st in row_status.items() if st in ("fail", "error", "xpass") and r != verdict.CLUSTER_ROW]
+    warning = [r for r, st in row_status.items() if st == "warn" and r != verdict.CLUSTER_ROW]
     return _render(
         "matrix.html.j2",
         failing=short_list(failing),
         warning=short_list(warning),
         legend=("pass", "warn", "fail", "skip", "n/a"),
-        cluster_row=model.CLUSTER_ROW,
+        cluster_row=verdict.CLUSTER_ROW,
         grouped=any(r["group"] for r in rows),
         areas=areas,
         columns=[name.removeprefix("test_") for _, name in m.columns],
@@ -316,7 +320,7 @@ def details_of_test(test: Mapping[str, Any], *, limit: int = 200) -> str:
     bad = test.get("verdict") in ("fail", "error", "xpass")
     if not (ms or problems or logs or bad):
         return ""
-    ordered = sorted(ms, key=lambda m: -model.SEVERITY.get(str(m.get("status")), 0))
+    ordered = sorted(ms, key=lambda m: -SEVERITY.get(str(m.get("status")), 0))
     rows = [
         {
             "status": str(m.get("status")),
@@ -405,11 +409,11 @@ def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance"
     """A standalone page from a results document alone (no pytest-html): the same summary,
     environment, matrix, plots and baseline, then every test with its details (those of a
     failure open)."""
-    acc = model.acceptance(doc)
+    acc = verdict.acceptance(doc)
     blocks = [
         acceptance_block(doc, acc),
         environment_block(doc),
-        matrix_block(model.matrix(doc)),
+        matrix_block(verdict.matrix(doc)),
         gpu_map_block(doc),
         plots_block(doc),
         baseline_block(doc.get("baseline")),

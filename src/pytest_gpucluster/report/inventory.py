@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpucluster.report.model import hostlist
+from pytest_gpucluster.verdict import hostlist
 
 COLUMNS = ("GPUs", "driver / CUDA", "NVLink", "InfiniBand", "kernel", "RAM", "CPUs")
 NA = ("", "n/a", None)

@@ -1,7 +1,7 @@
 """The one module that speaks to pytest-html (4.x hooks). Loaded with the plugin; its
 ``pytest_configure`` registers the hooks in the controlling process only, and only when pytest-html
 is active and ``--html`` is given. It reads the run's results document and nothing of
-``report/hooks.py``.
+``recording.py``.
 
 Page layout (the style sheet reorders pytest-html's blocks): title; acceptance summary (verdict,
 cluster, nodes, GPUs, counts, failures, skips with reasons); environment and inventory; node ×
@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from pytest_html import extras as html_extras
 
-from pytest_gpucluster.report import html, model
+from pytest_gpucluster import verdict
+from pytest_gpucluster.report import html
 from pytest_gpucluster.session import GpuClusterSession
 
 
@@ -63,7 +64,7 @@ class HtmlReportHooks:
     ) -> None:
         """Acceptance summary first; environment, matrix, plots and baseline after pytest-html's counts."""
         doc = self._doc()
-        acc = model.acceptance(doc)
+        acc = verdict.acceptance(doc)
         prefix.extend([html.style(), html.acceptance_block(doc, acc)])
         outcomes = getattr(self.report_data, "outcomes", None)
         if isinstance(outcomes, dict):
@@ -71,7 +72,7 @@ class HtmlReportHooks:
         postfix.extend(
             [
                 html.environment_block(doc),
-                html.matrix_block(model.matrix(doc)),
+                html.matrix_block(verdict.matrix(doc)),
                 html.gpu_map_block(doc),
                 html.plots_block(doc),
                 html.baseline_block(doc.get("baseline")),

@@ -1,6 +1,9 @@
-"""pytest hooks of the results file, readable JUnit properties, job log tails, ``--baseline`` and
-``--calibrate``. The pytest-html integration (``pytest_html_hooks.py``) registers itself; nothing
-here knows about it.
+"""pytest hooks that record the run into its results document: each test's reports, job log
+tails, readable JUnit properties, the checks' warnings, the ``--baseline`` comparison (judged as
+one more test) and, after the run's verdict, the ``--calibrate`` file; and the terminal summary
+(rendered by ``report/terminal.py``). The verdict itself is decided and recorded at the session's
+``pytest_sessionfinish`` (``finish.py``). The pytest-html integration
+(``report/pytest_html_hooks.py``) registers itself; nothing here knows about it.
 
 Data path: tests attach ``("gpucluster", {...})`` entries to ``user_properties``. Where a test
 runs (an xdist worker or the only process), a failed phase gets the end of its jobs' logs
@@ -21,25 +24,20 @@ from typing import Any
 
 import pytest
 
-from pytest_gpucluster import slurm
 from pytest_gpucluster.baseline import REGRESSION_METRIC, Comparison, compare
 from pytest_gpucluster.calibrate import Margins, Run, calibrate, check_comparable, read_run, set_name_for
 from pytest_gpucluster.errors import ConfigError, GpuClusterError
 from pytest_gpucluster.outcomes import GpuClusterWarning, is_not_applicable
-from pytest_gpucluster.report import model
+from pytest_gpucluster.report import model, terminal
 from pytest_gpucluster.results import (
     PROPERTY,
     entries_of,
     job_log_tails,
-    load_node_verdicts,
     load_results,
-    now_iso,
-    start_up_note,
 )
 from pytest_gpucluster.session import GpuClusterSession
 
 BASELINE_NODEID = "baseline::test_no_regression_against_baseline"
-EXIT_INCOMPLETE = 10  # clear of pytest's own codes (0-6)
 # Exceptions that are a judgement (pytest.fail, assert) or the cluster's answer (a failed job, a
 # refused submission): a check ending in any other exception could not judge.
 JUDGED: tuple[type[BaseException], ...] = (pytest.fail.Exception, AssertionError, GpuClusterError)
@@ -53,45 +51,9 @@ class CalibrationWarning(UserWarning):
     """The calibrated thresholds could not be written where --calibrate says."""
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    """Where --calibrate puts the lines it writes."""
-    group = parser.getgroup("gpucluster", "GPU cluster acceptance")
-    group.addoption(
-        "--drain-failed",
-        action="store_true",
-        default=False,
-        help="after the run, drain each REJECTED node in Slurm with the check and its evidence as "
-        "the reason (never a node Slurm had already excluded); off by default",
-    )
-    group.addoption(
-        "--calibrate-from",
-        action="append",
-        default=[],
-        metavar="PATH[,PATH...]",
-        help="--calibrate: earlier --results files of clean runs to calibrate from, with this run's "
-        "measurements if it has any (repeat the option or separate with commas; 3 or more runs advised)",
-    )
-    group.addoption(
-        "--calibrate-fail",
-        type=float,
-        default=None,
-        metavar="FRACTION",
-        help="--calibrate: the fail line is never above this fraction of the median measured "
-        "(default 0.75 on GPUs, 0.25 on CPU stand-ins)",
-    )
-    group.addoption(
-        "--calibrate-warn",
-        type=float,
-        default=None,
-        metavar="FRACTION",
-        help="--calibrate: the warn line is never above this fraction of the median measured "
-        "(default 0.85 on GPUs, 0.5 on CPU stand-ins)",
-    )
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Build the results hooks on the run's session."""
+    """Build the recording hooks on the run's session."""
     from pytest_gpucluster.plugin import SESSION_KEY
 
     session = config.stash.get(SESSION_KEY, None)
@@ -105,7 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class ResultsHooks:
-    """Results folding, JUnit properties, log tails, baseline and calibration for one run."""
+    """Results folding, JUnit properties, log tails, baseline, calibration and the terminal
+    summary for one run."""
 
     def __init__(self, session: GpuClusterSession, config: pytest.Config) -> None:
         self.session = session
@@ -113,22 +76,14 @@ class ResultsHooks:
         self.comparison: Comparison | None = None
         self.calibrated_path: Path | None = None
         self.baseline_doc: dict[str, Any] | None = None
-        baseline = config.getoption("baseline", None)
-        self.baseline_path = Path(baseline).resolve() if baseline else None
-        calibrate_to = config.getoption("calibrate", None)
-        self.calibrate_path = Path(calibrate_to).resolve() if calibrate_to else None
-        self.margins = Margins.for_run(
-            config.getoption("calibrate_fail"), config.getoption("calibrate_warn"), session.gpu_model
-        )
-        self.calibrate_from = self._calibration_runs(config.getoption("calibrate_from") or [])
-        merge = config.getoption("merge_results", None)
-        self.merge_path = Path(merge).resolve() if merge else None
-        self.merge_doc: dict[str, Any] | None = None
+        self.outputs = outputs = session.settings.outputs
+        self.baseline_path = outputs.baseline_path
+        self.calibrate_path = outputs.calibrate_path
+        self.margins = Margins.for_run(outputs.calibrate_fail, outputs.calibrate_warn, session.gpu_model)
+        self.calibrate_from = self._calibration_runs(list(outputs.calibrate_from))
         results = session.results
         if results is None:
             return  # an xdist worker: only log tails are its business
-        if self.merge_path is not None:
-            self.merge_doc = load_node_verdicts(self.merge_path, f"--merge-results={merge}")
         results.cluster = {
             "profile": session.profile.name,
             "description": session.profile.description,
@@ -141,12 +96,11 @@ class ResultsHooks:
             try:
                 self.baseline_doc = load_results(self.baseline_path)
             except (OSError, ValueError) as exc:
-                raise ConfigError(f"--baseline={baseline}: {exc}") from None
+                raise ConfigError(f"--baseline={outputs.baseline}: {exc}") from None
             session.thresholds[REGRESSION_METRIC]  # a missing bound fails now, not after the run
 
-    def _calibration_runs(self, options: list[str]) -> list[Run]:
+    def _calibration_runs(self, paths: list[str]) -> list[Run]:
         """The earlier runs ``--calibrate-from`` names, read and checked now, before any job."""
-        paths = [p.strip() for option in options for p in option.split(",") if p.strip()]
         if paths and self.calibrate_path is None:
             raise ConfigError(
                 f"--calibrate-from={','.join(paths)}: says what to calibrate from; add --calibrate=PATH "
@@ -257,54 +211,13 @@ class ResultsHooks:
             hook.pytest_runtest_logreport(report=report)
         hook.pytest_runtest_logfinish(nodeid=BASELINE_NODEID, location=location)
 
-    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Settle the run's status and verdict (before the report and the results file are
-        written), warn about an incomparable baseline and write the calibrated thresholds."""
+        """After the session has recorded the run's verdict (its own ``pytest_sessionfinish`` comes
+        first): warn about an incomparable baseline and write the calibrated thresholds, whose
+        header names this run's verdict."""
         results = self.session.results
         if results is None:
             return
-        if results.status == "running":
-            interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, 2) or bool(session.shouldstop)
-            results.status = "interrupted" if interrupted else "complete"
-        for record in results.tests.values():
-            if record.outcome == "unknown":  # started, never reported a result
-                record.outcome = "interrupted"
-                record.message = record.message or "the run was interrupted during this test"
-        results.finished = now_iso()
-        doc = results.to_json()
-        acc = model.acceptance(doc)
-        results.extra["acceptance"] = {
-            "verdict": acc.verdict,
-            "headline": acc.headline,
-            "reasons": list(acc.reasons),
-            "warnings": list(acc.warnings),
-            "not_applicable": list(acc.not_applicable),
-            "not_selected": list(acc.not_selected),
-            "counts": dict(acc.counts),
-            "nodes": model.node_verdicts(doc, acc.verdict).to_json(),
-        }
-        collect_only = bool(self.config.option.collectonly)
-        if self.config.getoption("drain_failed", False) and not collect_only:
-            results.extra["drained"] = self._drain(results.extra["acceptance"]["nodes"])
-        if acc.verdict == "INCOMPLETE" and not collect_only:
-            # A CI gate must not take it for a pass, nor for a rejection when the checks that
-            # errored were stopped by a fault outside the nodes (the controller, the shared
-            # filesystem, other work). A harness error keeps pytest's own status.
-            faulted = all(t.get("cluster_fault") for t in doc["tests"] if t.get("outcome") in ("failed", "error"))
-            if session.exitstatus == pytest.ExitCode.OK or (
-                session.exitstatus == pytest.ExitCode.TESTS_FAILED and faulted
-            ):
-                session.exitstatus = EXIT_INCOMPLETE
-        if self.merge_doc is not None and self.merge_path is not None and not collect_only:
-            here = str(self.session.settings.results_path or "(this run, no --results file)")
-            merged = model.handover(self.merge_doc, str(self.merge_path), results.to_json(), here)
-            results.extra["handover"] = merged
-            # The operator asked for the cluster's handover: the exit status follows it.
-            if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, EXIT_INCOMPLETE):
-                session.exitstatus = {"ACCEPTED": pytest.ExitCode.OK, "REJECTED": pytest.ExitCode.TESTS_FAILED}.get(
-                    merged["verdict"], EXIT_INCOMPLETE
-                )
         if self.comparison is not None and self.comparison.environment_differences:
             warnings.warn(
                 BaselineWarning(
@@ -315,7 +228,7 @@ class ResultsHooks:
             )
         if self.calibrate_path is not None:
             runs = list(self.calibrate_from)
-            if any(t.get("measurements") for t in doc.get("tests", [])):
+            if any(t.measurements for t in results.tests.values()):
                 # The document as it now stands, with this run's verdict for the fragment's header.
                 runs.append(Run(label=str(self.session.settings.results_path or "this run"), doc=results.to_json()))
             text = calibrate(
@@ -337,29 +250,10 @@ class ResultsHooks:
             else:
                 self.calibrated_path = self.calibrate_path
 
-    def _drain(self, nodes: dict[str, Any]) -> dict[str, dict[str, str]]:
-        """``--drain-failed``: drain each REJECTED node that this run tested, with the first
-        sentence that rejected it as Slurm's reason; node → {reason} or {error}. A node Slurm had
-        excluded before the run keeps the reason it has."""
-        if self.session.profile.executor != "slurm":
-            return {}
-        excluded = self.session.excluded_nodes
-        out: dict[str, dict[str, str]] = {}
-        for node, verdict in nodes.get("verdicts", {}).items():
-            if verdict.get("verdict") != "REJECTED" or node in excluded:
-                continue
-            reason = slurm.drain_reason("rejected", (verdict.get("reasons") or ["acceptance failed"])[0])
-            try:
-                slurm.drain(node, reason)
-                out[node] = {"reason": reason}
-            except GpuClusterError as exc:
-                out[node] = {"error": str(exc)}
-        return out
-
     def _speaks_for_a_cluster(self) -> bool:
         # The verdict line is for acceptance runs: asked for a record, or a test used the cluster.
-        options = ("results", "baseline", "calibrate", "htmlpath")
-        if any(self.config.getoption(o, None) for o in options):
+        outputs = self.outputs
+        if self.session.settings.results_path or outputs.baseline or outputs.calibrate or outputs.html:
             return True
         assert self.session.results is not None
         return any(
@@ -367,77 +261,20 @@ class ResultsHooks:
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The acceptance verdict, regressions and the calibration file, at the end of the run."""
+        """The acceptance verdict, regressions and the calibration file, at the end of the run
+        (``report/terminal.py``)."""
         results = self.session.results
         if results is None or "acceptance" not in results.extra or not self._speaks_for_a_cluster():
             return
         if self.config.option.collectonly:  # --collect-only, --dry-run: nothing ran, nothing to judge
             return
-        acc = results.extra["acceptance"]
-        counts = ", ".join(f"{n} {k}" for k, n in acc["counts"].items() if n)
-        colour = {"ACCEPTED": {"green": True}, "REJECTED": {"red": True}}.get(acc["verdict"], {"yellow": True})
-        terminalreporter.write_sep("=", f"gpucluster: {acc['headline']} ({counts or 'no tests'})", bold=True, **colour)
-        nodes = acc.get("nodes") or {}
-        if nodes.get("verdicts"):
-            exclude = f" (sbatch --exclude={nodes['exclude']})" if nodes.get("exclude") else ""
-            terminalreporter.write_line(f"nodes: {nodes['summary']}{exclude}", bold=True)
-        merged = results.extra.get("handover")
-        if merged:
-            exclude = f" (sbatch --exclude={merged['exclude']})" if merged.get("exclude") else ""
-            terminalreporter.write_line(
-                f"handover with {merged['earlier']}: {merged['verdict']}: {merged['summary']}{exclude}; "
-                f"re-tested now: {model.hostlist(merged['retested']) or 'none'}",
-                bold=True,
-            )
-            for node, v in merged["nodes"].items():
-                if v["verdict"] != "ACCEPTED":
-                    first = (v.get("reasons") or [f"as judged in {v['from']}, where only the selected checks ran"])[0]
-                    terminalreporter.write_line(f"  {node}: {v['verdict']}: {first}")
-        for node, done in (results.extra.get("drained") or {}).items():
-            said = f"reason {done['reason']!r}" if "reason" in done else f"NOT drained: {done['error']}"
-            terminalreporter.write_line(f"drained {node} (--drain-failed): {said}")
-        shown = acc["reasons"] if acc["verdict"] != "ACCEPTED" else acc["warnings"]
-        for reason in shown[:20]:
-            terminalreporter.write_line(f"  {reason}")
-        if len(shown) > 20:
-            terminalreporter.write_line(f"  ... and {len(shown) - 20} more (see the results file or the report)")
-        if acc["verdict"] in ("REJECTED", "INCOMPLETE") and acc["warnings"]:
-            terminalreporter.write_line(
-                f"  and {len(acc['warnings'])} warning(s): {acc['warnings'][0]}"
-                + (" ..." if len(acc["warnings"]) > 1 else "")
-            )
-        if acc["not_applicable"]:
-            why: dict[str, int] = {}
-            for line in acc["not_applicable"]:
-                reason = line.split(": ", 1)[-1]
-                why[reason] = why.get(reason, 0) + 1
-            terminalreporter.write_line(f"not applicable: {len(acc['not_applicable'])} check(s)")
-            for reason, n in sorted(why.items(), key=lambda kv: -kv[1]):
-                terminalreporter.write_line(f"  {n} × {reason}")
-        timing = results.timing()
-        if timing["jobs"]:
-            terminalreporter.write_line(
-                f"time: {timing['wall_s']:.0f} s in all, workloads ran {timing['workload_s']:.0f} s "
-                f"({timing['jobs']} jobs), harness {timing['harness_s']:.0f} s "
-                f"({100 * (timing['harness_fraction'] or 0):.0f} %)"
-            )
-            parts = timing.get("harness_parts") or {}
-            if parts:
-                terminalreporter.write_line(
-                    f"harness: {parts['scheduling_s']:.1f} s submission to first process, {parts['start_up_s']:.1f} s "
-                    f"process start-up, {parts['pickup_s']:.1f} s result pickup, {parts['between_jobs_s']:.1f} s "
-                    "between jobs"
-                )
-            waited = start_up_note(timing)
-            if waited:
-                terminalreporter.write_line(waited)
-        if self.comparison is not None:
-            c = self.comparison
-            terminalreporter.write_line(
-                f"baseline {self.baseline_path}: {len(c.changes)} compared, {len(c.failed)} regression(s) past "
-                f"the fail line, {len(c.warned)} past the warn line"
-            )
-            for change in (c.failed + c.warned)[:20]:
-                terminalreporter.write_line(f"  {change.verdict.status}: {change.verdict.sentence}")
-        if self.calibrated_path is not None:
-            terminalreporter.write_line(f"calibrated thresholds written to {self.calibrated_path}")
+        shown = terminal.summary(
+            results.extra,
+            results.timing(),
+            comparison=self.comparison,
+            baseline_path=self.baseline_path,
+            calibrated_path=self.calibrated_path,
+        )
+        terminalreporter.write_sep("=", shown.headline, bold=True, **shown.colour)
+        for text, bold in shown.lines:
+            terminalreporter.write_line(text, bold=bold)

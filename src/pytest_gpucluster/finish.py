@@ -1,0 +1,71 @@
+"""The run's end, once its last test has ended: the results' status and end time are settled, the
+verdicts decided (``verdict/``) and recorded, then acted on: the rejected nodes drained
+(``--drain-failed``), a re-test merged into the earlier run (``--merge-results``), and the exit
+status given. In that order, once: what is drained and what the exit status says follow the
+verdict recorded in the results.
+
+No pytest: the session's ``pytest_sessionfinish`` calls ``finish`` with pytest's status and sets the
+status it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pytest_gpucluster import verdict
+from pytest_gpucluster.options import Outputs
+from pytest_gpucluster.results import ResultsDocument
+
+Drain = Callable[[Mapping[str, Any]], dict[str, dict[str, str]]]
+
+
+def record_verdicts(results: ResultsDocument, doc: Mapping[str, Any]) -> verdict.Acceptance:
+    """Decide the run's and the nodes' verdicts from ``doc`` (the results as they stand) and
+    record them in the results under ``acceptance``."""
+    acc = verdict.acceptance(doc)
+    results.extra["acceptance"] = {
+        "verdict": acc.verdict,
+        "headline": acc.headline,
+        "reasons": list(acc.reasons),
+        "warnings": list(acc.warnings),
+        "not_applicable": list(acc.not_applicable),
+        "not_selected": list(acc.not_selected),
+        "counts": dict(acc.counts),
+        "nodes": verdict.node_verdicts(doc, acc.verdict).to_json(),
+    }
+    return acc
+
+
+def finish(
+    results: ResultsDocument,
+    outputs: Outputs,
+    *,
+    pytest_status: int,
+    interrupted: bool,
+    collect_only: bool,
+    drain: Drain,
+    here: str,
+) -> int:
+    """End the run's results (``ResultsDocument.close``), record its verdicts and act on them;
+    the exit status. ``here`` names this run's results in a handover (its ``--results`` file);
+    ``drain`` drains the rejected nodes (``drain.drain_rejected``). A run that only collected
+    (``--collect-only``, ``--dry-run``) judged nothing: its verdict is recorded, nothing is
+    acted on and pytest's status stands."""
+    results.close(interrupted=interrupted)
+    doc = results.to_json()
+    acc = record_verdicts(results, doc)
+    if collect_only:
+        return pytest_status
+    if outputs.drain_failed:
+        results.extra["drained"] = drain(results.extra["acceptance"]["nodes"])
+    handover = None
+    if outputs.merge_doc is not None and outputs.merge_path is not None:
+        handover = verdict.handover(outputs.merge_doc, str(outputs.merge_path), results.to_json(), here)
+        results.extra["handover"] = handover
+    return verdict.exit_status(
+        acc.verdict,
+        pytest_status,
+        faults_only=verdict.stopped_by_faults_only(doc),
+        handover=handover["verdict"] if handover is not None else None,
+    )

@@ -1,0 +1,109 @@
+"""The acceptance verdict at the end of the terminal output: the headline in the verdict's
+colour, the node and handover summaries, what was drained, the reasons (or warnings), the checks
+that do not apply, where the time went, the baseline comparison and the calibration file. Pure:
+the results document and what the run compared and wrote in, lines out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_gpucluster.baseline import Comparison
+from pytest_gpucluster.timing import start_up_note
+from pytest_gpucluster.verdict import hostlist
+
+
+@dataclass
+class Summary:
+    """The headline (a separator line in the verdict's colour) and the lines below it, each with
+    whether it is bold."""
+
+    headline: str
+    colour: dict[str, bool]
+    lines: list[tuple[str, bool]] = field(default_factory=list)
+
+    def line(self, text: str, *, bold: bool = False) -> None:
+        """Add a line."""
+        self.lines.append((text, bold))
+
+
+def summary(
+    doc: Mapping[str, Any],
+    timing: Mapping[str, Any],
+    *,
+    comparison: Comparison | None = None,
+    baseline_path: Path | None = None,
+    calibrated_path: Path | None = None,
+) -> Summary:
+    """The summary of a run from ``doc``, its results document or the verdict entries in it
+    (``acceptance``, ``handover``, ``drained``), and ``timing``, the run's ``timing`` entry."""
+    acc = doc["acceptance"]
+    counts = ", ".join(f"{n} {k}" for k, n in acc["counts"].items() if n)
+    colour = {"ACCEPTED": {"green": True}, "REJECTED": {"red": True}}.get(acc["verdict"], {"yellow": True})
+    out = Summary(f"gpucluster: {acc['headline']} ({counts or 'no tests'})", colour)
+    nodes = acc.get("nodes") or {}
+    if nodes.get("verdicts"):
+        exclude = f" (sbatch --exclude={nodes['exclude']})" if nodes.get("exclude") else ""
+        out.line(f"nodes: {nodes['summary']}{exclude}", bold=True)
+    merged = doc.get("handover")
+    if merged:
+        exclude = f" (sbatch --exclude={merged['exclude']})" if merged.get("exclude") else ""
+        out.line(
+            f"handover with {merged['earlier']}: {merged['verdict']}: {merged['summary']}{exclude}; "
+            f"re-tested now: {hostlist(merged['retested']) or 'none'}",
+            bold=True,
+        )
+        for node, v in merged["nodes"].items():
+            if v["verdict"] != "ACCEPTED":
+                first = (v.get("reasons") or [f"as judged in {v['from']}, where only the selected checks ran"])[0]
+                out.line(f"  {node}: {v['verdict']}: {first}")
+    for node, done in (doc.get("drained") or {}).items():
+        said = f"reason {done['reason']!r}" if "reason" in done else f"NOT drained: {done['error']}"
+        out.line(f"drained {node} (--drain-failed): {said}")
+    shown = acc["reasons"] if acc["verdict"] != "ACCEPTED" else acc["warnings"]
+    for reason in shown[:20]:
+        out.line(f"  {reason}")
+    if len(shown) > 20:
+        out.line(f"  ... and {len(shown) - 20} more (see the results file or the report)")
+    if acc["verdict"] in ("REJECTED", "INCOMPLETE") and acc["warnings"]:
+        out.line(
+            f"  and {len(acc['warnings'])} warning(s): {acc['warnings'][0]}"
+            + (" ..." if len(acc["warnings"]) > 1 else "")
+        )
+    if acc["not_applicable"]:
+        why: dict[str, int] = {}
+        for line in acc["not_applicable"]:
+            reason = line.split(": ", 1)[-1]
+            why[reason] = why.get(reason, 0) + 1
+        out.line(f"not applicable: {len(acc['not_applicable'])} check(s)")
+        for reason, n in sorted(why.items(), key=lambda kv: -kv[1]):
+            out.line(f"  {n} × {reason}")
+    if timing["jobs"]:
+        out.line(
+            f"time: {timing['wall_s']:.0f} s in all, workloads ran {timing['workload_s']:.0f} s "
+            f"({timing['jobs']} jobs), harness {timing['harness_s']:.0f} s "
+            f"({100 * (timing['harness_fraction'] or 0):.0f} %)"
+        )
+        parts = timing.get("harness_parts") or {}
+        if parts:
+            out.line(
+                f"harness: {parts['scheduling_s']:.1f} s submission to first process, {parts['start_up_s']:.1f} s "
+                f"process start-up, {parts['pickup_s']:.1f} s result pickup, {parts['between_jobs_s']:.1f} s "
+                "between jobs"
+            )
+        waited = start_up_note(timing)
+        if waited:
+            out.line(waited)
+    if comparison is not None:
+        c = comparison
+        out.line(
+            f"baseline {baseline_path}: {len(c.changes)} compared, {len(c.failed)} regression(s) past "
+            f"the fail line, {len(c.warned)} past the warn line"
+        )
+        for change in (c.failed + c.warned)[:20]:
+            out.line(f"  {change.verdict.status}: {change.verdict.sentence}")
+    if calibrated_path is not None:
+        out.line(f"calibrated thresholds written to {calibrated_path}")
+    return out

@@ -1,0 +1,81 @@
+"""What one check's record says, in the words every verdict uses: its label, the sentences of
+its failures (the culprit first), a fold of repeated sentences (``Finding``), and how severe each
+status is when several meet."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_gpucluster.fold import fold
+
+# Worst first wins when several results meet (a matrix cell, a test's measurements).
+SEVERITY = {"fail": 7, "error": 7, "xpass": 6, "warn": 5, "skip": 4, "xfail": 3, "pass": 2, "n/a": 1, "none": 0}
+
+
+def worst(statuses: Iterable[str]) -> str:
+    """The most severe of ``statuses`` ("none" when empty)."""
+    return max(statuses, key=lambda s: SEVERITY.get(s, 0), default="none")
+
+
+def measurement_label(m: Mapping[str, Any]) -> str:
+    """``nccl.all_reduce.intra_node[node1]`` (plus `` detail`` when there is one)."""
+    label = str(m.get("metric", "?"))
+    if m.get("where"):
+        label += f"[{m['where']}]"
+    if m.get("detail"):
+        label += f" {m['detail']}"
+    return label
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the failures: what one check found, repeated sentences folded (``fold.py``),
+    the check's label after it; ``nodeid`` is the check, for a link to its details."""
+
+    text: str
+    count: int
+    nodeid: str
+
+    @property
+    def line(self) -> str:
+        """The text, with ``(×N)`` after it when it stands for more than one sentence."""
+        return self.text if self.count == 1 else f"{self.text} (×{self.count})"
+
+
+def test_label(nodeid: str) -> str:
+    """``tests/acceptance/test_nccl.py::test_x[node1]`` → ``test_nccl.py::test_x[node1]``."""
+    path, sep, rest = str(nodeid).partition("::")
+    return f"{path.rsplit('/', 1)[-1]}{sep}{rest}"
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line of ``text``, without pytest's ``Failed: `` / ``Skipped: `` prefix
+    and without this plugin's exception path (``pytest_gpucluster.errors.NodeLostError: ``): the
+    sentence after it names the job and the node."""
+    for line in str(text).splitlines():
+        if line.strip():
+            line = re.sub(r"^(Failed|Skipped|XFailed): ", "", line.strip())
+            return re.sub(r"^pytest_gpucluster(\.\w+)*\.\w+: ", "", line)
+    return ""
+
+
+def failure_sentences(test: Mapping[str, Any]) -> list[str]:
+    """What a failed check found, one sentence each, the culprit (node, GPU, port, job) first:
+    its failed measurements' sentences and its problems; else its message's first line."""
+    found = [str(m.get("sentence", "")) for m in test.get("measurements", []) if m.get("status") == "fail"]
+    found += [str(p) for p in test.get("problems", [])]
+    found = [f for f in dict.fromkeys(found) if f]
+    if not found:
+        found = [first_line(str(test.get("message", ""))) or str(test.get("verdict", "failed"))]
+    return found
+
+
+def findings_of(test: Mapping[str, Any], nodes: Sequence[str] = ()) -> list[Finding]:
+    """A failed check's sentences folded (one line per node and cause), its label after each."""
+    label = test_label(str(test.get("nodeid")))
+    return [
+        Finding(f"{f.text} ({label})", f.count, str(test.get("nodeid"))) for f in fold(failure_sentences(test), nodes)
+    ]

@@ -1,0 +1,66 @@
+"""The handover verdict of a re-test merged into an earlier run's results (``--merge-results``).
+Pure: two results documents in, the ``handover`` entry of the results out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_gpucluster.ranges import hostlist
+from pytest_gpucluster.verdict.attribution import matrix
+from pytest_gpucluster.verdict.nodes import nodes_summary
+
+
+def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any], now_ref: str) -> dict[str, Any]:
+    """The handover verdict of a re-test merged with an earlier run (``--merge-results``).
+
+    A node this run tested takes this run's verdict, and an ACCEPTED or PARTIAL one counts as
+    ACCEPTED only when every check that decided its earlier verdict ran again and passed (INCOMPLETE
+    otherwise, naming those checks). A node this run did not test keeps its
+    earlier verdict. Failures the earlier run could pin on no node stand until a run without them.
+    ACCEPTED only when every node is; REJECTED when any node is."""
+    before = ((earlier.get("acceptance") or {}).get("nodes") or {}).get("verdicts") or {}
+    now_acc = doc.get("acceptance") or {}
+    now = (now_acc.get("nodes") or {}).get("verdicts") or {}
+    m = matrix(doc)
+    merged: dict[str, dict[str, Any]] = {}
+    for node in dict.fromkeys([*before, *now]):
+        if node not in now:
+            merged[node] = {**before[node], "from": earlier_ref}
+            continue
+        mine = dict(now[node])
+        if mine.get("verdict") in ("PARTIAL", "ACCEPTED"):
+            passed = {col[1] for col in m.columns if m.cell(node, col).status in ("pass", "warn")}
+            deciding = (before.get(node) or {}).get("checks") or []
+            missing = [c for c in deciding if c not in passed]
+            if missing:
+                mine = {
+                    **mine,
+                    "verdict": "INCOMPLETE",
+                    "reasons": [
+                        f"{node}: the re-test did not pass again {', '.join(missing)}, which decided "
+                        f"its earlier verdict ({(before.get(node) or {}).get('verdict')}); a check across "
+                        "nodes needs an accepted node beside it in --nodes"
+                    ],
+                }
+            else:
+                mine = {**mine, "verdict": "ACCEPTED"}
+        merged[node] = {**mine, "from": now_ref}
+    earlier_wide = list(((earlier.get("acceptance") or {}).get("nodes") or {}).get("cluster_wide") or [])
+    wide = list(dict.fromkeys([*earlier_wide, *((now_acc.get("nodes") or {}).get("cluster_wide") or [])]))
+    verdicts = {n: str(v["verdict"]) for n, v in merged.items()}
+    rejected = [n for n, v in verdicts.items() if v == "REJECTED"]
+    unsure = [n for n, v in verdicts.items() if v not in ("ACCEPTED", "REJECTED")]
+    verdict = "REJECTED" if rejected else "INCOMPLETE" if unsure or wide else "ACCEPTED"
+    retested = [n for n in merged if n in now]
+    return {
+        "verdict": verdict,
+        "summary": nodes_summary(verdicts, len(wide)),
+        "exclude": hostlist(rejected),
+        "retested": retested,
+        "earlier": earlier_ref,
+        "earlier_started": earlier.get("started"),
+        "this_run": now_ref,
+        "cluster_wide": wide,
+        "nodes": merged,
+    }

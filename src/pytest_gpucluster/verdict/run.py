@@ -1,0 +1,201 @@
+"""The run's acceptance verdict from its results document: ACCEPTED, REJECTED, INCOMPLETE or
+PARTIAL, the reasons for it, the counts behind it and the warnings. Pure: a plain dict in, a
+frozen dataclass out; no pytest, no HTML.
+
+The verdict rule (also in docs/report.md), over the run's *required set* (``selection.py``):
+
+* REJECTED   a selected check failed, or errored on the cluster (a job failed, a submission was
+  refused); an unexpected pass of a strict xfail counts as a failure;
+* INCOMPLETE otherwise, when a required check that was selected was skipped, errored before it
+  could judge (a fault of the harness), was stopped by a fault outside the nodes (``faults.py``:
+  the controller, the shared filesystem, other work in the queue; one reason per fault, its
+  sentence first, and the headline names the first), or was not reached (the run was
+  interrupted), or when no check passed;
+* PARTIAL    otherwise, when the selection (``-k``, ``-m``, ``--deselect``, files or tests named on
+  the command line) left required checks out: what ran passed, but it is not the acceptance;
+* ACCEPTED   otherwise: every required check ran and passed; warnings are counted and listed.
+
+A check that does not apply to the profile's shape (``n/a``) is neither required nor missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pytest_gpucluster.fold import fold, fold_lines
+from pytest_gpucluster.outcomes import reason_of
+from pytest_gpucluster.verdict.attribution import known_nodes
+from pytest_gpucluster.verdict.findings import Finding, findings_of, first_line, test_label
+
+Overall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE", "PARTIAL"]
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """The run's overall verdict, the reasons for it and the counts behind it."""
+
+    verdict: Overall
+    reasons: tuple[str, ...]
+    counts: Mapping[str, int]
+    headline: str = ""  # "ACCEPTED, 2 warnings", "PARTIAL: 10 selected checks passed; ..."
+    warnings: tuple[str, ...] = ()
+    not_applicable: tuple[str, ...] = ()  # "<check>: <reason>", one per check that does not apply
+    not_selected: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()  # the failures of a REJECTED run, one line per check and cause
+
+
+COUNTED = ("pass", "warn", "fail", "error", "n/a", "skip", "xfail", "xpass")
+
+
+def _judged_bad(t: Mapping[str, Any]) -> bool:
+    verdict = t.get("verdict")
+    return verdict == "xpass" or (verdict in ("fail", "error") and not t.get("unjudged"))
+
+
+def acceptance(doc: Mapping[str, Any]) -> Acceptance:
+    """Apply the verdict rule of this module's docstring to a results document."""
+    tests = list(doc.get("tests", []))
+    by_id = {str(t.get("nodeid")): t for t in tests}
+    nodes = known_nodes(doc)
+    counts = dict.fromkeys(COUNTED, 0)
+    for t in tests:
+        counts[t.get("verdict", "error")] = counts.get(t.get("verdict", "error"), 0) + 1
+    sel = doc.get("selection") or None
+    # The checks of this run that did not apply: the same tests ``counts["n/a"]`` counts, each with
+    # the reason known at collection (the selection) or found when it ran.
+    known_why = (sel or {}).get("not_applicable", {})
+    not_applicable = [
+        f"{test_label(str(t.get('nodeid')))}: "
+        + str(known_why.get(str(t.get("nodeid"))) or reason_of(str(t.get("message", ""))))
+        for t in tests
+        if t.get("verdict") == "n/a"
+    ]
+    warned = tuple(
+        dict.fromkeys(
+            Finding(f"{f.text} ({test_label(str(t.get('nodeid')))})", f.count, str(t.get("nodeid"))).line
+            for t in tests
+            if t.get("verdict") == "warn"
+            for f in fold(
+                dict.fromkeys(
+                    list(t.get("warnings", []))
+                    + [str(m.get("sentence")) for m in t.get("measurements", []) if m.get("status") == "warn"]
+                    or ["warnings"]
+                ),
+                nodes,
+            )
+        )
+    )
+
+    def made(
+        verdict: Overall,
+        reasons: Iterable[str],
+        headline: str,
+        not_selected: Iterable[str] = (),
+        found: Iterable[Finding] = (),
+    ) -> Acceptance:
+        return Acceptance(
+            verdict,
+            tuple(reasons),
+            counts,
+            headline,
+            warned,
+            tuple(not_applicable),
+            tuple(not_selected),
+            tuple(found),
+        )
+
+    faults = fault_reasons(tests)
+    bad = [t for t in tests if _judged_bad(t)]
+    if bad:
+        found = [f for t in bad for f in findings_of(t, nodes)]
+        n = len(bad)
+        headline = f"REJECTED: {n} check{'s' if n != 1 else ''} failed"
+        if faults:  # what stopped the other checks is named in the headline too
+            headline += f"; {fault_reasons(tests, short=True)[0]}"
+        return made("REJECTED", [*faults, *(f.line for f in found)], headline, found=found)
+
+    reasons: list[str] = list(faults)
+    faulted = {str(t.get("nodeid")) for t in tests if t.get("cluster_fault")}
+    status = doc.get("status")
+    if status != "complete":
+        reasons.append(f"the run did not finish (status: {status}); results cover only the checks that ran")
+    not_selected: list[str] = []
+    if sel is not None:
+        skipped_out = set(sel.get("not_selected", []))
+        not_selected = [test_label(n) for n in sel.get("not_selected", [])]
+        for nodeid in sel.get("required", []):
+            if nodeid in skipped_out or nodeid in faulted:
+                continue
+            t = by_id.get(nodeid)
+            reasons += _missing(nodeid, t)
+    else:  # a results file without a selection: every check in it is taken as required
+        for t in tests:
+            if str(t.get("nodeid")) not in faulted:
+                reasons += _missing(str(t.get("nodeid")), t)
+    narrowed = sel is not None and bool(not_selected or sel.get("named"))
+    if counts["pass"] + counts["warn"] == 0 and not narrowed:
+        reasons.append("no acceptance check passed")
+    if reasons:
+        reasons = fold_lines(reasons, nodes)
+        n = len(reasons)
+        headline = f"INCOMPLETE: {n} reason{'s' if n != 1 else ''} the acceptance is not whole"
+        if faults:  # the fault outside the nodes is what a reader must see first
+            more = n - 1
+            headline = f"INCOMPLETE: {fault_reasons(tests, short=True)[0]}" + (
+                f" (and {more} more reason{'s' if more != 1 else ''})" if more else ""
+            )
+        return made("INCOMPLETE", reasons, headline, not_selected)
+    passed = counts["pass"] + counts["warn"]
+    w = f", {len(warned)} warning{'s' if len(warned) != 1 else ''}" if warned else ""
+    if sel is not None and narrowed:
+        parts = [f"{passed} selected check{'s' if passed != 1 else ''} passed{w}"]
+        if not_selected:
+            parts.append(f"{len(not_selected)} required check{'s' if len(not_selected) != 1 else ''} not selected")
+        named = list(sel.get("named", []))
+        why = [f"the command line names {', '.join(named)}: checks outside it were not collected"] if named else []
+        why += [f"{n}: not selected" for n in not_selected]
+        return made("PARTIAL", why, "PARTIAL: " + "; ".join(parts), not_selected)
+    return made("ACCEPTED", warned, f"ACCEPTED{w}")
+
+
+def fault_reasons(tests: Iterable[Mapping[str, Any]], *, short: bool = False) -> list[str]:
+    """One line per fault outside the nodes (``faults.py``) that stopped checks, its sentence
+    first, then how many checks it kept from being judged: "the Slurm controller (slurmctld)
+    stopped answering at 10:14:05 UTC (...) (26 checks not judged: test_a, test_b, test_c and 23
+    more)"; ``short``: without naming the checks (for a headline)."""
+    stopped: dict[str, list[str]] = {}
+    for t in tests:
+        fault = t.get("cluster_fault") or {}
+        if fault:
+            stopped.setdefault(str(fault.get("sentence") or fault.get("what")), []).append(
+                test_label(str(t.get("nodeid")))
+            )
+    out = []
+    for sentence, labels in stopped.items():
+        count = f"{len(labels)} check{'s' if len(labels) != 1 else ''} not judged"
+        shown = ", ".join(labels[:3]) + (f" and {len(labels) - 3} more" if len(labels) > 3 else "")
+        out.append(f"{sentence} ({count})" if short else f"{sentence} ({count}: {shown})")
+    return out
+
+
+def _missing(nodeid: str, t: Mapping[str, Any] | None) -> list[str]:
+    """Why a required check has no judgement, or nothing when it has one."""
+    label = test_label(nodeid)
+    if t is None:
+        return [f"{label}: not reached (the run ended before it)"]
+    verdict = t.get("verdict")
+    if verdict == "skip":
+        return [f"{label}: skipped: {reason_of(str(t.get('message', ''))) or 'no reason given'}"]
+    if verdict in ("fail", "error"):  # only unjudged ones reach here
+        return [f"{label}: could not be judged ({t.get('unjudged')}): {first_line(str(t.get('message', '')))}"]
+    if verdict in ("interrupted", "unknown"):
+        return [f"{label}: interrupted before it was judged"]
+    return []
+
+
+def stopped_by_faults_only(doc: Mapping[str, Any]) -> bool:
+    """Whether every check that failed or errored was stopped by a fault outside the nodes (the
+    controller, the shared filesystem, other work): none of them is a judgement or a harness error."""
+    return all(t.get("cluster_fault") for t in doc.get("tests", []) if t.get("outcome") in ("failed", "error"))
