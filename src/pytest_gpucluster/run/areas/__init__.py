@@ -4,4 +4,5 @@ than their workload on their declared shape. Importing this package registers th
 from pytest_gpucluster.run.areas import (  # noqa: F401
     fabric,
     placement,
+    rank_failure,
 )
