@@ -5,4 +5,5 @@ from pytest_gpucluster.run.areas import (  # noqa: F401
     fabric,
     placement,
     rank_failure,
+    sharedfs,
 )
