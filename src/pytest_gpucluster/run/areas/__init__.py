@@ -5,5 +5,6 @@ from pytest_gpucluster.run.areas import (  # noqa: F401
     fabric,
     placement,
     rank_failure,
+    sdc,
     sharedfs,
 )
