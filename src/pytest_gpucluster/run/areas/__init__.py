@@ -8,4 +8,5 @@ from pytest_gpucluster.run.areas import (  # noqa: F401
     rank_failure,
     sdc,
     sharedfs,
+    xid,
 )
