@@ -8,5 +8,6 @@ from pytest_gpucluster.run.areas import (  # noqa: F401
     rank_failure,
     sdc,
     sharedfs,
+    training,
     xid,
 )
