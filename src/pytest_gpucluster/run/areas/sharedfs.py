@@ -46,4 +46,4 @@ def shared(ctx: JobContext) -> Shared:
             sharedfs.cleanup(prepared)
         return Shared(prepared, [r.value for r in results], results[0].job_id)
 
-    return ctx.once(jobs.SHAREDFS.key, produce, light=True)
+    return ctx.once(jobs.SHAREDFS.key, produce, light=jobs.SHAREDFS.light)
