@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 import pytest
@@ -168,12 +168,22 @@ def _judge(pytestconfig: pytest.Config) -> Judge:
     return Judge(_session(pytestconfig))
 
 
+_RECORDED_ONCE = pytest.StashKey[set[Hashable]]()
+
+
 @pytest.fixture
 def record(pytestconfig: pytest.Config) -> Any:
-    """``record(kind, **fields)`` attaches data (a sweep, an inventory) to the test's results."""
+    """``record(kind, **fields)`` attaches data (a sweep, an inventory) to the test's results.
+    ``record(kind, once=key, **fields)`` attaches it only where ``key`` is first recorded in the
+    run: data that several checks read (a node's telemetry series) lands on the first of them."""
     session = _session(pytestconfig)
+    recorded = pytestconfig.stash.setdefault(_RECORDED_ONCE, set())
 
-    def _record(kind: str, **fields: Any) -> None:
+    def _record(kind: str, *, once: Hashable | None = None, **fields: Any) -> None:
+        if once is not None:
+            if once in recorded:
+                return
+            recorded.add(once)
         session.record({"kind": kind, **fields})
 
     return _record

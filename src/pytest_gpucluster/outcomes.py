@@ -40,6 +40,15 @@ def not_applicable(reason: str) -> NoReturn:
     raise pytest.skip.Exception(NOT_APPLICABLE + reason, _use_item_location=True)
 
 
+def failed(reason: str) -> NoReturn:
+    """End the running check as failed with ``reason`` and no traceback: for the code that runs a
+    check's jobs (``run/areas``), which finds before or after a job that the check cannot go on
+    (a pair of jobs that cannot run at once, no node that trained) and imports no pytest."""
+    import pytest
+
+    raise pytest.fail.Exception(reason, pytrace=False)
+
+
 def is_not_applicable(message: str) -> bool:
     """Whether a skip reason (``Skipped: `` prefix allowed) says the check does not apply."""
     text = str(message).strip()

@@ -35,13 +35,13 @@ def test_nodes_are_usable(profile, judge):
     judge.problems(problems, f"nodes of partition {partition!r} are not usable")
 
 
-def test_nodes_advertise_expected_resources(gpucluster, profile, judge):
+def test_nodes_advertise_expected_resources(cluster, profile, judge):
     known = [n for n in slurm.partition_nodes(profile.partition) if not profile.nodelist or n.name in profile.nodelist]
     per_task = profile.cpus_per_task
     problems = slurm.node_resource_problems(
         known,
         gpus=profile.gpus_per_node,
-        min_cpus=per_task * max(1, gpucluster.gpus_per_node) if per_task else None,
+        min_cpus=per_task * max(1, cluster.gpus_per_node) if per_task else None,
         min_memory_mb=profile.mem_gb * 1024 if profile.mem_gb else None,
     )
     for drift in slurm.node_spread(known):

@@ -14,57 +14,24 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster.checks import stability
-from pytest_gpucluster.errors import ClusterFault, GpuClusterError
+from pytest_gpucluster.errors import ClusterFault
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.workloads.training import plan_training, stability_config, summarise, train
-
-MODE = "ddp"
+from pytest_gpucluster.run.areas.training import STABILITY_MODE as MODE
+from pytest_gpucluster.workloads.training import summarise
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses(jobs.TRAIN_STABILITY)]
 
 
-def _plan(gpucluster):
-    plan = plan_training(
-        gpucluster.profile.training, gpus_per_node=gpucluster.gpus_per_node, real_gpus=gpucluster.profile.gpus_are_real
-    )
-    return plan, stability_config(plan.config)
-
-
-def _long_runs(gpucluster):
-    """One job per node, all submitted at once: node → (RunStats of every rank, job id) or the
-    node's error."""
-
-    def produce():
-        plan, config = _plan(gpucluster)
-        submitted, out = {}, {}
-        for n in gpucluster.nodes:
-            spec = gpucluster.spec(
-                f"train-stability-{n}",
-                nodelist=(n,),
-                tasks_per_node=plan.ranks_per_node,
-                gpus_per_node=plan.gpus_per_node,
-                timeout_min=plan.timeout_min,
-            )
-            try:
-                submitted[n] = gpucluster.submit(train, spec, config=config, modes=(MODE,), timeout_s=plan.timeout_s)
-            except GpuClusterError as exc:  # a node lost earlier: that node's verdict only
-                out[n] = exc
-        for n, job in submitted.items():
-            try:
-                results = job.results()
-            except GpuClusterError as exc:
-                out[n] = exc
-                continue
-            out[n] = ([r.value[0] for r in results], results[0].job_id)
-        return out
-
-    return gpucluster.once("train.stability", produce)
+@pytest.fixture
+def long_runs(measured):
+    """Every node's long run (``run.areas.training.LongRuns``): by node, the config, the plan's note."""
+    return measured()
 
 
 @pytest.fixture
-def long_run(gpucluster, node):
+def long_run(long_runs, node):
     """``node``'s long run: (RunStats of every rank, job id)."""
-    got = _long_runs(gpucluster).get(node)
+    got = long_runs.by_node.get(node)
     if isinstance(got, ClusterFault):
         raise got  # the controller or the shared filesystem, not the node: not judged
     if isinstance(got, Exception) or got is None:
@@ -72,10 +39,9 @@ def long_run(gpucluster, node):
     return got
 
 
-def test_loss_falls_and_stays_finite_over_a_long_run(gpucluster, judge, record, node, long_run):
+def test_loss_falls_and_stays_finite_over_a_long_run(long_runs, judge, record, node, long_run):
     runs, job = long_run
-    _, config = _plan(gpucluster)
-    summary = summarise(runs, config)
+    summary = summarise(runs, long_runs.config)
     record(
         "series",
         name="train.stability.loss",
@@ -89,9 +55,8 @@ def test_loss_falls_and_stays_finite_over_a_long_run(gpucluster, judge, record, 
     )
 
 
-def test_step_time_is_steady_over_a_long_run(gpucluster, judge, record, node, long_run):
+def test_step_time_is_steady_over_a_long_run(long_runs, judge, record, node, long_run):
     runs, job = long_run
-    plan, _ = _plan(gpucluster)
     times = stability.node_step_times(runs)
     judge.problems(stability.time_problems(times), f"job {job}: step times of {node} cannot be judged")
     record(
@@ -102,5 +67,5 @@ def test_step_time_is_steady_over_a_long_run(gpucluster, judge, record, node, lo
         y_label="s",
         points=[[i, t] for i, t in enumerate(times[node])],
     )
-    ranks = f"{MODE} on {len(runs)} rank(s)" + (" (tiny CPU model: no GPUs)" if plan.note else "")
+    ranks = f"{MODE} on {len(runs)} rank(s)" + (" (tiny CPU model: no GPUs)" if long_runs.note else "")
     judge.all(stability.stability(node, times[node]).measurements(ranks, job))

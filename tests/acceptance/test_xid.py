@@ -14,18 +14,17 @@ import warnings
 import pytest
 
 from pytest_gpucluster.checks import xid
-from pytest_gpucluster.errors import GpuClusterError, NodeLostError
+from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.outcomes import GpuClusterWarning
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.workloads import xid as xid_workload
 
 pytestmark = pytest.mark.gpu
 
 
-def gpucluster_not_applicable(gpucluster, name):
+def gpucluster_not_applicable(cluster, name):
     """On an xdist worker the check sees only that worker's jobs, and its kernel-log read cannot
     follow every other job of the run."""
-    if gpucluster.is_xdist_worker:
+    if cluster.is_xdist_worker:
         return (
             "under xdist a worker sees only its own jobs' Xid watches and cannot read the kernel log after "
             "every other job; run without -n to judge Xids"
@@ -33,32 +32,11 @@ def gpucluster_not_applicable(gpucluster, name):
     return None
 
 
-def _kernel_logs(gpucluster):
-    """node → KernelLog, and the job id: one GPU-less task per node, after every other job."""
-
-    def produce():
-        spec = gpucluster.spec(jobs.XID_LOG.key, all_nodes=True, gpus_per_node=0)
-        try:
-            results = gpucluster.run(xid_workload.read_kernel_log, spec)
-        except NodeLostError as exc:
-            if not exc.answered:
-                raise
-            results = exc.answered  # the lost nodes are judged on their NVML watches alone
-        return {r.value.node: r.value for r in results}, results[0].job_id
-
-    return gpucluster.once(jobs.XID_LOG.key, produce)
-
-
-def _run_started(gpucluster):
-    """When the run started (epoch s): kernel-log Xids before it were there before the run."""
-    return gpucluster.started_epoch
-
-
 @pytest.mark.uses(jobs.XID_LOG)
-def test_no_gpu_xid_errors(gpucluster, judge, record, node):
-    watches = [w for w in gpucluster.launcher.xid_watches.values() if w.node == node]
+def test_no_gpu_xid_errors(cluster, measured, judge, record, node):
+    watches = [w for w in cluster.xid_watches if w.node == node]
     try:
-        logs, job = _kernel_logs(gpucluster)
+        logs, job = measured()
         missing = f"job {job} has no reading from {node}"
     except GpuClusterError as exc:
         logs, job, missing = {}, None, f"the kernel-log job failed: {exc}"
@@ -66,9 +44,9 @@ def test_no_gpu_xid_errors(gpucluster, judge, record, node):
         node,
         watches,
         logs.get(node),
-        _run_started(gpucluster),
+        cluster.started_epoch,
         log_missing=missing,
-        expected_gpus=gpucluster.gpus_per_node,
+        expected_gpus=cluster.gpus_per_node,
     )
     record(
         "xid",

@@ -173,3 +173,8 @@ def problems(
         if sentence:
             out.append(sentence)
     return out
+
+
+def about_node(problems: Sequence[str], node: str) -> list[str]:
+    """The problem sentences that name ``node`` (as ``node:gpuN``), and those that name no device."""
+    return [p for p in problems if f"{node}:" in p or (":gpu" not in p and ":cpu" not in p)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pytest_gpucluster.config import Profile, ThresholdSet
 from pytest_gpucluster.plan import Plan
 from pytest_gpucluster.run.context import JobContext
+from pytest_gpucluster.workloads.xid import XidWatch
 
 
 class Cluster:
@@ -52,6 +53,18 @@ class Cluster:
     def is_xdist_worker(self) -> bool:
         """Another process controls the run (pytest-xdist): this one sees part of the selection."""
         return self._ctx.is_xdist_worker
+
+    @property
+    def started_epoch(self) -> float:
+        """When the run started (epoch seconds): what a node logged before is older than the run."""
+        return self._ctx.started_epoch
+
+    @property
+    def xid_watches(self) -> tuple[XidWatch, ...]:
+        """What every task of the run's jobs saw of NVML's Xid events so far (``launch/node.py``);
+        none before the first job."""
+        launched = self._ctx.launched
+        return tuple(launched.xid_watches.values()) if launched is not None else ()
 
     def say(self, line: str) -> None:
         """One live ``[gpucluster]`` line."""

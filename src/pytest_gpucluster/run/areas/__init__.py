@@ -3,5 +3,11 @@ than their workload on their declared shape. Importing this package registers th
 
 from pytest_gpucluster.run.areas import (  # noqa: F401
     fabric,
+    isolation,
     placement,
+    rank_failure,
+    sdc,
+    sharedfs,
+    training,
+    xid,
 )
