@@ -8,17 +8,12 @@ job still queued is cancelled).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
-import importlib.metadata
 import os
-import platform
 import shutil
 import signal
-import socket
 import threading
-import time
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +21,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Config, Profile, ThresholdSet
 from pytest_gpucluster.drain import drain_rejected
+from pytest_gpucluster.environment import run_environment
 from pytest_gpucluster.errors import (
     GpuClusterError,
     MissingThresholdError,
@@ -41,6 +36,7 @@ from pytest_gpucluster.options import Outputs
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, Plan, last_order
 from pytest_gpucluster.plan import facts as run_facts
+from pytest_gpucluster.progress import Progress
 from pytest_gpucluster.results import PROPERTY, ResultsDocument
 from pytest_gpucluster.run import Runner, Start
 from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
@@ -58,8 +54,6 @@ from pytest_gpucluster.selection import (
 )
 
 R = TypeVar("R")
-# The module-level function by which a test file declares its checks not applicable to a shape.
-_QUIET_WAIT_S = 20.0  # a job that started within this many seconds of queueing gets no second line
 
 
 @dataclass(frozen=True)
@@ -74,13 +68,6 @@ class Settings:
     is_xdist_worker: bool = False
     nodes: tuple[str, ...] = ()  # --nodes: test only these (a re-test); empty: the profile's choice
     outputs: Outputs = dataclasses.field(default_factory=Outputs)  # what the run writes and does at its end
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 class GpuClusterSession:
@@ -116,6 +103,7 @@ class GpuClusterSession:
             lost=lambda: self.jobs.launched.lost_nodes if self.jobs.launched is not None else {},
         )
         self._lost_recorded: dict[str, str] = {}
+        self.progress = Progress(self._waiter)
         self.runner = Runner(limit_s=ahead_limit_s(self.profile), record_to_test=self._record_to_test)
         self.jobs = JobContext(
             self.profile,
@@ -128,7 +116,7 @@ class GpuClusterSession:
             runner=self.runner,
             is_xdist_worker=settings.is_xdist_worker,
             say=self.say,
-            status=self._status_line,
+            status=self.progress.status,
             on_job_status=self._on_status,
             reader=lambda: self.current_item.nodeid if self.current_item is not None else None,
             present=lambda: list(self._jobs_of_current()),
@@ -137,39 +125,16 @@ class GpuClusterSession:
         self._collected: list[Needs] = []  # every collected check's needs, before deselection
         self.selection: Selection | None = None
         self.current_item: pytest.Item | None = None
-        self.status_lines: list[str] = []
-        self._pending_since: dict[str, float] = {}
-        self.terminal: Any = None
-        self._capture: Any = None  # pytest's capture manager: live lines go past the test's capture
-        self._say_lock = threading.Lock()
         self.results: ResultsDocument | None = None
         if settings.is_controller:
             self.results = ResultsDocument(
                 profile=self.profile.name,
                 thresholds_file=str(self.config.path),
                 thresholds_sha256=hashlib.sha256(self.config.path.read_bytes()).hexdigest(),
-                environment=self._environment(env),
+                environment=run_environment(self.profile, self.thresholds.name, self.local_gpus),
             )
 
     # ------------------------------------------------------------------ facts
-
-    def _environment(self, env: Mapping[str, str]) -> dict[str, Any]:
-        facts: dict[str, Any] = {
-            "plugin": _version("pytest-gpucluster"),
-            "python": platform.python_version(),
-            "pytest": _version("pytest"),
-            "submitit": _version("submitit"),
-            "torch": _version("torch"),
-            "login_node": socket.gethostname(),
-            "executor": self.profile.executor,
-            "thresholds_set": self.thresholds.name,
-        }
-        if self.local_gpus is not None and self.local_gpus.restricted:
-            facts["cuda_visible_devices"] = self.local_gpus.describe()
-        if self.profile.executor == "slurm":
-            with contextlib.suppress(GpuClusterError):
-                facts["slurm"] = slurm.version()
-        return facts
 
     # ------------------------------------------------------------------ the nodes
 
@@ -231,59 +196,29 @@ class GpuClusterSession:
         if self.current_item is not None:
             self.current_item.user_properties.append((PROPERTY, entry))
 
-    def _status_line(self, line: str) -> None:
-        """A line for the run's log, printed live as well."""
-        self.status_lines.append(line)
-        self.say(line)
+    def _waiter(self) -> str:
+        """Who waits on a pending job: an early start, or the running test."""
+        early = self.runner.ahead_label
+        if early:
+            return f"(started ahead for {early})"
+        return f"for {self.current_item.name}" if self.current_item is not None else ""
+
+    def say(self, line: str) -> None:
+        """One live ``[gpucluster]`` line (``progress.Progress``)."""
+        self.progress.say(line)
+
+    @property
+    def status_lines(self) -> list[str]:
+        return self.progress.lines
 
     def _on_status(self, job_id: str, state: str, reason: str) -> None:
-        line = f"job {job_id} {state}" + (f" ({reason})" if reason and reason != "None" else "")
-        self.status_lines.append(line)
-        # Only what an operator waits on or must know: a queue wait, its reason and the test that
-        # waits; the start of a job that queued for a while; a cancel or failure.
-        now = time.monotonic()
-        if state == "PENDING":
-            self._pending_since.setdefault(job_id, now)
-            early = self.runner.ahead_label
-            if early:
-                line += f" (started ahead for {early})"
-            elif self.current_item is not None:
-                line += f" for {self.current_item.name}"
-        elif state.startswith(("CANCEL", "TIMEOUT", "NODE_FAIL", "FAILED", "OUT_OF_ME")):
-            self._pending_since.pop(job_id, None)
-        elif job_id in self._pending_since:
-            waited = now - self._pending_since.pop(job_id)
-            if waited < _QUIET_WAIT_S:
-                return
-            line = f"job {job_id} {state} after {waited:.0f} s in the queue"
-        else:
-            return
-        self.say(line)
+        self.progress.job_status(job_id, state, reason)
 
     # ------------------------------------------------------------------ needs
 
     def shape(self) -> Shape:
-        """The profile's shape and what this run found of it (``selection.Shape``)."""
-        p = self.profile
-        usable = p.nodes if p.executor == "local" else len(self.nodes)
-        unusable = "; ".join(f"{n}: {why}" for n, why in self.excluded_nodes.items())
-        if self.node_set.error:
-            unusable = "; ".join(x for x in (unusable, self.node_set.error) if x)
-        # A re-test of some nodes (--nodes) is a cluster of those nodes: checks across more are n/a.
-        expected = len(self.settings.nodes) if self.settings.nodes else p.nodes
-        return Shape(
-            profile=p.name,
-            executor=p.executor,
-            nodes=expected,
-            usable_nodes=usable,
-            gpus_per_node=self.gpus_per_node,
-            gpus_declared=p.gpus_per_node is not None,
-            gpus_are_real=p.gpus_are_real,
-            ib_hcas=p.ib_hcas,
-            accounting=p.accounting,
-            require_slow=p.require_slow,
-            unusable=unusable,
-        )
+        """The profile's shape and what this run found of it (``NodeSet.shape``)."""
+        return self.node_set.shape(self.gpus_per_node)
 
     # ------------------------------------------------------------------ hooks
 
@@ -297,18 +232,8 @@ class GpuClusterSession:
         """Remember the terminal for live job progress, terminal or not (CI logs); not on xdist
         workers, which have none. (At configure time the terminal reporter may not exist yet.)"""
         if not self.settings.is_xdist_worker:
-            self.terminal = session.config.pluginmanager.get_plugin("terminalreporter")
-            self._capture = session.config.pluginmanager.get_plugin("capturemanager")
-
-    def say(self, line: str) -> None:
-        """One live ``[gpucluster]`` line, also while a test runs with its output captured and from
-        the threads of early starts (one at a time)."""
-        if self.terminal is None:
-            return
-        with self._say_lock:
-            uncaptured = self._capture.global_and_fixture_disabled() if self._capture else contextlib.nullcontext()
-            with uncaptured:
-                self.terminal.write_line(f"[gpucluster] {line}")
+            plugins = session.config.pluginmanager
+            self.progress.attach(plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager"))
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Tests taking ``node`` run once per tested node; the test id is the node name."""

@@ -11,6 +11,7 @@ from pytest_gpucluster.config import Profile
 from pytest_gpucluster.errors import ClusterFault, ConfigError, SlurmQueryError
 from pytest_gpucluster.faults import cluster_fault
 from pytest_gpucluster.ranges import hostlist
+from pytest_gpucluster.selection import Shape
 
 
 class NodeSet:
@@ -59,6 +60,29 @@ class NodeSet:
         """The tested nodes less those lost during the run: what later jobs run on."""
         lost = self.lost
         return tuple(n for n in self.nodes if n not in lost)
+
+    def shape(self, gpus_per_node: int) -> Shape:
+        """The profile's shape and what this run found of it (``selection.Shape``)."""
+        p = self.profile
+        usable = p.nodes if p.executor == "local" else len(self.nodes)
+        unusable = "; ".join(f"{n}: {why}" for n, why in self.excluded.items())
+        if self.error:
+            unusable = "; ".join(x for x in (unusable, self.error) if x)
+        # A re-test of some nodes (--nodes) is a cluster of those nodes: checks across more are n/a.
+        expected = len(self.named) if self.named else p.nodes
+        return Shape(
+            profile=p.name,
+            executor=p.executor,
+            nodes=expected,
+            usable_nodes=usable,
+            gpus_per_node=gpus_per_node,
+            gpus_declared=p.gpus_per_node is not None,
+            gpus_are_real=p.gpus_are_real,
+            ib_hcas=p.ib_hcas,
+            accounting=p.accounting,
+            require_slow=p.require_slow,
+            unusable=unusable,
+        )
 
     def short_of_gpus(self, gpus: int) -> str:
         """The tested nodes Slurm says have fewer than ``gpus`` GPUs, as one clause ("node1,

@@ -1,0 +1,43 @@
+"""The facts of the login side a run's results keep: versions, the login node, the executor, the
+threshold set, the GPUs the caller exposed to the local executor, Slurm's version."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import platform
+import socket
+from typing import Any
+
+from pytest_gpucluster import slurm
+from pytest_gpucluster.config import Profile
+from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.launch.local_gpus import LocalGpus
+
+
+def version(dist: str) -> str | None:
+    """An installed distribution's version, or None."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def run_environment(profile: Profile, thresholds_set: str, local_gpus: LocalGpus | None) -> dict[str, Any]:
+    """The results' ``environment`` at the start of a run."""
+    facts: dict[str, Any] = {
+        "plugin": version("pytest-gpucluster"),
+        "python": platform.python_version(),
+        "pytest": version("pytest"),
+        "submitit": version("submitit"),
+        "torch": version("torch"),
+        "login_node": socket.gethostname(),
+        "executor": profile.executor,
+        "thresholds_set": thresholds_set,
+    }
+    if local_gpus is not None and local_gpus.restricted:
+        facts["cuda_visible_devices"] = local_gpus.describe()
+    if profile.executor == "slurm":
+        with contextlib.suppress(GpuClusterError):
+            facts["slurm"] = slurm.version()
+    return facts
