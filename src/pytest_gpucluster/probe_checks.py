@@ -1,7 +1,7 @@
 """Login side of the shared node probe (``workloads/node_probe.py``): once per run GPU health,
 InfiniBand, the inventory and the vendor tools' presence are read on every node; each area takes
 its part. When the plan has the intra-node NCCL job, the probe is that job's first phase
-(``nccl_checks.probe_rides_along``); otherwise it is a job of its own, started ahead. If the
+(``run.areas.nccl.probe_rides_along``); otherwise it is a job of its own, started ahead. If the
 shared job fails, the probe is read again in a job of its own, so a broken collective does not
 hide the GPU readings that may explain it.
 
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_gpucluster import nccl_checks
 from pytest_gpucluster.errors import GpuClusterError, NodeLostError
 from pytest_gpucluster.plan import jobs
+from pytest_gpucluster.run.areas import nccl as nccl_checks
 from pytest_gpucluster.workloads.node_probe import NodeProbe, PartError, probe_node
 
 if TYPE_CHECKING:

@@ -33,13 +33,13 @@ LOGIN_SIDE = (
     "pytest_gpucluster.config",
     "pytest_gpucluster.profile",
     "pytest_gpucluster.checks",
-    "pytest_gpucluster.nccl_checks",
+    "pytest_gpucluster.run",
     "pytest_gpucluster.probe_checks",
     "pytest_gpucluster.results",
     "pytest_gpucluster.baseline",
     "pytest_gpucluster.calibrate",
 )
-NOT_IN_CHECKS = ("pytest", "_pytest", "pytest_gpucluster.session", "pytest_gpucluster.launch")
+NOT_IN_CHECKS = ("pytest", "_pytest", "pytest_gpucluster.session", "pytest_gpucluster.launch", "pytest_gpucluster.run")
 
 # Functions under workloads/ that run on the login node and read the profile's settings: the
 # compute and training plans. They import the configuration inside the function, so a job that

@@ -2,6 +2,8 @@
 than their workload on their declared shape. Importing this package registers them all."""
 
 from pytest_gpucluster.run.areas import (  # noqa: F401
+    compute,
     fabric,
+    nccl,
     placement,
 )
