@@ -34,7 +34,6 @@ LOGIN_SIDE = (
     "pytest_gpucluster.profile",
     "pytest_gpucluster.checks",
     "pytest_gpucluster.run",
-    "pytest_gpucluster.probe_checks",
     "pytest_gpucluster.results",
     "pytest_gpucluster.baseline",
     "pytest_gpucluster.calibrate",

@@ -3,7 +3,11 @@ than their workload on their declared shape. Importing this package registers th
 
 from pytest_gpucluster.run.areas import (  # noqa: F401
     compute,
+    dcgm,
     fabric,
+    ib_write_bw,
     nccl,
+    nvbandwidth,
     placement,
+    probe,
 )
