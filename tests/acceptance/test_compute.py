@@ -10,34 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster import nccl_checks
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
-from pytest_gpucluster.workloads.compute import burn, by_node, fractions_of_median, measure_ceilings, plan_compute
-
-
-def _plan(gpucluster):
-    return plan_compute(
-        gpucluster.profile.compute, gpus_per_node=gpucluster.gpus_per_node, real_gpus=gpucluster.profile.gpus_are_real
-    )
-
-
-def _all_gpus(gpucluster, fn, key):
-    """One job, one task per GPU on every node; results grouped by node. The ceilings ride along
-    in the run's intra-node NCCL job, ahead of its sweeps, when this run has that job too."""
-    if fn is measure_ceilings and (plan := nccl_checks.ceilings_ride_along(gpucluster)) is not None:
-        shared = nccl_checks.intra_node_job(gpucluster)
-        return by_node(shared.ceilings or []), shared.job_id, plan
-
-    def produce():
-        plan = _plan(gpucluster)
-        spec = gpucluster.spec(
-            key, all_nodes=True, tasks_per_node=plan.ranks_per_node, gpus_per_node=plan.gpus_per_node
-        )
-        results = gpucluster.run(fn, spec, config=plan.config)
-        return by_node([r.value for r in results]), results[0].job_id, plan
-
-    return gpucluster.once(f"compute.{key}", produce)
+from pytest_gpucluster.workloads.compute import fractions_of_median
 
 
 def _per_gpu(metric, unit, values, median_of, job, detail):
@@ -62,8 +37,8 @@ def _per_gpu(metric, unit, values, median_of, job, detail):
 
 
 @pytest.mark.uses(jobs.CEILINGS)
-def test_gpu_compute_and_memory(gpucluster, judge, record, thresholds, node):
-    nodes, job, plan = _all_gpus(gpucluster, measure_ceilings, "ceilings")
+def test_gpu_compute_and_memory(measured, judge, record, thresholds, node):
+    nodes, job, plan = measured()  # riding in the intra-node NCCL job when the run has it
     gpus = nodes.get(node) or pytest.fail(f"{node}: no result in job {job}", pytrace=False)
     detail = f"{gpus[0].device_name}, {gpus[0].dtype}" + (" (CPU stand-in, tiny sizes)" if plan.note else "")
     mm, cp = {g.where: g.matmul_tflops for g in gpus}, {g.where: g.copy_tbps for g in gpus}
@@ -90,8 +65,8 @@ def test_gpu_compute_and_memory(gpucluster, judge, record, thresholds, node):
 @pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.uses(jobs.BURN)
-def test_gpu_burn_without_throttling(gpucluster, judge, record, node):
-    nodes, job, plan = _all_gpus(gpucluster, burn, "burn")
+def test_gpu_burn_without_throttling(measured, judge, record, node):
+    nodes, job, plan = measured()
     gpus = nodes.get(node) or pytest.fail(f"{node}: no result in job {job}", pytrace=False)
     for g in gpus:
         for name, y, pick in (("sm_clock", "MHz", "sm_clock_mhz"), ("temperature", "C", "temperature_c")):

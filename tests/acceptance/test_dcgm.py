@@ -7,38 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster import probe_checks
 from pytest_gpucluster.checks import dcgm as dcgm_checks
-from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.probe_checks import readings
-from pytest_gpucluster.workloads import dcgm
 
-pytestmark = [probe_checks.USES, pytest.mark.uses(jobs.DCGM)]
-
-
-@pytest.fixture
-def diag_runs(gpucluster):
-    """node → DiagRun, from one exclusive job on every node for the whole run. When the node-probe
-    job found no dcgmi on any node, no diagnostic job is submitted."""
-    level = gpucluster.profile.dcgm_level
-
-    def produce():
-        spec = gpucluster.spec("dcgm", all_nodes=True, exclusive=True, timeout_min=dcgm_checks.job_minutes(level))
-        return {r.value.node: r.value for r in gpucluster.run(dcgm.run_diag, spec, level=level) if r.value}
-
-    try:
-        where = readings(gpucluster, "dcgmi")
-    except GpuClusterError:
-        where = {}  # the probe job could not run: the diagnostic job finds out for itself
-    if where and set(where) >= set(gpucluster.live_nodes) and all(path is None for path in where.values()):
-        return {node: dcgm.DiagRun(node=node, found=False, level=level) for node in where}
-    return gpucluster.once("dcgm", produce)
+# The node probe says where dcgmi is: where it is on no node, no diagnostic job is submitted.
+pytestmark = [pytest.mark.uses(jobs.NODE_PROBE), pytest.mark.uses(jobs.DCGM)]
 
 
 @pytest.mark.gpu(gres_only=True)
-def test_dcgm_diagnostics(diag_runs, judge, node, profile):
+def test_dcgm_diagnostics(measured, judge, node, profile):
+    diag_runs = measured(jobs.DCGM)
     run = diag_runs.get(node)
     if run is None:
         pytest.fail(f"no dcgmi result came back from {node} (answered: {', '.join(diag_runs)})", pytrace=False)

@@ -12,10 +12,12 @@ NVLink could not be read, the check is incomplete, not passed.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
-from pytest_gpucluster import fabric_checks
-from pytest_gpucluster.outcomes import not_applicable
+from pytest_gpucluster.checks import fabric_node
+from pytest_gpucluster.outcomes import ThresholdWarning, not_applicable
 from pytest_gpucluster.plan import jobs
 
 
@@ -57,14 +59,19 @@ def test_fabric_error_counters_did_not_rise(cluster, measured, judge, record, no
     if why:
         not_applicable(f"{node}: {why}: no fabric error counters to compare")
     after, job_after = measured(jobs.FABRIC_AFTER)
-    fabric_checks.judge_node(
-        judge,
-        record,
+    found = fabric_node.judge_node(
         node,
         before[node],
         after.get(node),
         rules=cluster.profile.fabric,
         nvlink_required=real,
         job_ids=[job_before, job_after],
-        say=cluster.say,
     )
+    record("fabric", **found.record)
+    for line in found.notes:
+        cluster.say(line)
+    for line in found.warnings:
+        warnings.warn(ThresholdWarning(line), stacklevel=1)
+    judge.problems(list(found.problems), found.what)
+    if found.incomplete:
+        pytest.skip(found.incomplete)

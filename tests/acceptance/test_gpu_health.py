@@ -9,36 +9,38 @@ import warnings
 
 import pytest
 
-from pytest_gpucluster import probe_checks
-from pytest_gpucluster.checks import gpu_health
+from pytest_gpucluster.checks import gpu_health, probe
 from pytest_gpucluster.config import METRICS
 from pytest_gpucluster.outcomes import ThresholdWarning
-from pytest_gpucluster.probe_checks import good, reading_of, readings
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
 
-pytestmark = [pytest.mark.gpu, probe_checks.USES]
+pytestmark = [pytest.mark.gpu, pytest.mark.uses(jobs.NODE_PROBE)]
 
 
 @pytest.fixture
-def nodes_gpus(gpucluster):
+def nodes_gpus(measured):
     """Every node's NVML readings, measured once per run (the node probe)."""
-    return readings(gpucluster, "gpu_health")
+    return probe.part(measured(), "gpu_health")
 
 
 def _of(nodes_gpus, node):
-    return reading_of(nodes_gpus, node, "an NVML report")
+    why = probe.missing(nodes_gpus, node, "an NVML report")
+    if why:
+        pytest.fail(why, pytrace=False)
+    return nodes_gpus[node]
 
 
-def test_gpu_count_and_model(nodes_gpus, node, gpucluster, judge):
+def test_gpu_count_and_model(nodes_gpus, node, cluster, judge):
     problems = gpu_health.inventory_problems(
-        _of(nodes_gpus, node), count=gpucluster.gpus_per_node, model=gpucluster.profile.gpu_model
+        _of(nodes_gpus, node), count=cluster.gpus_per_node, model=cluster.profile.gpu_model
     )
     judge.problems(problems, f"{node}: GPUs are not what the profile expects")
 
 
 def test_driver_and_cuda_versions_agree(nodes_gpus, profile, judge):
     problems = gpu_health.version_problems(
-        list(good(nodes_gpus).values()), min_driver=profile.min_driver, min_cuda=profile.min_cuda
+        list(probe.good(nodes_gpus).values()), min_driver=profile.min_driver, min_cuda=profile.min_cuda
     )
     judge.problems(problems, "driver / CUDA versions")
 

@@ -9,37 +9,45 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster import probe_checks
-from pytest_gpucluster.checks import homogeneity
+from pytest_gpucluster.checks import homogeneity, probe
 from pytest_gpucluster.outcomes import not_applicable
-from pytest_gpucluster.probe_checks import good, reading_of, readings
+from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.verdict import Measurement
 
-pytestmark = probe_checks.USES
+pytestmark = pytest.mark.uses(jobs.NODE_PROBE)
+
+
+@pytest.fixture(scope="session")
+def recorded_once():
+    """What a test of the run has recorded for all of them (the full inventory)."""
+    return set()
 
 
 @pytest.fixture
-def inventory(gpucluster, record):
+def inventory(measured, record, recorded_once):
     """node → summary facts (or why there are none), from one job for the whole run; the full
     inventory is recorded once, with the first test that reads it (recorded by each of the 4 × N
     per-node tests, the run would carry N² node inventories)."""
-    found = readings(gpucluster, "inventory")
-    answered = good(found)
-    gpucluster.once(
-        "inventory recorded", lambda: record("inventory", nodes={n: inv.to_json() for n, inv in answered.items()})
-    )
+    found = probe.part(measured(), "inventory")
+    answered = probe.good(found)
+    if "inventory" not in recorded_once:
+        recorded_once.add("inventory")
+        record("inventory", nodes={n: inv.to_json() for n, inv in answered.items()})
     return {n: answered[n].summary if n in answered else v for n, v in found.items()}
 
 
 def _of(inventory, node):
-    return reading_of(inventory, node, "inventory")
+    why = probe.missing(inventory, node, "inventory")
+    if why:
+        pytest.fail(why, pytrace=False)
+    return inventory[node]
 
 
 @pytest.mark.quick
 @pytest.mark.across_nodes
 def test_node_matches_the_others(inventory, judge, node):
     _of(inventory, node)
-    found = homogeneity.mismatches(good(inventory))
+    found = homogeneity.mismatches(probe.good(inventory))
     judge.problems(homogeneity.sentences_for(found, node), f"{node} differs from the other nodes")
 
 
@@ -59,7 +67,7 @@ def test_node_matches_the_profile(inventory, profile, judge, node):
 
 
 def test_node_memory(inventory, profile, judge, node):
-    deviation = homogeneity.memory_deviation(good(inventory), profile.expect_memory_gib).get(node)
+    deviation = homogeneity.memory_deviation(probe.good(inventory), profile.expect_memory_gib).get(node)
     if deviation is None:
         pytest.fail(f"{node}: RAM could not be read ({_of(inventory, node).get('memory_gib')})", pytrace=False)
     judge(Measurement("inventory.memory_spread", deviation.percent, "%", where=node, detail=deviation.detail))

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster import nccl_checks
-from pytest_gpucluster.plan import jobs
+from pytest_gpucluster.plan import facts, jobs
 from pytest_gpucluster.plugin import SESSION_KEY
 
 
@@ -18,14 +17,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("op", ops, ids=ops)
 
 
-def gpucluster_not_applicable(gpucluster, name):
+def gpucluster_not_applicable(cluster, name):
     """At collection: a node of one GPU has no intra-node collective to measure."""
-    return nccl_checks.no_intra_node_collective(gpucluster) if name == "test_busbw_inside_node" else None
+    return facts.no_intra_node_collective(cluster.gpus_per_node) if name == "test_busbw_inside_node" else None
 
 
 @pytest.mark.uses(jobs.NCCL_INTRA)
-def test_busbw_inside_node(gpucluster, judge, record, node, op):
-    check = nccl_checks.intra_node(gpucluster, node, op)
+def test_busbw_inside_node(measured, judge, record, node, op):
+    check = measured()  # a miss is re-measured on this node alone
     record("series", **check.series)
     judge.problems(list(check.problems), f"{node}: {op} returned wrong results (never retried)")
     judge(check.measurement, check.threshold)  # without a bound: kept unjudged, the check could not judge
@@ -33,10 +32,8 @@ def test_busbw_inside_node(gpucluster, judge, record, node, op):
 
 @pytest.mark.across_nodes
 @pytest.mark.uses(jobs.NCCL_INTER)
-def test_busbw_across_nodes(gpucluster, judge, record, op):
-    check = nccl_checks.inter_node(gpucluster, op)
+def test_busbw_across_nodes(measured, judge, record, op):
+    check = measured()  # a miss is re-measured, then narrowed down to the bad node by pairs
     record("series", **check.series)
     judge.problems(list(check.problems), f"{op} across nodes returned wrong results (never retried)")
-    if check.fails:
-        check = nccl_checks.isolate_bad_nodes(gpucluster, check)
     judge(check.measurement, check.threshold)  # without a bound: kept unjudged, the check could not judge

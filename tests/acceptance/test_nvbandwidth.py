@@ -10,35 +10,20 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster import probe_checks
 from pytest_gpucluster.checks import nvbandwidth as judging
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.workloads import nvbandwidth
 
-pytestmark = [probe_checks.USES, pytest.mark.uses(jobs.NVBANDWIDTH)]
+# The node probe says where nvbandwidth is: where it is on no node's PATH and the profile names no
+# path, no nvbandwidth job is submitted.
+pytestmark = [pytest.mark.uses(jobs.NODE_PROBE), pytest.mark.uses(jobs.NVBANDWIDTH)]
 
 
 @pytest.fixture
-def copies(gpucluster):
+def copies(measured):
     """node → (NvbandwidthRun, NodeCopies) and the job id: one job on every node, holding its
-    GPUs, for the whole run. When the profile names no path and the node probe found nvbandwidth
-    on no node's PATH, no job is submitted."""
-    p = gpucluster.profile
-    if p.nvbandwidth_path is None and probe_checks.absent_everywhere(gpucluster, "nvbandwidth"):
-        why = "not on PATH (the node probe's reading)"
-        return {n: (nvbandwidth.NvbandwidthRun(n, False, why), None) for n in gpucluster.live_nodes}, None
-
-    def produce():
-        spec = gpucluster.spec(jobs.NVBANDWIDTH.key, all_nodes=True, timeout_min=p.nvbandwidth_timeout_s // 60 + 5)
-        results = gpucluster.run(
-            nvbandwidth.run_nvbandwidth, spec, path=p.nvbandwidth_path, timeout_s=p.nvbandwidth_timeout_s
-        )
-        runs = {r.value.node: r.value for r in results if r.value}
-        read = {n: (run, judging.node_copies(run) if run.found else None) for n, run in runs.items()}
-        return read, results[0].job_id
-
-    return gpucluster.once(jobs.NVBANDWIDTH.key, produce)
+    GPUs, for the whole run."""
+    return measured(jobs.NVBANDWIDTH)
 
 
 def _node(copies, node):

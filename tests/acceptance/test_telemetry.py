@@ -1,38 +1,44 @@
 """Telemetry under load: while the intra-node NCCL sweeps run
 on every GPU of every node, no GPU idles while its peers work and no GPU slows down for heat or
-power faults. The sampler rides along the collective job itself (``nccl_checks``), so watching
-costs no extra load and no extra time.
+power faults. The sampler rides along the collective job itself (``run/areas/nccl.py``), so
+watching costs no extra load and no extra time.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster import nccl_checks
 from pytest_gpucluster.checks import telemetry
-from pytest_gpucluster.plan import jobs
+from pytest_gpucluster.plan import facts, jobs
 from pytest_gpucluster.verdict import Measurement
 
 pytestmark = pytest.mark.uses(jobs.NCCL_INTRA)
 
 
-def gpucluster_not_applicable(gpucluster, name):
+def gpucluster_not_applicable(cluster, name):
     """At collection: the load sampled here is the intra-node collective, which a node of one GPU
     does not have; the training job's telemetry is judged there instead (test_training.py)."""
-    why = nccl_checks.no_intra_node_collective(gpucluster)
+    why = facts.no_intra_node_collective(cluster.gpus_per_node)
     if why is None:
         return None
     return f"{why}, the load these checks sample; the training job's telemetry is judged in test_training"
 
 
+@pytest.fixture(scope="session")
+def series_recorded():
+    """The nodes whose telemetry series a test of the run has recorded."""
+    return set()
+
+
 @pytest.fixture
-def node_telemetry(gpucluster, record, node):
+def node_telemetry(measured, record, node, series_recorded):
     """node → NodeTelemetry of the run's intra-node collective job. Each node's series are
     recorded once, by the first of its tests that runs (not by every test, for every node)."""
-    found = {t.node: t for t in nccl_checks.intra_node_telemetry(gpucluster)}
-    if node in found:
-        series = telemetry.series_records([found[node]])
-        gpucluster.once(("telemetry-series", node), lambda: [record("series", **s) for s in series])
+    found = {t.node: t for t in measured().telemetry}
+    if node in found and node not in series_recorded:
+        series_recorded.add(node)
+        for s in telemetry.series_records([found[node]]):
+            record("series", **s)
     return found
 
 

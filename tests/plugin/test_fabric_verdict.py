@@ -3,8 +3,9 @@ NVLink snapshot pairs (tests/data/fabric, built from a healthy node's measured r
 
 NVLink counters come from NVML on the node, and this machine has no GPU; nothing stands in for
 NVML or Slurm here. The test file below hands the recorded pair to the same login-side function
-the acceptance check calls (``fabric_checks.judge_node``), with the plugin's own ``judge`` and
-``record`` fixtures, so what is checked is what a customer reads: the run's verdict, the first
+the acceptance check calls (``checks.fabric_node.judge_node``) and acts on its outcome as that
+check does, with the plugin's own ``judge`` and ``record`` fixtures, so what is checked is what a
+customer reads: the run's verdict, the first
 sentence of the failure, the warnings and the per-link detail in the results file. The reading
 side runs through the plugin in test_wired_checks.py (a recorded InfiniBand tree) and through
 Slurm in tests/integration/test_fabric_ci.py. NVLink left unread on real GPUs makes the run
@@ -18,11 +19,35 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "fabric"
+# What tests/acceptance/test_fabric.py does with a node's judged pair of snapshots.
+ACT = """
+import warnings
+
+import pytest
+
+from pytest_gpucluster.checks import fabric_node
+from pytest_gpucluster.outcomes import ThresholdWarning
+
+
+def judged(cluster, judge, record, node, before, after, job_ids):
+    found = fabric_node.judge_node(
+        node, before, after, rules=cluster.profile.fabric, nvlink_required=True, job_ids=job_ids
+    )
+    record("fabric", **found.record)
+    for line in found.notes:
+        cluster.say(line)
+    for line in found.warnings:
+        warnings.warn(ThresholdWarning(line), stacklevel=1)
+    judge.problems(list(found.problems), found.what)
+    if found.incomplete:
+        pytest.skip(found.incomplete)
+"""
+
 CHECK = """
 import json
 from pathlib import Path
 
-from pytest_gpucluster import fabric_checks
+from act import judged
 from pytest_gpucluster.workloads.fabric_counters import snapshot_from_dict
 
 DATA = Path({data!r})
@@ -33,16 +58,13 @@ def _snap(name):
     return snapshot_from_dict(json.loads(path.read_text()))
 
 
-def test_fabric_error_counters_did_not_rise(gpucluster, judge, record):
-    fabric_checks.judge_node(
-        judge, record, "node1", _snap("before"), _snap({after!r}),
-        rules=gpucluster.profile.fabric, nvlink_required=True, job_ids=["4711", "4790"], say=gpucluster.say,
-    )
+def test_fabric_error_counters_did_not_rise(cluster, judge, record):
+    judged(cluster, judge, record, "node1", _snap("before"), _snap({after!r}), ["4711", "4790"])
 """
 
 
 def _run(gpc: pytest.Pytester, after: str) -> tuple[pytest.RunResult, dict]:
-    gpc.makepyfile(test_fabric=CHECK.format(data=str(DATA), after=after))
+    gpc.makepyfile(act=ACT, test_fabric=CHECK.format(data=str(DATA), after=after))
     result = gpc.runpytest_subprocess("--cluster=local", "--results=out.json")
     return result, json.loads((gpc.path / "out.json").read_text())
 
@@ -77,24 +99,21 @@ def test_a_healthy_4x_h200_pair_warns_once_and_is_accepted(gpc):
 
 
 UNREAD = """
-from pytest_gpucluster import fabric_checks
+from act import judged
 from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot
 
 STATUS = "unsupported: NVML unusable (Driver Not Loaded)"
 
 
-def test_fabric_error_counters_did_not_rise(gpucluster, judge, record):
+def test_fabric_error_counters_did_not_rise(cluster, judge, record):
     before = FabricSnapshot("node1", 0.0, "/sys/class/infiniband", (), (), STATUS)
     after = FabricSnapshot("node1", 60.0, "/sys/class/infiniband", (), (), STATUS)
-    fabric_checks.judge_node(
-        judge, record, "node1", before, after,
-        rules=gpucluster.profile.fabric, nvlink_required=True, job_ids=["1", "2"],
-    )
+    judged(cluster, judge, record, "node1", before, after, ["1", "2"])
 """
 
 
 def test_nvlink_unread_on_real_gpus_leaves_the_run_incomplete(gpc):
-    gpc.makepyfile(test_fabric=UNREAD)
+    gpc.makepyfile(act=ACT, test_fabric=UNREAD)
     result = gpc.runpytest_subprocess("--cluster=local", "--results=out.json")
     doc = json.loads((gpc.path / "out.json").read_text())
     (test,) = doc["tests"]

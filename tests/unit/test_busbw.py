@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from pytest_gpucluster.checks.nccl import measurement_of
 from pytest_gpucluster.config import Threshold
-from pytest_gpucluster.nccl_checks import measurement_of
 from pytest_gpucluster.verdict import judge
 from pytest_gpucluster.workloads.busbw import (
     GLOO_MAX_BYTES,

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_gpucluster import nccl_checks
+from pytest_gpucluster.checks.nccl import metric_name
 from pytest_gpucluster.config import METRICS, load
 from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.run.areas.nccl_jobs import inter_env
 
 REPO_THRESHOLDS = Path(__file__).resolve().parents[2] / "thresholds.toml"
 
@@ -165,35 +166,35 @@ def test_the_across_node_algorithm_is_the_profiles(tmp_path, algo, env):
     config = config_of(tmp_path, LAB + f'\n[profiles.lab.nccl]\ninter_node_algo = "{algo}"\n')
     profile = config.profiles["lab"]
     gc = SimpleNamespace(profile=profile, gpus_per_node=0)  # no real GPUs: no NCCL log files
-    assert nccl_checks.inter_env(gc) == env
+    assert inter_env(gc) == env
 
 
 def test_ring_is_the_default_and_nccl_logs_go_to_the_job_folder(tmp_path):
     config = config_of(tmp_path, LAB)
     gc = SimpleNamespace(profile=config.profiles["lab"], gpus_per_node=8, job_root=tmp_path / "jobs")
-    env = nccl_checks.inter_env(gc)
+    env = inter_env(gc)
     assert env["NCCL_ALGO"] == "Ring"
     assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT,ENV")
     assert env["NCCL_DEBUG_FILE"].startswith(str(tmp_path / "jobs" / "nccl-inter-"))
     assert env["NCCL_DEBUG_FILE"].endswith(".%h.%p.log")
     # a profile that sets NCCL's logging keeps it
     own = config_of(tmp_path, LAB + '\n[profiles.lab.env]\nNCCL_DEBUG = "WARN"\n').profiles["lab"]
-    assert nccl_checks.inter_env(SimpleNamespace(profile=own, gpus_per_node=8)) == {"NCCL_ALGO": "Ring"}
+    assert inter_env(SimpleNamespace(profile=own, gpus_per_node=8)) == {"NCCL_ALGO": "Ring"}
 
 
 def test_nvls_on_picks_the_nvls_metrics_of_the_collectives_nvls_runs():
     config = load(REPO_THRESHOLDS)
     profile = config.profiles["nebius"]
     assert profile.nccl.nvls
-    gc = SimpleNamespace(profile=profile, thresholds=config.thresholds_for(profile))
+    thresholds = config.thresholds_for(profile)
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
-        metric = nccl_checks.metric_name(gc, op, "intra_node")
+        metric = metric_name(op, "intra_node", nvls=True)
         assert metric == f"nccl.{op}.intra_node_nvls"
-        assert gc.thresholds[metric].source.endswith(f"[thresholds.h100.nccl.{op}.intra_node_nvls]")
-    assert nccl_checks.metric_name(gc, "alltoall", "intra_node") == "nccl.alltoall.intra_node"
-    assert nccl_checks.metric_name(gc, "all_reduce", "inter_node") == "nccl.all_reduce.inter_node"
-    off = SimpleNamespace(profile=config.profiles["testbox"], thresholds=None)
-    assert nccl_checks.metric_name(off, "all_gather", "intra_node") == "nccl.all_gather.intra_node"
+        assert thresholds[metric].source.endswith(f"[thresholds.h100.nccl.{op}.intra_node_nvls]")
+    assert metric_name("alltoall", "intra_node", nvls=True) == "nccl.alltoall.intra_node"
+    assert metric_name("all_reduce", "inter_node", nvls=True) == "nccl.all_reduce.inter_node"
+    assert not config.profiles["testbox"].nccl.nvls
+    assert metric_name("all_gather", "intra_node", nvls=False) == "nccl.all_gather.intra_node"
 
 
 def test_nvls_scope_exists_only_where_nccl_has_nvls():

@@ -39,13 +39,12 @@ LOGIN_SIDE = (
     "pytest_gpucluster.config",
     "pytest_gpucluster.profile",
     "pytest_gpucluster.checks",
-    "pytest_gpucluster.nccl_checks",
-    "pytest_gpucluster.probe_checks",
+    "pytest_gpucluster.run",
     "pytest_gpucluster.results",
     "pytest_gpucluster.baseline",
     "pytest_gpucluster.calibrate",
 )
-NOT_IN_CHECKS = ("pytest", "_pytest", "pytest_gpucluster.session", "pytest_gpucluster.launch")
+NOT_IN_CHECKS = ("pytest", "_pytest", "pytest_gpucluster.session", "pytest_gpucluster.launch", "pytest_gpucluster.run")
 # Verdicts are decided from plain data: no pytest, no session, no launcher, no Slurm, no report.
 NOT_IN_VERDICT = (
     *NOT_IN_CHECKS,

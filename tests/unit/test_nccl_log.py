@@ -8,11 +8,9 @@ values (two nodes of 8 GPUs, 8 NDR rails); it was not captured from a run.
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
+from pytest_gpucluster.checks.nccl import make_check
 from pytest_gpucluster.config import NcclSettings
-from pytest_gpucluster.config.profile import NcclAcross
-from pytest_gpucluster.nccl_checks import make_check
 from pytest_gpucluster.workloads import collectives
 from pytest_gpucluster.workloads.busbw import (
     NcclLog,
@@ -107,8 +105,7 @@ def test_a_sweep_record_carries_algorithm_protocol_and_transports():
         transports=("NET/IB/GDRDMA", "P2P/CUMEM/read"),
         network="IB",
     )
-    gc = SimpleNamespace(thresholds={}, profile=SimpleNamespace(nccl=NcclSettings(), nccl_across=NcclAcross()))
-    check = make_check(gc, sweep, "nccl.all_reduce.inter_node")
+    check = make_check(sweep, "nccl.all_reduce.inter_node", None, NcclSettings())
     s = check.series
     assert (s["nccl_algo"], s["nccl_proto"], s["network"], s["nccl_version"]) == ("Ring", "Simple", "IB", "2.27.5")
     assert s["transports"] == ["NET/IB/GDRDMA", "P2P/CUMEM/read"]
@@ -119,8 +116,7 @@ def test_a_sweep_record_carries_algorithm_protocol_and_transports():
 
 
 def test_an_unset_algorithm_is_nccls_choice_and_gloo_names_none():
-    gc = SimpleNamespace(thresholds={}, profile=SimpleNamespace(nccl=NcclSettings(), nccl_across=NcclAcross()))
-    check = make_check(gc, _sweep(), "nccl.all_reduce.intra_node")
+    check = make_check(_sweep(), "nccl.all_reduce.intra_node", None, NcclSettings())
     assert check.series["nccl_algo"] is None
     assert check.measurement is not None and check.measurement.detail.endswith("nccl (algorithm NCCL's choice)")
     assert dataclasses.replace(_sweep(), backend="gloo").nccl_choice() == ""

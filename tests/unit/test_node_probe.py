@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pytest_gpucluster.probe_checks import good, reading_of
+from pytest_gpucluster.checks.probe import good, missing
 from pytest_gpucluster.workloads import gpu_health, node_gpus, node_probe
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.gpu_health import NodeGpus
@@ -49,14 +49,12 @@ def test_an_unknown_part_is_refused_before_anything_is_read():
         node_probe.probe_node(_ctx(), parts=("gpu_heath",))
 
 
-def test_reading_of_names_the_node_and_why():
+def test_a_missing_reading_names_the_node_and_why():
     found = {"node1": "ok", "node2": node_probe.PartError("inventory", "node2", "OSError: /proc/meminfo: EIO")}
     assert good(found) == {"node1": "ok"}
-    assert reading_of(found, "node1", "inventory") == "ok"
-    with pytest.raises(pytest.fail.Exception, match=r"node2: reading inventory failed there: OSError: /proc/meminfo"):
-        reading_of(found, "node2", "inventory")
-    with pytest.raises(pytest.fail.Exception, match=r"node3: no inventory came back \(nodes that answered: node1\)"):
-        reading_of(found, "node3", "inventory")
+    assert missing(found, "node1", "inventory") is None
+    assert missing(found, "node2", "inventory") == "node2: reading inventory failed there: OSError: /proc/meminfo: EIO"
+    assert missing(found, "node3", "inventory") == "node3: no inventory came back (nodes that answered: node1)"
 
 
 def _task(local_rank: int, job_id: str) -> TaskContext:

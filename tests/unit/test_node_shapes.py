@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_gpucluster import nccl_checks
 from pytest_gpucluster.plan import Facts, Use, facts, jobs, make_plan
+from pytest_gpucluster.run.areas import nccl
 from pytest_gpucluster.workloads.compute import ComputeConfig
 
 READERS = (jobs.NCCL_INTRA, jobs.NODE_PROBE, jobs.CEILINGS)
@@ -26,17 +26,17 @@ def _session(gpus_per_node: int, *, real: bool = True) -> SimpleNamespace:
 @pytest.mark.parametrize(("gpus", "real"), [(1, True), (1, False)])
 def test_one_gpu_per_node_has_no_intra_node_job(gpus, real):
     gc = _session(gpus, real=real)
-    assert nccl_checks.no_intra_node_collective(gc) == "node has 1 GPU: no intra-node collective"
+    assert facts.no_intra_node_collective(gc.gpus_per_node) == "node has 1 GPU: no intra-node collective"
     assert not gc.plan.has(jobs.NCCL_INTRA.key)
-    assert not nccl_checks.probe_rides_along(gc)  # the probe runs in a job of its own
+    assert not nccl.probe_rides_along(gc)  # the probe runs in a job of its own
     assert gc.plan.starts_ahead(jobs.NODE_PROBE.key)
-    assert nccl_checks.ceilings_ride_along(gc) is None  # so do the compute ceilings
+    assert nccl.ceilings_ride_along(gc) is None  # so do the compute ceilings
 
 
 @pytest.mark.parametrize(("gpus", "real"), [(0, True), (0, False), (2, True), (4, False), (8, True)])
 def test_other_shapes_keep_the_intra_node_job_and_what_rides_in_it(gpus, real):
     gc = _session(gpus, real=real)
-    assert nccl_checks.no_intra_node_collective(gc) is None
+    assert facts.no_intra_node_collective(gc.gpus_per_node) is None
     assert gc.plan.has(jobs.NCCL_INTRA.key)
-    assert nccl_checks.probe_rides_along(gc)
+    assert nccl.probe_rides_along(gc)
     assert not gc.plan.starts_ahead(jobs.NODE_PROBE.key)

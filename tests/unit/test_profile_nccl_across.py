@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from pytest_gpucluster.checks.nccl import make_check
 from pytest_gpucluster.config import NcclSettings, load
-from pytest_gpucluster.config.profile import NcclAcross, across_nodes
+from pytest_gpucluster.config.profile import NcclAcross, across_nodes, sweep_settings
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.nccl_checks import make_check, settings
 from pytest_gpucluster.workloads.busbw import SizeResult, SweepResult
 
 MiB, GiB = 2**20, 2**30
@@ -129,14 +129,13 @@ def _sweep(sizes: list[int]) -> SweepResult:
 
 def test_the_across_node_check_judges_from_its_own_size_and_the_intra_node_one_from_nccl():
     profile = SimpleNamespace(nccl=NcclSettings(), nccl_across=NcclAcross(judge_from_bytes=16 * MiB, retries=0))
-    gc = SimpleNamespace(thresholds={}, profile=profile)
-    assert settings(gc, across=True).judge_from_bytes == 16 * MiB
-    assert settings(gc, across=False) == profile.nccl
+    assert sweep_settings(profile, across=True).judge_from_bytes == 16 * MiB
+    assert sweep_settings(profile, across=False) == profile.nccl
     sweep = _sweep([4 * MiB, 16 * MiB, 64 * MiB])
-    across = make_check(gc, sweep, "nccl.all_reduce.inter_node").measurement
+    across = make_check(sweep, "nccl.all_reduce.inter_node", None, sweep_settings(profile, across=True)).measurement
     assert across is not None and across.value == 16.0
     assert "min busbw over sizes ≥ 16 MiB" in across.detail
     # The intra-node line is judged from [nccl]'s 1 GiB: this sweep stops below it.
-    intra = make_check(gc, sweep, "nccl.all_reduce.intra_node").measurement
+    intra = make_check(sweep, "nccl.all_reduce.intra_node", None, sweep_settings(profile, across=False)).measurement
     assert intra is not None and intra.value == 64.0
     assert "largest size measured (64 MiB < judge_from 1 GiB)" in intra.detail

@@ -21,6 +21,7 @@ from pytest_gpucluster.workloads import (
     dcgm,
     fabric_counters,
     ib_write_bw,
+    infiniband,
     isolation,
     node_probe,
     nvbandwidth,
@@ -122,6 +123,16 @@ NODE_PROBE = JobRequest(
     holds_gpus=True,
     rides_in=NCCL_INTRA.key,
     ahead_order=0,
+)
+# The node probe's InfiniBand reading; where the probe's job cannot run (it holds every GPU), a job
+# of its own that asks for none reads the ports instead.
+INFINIBAND = JobRequest(
+    "infiniband",
+    "every node's InfiniBand ports: the node probe's reading, or a job asking for no GPU",
+    workload=infiniband.read_node,
+    shape=Shape(gpus_per_node=0),
+    light=True,
+    rides_in=NODE_PROBE.key,
 )
 CEILINGS = JobRequest(
     "compute-ceilings",
@@ -267,6 +278,7 @@ SUITE = (
     NCCL_INTRA,
     NCCL_INTER,
     NODE_PROBE,
+    INFINIBAND,
     CEILINGS,
     BURN,
     ISOLATION_PAIR,

@@ -2,9 +2,15 @@
 than their workload on their declared shape. Importing this package registers them all."""
 
 from pytest_gpucluster.run.areas import (  # noqa: F401
+    compute,
+    dcgm,
     fabric,
+    ib_write_bw,
     isolation,
+    nccl,
+    nvbandwidth,
     placement,
+    probe,
     rank_failure,
     sdc,
     sharedfs,
