@@ -68,8 +68,8 @@ def skipped(item: pytest.Item) -> bool:
 
 
 def uses_of(item: pytest.Item) -> list[Use]:
-    """``item``'s uses of job requests, each with the test parameters its producer takes (none
-    when the test does not supply them all: the job then starts when its test runs)."""
+    """``item``'s uses of job requests, each light one with the test parameters its producer
+    takes (none when the test does not supply them all: the job then starts when its test runs)."""
     params = dict(getattr(getattr(item, "callspec", None), "params", {}))
     uses = []
     for mark in item.iter_markers("uses"):
@@ -79,7 +79,10 @@ def uses_of(item: pytest.Item) -> list[Use]:
                     f"{item.nodeid}: @pytest.mark.uses takes JobRequest objects "
                     f"(pytest_gpucluster.plan.jobs), not {request!r}"
                 )
-            wanted = produce.params_of(request)
+            # Parameters matter to the plan only for a job it may start ahead (a light one): each
+            # set is one start. A measuring job's producer may take the test's node and collective
+            # to judge one of them, yet runs one job for all.
+            wanted = produce.params_of(request) if request.light else []
             given = tuple((arg, params[arg]) for arg in wanted if arg in params)
             uses.append(Use(request, item.nodeid, given if len(given) == len(wanted) else ()))
     return uses
