@@ -1,7 +1,7 @@
 """Fabric error counters across the run: every InfiniBand port's and NVLink's error counters are
 read on every node before the first workload and again after every other job of the run
 (workloads/fabric_counters.py), and what rose is judged by counter family and rate against the
-profile's fabric rules (checks/fabric_rules.py): a link that corrupts or drops traffic under load
+profile's fabric rules (config/fabric_rules.py): a link that corrupts or drops traffic under load
 shows here while the collectives still pass.
 
 The before snapshot is the light job holding GPUs that starts ahead; the after snapshot is taken

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucluster.checks import fabric, fabric_text
-from pytest_gpucluster.checks.fabric_rules import DEFAULT_RULES, FAMILY_OF, KNOWN_COUNTERS, RuleError, with_overrides
 from pytest_gpucluster.checks.fabric_text import Place
 from pytest_gpucluster.config import load
+from pytest_gpucluster.config.fabric_rules import DEFAULT_RULES, FAMILY_OF, KNOWN_COUNTERS, RuleError, with_overrides
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot, snapshot_from_dict
 

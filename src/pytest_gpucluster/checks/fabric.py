@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pytest_gpucluster.checks import fabric_text as text
-from pytest_gpucluster.checks.fabric_rules import DEFAULT_RULES, FAMILY_OF, FabricRule, Scope
 from pytest_gpucluster.checks.fabric_text import Place
+from pytest_gpucluster.config.fabric_rules import DEFAULT_RULES, FAMILY_OF, FabricRule, Scope
 from pytest_gpucluster.workloads.fabric_counters import IB_ERROR_COUNTERS, FabricSnapshot, GpuNvLinks
 
 Status = Literal["fail", "incomplete", "warn", "note"]

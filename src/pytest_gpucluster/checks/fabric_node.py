@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpucluster.checks import fabric
-from pytest_gpucluster.checks.fabric_rules import FabricRule
+from pytest_gpucluster.config.fabric_rules import FabricRule
 from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot
 
 

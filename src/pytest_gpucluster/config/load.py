@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pytest_gpucluster.checks.fabric_rules import FAMILY_OF, RuleError, with_overrides
+from pytest_gpucluster.config.fabric_rules import FAMILY_OF, RuleError, with_overrides
 from pytest_gpucluster.config.metrics import METRICS, Metric
 from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile, across_nodes
 from pytest_gpucluster.config.tables import build, reject_unknown

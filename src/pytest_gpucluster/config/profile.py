@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from pytest_gpucluster.checks.fabric_rules import DEFAULT_RULES, FabricRule
+from pytest_gpucluster.config.fabric_rules import DEFAULT_RULES, FabricRule
 from pytest_gpucluster.workloads.compute import ComputeConfig
 from pytest_gpucluster.workloads.fabric_counters import SYSFS_ROOT
 from pytest_gpucluster.workloads.sdc import SdcConfig
@@ -138,7 +138,7 @@ class Profile:
     # Where the fabric check reads the InfiniBand error counters on each node.
     fabric_sysfs_root: str = SYSFS_ROOT
     # The fabric check's rules per counter family: the suite's defaults with the profile's
-    # [profiles.NAME.fabric.FAMILY] tables laid over them (checks/fabric_rules.py).
+    # [profiles.NAME.fabric.FAMILY] tables laid over them (config/fabric_rules.py).
     fabric: Mapping[str, FabricRule] = field(default_factory=lambda: DEFAULT_RULES)
 
 

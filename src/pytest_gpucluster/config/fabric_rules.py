@@ -26,7 +26,7 @@ Scope = Literal["gpu", "port"]
 Per = Literal["s", "min"]
 Status = Literal["fail", "warn", "note"]
 SECONDS: Mapping[str, float] = {"s": 1.0, "min": 60.0}
-DEFAULTS_WHERE = "the suite's defaults (checks/fabric_rules.py)"
+DEFAULTS_WHERE = "the suite's defaults (config/fabric_rules.py)"
 
 
 @dataclass(frozen=True)
