@@ -14,7 +14,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import submitit
 
@@ -25,11 +25,10 @@ from pytest_gpucluster.launch import Job, JobSpec, TaskResult, start_up_summary
 from pytest_gpucluster.launch import task_files as files
 from pytest_gpucluster.launch import wait_rules as rules
 from pytest_gpucluster.launch.node import TaskOutput
+from pytest_gpucluster.launch.watcher import SlurmWatcher
 from pytest_gpucluster.slurm import Holder
 from pytest_gpucluster.slurm_retry import OUTAGES
-
-if TYPE_CHECKING:
-    from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.workloads.xid import XidWatch
 
 R = TypeVar("R")
 
@@ -37,11 +36,39 @@ R = TypeVar("R")
 LOCAL_EXIT_LIMIT_S = 10.0
 
 
+class Owner(Protocol):
+    """What a job reads of the launcher that submitted it (``SubmititLauncher``)."""
+
+    @property
+    def watcher(self) -> SlurmWatcher: ...
+
+    @property
+    def executor(self) -> str: ...
+
+    @property
+    def queue_timeout_s(self) -> float: ...
+
+    @property
+    def poll_s(self) -> float: ...
+
+    @property
+    def failed_task_grace_s(self) -> float: ...
+
+    @property
+    def run_prefix(self) -> str: ...
+
+    def status(self, job_id: str, state: str, reason: str) -> None: ...
+
+    def shape_hint(self, spec: JobSpec) -> str: ...
+
+    def keep_watch(self, job_id: str, task: int, watch: XidWatch | None) -> None: ...
+
+
 class SubmititJob(Job[R]):
     """A submitted job with a bounded wait. It asks Slurm nothing itself: its launcher's watcher
     does, once for every job waited on."""
 
-    def __init__(self, job: submitit.Job[TaskOutput[R]], spec: JobSpec, launcher: SubmititLauncher) -> None:
+    def __init__(self, job: submitit.Job[TaskOutput[R]], spec: JobSpec, launcher: Owner) -> None:
         self._job = job
         self.spec = spec
         self._launcher = launcher
