@@ -40,6 +40,7 @@ from pytest_gpucluster.workloads.busbw import (
     plan_sizes,
     shape_for,
 )
+from pytest_gpucluster.workloads.collective_data import compare, fill
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.distributed import device_for, process_group
 
@@ -59,9 +60,7 @@ ENV_FACTS = (
     "NCCL_COLLNET_ENABLE",
     "CUDA_VISIBLE_DEVICES",
 )
-_CHUNK = 2**26  # elements per step when filling or checking, bounds the temporaries
 _SENTINEL = -1.0  # what an output holds before the checked run: a collective that did nothing is wrong
-_MOD = 7  # data pattern period: values stay small integers, sums stay exact in float32
 
 Groups = str | Sequence[Sequence[str]]  # "node", "world", or explicit groups of node names
 
@@ -71,50 +70,6 @@ class _Member:
     rank: int
     node: str
     local_rank: int
-
-
-# --------------------------------------------------------------------------- deterministic data
-
-
-def _pattern(torch: Any, reducing: bool, rank: int, start: int, end: int, device: Any) -> Any:
-    """Rank ``rank``'s value at global element positions start..end."""
-    j = torch.arange(start, end, device=device, dtype=torch.int64) % _MOD
-    if reducing:  # summed over ranks: (r+1)(j%7+1) → n(n+1)/2 · (j%7+1)
-        return ((j + 1) * (rank + 1)).to(torch.float32)
-    return (j + (rank + 1) * 8).to(torch.float32)  # identifies the source rank and position
-
-
-def _expected(torch: Any, op: str, rank: int, n: int, c: int, start: int, end: int, device: Any) -> Any:
-    """Exact result at output positions start..end of rank ``rank``."""
-    if op == "all_reduce":
-        return _pattern(torch, True, 0, start, end, device) * (n * (n + 1) // 2)
-    if op == "reduce_scatter":  # output i of rank r is input position r*c+i, summed
-        return _pattern(torch, True, 0, rank * c + start, rank * c + end, device) * (n * (n + 1) // 2)
-    if op == "broadcast":
-        return _pattern(torch, False, 0, start, end, device)
-    m = torch.arange(start, end, device=device, dtype=torch.int64)
-    src, i = m // c, m % c
-    if op == "all_gather":  # chunk s of the output is rank s's input
-        return ((i % _MOD) + (src + 1) * 8).to(torch.float32)
-    # alltoall: chunk s of rank r's output is chunk r of rank s's input
-    return (((rank * c + i) % _MOD) + (src + 1) * 8).to(torch.float32)
-
-
-def _fill(torch: Any, t: Any, reducing: bool, rank: int, offset: int = 0) -> None:
-    for start in range(0, t.numel(), _CHUNK):
-        end = min(t.numel(), start + _CHUNK)
-        t[start:end].copy_(_pattern(torch, reducing, rank, offset + start, offset + end, t.device))
-
-
-def _compare(torch: Any, op: str, out: Any, rank: int, n: int, c: int) -> tuple[int, float]:
-    wrong, max_err = 0, 0.0
-    for start in range(0, out.numel(), _CHUNK):
-        end = min(out.numel(), start + _CHUNK)
-        diff = (out[start:end] - _expected(torch, op, rank, n, c, start, end, out.device)).abs()
-        diff = torch.nan_to_num(diff, nan=float("inf"))
-        wrong += int((diff != 0).sum().item())
-        max_err = max(max_err, float(diff.max().item()) if diff.numel() else 0.0)
-    return wrong, max_err
 
 
 # --------------------------------------------------------------------------- one collective
@@ -205,7 +160,7 @@ def _case(
         return _Case(
             run_out_of_place=None,  # torch.distributed offers these in place only
             run_in_place=lambda: call(*args, **g),
-            prepare=lambda _ip: _fill(torch, buf, reducing, rank),
+            prepare=lambda _ip: fill(torch, buf, reducing, rank),
             result=lambda _ip: buf,
         )
     c = count
@@ -215,7 +170,7 @@ def _case(
 
         def prep_ag(in_place: bool) -> None:
             out.fill_(_SENTINEL)
-            _fill(torch, mine if in_place else inp, False, rank)
+            fill(torch, mine if in_place else inp, False, rank)
 
         return _Case(lambda: call(out, inp, **g), lambda: call(out, mine, **g), prep_ag, lambda _ip: out)
     if op == "reduce_scatter":
@@ -224,7 +179,7 @@ def _case(
 
         def prep_rs(in_place: bool) -> None:
             out.fill_(_SENTINEL)
-            _fill(torch, inp, True, rank)
+            fill(torch, inp, True, rank)
 
         return _Case(lambda: call(out, inp, **g), lambda: call(mine, inp, **g), prep_rs, lambda ip: mine if ip else out)
     # alltoall: NCCL has no in-place form through torch
@@ -232,7 +187,7 @@ def _case(
 
     def prep_a2a(in_place: bool) -> None:
         out.fill_(_SENTINEL)
-        _fill(torch, inp, False, rank)
+        fill(torch, inp, False, rank)
 
     return _Case(lambda: call(out, inp, **g), None, prep_a2a, lambda _ip: out)
 
@@ -319,7 +274,7 @@ def _sweep_one(
             out = case.result(in_place)
             if corrupt:
                 out.view(-1)[out.numel() // 2] += 1.0  # test hook: a rank that computes wrong
-            wrong, max_err = _compare(torch, op, out, rank, n, shape.count)
+            wrong, max_err = compare(torch, op, out, rank, n, shape.count)
             wrong_here += wrong
             stats = torch.tensor([seconds, float(wrong), max_err], dtype=torch.float64, device=device)
             slowest = stats[:1].clone()
