@@ -7,6 +7,10 @@ import json
 import re
 from pathlib import Path
 
+from result_docs import document as _doc
+from result_docs import measurement as _m
+from result_docs import record_of_test as _t
+
 from pytest_gpucluster import verdict
 from pytest_gpucluster.config import Threshold
 from pytest_gpucluster.report import html, model, plots
@@ -15,40 +19,6 @@ from pytest_gpucluster.selection import Selection
 from pytest_gpucluster.verdict import Measurement, judge
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _m(metric, value, status, where, **threshold):
-    unit = {"gpu.temperature": "C"}.get(metric, "GB/s")
-    return {
-        "kind": "measurement",
-        "metric": metric,
-        "value": value,
-        "unit": unit,
-        "where": where,
-        "detail": "",
-        "status": status,
-        "sentence": f"{where}: {metric} = {value}",
-        "threshold": threshold,
-    }
-
-
-def _t(nodeid, verdict, measurements=(), params="", message="", area="x", problems=()):
-    name = nodeid.split("::")[-1].split("[")[0]
-    return {
-        "nodeid": nodeid,
-        "area": area,
-        "name": name,
-        "params": params,
-        "verdict": verdict,
-        "series": [],
-        "measurements": list(measurements),
-        "message": message,
-        "problems": list(problems),
-    }
-
-
-def _doc(tests, status="complete", nodes=("node1", "node2", "node10")):
-    return {"status": status, "nodes": list(nodes), "tests": tests, "environment": {}, "inventory": {}}
 
 
 def test_junit_properties_are_readable_lines():

@@ -3,42 +3,12 @@ handover merge of a re-test into an earlier run (``verdict.merge``)."""
 
 from __future__ import annotations
 
+from result_docs import document as _doc
+from result_docs import measurement as _m
+from result_docs import record_of_test as _t
+
 from pytest_gpucluster import verdict
 from pytest_gpucluster.verdict.attribution import nodes_in
-
-
-def _m(metric, value, status, where, **threshold):
-    unit = {"gpu.temperature": "C"}.get(metric, "GB/s")
-    return {
-        "kind": "measurement",
-        "metric": metric,
-        "value": value,
-        "unit": unit,
-        "where": where,
-        "detail": "",
-        "status": status,
-        "sentence": f"{where}: {metric} = {value}",
-        "threshold": threshold,
-    }
-
-
-def _t(nodeid, verdict, measurements=(), params="", message="", area="x", problems=()):
-    name = nodeid.split("::")[-1].split("[")[0]
-    return {
-        "nodeid": nodeid,
-        "area": area,
-        "name": name,
-        "params": params,
-        "verdict": verdict,
-        "series": [],
-        "measurements": list(measurements),
-        "message": message,
-        "problems": list(problems),
-    }
-
-
-def _doc(tests, status="complete", nodes=("node1", "node2", "node10")):
-    return {"status": status, "nodes": list(nodes), "tests": tests, "environment": {}, "inventory": {}}
 
 
 def test_each_node_gets_its_verdict_and_the_rejected_ones_a_hostlist():

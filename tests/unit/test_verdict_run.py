@@ -4,28 +4,11 @@ reasons, counts and warnings; and the exit status each verdict gives (``verdict.
 from __future__ import annotations
 
 import pytest
+from result_docs import document as _doc
+from result_docs import record_of_test as _t
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.verdict import EXIT_INCOMPLETE, exit_status
-
-
-def _t(nodeid, verdict, measurements=(), params="", message="", area="x", problems=()):
-    name = nodeid.split("::")[-1].split("[")[0]
-    return {
-        "nodeid": nodeid,
-        "area": area,
-        "name": name,
-        "params": params,
-        "verdict": verdict,
-        "series": [],
-        "measurements": list(measurements),
-        "message": message,
-        "problems": list(problems),
-    }
-
-
-def _doc(tests, status="complete", nodes=("node1", "node2", "node10")):
-    return {"status": status, "nodes": list(nodes), "tests": tests, "environment": {}, "inventory": {}}
 
 
 def _sel(required, not_selected=(), not_applicable=None, named=()):
