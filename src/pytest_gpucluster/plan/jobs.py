@@ -12,10 +12,11 @@ another names its host by the request, not by a test.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_gpucluster.config import Profile
 from pytest_gpucluster.workloads import (
     collectives,
     dcgm,
@@ -75,15 +76,16 @@ class JobRequest:
     such job; nodes with fewer GPUs than ``min_gpus`` or more than ``max_gpus`` have none.
     ``runs_last``: it reads what every other job of the run left behind, so the tests that use it
     run after every other test (``planner.last_order``) and it never starts ahead.
-    ``workload``: the function that runs on the nodes; ``shape``: where. The arguments a
-    workload takes come from the profile's tables in ``run.produce``; a job whose value needs more
-    than one workload call (retries, rounds of pairs, jobs that must run together) has its
-    producer there too."""
+    ``workload``: the function that runs on the nodes; ``shape``: where; ``args``: the workload's
+    keyword arguments, from the profile and the GPUs per node (none if not given). A job whose
+    value needs more than one workload call (retries, rounds of pairs, jobs that must run
+    together) has a producer in ``run/areas/`` that says how it calls the workload."""
 
     key: str
     what: str
     workload: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     shape: Shape = Shape()
+    args: Callable[[Profile, int], Mapping[str, Any]] | None = field(default=None, compare=False, repr=False)
     light: bool = False
     holds_gpus: bool = False
     rides_in: str | None = None
@@ -100,6 +102,20 @@ class JobRequest:
 TORCH_SWEEPS = "torch_sweeps"  # the intra-node sweeps run in torch (not the nccl-tests binaries)
 COMPUTE_RANKS_MATCH = "compute_ranks_match"  # the compute plan takes one task per GPU, as the sweeps
 INTRA_NODE_PEERS = "intra_node_peers"  # a node has more than one GPU, or CPU ranks stand in for none
+
+
+def _fabric_args(profile: Profile, gpus_per_node: int) -> dict[str, Any]:
+    # NVLink is read through NVML where the profile's GPUs are real and the nodes have some.
+    return {"root": profile.fabric_sysfs_root, "nvml": profile.gpus_are_real and gpus_per_node > 0}
+
+
+def _nvbandwidth_args(profile: Profile, gpus_per_node: int) -> dict[str, Any]:
+    return {"path": profile.nvbandwidth_path, "timeout_s": profile.nvbandwidth_timeout_s}
+
+
+def _dcgm_args(profile: Profile, gpus_per_node: int) -> dict[str, Any]:
+    return {"level": profile.dcgm_level}
+
 
 NCCL_INTRA = JobRequest(
     "nccl-intra",
@@ -206,7 +222,13 @@ SHAREDFS = JobRequest(
     shape=Shape(gpus_per_node=0),
     light=True,
 )
-DCGM = JobRequest("dcgm", "dcgmi diag on every node, exclusive", workload=dcgm.run_diag, shape=Shape(exclusive=True))
+DCGM = JobRequest(
+    "dcgm",
+    "dcgmi diag on every node, exclusive",
+    workload=dcgm.run_diag,
+    shape=Shape(exclusive=True),
+    args=_dcgm_args,
+)
 TRAIN_PER_NODE = JobRequest(
     "train-per-node",
     "each GPU alone, then DDP and FSDP, on every node",
@@ -240,6 +262,7 @@ NVBANDWIDTH = JobRequest(
     "nvbandwidth",
     "nvbandwidth's host-device and device-device copies on every node",
     workload=nvbandwidth.run_nvbandwidth,
+    args=_nvbandwidth_args,
     holds_gpus=True,
 )
 IB_WRITE_BW = JobRequest(
@@ -255,6 +278,7 @@ FABRIC_BEFORE = JobRequest(
     "fabric-before",
     "every node's InfiniBand and NVLink error counters before the first workload, holding its GPUs",
     workload=fabric_counters.snapshot,
+    args=_fabric_args,
     light=True,
     holds_gpus=True,
     ahead_order=-1,
@@ -263,6 +287,7 @@ FABRIC_AFTER = JobRequest(
     "fabric-after",
     "every node's InfiniBand and NVLink error counters after every other job, holding its GPUs",
     workload=fabric_counters.snapshot,
+    args=_fabric_args,
     holds_gpus=True,
     runs_last=True,
 )

@@ -69,7 +69,7 @@ def value(ctx: JobContext, request: JobRequest, **params: Any) -> Any:
     """The value of ``request`` for these parameters: produced on first use, shared after."""
     producer = producer_of(request)
     if producer is None:
-        return plain(ctx, request, **params)
+        return plain(ctx, request)
     return producer(ctx, **params)
 
 
@@ -96,14 +96,19 @@ def spec_of(ctx: JobContext, request: JobRequest, *, name: str | None = None, **
     return ctx.spec(name or request.key, **args)
 
 
-def plain(ctx: JobContext, request: JobRequest, **kwargs: Any) -> list[TaskResult[Any]]:
-    """A request without a producer of its own: its workload on its declared shape, once, with
-    ``kwargs`` as the workload's arguments."""
+def run_declared(ctx: JobContext, request: JobRequest, /, **spec: Any) -> list[TaskResult[Any]]:
+    """Run ``request``'s workload on its declared shape with its declared arguments; ``spec`` sets
+    what the shape leaves to the area (a timeout, a node list). One result per task."""
     if request.workload is None:
         raise GpuClusterError(
             f"job request {request.key!r} declares no workload and no producer registers for it (run/areas/)"
         )
-    workload = request.workload
+    args = request.args(ctx.profile, ctx.gpus_per_node) if request.args is not None else {}
+    return ctx.run(request.workload, spec_of(ctx, request, **spec), **args)
+
+
+def plain(ctx: JobContext, request: JobRequest) -> list[TaskResult[Any]]:
+    """A request without a producer of its own: its declaration run once (``run_declared``)."""
     return ctx.once(  # type: ignore[no-any-return]
-        request.key, lambda: ctx.run(workload, spec_of(ctx, request), **kwargs), light=request.light
+        request.key, lambda: run_declared(ctx, request), light=request.light
     )

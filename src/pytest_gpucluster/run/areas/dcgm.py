@@ -8,8 +8,8 @@ from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.areas import probe
 from pytest_gpucluster.run.context import JobContext
-from pytest_gpucluster.run.produce import produces, spec_of
-from pytest_gpucluster.workloads.dcgm import DiagRun, run_diag
+from pytest_gpucluster.run.produce import produces, run_declared
+from pytest_gpucluster.workloads.dcgm import DiagRun
 
 
 @produces(jobs.DCGM)
@@ -18,8 +18,8 @@ def diag_runs(ctx: JobContext) -> dict[str, DiagRun]:
     level = ctx.profile.dcgm_level
 
     def produce() -> dict[str, DiagRun]:
-        spec = spec_of(ctx, jobs.DCGM, timeout_min=job_minutes(level))
-        return {r.value.node: r.value for r in ctx.run(run_diag, spec, level=level) if r.value}
+        results = run_declared(ctx, jobs.DCGM, timeout_min=job_minutes(level))
+        return {r.value.node: r.value for r in results if r.value}
 
     try:
         where = probe.readings(ctx, "dcgmi")

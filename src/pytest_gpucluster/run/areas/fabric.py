@@ -5,21 +5,15 @@ from __future__ import annotations
 
 from pytest_gpucluster.plan import JobRequest, jobs
 from pytest_gpucluster.run.context import JobContext
-from pytest_gpucluster.run.produce import produces, spec_of
+from pytest_gpucluster.run.produce import produces, run_declared
 from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot
 
 Snapshots = tuple[dict[str, FabricSnapshot], str]  # node → snapshot, and the job id
 
 
-def real_gpus(ctx: JobContext) -> bool:
-    """Whether the nodes' GPUs are real, so the snapshots read NVLink through NVML."""
-    return ctx.profile.gpus_are_real and ctx.gpus_per_node > 0
-
-
 def _snapshot(ctx: JobContext, request: JobRequest) -> Snapshots:
     """One task per node, holding the node's GPUs."""
-    assert request.workload is not None
-    results = ctx.run(request.workload, spec_of(ctx, request), root=ctx.profile.fabric_sysfs_root, nvml=real_gpus(ctx))
+    results = run_declared(ctx, request)
     return {r.value.node: r.value for r in results}, results[0].job_id
 
 

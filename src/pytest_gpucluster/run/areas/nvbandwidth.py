@@ -10,8 +10,8 @@ from pytest_gpucluster.checks.nvbandwidth import NodeCopies, node_copies
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.areas import probe
 from pytest_gpucluster.run.context import JobContext
-from pytest_gpucluster.run.produce import produces, spec_of
-from pytest_gpucluster.workloads.nvbandwidth import NvbandwidthRun, run_nvbandwidth
+from pytest_gpucluster.run.produce import produces, run_declared
+from pytest_gpucluster.workloads.nvbandwidth import NvbandwidthRun
 
 Copies = tuple[dict[str, tuple[NvbandwidthRun, NodeCopies | None]], Any]  # node → (run, copies), job id
 
@@ -25,8 +25,7 @@ def copies(ctx: JobContext) -> Copies:
         return {n: (NvbandwidthRun(n, False, why), None) for n in ctx.live_nodes}, None
 
     def produce() -> Copies:
-        spec = spec_of(ctx, jobs.NVBANDWIDTH, timeout_min=p.nvbandwidth_timeout_s // 60 + 5)
-        results = ctx.run(run_nvbandwidth, spec, path=p.nvbandwidth_path, timeout_s=p.nvbandwidth_timeout_s)
+        results = run_declared(ctx, jobs.NVBANDWIDTH, timeout_min=p.nvbandwidth_timeout_s // 60 + 5)
         runs = {r.value.node: r.value for r in results if r.value}
         read = {n: (run, node_copies(run) if run.found else None) for n, run in runs.items()}
         return read, results[0].job_id

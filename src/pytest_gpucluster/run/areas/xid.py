@@ -8,7 +8,7 @@ from pytest_gpucluster.errors import NodeLostError
 from pytest_gpucluster.launch import TaskResult
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.context import JobContext
-from pytest_gpucluster.run.produce import produces, spec_of
+from pytest_gpucluster.run.produce import produces, run_declared
 from pytest_gpucluster.workloads.xid import KernelLog
 
 KernelLogs = tuple[dict[str, KernelLog], str]  # node → its kernel log, and the job id
@@ -20,9 +20,8 @@ def kernel_logs(ctx: JobContext) -> KernelLogs:
     logs: the lost ones are judged on their NVML watches alone."""
 
     def produce() -> KernelLogs:
-        assert jobs.XID_LOG.workload is not None
         try:
-            results = ctx.run(jobs.XID_LOG.workload, spec_of(ctx, jobs.XID_LOG))
+            results = run_declared(ctx, jobs.XID_LOG)
         except NodeLostError as exc:
             if not exc.answered:
                 raise
