@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gpucluster_testcluster import gpus
-from gpucluster_testcluster.cluster import _node_gpus
 from gpucluster_testcluster.config import ClusterSpec
+from gpucluster_testcluster.state import node_gpus as _node_gpus
 from pytest_gpucluster import config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpucluster_testcluster import cli, config
-from gpucluster_testcluster.cluster import parse_sinfo
 from gpucluster_testcluster.config import ClusterSpec, Paths
+from gpucluster_testcluster.state import parse_sinfo
 
 
 def conf_lines(text: str) -> dict[str, str]:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpucluster_testcluster import cli, config
-from gpucluster_testcluster.cluster import _spec_json
 from gpucluster_testcluster.config import ClusterSpec, Paths
+from gpucluster_testcluster.state import spec_json as _spec_json
 
 
 def spec(**kw: object) -> ClusterSpec:

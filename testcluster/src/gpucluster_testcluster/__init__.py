@@ -8,7 +8,7 @@ the module also runs under a bare system Python on the GPU machine.
 
 from __future__ import annotations
 
-from .cluster import ClusterInfo, NodeState, TestCluster
+from .cluster import TestCluster
 from .config import (
     CLUSTER_NAME,
     DEFAULT_SHARED_DIR,
@@ -16,6 +16,7 @@ from .config import (
     PARTITION,
 )
 from .proc import ClusterError
+from .state import ClusterInfo, NodeState
 
 __all__ = [
     "CLUSTER_NAME",

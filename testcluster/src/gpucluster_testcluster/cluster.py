@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -11,64 +10,25 @@ import socket
 import stat
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from . import config, daemons, gpus, netns, packages
 from .config import ClusterSpec, GpuMode, Network, Paths
 from .proc import ClusterError, alive_from_pid_file, exclusive, pid_matches, run, terminate, wait_for
-
-HEALTHY_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
-
-
-@dataclass(frozen=True)
-class ClusterInfo:
-    """How to reach a running test cluster."""
-
-    slurm_conf: Path
-    nodes: tuple[str, ...]
-    shared_dir: Path
-    partition: str
-    cluster_name: str
-    gpus_per_node: int
-    gpu_mode: GpuMode
-    accounting: bool
-    state_dir: Path
-
-    def env(self) -> dict[str, str]:
-        """``os.environ`` plus ``SLURM_CONF`` pointing at this cluster."""
-        return {**os.environ, "SLURM_CONF": str(self.slurm_conf)}
-
-
-@dataclass(frozen=True)
-class NodeState:
-    name: str
-    state: str
-    responding: bool
-
-    @property
-    def healthy(self) -> bool:
-        return self.responding and self.state in HEALTHY_STATES
-
-
-def parse_sinfo(text: str) -> list[NodeState]:
-    """Parse ``sinfo -h -N -o %N|%t|%T`` output (one line per node and partition)."""
-    seen: dict[str, NodeState] = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 3:
-            continue
-        name, short, long = parts
-        # The short form carries the flags: '*' not responding, '~' powered off.
-        responding = not short.endswith(("*", "~", "#", "!", "%"))
-        seen[name] = NodeState(name=name, state=long.rstrip("*~#!%$@^-").lower(), responding=responding)
-    return [seen[k] for k in sorted(seen, key=_node_sort_key)]
-
-
-def _node_sort_key(name: str) -> tuple[str, int]:
-    digits = name.lstrip("abcdefghijklmnopqrstuvwxyz")
-    return (name[: len(name) - len(digits)], int(digits) if digits.isdigit() else 0)
+from .state import (
+    ClusterInfo,
+    NodeState,
+    all_idle,
+    machine_share,
+    make_shared_dir,
+    node_gpus,
+    parse_sinfo,
+    read_record,
+    remove_state_dir,
+    spec_json,
+    write_record,
+)
 
 
 def _log(msg: str) -> None:
@@ -134,7 +94,7 @@ class TestCluster:
     def from_running(cls, state_dir: Path | str = config.DEFAULT_STATE_DIR) -> TestCluster | None:
         """A handle on the healthy cluster already running from ``state_dir``, if any."""
         paths = Paths(state_dir=Path(state_dir))
-        record = _read_record(paths)
+        record = read_record(paths)
         if record is None or not record.get("complete"):
             return None
         spec = record["spec"]
@@ -159,7 +119,7 @@ class TestCluster:
         return daemons.slurm_env(self.paths)
 
     def info(self) -> ClusterInfo:
-        record = _read_record(self.paths)
+        record = read_record(self.paths)
         accounting = bool(record["spec"]["accounting"]) if record else bool(self.accounting)
         return ClusterInfo(
             slurm_conf=self.paths.slurm_conf,
@@ -182,7 +142,7 @@ class TestCluster:
 
     def is_up(self) -> bool:
         """Every daemon of the recorded cluster runs and every node is usable."""
-        record = _read_record(self.paths)
+        record = read_record(self.paths)
         if record is None or not record.get("complete"):
             return False
         return self._healthy(record)
@@ -203,9 +163,9 @@ class TestCluster:
         t0 = time.monotonic()
         self._ensure_software()
         spec = self._spec()
-        record = _read_record(self.paths)
+        record = read_record(self.paths)
         if record is not None:
-            if record.get("complete") and record["spec"] == _spec_json(spec) and self._healthy(record):
+            if record.get("complete") and record["spec"] == spec_json(spec) and self._healthy(record):
                 self._say(f"cluster already up ({time.monotonic() - t0:.1f}s)")
                 return self.info()
             self._say("cluster is half-up or differs from the request: restarting")
@@ -225,7 +185,7 @@ class TestCluster:
     def _down(self, keep_logs: bool | None) -> None:
         keep = self.keep_logs if keep_logs is None else keep_logs
         paths = self.paths
-        record = _read_record(paths) or {}
+        record = read_record(paths) or {}
         node_list = list(record.get("nodes", []))
         for veth in netns.leftover_veths():
             node = veth.removeprefix("gcv-")
@@ -253,7 +213,7 @@ class TestCluster:
         daemons.remove_cgroup_dirs(record.get("cgroup_created", []))
         for created in record.get("created_dirs", []):
             shutil.rmtree(created, ignore_errors=True)
-        _remove_state_dir(paths.state_dir, keep_logs=keep)
+        remove_state_dir(paths.state_dir, keep_logs=keep)
 
     def kill_slurmd(self, node: str, sig: signal.Signals = signal.SIGKILL, *, with_jobs: bool = False) -> None:
         """Simulate a node failure: signal its slurmd (and, optionally, its jobs)."""
@@ -277,7 +237,7 @@ class TestCluster:
         if node not in config.node_names(self.nodes):
             raise ValueError(f"no such node: {node}")
         if alive_from_pid_file(self.paths.slurmd_pid(node), "slurmd") is None:
-            hidden = (_read_record(self.paths) or {}).get("hidden_devices", {}).get(node, [])
+            hidden = (read_record(self.paths) or {}).get("hidden_devices", {}).get(node, [])
             daemons.start_slurmd(self.paths, node, self.network, hide=tuple(hidden))
         if wait:
             wait_for(
@@ -328,7 +288,7 @@ class TestCluster:
             network=self.network,
             shared_gpus=self.shared_gpus,
             gpuless_nodes=self.gpuless_nodes,
-            **(_machine_share(self.nodes) if self.gpu_mode == "real" else self._fake_share()),
+            **(machine_share(self.nodes) if self.gpu_mode == "real" else self._fake_share()),
             paths=self.paths,
         )
 
@@ -366,7 +326,7 @@ class TestCluster:
 
     def problems(self) -> list[str]:
         """What keeps the cluster from being healthy; empty when ``is_up()``."""
-        record = _read_record(self.paths)
+        record = read_record(self.paths)
         if record is None:
             return ["not running (no cluster record)"]
         problems = [] if record.get("complete") else ["bring-up did not complete"]
@@ -396,22 +356,22 @@ class TestCluster:
     def _bring_up(self, spec: ClusterSpec) -> None:
         paths = self.paths
         nodes = spec.node_names
-        _remove_state_dir(paths.state_dir, keep_logs=True)
+        remove_state_dir(paths.state_dir, keep_logs=True)
         for d in (paths.state_dir, paths.etc, paths.run, paths.log, paths.spool, paths.dev):
             d.mkdir(mode=0o755, parents=True, exist_ok=True)
         record: dict[str, Any] = {
-            "spec": _spec_json(spec),
+            "spec": spec_json(spec),
             "nodes": list(nodes),
             "shared_dir": str(paths.shared_dir),
-            "created_dirs": _make_shared_dir(paths.shared_dir),
+            "created_dirs": make_shared_dir(paths.shared_dir),
             "cgroup_created": [],
             # Each node's GPU device files, and those /dev/null is mounted over in its namespace.
-            "node_gpus": _node_gpus(spec, self._machine_gpus()),
+            "node_gpus": node_gpus(spec, self._machine_gpus()),
             "hidden_devices": {node: list(spec.hidden_devices(i)) for i, node in enumerate(nodes)},
             "complete": False,
         }
         # Written before anything else is created, so `down` can undo a crash.
-        _write_record(paths, record)
+        write_record(paths, record)
 
         password = secrets.token_hex(16)
         paths.slurm_conf.write_text(config.render_slurm_conf(spec))
@@ -427,7 +387,7 @@ class TestCluster:
         if spec.cgroup_plugin == "cgroup/v2":
             # slurmd loads its cgroup plugin in either GPU mode; without systemd it needs this.
             record["cgroup_created"] = daemons.prepare_cgroup_v2()
-            _write_record(paths, record)
+            write_record(paths, record)
 
         t = time.monotonic()
         if spec.network == "netns":
@@ -456,105 +416,15 @@ class TestCluster:
             daemons.start_slurmd(paths, node, spec.network, hide=spec.hidden_devices(i))
         wait_for(
             "all nodes idle",
-            lambda: _all_idle(self.node_states(), nodes),
+            lambda: all_idle(self.node_states(), nodes),
             self.timeout,
             interval=0.1,
         )
         self._say(f"slurmctld + {len(nodes)} slurmd to all idle: {time.monotonic() - t:.1f}s")
         record["complete"] = True
-        _write_record(paths, record)
-
-
-def _machine_share(nodes: int) -> dict[str, int]:
-    """Real mode: each node advertises its share of this machine's CPUs and memory (a tenth of
-    the memory held back for the system), as a GPU node's slurm.conf line would."""
-    cpus = max(1, (os.cpu_count() or config.NODE_CPUS) // nodes)
-    memory_mb = config.NODE_REAL_MEMORY_MB
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    memory_mb = max(memory_mb, int(line.split()[1]) // 1024 * 9 // 10 // nodes)
-    except (OSError, ValueError, IndexError):
-        pass
-    return {"node_cpus": cpus, "node_memory_mb": memory_mb}
-
-
-def _node_gpus(spec: ClusterSpec, machine: tuple[gpus.Gpu, ...]) -> dict[str, list[dict[str, str]]]:
-    """node → its GPUs in the order its jobs number them: device file, and in real mode the PCI bus
-    id and UUID (what a tool running on the host needs to reach the same GPU)."""
-    by_device = {g.device: g for g in machine}
-    out: dict[str, list[dict[str, str]]] = {}
-    for i, node in enumerate(spec.node_names):
-        out[node] = []
-        for device in spec.node_devices(i):
-            gpu = by_device.get(device)
-            entry = {"device": device}
-            if gpu is not None:
-                entry.update(bus_id=gpu.bus_id, uuid=gpu.uuid)
-            out[node].append(entry)
-    return out
-
-
-def _all_idle(states: list[NodeState], nodes: tuple[str, ...]) -> bool:
-    return [s.name for s in states] == list(nodes) and all(s.responding and s.state == "idle" for s in states)
+        write_record(paths, record)
 
 
 def _require_root() -> None:
     if os.geteuid() != 0:
         raise ClusterError("the test cluster needs root (namespaces, /etc/hosts, daemons)")
-
-
-def _spec_json(spec: ClusterSpec) -> dict[str, Any]:
-    d = asdict(spec)
-    d.pop("paths")
-    # As JSON gives it back, so a running cluster's record compares equal to the same request.
-    d["gpuless_nodes"] = list(spec.gpuless_nodes)
-    d["gpu_minors"] = list(spec.gpu_minors)
-    return d
-
-
-def _read_record(paths: Paths) -> dict[str, Any] | None:
-    try:
-        data = json.loads(paths.record.read_text())
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_record(paths: Paths, record: dict[str, Any]) -> None:
-    tmp = paths.record.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(paths.record)
-
-
-def _make_shared_dir(shared: Path) -> list[str]:
-    """Create the shared directory (mode 1777); return the dirs created, top first."""
-    created: list[str] = []
-    missing: list[Path] = []
-    p = shared
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        d.mkdir(mode=0o755)
-        if not created:
-            created.append(str(d))
-    # Jobs may run as any user; the sticky bit keeps them out of each other's files.
-    os.chmod(shared, 0o1777)
-    return created
-
-
-def _remove_state_dir(state_dir: Path, *, keep_logs: bool) -> None:
-    if not state_dir.exists():
-        return
-    if not keep_logs:
-        shutil.rmtree(state_dir, ignore_errors=True)
-        return
-    for child in state_dir.iterdir():
-        if child.name == "log":
-            continue
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
-            child.unlink(missing_ok=True)
