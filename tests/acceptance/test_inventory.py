@@ -17,22 +17,14 @@ from pytest_gpucluster.verdict import Measurement
 pytestmark = pytest.mark.uses(jobs.NODE_PROBE)
 
 
-@pytest.fixture(scope="session")
-def recorded_once():
-    """What a test of the run has recorded for all of them (the full inventory)."""
-    return set()
-
-
 @pytest.fixture
-def inventory(measured, record, recorded_once):
+def inventory(measured, record):
     """node → summary facts (or why there are none), from one job for the whole run; the full
     inventory is recorded once, with the first test that reads it (recorded by each of the 4 × N
     per-node tests, the run would carry N² node inventories)."""
     found = probe.part(measured(), "inventory")
     answered = probe.good(found)
-    if "inventory" not in recorded_once:
-        recorded_once.add("inventory")
-        record("inventory", nodes={n: inv.to_json() for n, inv in answered.items()})
+    record("inventory", once="inventory", nodes={n: inv.to_json() for n, inv in answered.items()})
     return {n: answered[n].summary if n in answered else v for n, v in found.items()}
 
 

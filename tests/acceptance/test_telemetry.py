@@ -24,21 +24,14 @@ def gpucluster_not_applicable(cluster, name):
     return f"{why}, the load these checks sample; the training job's telemetry is judged in test_training"
 
 
-@pytest.fixture(scope="session")
-def series_recorded():
-    """The nodes whose telemetry series a test of the run has recorded."""
-    return set()
-
-
 @pytest.fixture
-def node_telemetry(measured, record, node, series_recorded):
+def node_telemetry(measured, record, node):
     """node → NodeTelemetry of the run's intra-node collective job. Each node's series are
     recorded once, by the first of its tests that runs (not by every test, for every node)."""
     found = {t.node: t for t in measured().telemetry}
-    if node in found and node not in series_recorded:
-        series_recorded.add(node)
+    if node in found:
         for s in telemetry.series_records([found[node]]):
-            record("series", **s)
+            record("series", once=(s["name"], s["where"]), **s)
     return found
 
 
