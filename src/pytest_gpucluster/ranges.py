@@ -1,6 +1,7 @@
 """Runs of consecutive whole numbers, the one rule behind every folded list of GPUs, links, ports
-and nodes the suite prints (``gpu0–3``, ``gpu[0-3,5]``, ``node[1-2]``). Pure: it imports nothing,
-so the login side and the checks may all use it."""
+and nodes the suite prints (``gpu0–3``, ``gpu[0-3,5]``, ``node[1-2]``), and of Slurm hostlists
+(``gpu-[03,11-12]``). Pure: it imports nothing of the package, so the login side, the checks and
+the verdicts may all use it."""
 
 from __future__ import annotations
 
