@@ -10,6 +10,11 @@ class GpuClusterError(Exception):
     """Base class of every error the plugin raises on purpose."""
 
 
+class DeclarationError(GpuClusterError):
+    """A check's declaration of its jobs is wrong (no job, several where one is read, a request
+    with neither workload nor producer): the check could not judge, and no node is judged on it."""
+
+
 class ConfigError(GpuClusterError):
     """thresholds.toml or a command-line option is wrong; raised before any job exists."""
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_gpucluster.config import Profile, Threshold, ThresholdSet
-from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.errors import DeclarationError
 from pytest_gpucluster.fold import fold_lines
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, ThresholdWarning
 from pytest_gpucluster.plan import JobRequest
@@ -123,7 +123,7 @@ class Measured:
             declared = list(dict.fromkeys(self.declared()))
             if len(declared) != 1:
                 keys = ", ".join(r.key for r in declared) or "none"
-                raise GpuClusterError(
+                raise DeclarationError(
                     f"{self._item.nodeid}: measured() without a request needs exactly one declared job "
                     f"(@pytest.mark.uses), it has {keys}; name the one to read: measured(jobs.X)"
                 )

@@ -26,7 +26,7 @@ import pytest
 
 from pytest_gpucluster.baseline import REGRESSION_METRIC, Comparison, compare
 from pytest_gpucluster.calibrate import Margins, Run, calibrate, check_comparable, read_run, set_name_for
-from pytest_gpucluster.errors import ConfigError, GpuClusterError
+from pytest_gpucluster.errors import ConfigError, DeclarationError, GpuClusterError
 from pytest_gpucluster.outcomes import GpuClusterWarning, is_not_applicable
 from pytest_gpucluster.report import model, terminal
 from pytest_gpucluster.results import (
@@ -119,7 +119,10 @@ class ResultsHooks:
         """A failed phase carries the end of its jobs' logs (read here: the job folder of the
         local executor is private to the process that ran the test)."""
         report = yield
-        if report.failed and call.excinfo is not None and not call.excinfo.errisinstance(JUDGED):
+        judged = call.excinfo is not None and call.excinfo.errisinstance(JUDGED)
+        if judged and call.excinfo is not None and call.excinfo.errisinstance(DeclarationError):
+            judged = False  # the check's own declaration is wrong: no node's answer
+        if report.failed and call.excinfo is not None and not judged:
             # Neither a judgement nor the cluster's answer: the check could not judge at all.
             report.user_properties.append((PROPERTY, {"kind": "unjudged", "exception": call.excinfo.typename}))
         if report.failed:

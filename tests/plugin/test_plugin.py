@@ -283,3 +283,23 @@ def test_live_progress_reaches_output_that_is_not_a_terminal(gpc):
     gpc.makepyfile(PROGRESS)
     result = gpc.runpytest_subprocess()
     result.stdout.fnmatch_lines(["*[[]gpucluster[]] job 4711 PENDING (Resources) for test_waits*"])
+
+
+UNDECLARED = """
+def test_reads_nothing_declared(measured):
+    measured()
+"""
+
+
+def test_a_check_reading_no_declared_job_is_not_judged_and_rejects_no_node(gpc):
+    # The check's own declaration is wrong, not any node: the run is INCOMPLETE (exit 1, a harness
+    # error), and the first line names the test and what to write.
+    gpc.makepyfile(test_undeclared=UNDECLARED)
+    result = gpc.runpytest_subprocess("--results=r.json")
+    result.stdout.fnmatch_lines(
+        ["*INCOMPLETE*", "*test_reads_nothing_declared: measured() without a request needs exactly one declared job*"]
+    )
+    assert "REJECTED" not in result.stdout.str()
+    (test,) = json.loads((gpc.path / "r.json").read_text())["tests"]
+    assert test["unjudged"] == "DeclarationError", test
+    assert result.ret == 1

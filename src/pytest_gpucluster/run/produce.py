@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.errors import DeclarationError
 from pytest_gpucluster.launch import JobSpec, TaskResult
 from pytest_gpucluster.plan import JobRequest
 from pytest_gpucluster.plan import facts as run_facts
@@ -34,7 +34,7 @@ def produces(request: JobRequest) -> Callable[[Producer], Producer]:
 
     def register(fn: Producer) -> Producer:
         if request.key in _PRODUCERS and _PRODUCERS[request.key] is not fn:
-            raise GpuClusterError(f"job request {request.key!r} has two producers: {_PRODUCERS[request.key]} and {fn}")
+            raise DeclarationError(f"job request {request.key!r} has two producers: {_PRODUCERS[request.key]} and {fn}")
         _PRODUCERS[request.key] = fn
         return fn
 
@@ -100,7 +100,7 @@ def run_declared(ctx: JobContext, request: JobRequest, /, **spec: Any) -> list[T
     """Run ``request``'s workload on its declared shape with its declared arguments; ``spec`` sets
     what the shape leaves to the area (a timeout, a node list). One result per task."""
     if request.workload is None:
-        raise GpuClusterError(
+        raise DeclarationError(
             f"job request {request.key!r} declares no workload and no producer registers for it (run/areas/)"
         )
     args = request.args(ctx.profile, ctx.gpus_per_node) if request.args is not None else {}
