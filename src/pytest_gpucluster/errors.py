@@ -148,3 +148,12 @@ class QueueHeldError(QueueTimeoutError, ClusterFault):
     run's jobs) held its nodes; it has been cancelled."""
 
     what = "queue"
+
+
+class QueueAfterOutageError(QueueTimeoutError, ClusterFault):
+    """A job stayed PENDING past ``queue_timeout_s`` (and the time excused) just after slurmctld
+    came back from an outage, with no other work on its nodes; it has been cancelled. The wait
+    is the controller's: it schedules again only from its next pass, and jobs that ended while
+    it was away stay COMPLETING until their nodes report again."""
+
+    what = "slurmctld"

@@ -108,14 +108,15 @@ class Outages:
         # Told (daemon, the failure) once when an outage begins and (daemon, "") when it ends.
         self.on_change: Callable[[str, str], None] | None = None
 
-    def failed(self, daemon: str, text: str, *, certain: bool = False) -> float:
-        """Note a failure to reach ``daemon``; how long it has not answered (0 for the first).
-        ``certain``: the failure says the daemon could not be contacted at all; the outage's
-        sentence quotes the first such failure rather than a vaguer one before it."""
+    def failed(self, daemon: str, text: str, *, certain: bool = False, sent_at: float | None = None) -> float:
+        """Note a failure to reach ``daemon``; how long it has not answered (from ``sent_at``,
+        when the unanswered request went out, for the first). ``certain``: the failure says the
+        daemon could not be contacted at all; the outage's sentence quotes the first such failure
+        rather than a vaguer one before it."""
         now = self._clock()
         with self._lock:
             began = daemon not in self._since
-            since = self._since.setdefault(daemon, now)
+            since = self._since.setdefault(daemon, now if sent_at is None else min(now, sent_at))
             if began:
                 self._when[daemon] = time.strftime("%H:%M:%S", time.gmtime())
             if began or (certain and not self._certain.get(daemon)):
@@ -153,6 +154,16 @@ class Outages:
             spans = [*self._past.get(daemon, []), *([(self._since[daemon], now)] if daemon in self._since else [])]
         return sum(max(0.0, end - max(start, since)) for start, end in spans)
 
+    def ended_ago(self, daemon: str) -> float | None:
+        """Seconds since ``daemon``'s latest outage ended (0 while one goes on); None when it
+        never stopped answering."""
+        now = self._clock()
+        with self._lock:
+            if daemon in self._since:
+                return 0.0
+            past = self._past.get(daemon)
+        return now - past[-1][1] if past else None
+
     def first_error(self, daemon: str) -> str:
         with self._lock:
             return self._first.get(daemon, "")
@@ -170,13 +181,14 @@ class Outages:
         that may have reached the daemon is not tried again, since the job may exist."""
         tries = 0
         while True:
+            sent_at = self._clock()
             try:
                 value = once()
             except Exception as exc:
                 said = unreachable(command, str(exc))
                 if said is None:
                     raise
-                down = self.failed(said.daemon, str(exc), certain=said.not_received)
+                down = self.failed(said.daemon, str(exc), certain=said.not_received, sent_at=sent_at)
                 delay = retry_delay(tries, down, self.window_s) if (resend or said.not_received) else None
                 if delay is None:
                     sent = not resend and not said.not_received

@@ -78,9 +78,13 @@ def test_a_short_outage_costs_the_command_seconds_not_a_failure():
             raise answer
         return answer
 
+    assert outages.ended_ago("slurmctld") is None  # it never stopped answering
     assert outages.attempt("squeue", once) == "JOBID\n"
     assert clock.slept == [1.0, 2.0]
+    assert outages.downtime("slurmctld", 0.0) == 3.0  # from the first unanswered request to the answer
     assert outages.down_s("slurmctld") is None  # the answer ended the outage
+    clock.now += 30.0
+    assert outages.ended_ago("slurmctld") == 30.0
 
 
 def test_past_the_window_the_command_fails_as_a_fault_of_the_cluster_and_later_ones_fail_at_once():

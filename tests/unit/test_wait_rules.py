@@ -11,8 +11,10 @@ import pytest
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import (
+    ClusterFault,
     LaunchError,
     NodeLostError,
+    QueueAfterOutageError,
     QueueHeldError,
     QueueTimeoutError,
     WallTimeoutError,
@@ -102,6 +104,21 @@ def test_a_job_behind_only_jobs_slurm_is_ending_on_a_lost_node_is_excused():
     assert rules.excused_s(5.0, 2.0, behind_lost=False, queue_limit_s=60.0) == 5.0
 
 
+def test_just_after_a_controller_outage_a_queue_timeout_is_the_controllers_unless_other_work_holds_the_nodes():
+    assert rules.after_outage(0.0) and rules.after_outage(rules.AFTER_OUTAGE_S)  # out now / came back
+    assert not rules.after_outage(None) and not rules.after_outage(rules.AFTER_OUTAGE_S + 1)
+    held = "node3 held by job 45 (gpucluster-r-placement), COMPLETING on node3"
+    said = "the Slurm controller (slurmctld) stopped answering at 10:14:05 UTC (x)"
+    timeout = rules.queue_timeout("PENDING", 20.0, 20.0, "Resources", held, other=False, controller_sentence=said)
+    assert timeout.error is QueueAfterOutageError and timeout.fault_sentence == said
+    assert issubclass(QueueAfterOutageError, ClusterFault) and QueueAfterOutageError.what == "slurmctld"
+    assert timeout.message.startswith("still PENDING after 20 s (and 20 s more behind jobs Slurm was still ending)")
+    theirs = rules.queue_timeout("PENDING", 20.0, 0.0, "", "", other=True, fault_sentence="other work held node3")
+    assert theirs.error is QueueHeldError  # other work is named as what it is, outage or not
+    # Waiting then is excused, up to one more queue_timeout_s, as behind a lost node's job.
+    assert rules.excused_s(19.0, 2.0, behind_lost=True, queue_limit_s=20.0) == 20.0
+
+
 def test_queue_time_leaves_out_what_was_excused_and_the_controllers_outage():
     assert rules.queue_time_counted(100.0, excused=20.0, outage_s=30.0) == 50.0
     assert rules.controller_gone(61.0, window_s=60.0) and not rules.controller_gone(None, 60.0)
@@ -122,8 +139,7 @@ def test_a_queue_timeout_names_what_holds_the_nodes_and_other_work_makes_it_a_he
     other = rules.queue_timeout("PENDING", 60.0, 30.0, "", "", other=True, fault_sentence="other work held node3")
     assert other.error is QueueHeldError and other.fault_sentence == "other work held node3"
     assert other.message.startswith(
-        "still PENDING after 60 s (and 30 s more after it waited behind a job Slurm was ending on a lost node): "
-        "reason unknown; cancelled."
+        "still PENDING after 60 s (and 30 s more behind jobs Slurm was still ending): reason unknown; cancelled."
     )
 
 

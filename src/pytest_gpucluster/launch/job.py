@@ -206,8 +206,9 @@ class SubmititJob(Job[R]):
         last_sacct = last_node_check = last_requeue_check = 0.0
         pending_reason = ""
         not_responding: dict[str, float] = {}
-        # A job PENDING behind a job of this run that Slurm is still ending on a node the run lost
-        # waits for Slurm, not for a fault of its own nodes (``rules.excused_s``).
+        # A job PENDING behind a job of this run that Slurm is still ending on a node the run lost,
+        # or just after a controller outage, waits for Slurm, not for a fault of its own nodes
+        # (``rules.excused_s``).
         excused = 0.0
         behind_lost = ""
         was_behind = nudged = False
@@ -215,7 +216,8 @@ class SubmititJob(Job[R]):
         last_loop = time.monotonic()
         while True:
             now = time.monotonic()
-            excused = rules.excused_s(excused, now - last_loop, was_behind, queue_limit)
+            recovering = rules.is_waiting(last_state) and rules.after_outage(OUTAGES.ended_ago("slurmctld"))
+            excused = rules.excused_s(excused, now - last_loop, was_behind or recovering, queue_limit)
             last_loop = now
             force = now - last_sacct >= rules.state_every(now - self.submitted_at, self._some_results)
             if force:
@@ -298,7 +300,11 @@ class SubmititJob(Job[R]):
         held = self._watcher.what_holds(self.spec.nodelist, holders) if self._slurm else ""
         other = other_work(holders, self._launcher.run_prefix)
         sentence = held_sentence(other, self.spec.nodelist, queue_limit) if other else ""
-        decision = rules.queue_timeout(state, queue_limit, excused, reason, held, bool(other), sentence)
+        recovering = rules.after_outage(OUTAGES.ended_ago("slurmctld"))
+        controller = OUTAGES.sentence("slurmctld") if recovering else ""
+        decision = rules.queue_timeout(
+            state, queue_limit, excused, reason, held, bool(other), sentence, controller_sentence=controller
+        )
         return self._give_up(decision, state)
 
     def _within_limit(self, state: str, running_s: float) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pytest_gpucluster.errors import (
     LaunchError,
     NodeLostError,
+    QueueAfterOutageError,
     QueueHeldError,
     QueueTimeoutError,
     WallTimeoutError,
@@ -30,6 +31,10 @@ WAITING = frozenset({"PENDING", "REQUEUED", "UNKNOWN", "CONFIGURING", "READY"})
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 # Back in the queue after it ran: Slurm requeued it (after a node failure, by default).
 REQUEUED = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+# How long after slurmctld comes back a waiting job still waits for it: a job of this run that
+# ended while it was away stays COMPLETING until its node registers again, within SlurmdTimeout
+# (300 s by default).
+AFTER_OUTAGE_S = 300.0
 # Pending reasons no wait can cure: only a change to Slurm's configuration, the partition or the
 # account would (squeue(1), "JOB REASON CODES"). A job held on one is cancelled once the reason
 # has stood ``NEVER_CONFIRM_S``, not after queue_timeout_s.
@@ -197,9 +202,18 @@ def ending_on_lost(holders: Sequence[Holder], lost: Mapping[str, str]) -> str:
     return ", ".join(f"job {h.job_id} ({h.name})" for h in ending) + f" on {', '.join(names)}"
 
 
+def after_outage(ended_ago_s: float | None) -> bool:
+    """slurmctld is out or came back at most ``AFTER_OUTAGE_S`` ago (``ended_ago_s``: from
+    ``Outages.ended_ago``). A job waiting then waits for the controller: it schedules again only
+    from its next pass, and jobs that ended while it was away stay COMPLETING on their nodes
+    until those report again."""
+    return ended_ago_s is not None and ended_ago_s <= AFTER_OUTAGE_S
+
+
 def excused_s(excused: float, step_s: float, behind_lost: bool, queue_limit_s: float) -> float:
     """Queue time not counted against queue_timeout_s: from the moment the job is seen behind a
-    job Slurm is still ending on a lost node until it starts, up to one more queue_timeout_s."""
+    job Slurm is still ending on a lost node, or waits just after a controller outage
+    (``after_outage``), until it starts, up to one more queue_timeout_s."""
     return min(queue_limit_s, excused + step_s) if behind_lost else excused
 
 
@@ -207,7 +221,7 @@ def excused_clause(excused: float) -> str:
     """What a queue timeout's message adds for the time not counted (``excused_s``)."""
     if excused < 1:
         return ""
-    return f" (and {excused:.0f} s more after it waited behind a job Slurm was ending on a lost node)"
+    return f" (and {excused:.0f} s more behind jobs Slurm was still ending)"
 
 
 def controller_gone(down_s: float | None, window_s: float) -> bool:
@@ -237,19 +251,31 @@ def held_clause(nodes: Sequence[str], holders: Sequence[Holder], bad: Mapping[st
 
 
 def queue_timeout(
-    state: str, queue_limit_s: float, excused: float, reason: str, held: str, other: bool, fault_sentence: str = ""
+    state: str,
+    queue_limit_s: float,
+    excused: float,
+    reason: str,
+    held: str,
+    other: bool,
+    fault_sentence: str = "",
+    *,
+    controller_sentence: str = "",
 ) -> GiveUp:
     """The error for a job still waiting past queue_timeout_s: QueueHeldError when other work
-    (``other``) holds its nodes, else QueueTimeoutError."""
+    (``other``) holds its nodes; else QueueAfterOutageError just after a controller outage
+    (``controller_sentence``: that outage's sentence, given only then); else QueueTimeoutError."""
     reason = reason or "reason unknown"
     if held:
         reason += f" ({held})"
-    return GiveUp(
-        QueueHeldError if other else QueueTimeoutError,
+    message = (
         f"still {state} after {queue_limit_s:.0f} s{excused_clause(excused)}: {reason}; cancelled. "
-        "Check the partition's nodes (sinfo) or raise queue_timeout_s.",
-        fault_sentence=fault_sentence if other else "",
+        "Check the partition's nodes (sinfo) or raise queue_timeout_s."
     )
+    if other:
+        return GiveUp(QueueHeldError, message, fault_sentence=fault_sentence)
+    if controller_sentence:
+        return GiveUp(QueueAfterOutageError, message, fault_sentence=controller_sentence)
+    return GiveUp(QueueTimeoutError, message)
 
 
 # --------------------------------------------------------------------------- while it runs
