@@ -101,7 +101,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="after the run, drain each REJECTED node in Slurm with the check and its evidence as "
-        "the reason (never a node Slurm had already excluded); off by default",
+        "the reason (never a node left out before any job: drained or down in Slurm, or short of "
+        "GPUs in its Gres); off by default",
     )
     group.addoption(
         "--calibrate-from",

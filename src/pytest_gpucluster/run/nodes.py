@@ -122,6 +122,7 @@ class NodeSet:
             self.fault = cluster_fault(exc)
             return tuple(p.nodelist)  # the jobs will say what is wrong with them
         self.info = {n.name: n for n in known}
+        short = self._short_of_gpus(known)
         named = self.named or p.nodelist
         if named:
             # The operator named these nodes; one Slurm will not run jobs on is still left out (a
@@ -133,11 +134,37 @@ class NodeSet:
                     self.excluded[name] = f"not in partition {p.partition!r} (--nodes)"
                 elif n is not None and not n.usable:
                     self.excluded[name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
+            self._leave_out_short([name for name in named if name not in self.excluded], short)
             return tuple(name for name in named if name not in self.excluded)
-        usable = [n.name for n in known if n.usable]
         for n in known:
             if not n.usable:
                 self.excluded[n.name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
+        self._leave_out_short([n.name for n in known if n.usable], short)
         if not known:
             self.error = f"partition {p.partition!r} has no nodes (sinfo -p {p.partition})"
-        return tuple(usable[: p.nodes])
+        return tuple([n.name for n in known if n.name not in self.excluded][: p.nodes])
+
+    def _short_of_gpus(self, known: Sequence[slurm.NodeInfo]) -> dict[str, str]:
+        """Nodes whose Gres offers fewer GPUs than the profile states (when it states a count),
+        each with what Slurm offers: Slurm refuses at submission a job over every node that
+        asks one of them for more, so one such node would fail every healthy node's job."""
+        want = self.profile.gpus_per_node
+        if not want:
+            return {}
+        return {
+            n.name: f"offering {n.gpus} GPU(s) (Gres={n.gres or 'none'}), fewer than the {want} the profile expects"
+            for n in known
+            if n.gpus < want
+        }
+
+    def _leave_out_short(self, candidates: Sequence[str], short: Mapping[str, str]) -> None:
+        """Leave out, with what Slurm offers, the ``candidates`` short of GPUs, when at least one
+        candidate is not: the others run, and the short ones are rejected as not tested. When
+        none has the GPUs, all stay: their jobs are refused and the run is rejected naming every
+        node's Gres, while checks that ask for no GPU (InfiniBand, the kernel log) still read
+        them."""
+        if not any(name not in short for name in candidates):
+            return
+        for name in candidates:
+            if name in short:
+                self.excluded[name] = short[name]
