@@ -7,9 +7,12 @@ passed without a source."""
 from __future__ import annotations
 
 import os
+import shutil
+import uuid
+from pathlib import Path
 
 import pytest
-from faults_support import fault_profile, run_pytest
+from faults_support import REPO, SHARED, fault_profile, run_pytest
 
 pytestmark = pytest.mark.integration
 
@@ -45,3 +48,30 @@ def test_xid_check_reads_both_sources_through_slurm(slurm_cluster, tmp_path):
             assert t["verdict"] == "pass", t
         else:
             assert t["verdict"] == "skip" and "kernel log not readable (/dev/kmsg: " in t["message"], t
+
+
+def test_where_the_fabric_snapshot_runs_last_the_kernel_log_is_read_in_its_job(slurm_cluster, tmp_path):
+    # The fabric check reads a recorded InfiniBand tree on the shared filesystem (no counter
+    # moves); its after snapshot and the kernel log are read in one task per node.
+    root = Path(SHARED) / f"xid-fabric-{uuid.uuid4().hex[:8]}"
+    shutil.copytree(REPO / "tests" / "data" / "fabric" / "before", root)
+    profile = fault_profile(tmp_path, gpus_are_real=True, fabric_sysfs_root=str(root), queue_timeout_s=30)
+    try:
+        run = run_pytest(profile, tmp_path, "tests/acceptance/test_fabric.py", "tests/acceptance/test_xid.py")
+    finally:
+        profile.cancel_all()
+        shutil.rmtree(root, ignore_errors=True)
+    plan = {j["key"]: j["rides_in"] for j in run.results["plan"]["jobs"]}
+    assert plan["xid-kernel-log"] == "fabric-after", plan
+    xid = [t for t in run.results["tests"] if t["name"] == "test_no_gpu_xid_errors"]
+    fabric = [t for t in run.results["tests"] if "fabric_error_counters" in t["nodeid"]]
+    assert sorted(t["params"] for t in xid) == sorted(t["params"] for t in fabric) == ["node3", "node4"]
+    after = {j["job_id"] for t in fabric for j in t["jobs"] if j["name"].endswith("-fabric-after")}
+    assert len(after) == 1, fabric
+    for t in xid:
+        assert {j["job_id"] for j in t["jobs"]} == after, t  # no kernel-log job of its own
+        if os.geteuid() == 0:
+            assert t["verdict"] == "pass", t
+    # The profile takes the GRES GPUs for real and NVML is not installed: NVLink is not judged.
+    for t in fabric:
+        assert t["verdict"] == "skip" and "NVLink error counters not read (NVML unusable" in t["message"], t

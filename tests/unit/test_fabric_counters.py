@@ -245,3 +245,12 @@ def test_reads_only_the_gpus_the_caller_exposed(monkeypatch):
     monkeypatch.setenv(NODE_GPUS_ENV, "1")
     gpus, status = fabric_counters.read_nvlink_counters(_Nvml())
     assert status == "ok" and [g.index for g in gpus] == [1]
+
+
+def test_the_after_snapshot_and_the_kernel_log_come_from_one_task():
+    # A recorded tree, and this machine's own kernel log (readable or saying why, never raising).
+    both = fabric_counters.snapshot_and_kernel_log(local_context(), root=str(DATA / "before"), nvml=False)
+    assert both.node == both.fabric.node == both.kernel_log.node == local_context().hostname
+    assert [(p.hca, p.port) for p in both.fabric.ib_ports] == [(f"mlx5_{i}", "1") for i in range(4)]
+    assert both.kernel_log.readable or both.kernel_log.why.startswith("/dev/kmsg: ")
+    assert pickle.loads(pickle.dumps(both)) == both

@@ -84,7 +84,7 @@ def test_one_node_of_one_gpu():
         "train-baseline": "in train-per-node",
         "train-per-node": "own",
         "dcgm": "own",
-        "xid-kernel-log": "own",
+        "xid-kernel-log": "in fabric-after",
         "sdc": "own",
         "fabric-after": "own",
         "fabric-before": "ahead",
@@ -113,7 +113,8 @@ def test_many_nodes_of_eight_gpus(nodes):
     assert s["nccl-inter"] == "own" and s["train-across"] == "own"
     assert s["node-probe"] == "in nccl-intra" and s["isolation-pair"] == "own"
     assert [j.key for j in plan.ahead] == ["placement", "sharedfs", "fabric-before"]
-    assert s["xid-kernel-log"] == "own"  # it runs last: never ahead
+    # It runs last, never ahead: in the fabric's after job, read in the same task.
+    assert s["xid-kernel-log"] == "in fabric-after" and s["fabric-after"] == "own"
     assert plan.jobs["placement"].tests == (
         "test_placement.py::test_task_placement[1node-1task]",
         "test_placement.py::test_task_placement[2nodes-1task-each]",
@@ -210,3 +211,10 @@ def test_the_long_training_run_is_a_job_of_its_own():
     ]
     s = summary(make_plan(uses, f))
     assert s["train-stability"] == "own" and s["train-per-node"] == "own"
+
+
+def test_the_kernel_log_is_a_job_of_its_own_where_the_run_has_no_fabric_snapshot():
+    xid = Use(jobs.XID_LOG, "test_xid.py::test_no_xid_on_any_gpu")
+    assert summary(make_plan([xid], facts(8))) == {"xid-kernel-log": "own"}
+    both = [Use(jobs.FABRIC_AFTER, "test_fabric.py::test_fabric_counters[node1]"), xid]
+    assert summary(make_plan(both, facts(8))) == {"fabric-after": "own", "xid-kernel-log": "in fabric-after"}

@@ -291,11 +291,14 @@ FABRIC_AFTER = JobRequest(
     holds_gpus=True,
     runs_last=True,
 )
+# Both read last; where the run has the fabric's after snapshot, the kernel log is read in the
+# same task (``fabric_counters.snapshot_and_kernel_log``): one job at the end, not two.
 XID_LOG = JobRequest(
     "xid-kernel-log",
     "every node's kernel log read for Xid lines, after every other job",
     workload=xid.read_kernel_log,
     shape=Shape(gpus_per_node=0),
+    rides_in=FABRIC_AFTER.key,
     runs_last=True,
 )
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.nvml_util import node_gpu_indices
+from pytest_gpucluster.workloads.xid import KernelLog, read_kernel_log
 
 SYSFS_ROOT = "/sys/class/infiniband"
 
@@ -263,3 +264,20 @@ def snapshot(ctx: TaskContext, *, root: str = SYSFS_ROOT, nvml: bool = True) -> 
         return FabricSnapshot(node, now, root, read_ib_counters(root), gpus, status)
     except OSError as exc:
         return FabricSnapshot(node, now, root, (), gpus, status, error=f"cannot read {root}: {exc}")
+
+
+@dataclass(frozen=True)
+class AfterReadings:
+    """One node's readings after every other job, from one task: the fabric counters' second
+    snapshot and the kernel log's Xid lines (``xid.read_kernel_log``)."""
+
+    node: str
+    fabric: FabricSnapshot
+    kernel_log: KernelLog
+
+
+def snapshot_and_kernel_log(ctx: TaskContext, *, root: str = SYSFS_ROOT, nvml: bool = True) -> AfterReadings:
+    """Workload: the after snapshot (``snapshot``), then the node's kernel log, in one task: one
+    job at the run's end where the run reads both, not two."""
+    fabric = snapshot(ctx, root=root, nvml=nvml)
+    return AfterReadings(fabric.node, fabric, read_kernel_log(ctx))
