@@ -1,7 +1,8 @@
 """Node shapes against the real Slurm test cluster: the acceptance checks whose plan depends on the
 GPUs per node, run with a profile of 1 GRES GPU per node (two nodes) and of 8 (one node) on a
-cluster whose nodes offer exactly that. Nothing fails or errors; at 1 GPU the intra-node collective does not apply and
-training judges no scaling inside a node; the rank failure is measured at both."""
+cluster whose nodes offer exactly that. Nothing fails or errors; at 1 GPU the intra-node
+collective does not apply and training judges no scaling inside a node; the rank failure is
+measured at both."""
 
 from __future__ import annotations
 
