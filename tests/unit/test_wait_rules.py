@@ -112,7 +112,9 @@ def test_just_after_a_controller_outage_a_queue_timeout_is_the_controllers_unles
     timeout = rules.queue_timeout("PENDING", 20.0, 20.0, "Resources", held, other=False, controller_sentence=said)
     assert timeout.error is QueueAfterOutageError and timeout.fault_sentence == said
     assert issubclass(QueueAfterOutageError, ClusterFault) and QueueAfterOutageError.what == "slurmctld"
-    assert timeout.message.startswith("still PENDING after 20 s (and 20 s more behind jobs Slurm was still ending)")
+    assert timeout.message.startswith(
+        "still PENDING after 20 s (and 20 s more not counted: it waited on Slurm, not on its nodes)"
+    )
     theirs = rules.queue_timeout("PENDING", 20.0, 0.0, "", "", other=True, fault_sentence="other work held node3")
     assert theirs.error is QueueHeldError  # other work is named as what it is, outage or not
     # Waiting then is excused, up to one more queue_timeout_s, as behind a lost node's job.
@@ -139,7 +141,8 @@ def test_a_queue_timeout_names_what_holds_the_nodes_and_other_work_makes_it_a_he
     other = rules.queue_timeout("PENDING", 60.0, 30.0, "", "", other=True, fault_sentence="other work held node3")
     assert other.error is QueueHeldError and other.fault_sentence == "other work held node3"
     assert other.message.startswith(
-        "still PENDING after 60 s (and 30 s more behind jobs Slurm was still ending): reason unknown; cancelled."
+        "still PENDING after 60 s (and 30 s more not counted: it waited on Slurm, not on its nodes): "
+        "reason unknown; cancelled."
     )
 
 

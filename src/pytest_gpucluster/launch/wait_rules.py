@@ -221,7 +221,7 @@ def excused_clause(excused: float) -> str:
     """What a queue timeout's message adds for the time not counted (``excused_s``)."""
     if excused < 1:
         return ""
-    return f" (and {excused:.0f} s more behind jobs Slurm was still ending)"
+    return f" (and {excused:.0f} s more not counted: it waited on Slurm, not on its nodes)"
 
 
 def controller_gone(down_s: float | None, window_s: float) -> bool:
