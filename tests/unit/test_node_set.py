@@ -43,6 +43,13 @@ def test_a_node_whose_gres_offers_fewer_gpus_is_left_out_and_the_other_runs(sinf
     assert nodes.excluded == {"node2": HIDDEN}
 
 
+def test_a_short_node_the_run_does_not_need_is_a_spare_one_and_is_left_alone(sinfo):
+    # One node wanted, one with the GPUs: node2 may be a CPU node of a mixed partition.
+    sinfo("sinfo-22.05-node2-gres-hidden.json")
+    nodes = NodeSet(_profile(nodes=1))
+    assert nodes.nodes == ("node1",) and nodes.excluded == {}
+
+
 def test_a_named_node_short_of_gpus_is_left_out_too(sinfo):
     sinfo("sinfo-22.05-node2-gres-hidden.json")
     nodes = NodeSet(_profile(nodelist=["node1", "node2"]))

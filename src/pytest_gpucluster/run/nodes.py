@@ -134,15 +134,17 @@ class NodeSet:
                     self.excluded[name] = f"not in partition {p.partition!r} (--nodes)"
                 elif n is not None and not n.usable:
                     self.excluded[name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
-            self._leave_out_short([name for name in named if name not in self.excluded], short)
+            self._leave_out_short([name for name in named if name not in self.excluded], short, len(named))
             return tuple(name for name in named if name not in self.excluded)
         for n in known:
             if not n.usable:
                 self.excluded[n.name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
-        self._leave_out_short([n.name for n in known if n.usable], short)
+        usable = [n.name for n in known if n.usable]
+        self._leave_out_short(usable, short, p.nodes)
         if not known:
             self.error = f"partition {p.partition!r} has no nodes (sinfo -p {p.partition})"
-        return tuple([n.name for n in known if n.name not in self.excluded][: p.nodes])
+        fit = [name for name in usable if name not in short]
+        return tuple((fit if fit else usable)[: p.nodes])
 
     def _short_of_gpus(self, known: Sequence[slurm.NodeInfo]) -> dict[str, str]:
         """Nodes whose Gres offers fewer GPUs than the profile states (when it states a count),
@@ -157,13 +159,16 @@ class NodeSet:
             if n.gpus < want
         }
 
-    def _leave_out_short(self, candidates: Sequence[str], short: Mapping[str, str]) -> None:
-        """Leave out, with what Slurm offers, the ``candidates`` short of GPUs, when at least one
-        candidate is not: the others run, and the short ones are rejected as not tested. When
-        none has the GPUs, all stay: their jobs are refused and the run is rejected naming every
-        node's Gres, while checks that ask for no GPU (InfiniBand, the kernel log) still read
-        them."""
-        if not any(name not in short for name in candidates):
+    def _leave_out_short(self, candidates: Sequence[str], short: Mapping[str, str], wanted: int) -> None:
+        """Of ``candidates``, the run tests only those with the GPUs, when at least one has them.
+        The short ones are left out with what Slurm offers (rejected as not tested) when the run
+        needs them to reach ``wanted`` nodes; beyond that they are spare nodes of the partition,
+        left alone (a CPU node of a mixed partition is no fault; the Slurm health check still
+        reads every node's Gres). When no candidate has the GPUs, none is left out: their jobs
+        are refused and the run is rejected naming every node's Gres, while checks that ask for
+        no GPU (InfiniBand, the kernel log) still read them."""
+        fit = [name for name in candidates if name not in short]
+        if not fit or len(fit) >= wanted:
             return
         for name in candidates:
             if name in short:
