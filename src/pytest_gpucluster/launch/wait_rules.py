@@ -23,7 +23,7 @@ from pytest_gpucluster.errors import (
     QueueTimeoutError,
     WallTimeoutError,
 )
-from pytest_gpucluster.slurm import Holder, NodeInfo
+from pytest_gpucluster.slurm import Holder, NodeInfo, nodes_where
 
 # States in which a job has not started to run yet.
 WAITING = frozenset({"PENDING", "REQUEUED", "UNKNOWN", "CONFIGURING", "READY"})
@@ -160,15 +160,7 @@ def never_starts(state: str, reason: str, queue_limit_s: float, timeout_min: int
 def unusable(found: Iterable[NodeInfo], nodes: Sequence[str]) -> dict[str, str]:
     """Of ``nodes``, those Slurm will not start a job on (down, not responding, drained,
     unknown), from its list of nodes ``found``: name → state and reason."""
-    by_name = {n.name: n for n in found}
-    out: dict[str, str] = {}
-    for name in nodes:
-        node = by_name.get(name)
-        if node is None:
-            out[name] = "not known to slurmctld"
-        elif not node.usable:
-            out[name] = node.state + (f" ({node.reason})" if node.reason else "")
-    return out
+    return nodes_where(found, nodes, lambda n: not n.usable)
 
 
 def pinned_unusable(state: str, reason: str, unusable_nodes: Mapping[str, str]) -> GiveUp | None:

@@ -133,12 +133,12 @@ class NodeSet:
                 if n is None and self.named:
                     self.excluded[name] = f"not in partition {p.partition!r} (--nodes)"
                 elif n is not None and not n.usable:
-                    self.excluded[name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
+                    self.excluded[name] = n.said
             self._leave_out_short([name for name in named if name not in self.excluded], short, len(named))
             return tuple(name for name in named if name not in self.excluded)
         for n in known:
             if not n.usable:
-                self.excluded[n.name] = f"{n.state}" + (f" ({n.reason})" if n.reason else "")
+                self.excluded[n.name] = n.said
         usable = [n.name for n in known if n.usable]
         self._leave_out_short(usable, short, p.nodes)
         if not known:

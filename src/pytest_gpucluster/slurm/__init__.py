@@ -24,6 +24,7 @@ from pytest_gpucluster.slurm.node_info import (
     drain_reason,
     lost_nodes,
     nodes,
+    nodes_where,
     parse_nodes,
     partition_nodes,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "node_spread",
     "node_state_problems",
     "nodes",
+    "nodes_where",
     "nudge_scheduler",
     "parse_controller_job",
     "parse_holders",

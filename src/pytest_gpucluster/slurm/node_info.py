@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,11 @@ class NodeInfo:
         }
         good = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"}
         return bool(parts & good) and not parts & bad
+
+    @property
+    def said(self) -> str:
+        """Slurm's state and reason as one phrase: ``"IDLE+DRAIN (bad DIMM)"``."""
+        return self.state + (f" ({self.reason})" if self.reason else "")
 
     @property
     def gpus(self) -> int:
@@ -108,19 +114,24 @@ def partition_nodes(partition: str | None) -> list[NodeInfo]:
 _LOST = {"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "UNKNOWN"}
 
 
-def lost_nodes(found: list[NodeInfo], names: tuple[str, ...]) -> dict[str, str]:
-    """Of ``names``, the nodes in ``found`` that are down, failing or not responding (a job on
-    them is lost even if Slurm still calls it RUNNING): name → ``"STATE (reason)"``. A node
-    that Slurm no longer lists at all counts as lost too."""
+def nodes_where(found: Iterable[NodeInfo], names: Iterable[str], bad: Callable[[NodeInfo], bool]) -> dict[str, str]:
+    """Of ``names``, those whose entry in ``found`` is ``bad``, and those Slurm no longer lists
+    at all: name → ``"STATE (reason)"`` or ``"not known to slurmctld"``."""
     by_name = {n.name: n for n in found}
     out: dict[str, str] = {}
     for name in names:
         node = by_name.get(name)
         if node is None:
             out[name] = "not known to slurmctld"
-        elif set(node.state.upper().split("+")) & _LOST:
-            out[name] = node.state + (f" ({node.reason})" if node.reason else "")
+        elif bad(node):
+            out[name] = node.said
     return out
+
+
+def lost_nodes(found: list[NodeInfo], names: tuple[str, ...]) -> dict[str, str]:
+    """Of ``names``, the nodes in ``found`` that are down, failing or not responding (a job on
+    them is lost even if Slurm still calls it RUNNING), or no longer listed."""
+    return nodes_where(found, names, lambda n: bool(set(n.state.upper().split("+")) & _LOST))
 
 
 DRAIN_REASON_CHARS = 240  # Slurm keeps the reason as one line; long ones only clutter sinfo -R
