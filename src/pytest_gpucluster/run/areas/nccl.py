@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pytest_gpucluster.checks import nccl as judging
 from pytest_gpucluster.checks.pairing import Pair, isolate
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.run.areas.nccl_jobs import IntraNodeRun, inter_env, intra_env, run_job, settings, sweeps
+from pytest_gpucluster.run.areas.nccl_jobs import IntraNodeRun, inter_env, intra_env, run_job, settings
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.produce import produces
 from pytest_gpucluster.workloads.busbw import SweepResult
@@ -72,14 +72,14 @@ def intra_node(ctx: JobContext, node: str | None = None, op: str | None = None) 
     first = judging.find(intra_node_job(ctx, _ops(ctx, op)).sweeps, (node,), op)
 
     def again() -> SweepResult:
-        redo = sweeps(
+        redo = run_job(
             ctx,
             "nccl-intra-retry",
             groups="node",
             ops=(op,),
             env=intra_env(ctx, "intra-retry"),
             nodelist=(node,) if ctx.profile.executor == "slurm" else None,
-        )
+        ).sweeps
         return judging.find(redo, (node,), op)
 
     metric = judging.metric_name(op, "intra_node", nvls=ctx.profile.nccl.nvls)
@@ -94,11 +94,12 @@ def inter_node(ctx: JobContext, op: str) -> judging.Check:
     ops = _ops(ctx, op)
     nodes = tuple(ctx.nodes)
     all_ops = ctx.once(
-        ("nccl", "inter_node", ops), lambda: sweeps(ctx, "nccl-inter", groups="world", ops=ops, env=inter_env(ctx))
+        ("nccl", "inter_node", ops),
+        lambda: run_job(ctx, "nccl-inter", groups="world", ops=ops, env=inter_env(ctx)).sweeps,
     )
 
     def again() -> SweepResult:
-        redo = sweeps(ctx, "nccl-inter-retry", groups="world", ops=(op,), env=inter_env(ctx, "inter-retry"))
+        redo = run_job(ctx, "nccl-inter-retry", groups="world", ops=(op,), env=inter_env(ctx, "inter-retry")).sweeps
         return judging.find(redo, nodes, op)
 
     metric = judging.metric_name(op, "inter_node", nvls=ctx.profile.nccl.nvls)
@@ -132,14 +133,14 @@ def isolate_bad_nodes(ctx: JobContext, check: judging.Check) -> judging.Check:
     judge_from = min(s.judge_from_bytes, s.max_bytes)
 
     def run_round(pairs: list[Pair]) -> dict[Pair, bool]:
-        found = sweeps(
+        found = run_job(
             ctx,
             "nccl-pairs",
             groups=[list(p) for p in pairs],
             ops=(op,),
             env=inter_env(ctx, "pairs"),
             min_bytes=judge_from,
-        )
+        ).sweeps
         return {p: judging.pair_passes(_check(ctx, judging.find(found, p, op), check.metric)) for p in pairs}
 
     return judging.with_isolation(check, isolate(ctx.nodes, run_round))

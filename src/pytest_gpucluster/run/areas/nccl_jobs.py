@@ -78,20 +78,6 @@ def inter_env(ctx: JobContext, name: str = "inter") -> dict[str, str]:
     return {**({} if algo == "auto" else {"NCCL_ALGO": algo}), **nccl_log_env(ctx, name)}
 
 
-def sweeps(
-    ctx: JobContext,
-    name: str,
-    *,
-    groups: Groups,
-    ops: Sequence[str],
-    nodelist: tuple[str, ...] | None = None,
-    env: dict[str, str] | None = None,
-    min_bytes: int | None = None,
-) -> list[SweepResult]:
-    """One job over ``nodelist`` (default: every tested node); every group's sweeps."""
-    return run_job(ctx, name, groups=groups, ops=ops, nodelist=nodelist, env=env, min_bytes=min_bytes).sweeps
-
-
 def run_job(
     ctx: JobContext,
     name: str,
