@@ -67,6 +67,13 @@ def test_fabric_error_counters_did_not_rise(cluster, measured, judge, record, no
         nvlink_required=real,
         job_ids=[job_before, job_after],
     )
+    act_on(found, cluster, judge, record)
+
+
+def act_on(found, cluster, judge, record):
+    """What a node's judged pair of snapshots makes of the test: recorded, its notes said, its
+    warnings raised, failed on its problems, skipped when it could not judge
+    (tests/plugin/test_fabric_verdict.py runs this on recorded pairs)."""
     record("fabric", **found.record)
     for line in found.notes:
         cluster.say(line)

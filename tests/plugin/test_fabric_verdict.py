@@ -3,8 +3,8 @@ NVLink snapshot pairs (tests/data/fabric, built from a healthy node's measured r
 
 NVLink counters come from NVML on the node, and this machine has no GPU; nothing stands in for
 NVML or Slurm here. The test file below hands the recorded pair to the same login-side function
-the acceptance check calls (``checks.fabric_node.judge_node``) and acts on its outcome as that
-check does, with the plugin's own ``judge`` and ``record`` fixtures, so what is checked is what a
+the acceptance check calls (``checks.fabric_node.judge_node``) and acts on its outcome with that
+check's own ``act_on``, through the plugin's own ``judge`` and ``record`` fixtures, so what is checked is what a
 customer reads: the run's verdict, the first
 sentence of the failure, the warnings and the per-link detail in the results file. The reading
 side runs through the plugin in test_wired_checks.py (a recorded InfiniBand tree) and through
@@ -19,28 +19,24 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "fabric"
-# What tests/acceptance/test_fabric.py does with a node's judged pair of snapshots.
-ACT = """
-import warnings
-
-import pytest
+ACCEPTANCE = Path(__file__).resolve().parents[1] / "acceptance" / "test_fabric.py"
+# A node's pair judged as tests/acceptance/test_fabric.py judges it, and acted on by that file's
+# own act_on (loaded from its path, so the acceptance code itself runs here).
+ACT = f"""
+import importlib.util
 
 from pytest_gpucluster.checks import fabric_node
-from pytest_gpucluster.outcomes import ThresholdWarning
+
+_spec = importlib.util.spec_from_file_location("acceptance_fabric", {str(ACCEPTANCE)!r})
+acceptance = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(acceptance)
 
 
 def judged(cluster, judge, record, node, before, after, job_ids):
     found = fabric_node.judge_node(
         node, before, after, rules=cluster.profile.fabric, nvlink_required=True, job_ids=job_ids
     )
-    record("fabric", **found.record)
-    for line in found.notes:
-        cluster.say(line)
-    for line in found.warnings:
-        warnings.warn(ThresholdWarning(line), stacklevel=1)
-    judge.problems(list(found.problems), found.what)
-    if found.incomplete:
-        pytest.skip(found.incomplete)
+    acceptance.act_on(found, cluster, judge, record)
 """
 
 CHECK = """
