@@ -134,17 +134,13 @@ class NodeSet:
                     self.excluded[name] = f"not in partition {p.partition!r} (--nodes)"
                 elif n is not None and not n.usable:
                     self.excluded[name] = n.said
-            self._leave_out_short([name for name in named if name not in self.excluded], short, len(named))
-            return tuple(name for name in named if name not in self.excluded)
+            return tuple(self._with_gpus([name for name in named if name not in self.excluded], short, len(named)))
         for n in known:
             if not n.usable:
                 self.excluded[n.name] = n.said
-        usable = [n.name for n in known if n.usable]
-        self._leave_out_short(usable, short, p.nodes)
         if not known:
             self.error = f"partition {p.partition!r} has no nodes (sinfo -p {p.partition})"
-        fit = [name for name in usable if name not in short]
-        return tuple((fit if fit else usable)[: p.nodes])
+        return tuple(self._with_gpus([n.name for n in known if n.usable], short, p.nodes)[: p.nodes])
 
     def _short_of_gpus(self, known: Sequence[slurm.NodeInfo]) -> dict[str, str]:
         """Nodes whose Gres offers fewer GPUs than the profile states (when it states a count),
@@ -159,17 +155,17 @@ class NodeSet:
             if n.gpus < want
         }
 
-    def _leave_out_short(self, candidates: Sequence[str], short: Mapping[str, str], wanted: int) -> None:
-        """Of ``candidates``, the run tests only those with the GPUs, when at least one has them.
-        The short ones are left out with what Slurm offers (rejected as not tested) when the run
-        needs them to reach ``wanted`` nodes; beyond that they are spare nodes of the partition,
-        left alone (a CPU node of a mixed partition is no fault; the Slurm health check still
-        reads every node's Gres). When no candidate has the GPUs, none is left out: their jobs
-        are refused and the run is rejected naming every node's Gres, while checks that ask for
-        no GPU (InfiniBand, the kernel log) still read them."""
+    def _with_gpus(self, candidates: Sequence[str], short: Mapping[str, str], wanted: int) -> list[str]:
+        """The ``candidates`` the run may test: only those with the GPUs, when at least one has
+        them. The short ones are left out with what Slurm offers (rejected as not tested) when
+        the run needs them to reach ``wanted`` nodes; beyond that they are spare nodes of the
+        partition, left alone (a CPU node of a mixed partition is no fault; the Slurm health
+        check still reads every node's Gres). When no candidate has the GPUs, none is left out:
+        their jobs are refused and the run is rejected naming every node's Gres, while checks
+        that ask for no GPU (InfiniBand, the kernel log) still read them."""
         fit = [name for name in candidates if name not in short]
-        if not fit or len(fit) >= wanted:
-            return
-        for name in candidates:
-            if name in short:
-                self.excluded[name] = short[name]
+        if not fit:
+            return list(candidates)
+        if len(fit) < wanted:
+            self.excluded.update((name, short[name]) for name in candidates if name in short)
+        return fit
