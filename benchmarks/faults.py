@@ -85,8 +85,8 @@ def run(
 ) -> dict[str, Any]:
     path, queue_timeout_s = thresholds(base, nodes, 8 if scenario == "eight-gpus" else None)
     results = path.parent / "results.json"
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--thresholds={path}"]
-    argv += ["--cluster=bench", f"--results={results}", *selection]
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--gpucluster-thresholds={path}"]
+    argv += ["--cluster=bench", f"--gpucluster-results={results}", *selection]
     env = {**os.environ, "SLURM_CONF": SLURM_CONF}
     if scenario == "drained":
         slurm("scontrol", "update", f"nodename={fault}", "state=drain", "reason=faults benchmark")

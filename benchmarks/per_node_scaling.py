@@ -60,8 +60,8 @@ def run_once(
             "no:cacheprovider",
             "-q",
             f"--cluster={profile}",
-            f"--thresholds={thresholds}",
-            f"--results={results}",
+            f"--gpucluster-thresholds={thresholds}",
+            f"--gpucluster-results={results}",
             *tests,
         ]
         t0 = time.monotonic()

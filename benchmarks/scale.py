@@ -4,7 +4,7 @@ For each node count N it brings up the project's Slurm test cluster with N nodes
 GRES ``gpu:8``, 8 CPUs per node), runs the checks that need no real GPU (Slurm health, placement with
 8 tasks per node, shared filesystem, inventory, rank failure) through pytest with a profile copied
 from ``--base`` (default ``ci``) at ``nodes = N``, ``gpus_per_node = 8``, then plans the GPU checks
-(NCCL, training, compute) with ``--dry-run`` (with ``--run-gpu-checks`` it also runs them, on CPU
+(NCCL, training, compute) with ``--gpucluster-dry-run`` (with ``--run-gpu-checks`` it also runs them, on CPU
 stand-ins: only meaningful on a machine with a core per simulated GPU), and tears the cluster down.
 Per N it prints one JSON line: wall time and the harness split from the results' ``timing``, the
 pytest process's peak RSS (``/usr/bin/time``), the results JSON and HTML report sizes, the report's
@@ -171,9 +171,9 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}
         results = work / f"results-{nodes}.json"
         html = work / f"report-{nodes}.html"
-        common = [f"--cluster=scale{nodes}", f"--thresholds={thresholds}"]
+        common = [f"--cluster=scale{nodes}", f"--gpucluster-thresholds={thresholds}"]
         proc, wall, rss = run_pytest(
-            [*common, f"--results={results}", f"--html={html}", "--self-contained-html", *NO_GPU_TESTS],
+            [*common, f"--gpucluster-results={results}", f"--html={html}", "--self-contained-html", *NO_GPU_TESTS],
             env,
             work,
             f"run-{nodes}",
@@ -206,7 +206,7 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             # machine has a core per simulated GPU (the same per-node work at every N).
             gpu_results = work / f"results-gpu-{nodes}.json"
             gpu, gpu_wall, gpu_rss = run_pytest(
-                [*common, f"--results={gpu_results}", *GPU_TESTS], env, work, f"gpu-{nodes}", args.timeout
+                [*common, f"--gpucluster-results={gpu_results}", *GPU_TESTS], env, work, f"gpu-{nodes}", args.timeout
             )
             gdoc = json.loads(gpu_results.read_text()) if gpu_results.exists() else {"tests": []}
             gtiming = gdoc.get("timing") or {}
@@ -223,7 +223,9 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 print(gpu.stdout[-4000:], file=sys.stderr)
         dry_log = work / f"slurm-dry-{nodes}.log"
         write_shims(shims, dry_log)
-        dry, dry_wall, dry_rss = run_pytest([*common, "--dry-run", *GPU_TESTS], env, work, f"dry-{nodes}", 300)
+        dry, dry_wall, dry_rss = run_pytest(
+            [*common, "--gpucluster-dry-run", *GPU_TESTS], env, work, f"dry-{nodes}", 300
+        )
         row["dry_run"] = {
             "returncode": dry.returncode,
             "wall_s": round(dry_wall, 1),

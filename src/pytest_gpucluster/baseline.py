@@ -1,4 +1,4 @@
-"""This run against an earlier results file (``--baseline``): one change per measurement, judged
+"""This run against an earlier results file (``--gpucluster-baseline``): one change per measurement, judged
 as a ``baseline.regression`` (the drop in %, direction-aware) against thresholds.toml.
 
 Pure: two results documents and a threshold in, verdicts out. A measurement is identified by

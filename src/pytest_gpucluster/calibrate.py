@@ -1,4 +1,4 @@
-"""A thresholds.toml fragment from known-good runs (``--calibrate``, ``--calibrate-from``).
+"""A thresholds.toml fragment from known-good runs (``--gpucluster-calibrate``, ``--gpucluster-calibrate-from``).
 
 Every measurement of a calibratable metric (``Metric.calibrate``: speeds only) in every run given is
 pooled: all runs, nodes and GPUs. For a metric that is better higher the lines are
@@ -54,7 +54,7 @@ class Margins:
     def __post_init__(self) -> None:
         if not (0 < self.fail <= self.warn <= 1):
             raise ConfigError(
-                f"--calibrate-fail={self.fail:g} and --calibrate-warn={self.warn:g}: need "
+                f"--gpucluster-calibrate-fail={self.fail:g} and --gpucluster-calibrate-warn={self.warn:g}: need "
                 "0 < fail ≤ warn ≤ 1 (e.g. 0.75 and 0.85: a fail line at most 75 % of the median measured)."
             )
         if not (0 <= self.k_warn <= self.k_fail):
@@ -77,7 +77,7 @@ class Run:
 
 
 def read_run(path: Path, option: str) -> Run:
-    """A results file for ``--calibrate-from``; errors name the option and the file."""
+    """A results file for ``--gpucluster-calibrate-from``; errors name the option and the file."""
     try:
         data = path.read_bytes()
         doc = load_results(path)

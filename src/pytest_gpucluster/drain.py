@@ -1,4 +1,4 @@
-"""``--drain-failed``: the one place where a verdict acts on the cluster. After the run's verdict is
+"""``--gpucluster-drain-failed``: the one place where a verdict acts on the cluster. After the run's verdict is
 decided, each node it REJECTED is drained in Slurm with the first sentence that rejected it as
 Slurm's reason, so no later job lands on it until an operator resumes it."""
 

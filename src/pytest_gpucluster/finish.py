@@ -1,6 +1,6 @@
 """The run's end, once its last test has ended: the results' status and end time are settled, the
 verdicts decided (``verdict/``) and recorded, then acted on: the rejected nodes drained
-(``--drain-failed``), a re-test merged into the earlier run (``--merge-results``), and the exit
+(``--gpucluster-drain-failed``), a re-test merged into the earlier run (``--gpucluster-merge-results``), and the exit
 status given. In that order, once: what is drained and what the exit status says follow the
 verdict recorded in the results.
 
@@ -48,9 +48,9 @@ def finish(
     here: str,
 ) -> int:
     """End the run's results (``ResultsDocument.close``), record its verdicts and act on them;
-    the exit status. ``here`` names this run's results in a handover (its ``--results`` file);
+    the exit status. ``here`` names this run's results in a handover (its ``--gpucluster-results`` file);
     ``drain`` drains the rejected nodes (``drain.drain_rejected``). A run that only collected
-    (``--collect-only``, ``--dry-run``) judged nothing: its verdict is recorded, nothing is
+    (``--collect-only``, ``--gpucluster-dry-run``) judged nothing: its verdict is recorded, nothing is
     acted on and pytest's status stands."""
     results.close(interrupted=interrupted)
     doc = results.to_json()

@@ -24,7 +24,14 @@ from pytest_gpucluster.verdict import Measurement, Verdict, judge
 def _session(config: pytest.Config) -> GpuClusterSession:
     from pytest_gpucluster.plugin import SESSION_KEY
 
-    return config.stash[SESSION_KEY]
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        pytest.fail(
+            "this test uses pytest-gpucluster's fixtures in a run that tests no cluster: add --cluster=NAME "
+            "(a profile of thresholds.toml), or set the ini key gpucluster_cluster",
+            pytrace=False,
+        )
+    return session
 
 
 class Judge:
@@ -51,7 +58,7 @@ class Judge:
         return verdict
 
     def _unjudged(self, m: Measurement, metric: str) -> None:
-        """Keep a measurement that thresholds.toml has no bound for: in the results (``--calibrate``
+        """Keep a measurement that thresholds.toml has no bound for: in the results (``--gpucluster-calibrate``
         writes lines from it), with the status ``unjudged`` and why."""
         thresholds = self._session.thresholds
         why = thresholds.missing(metric)

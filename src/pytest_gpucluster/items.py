@@ -21,10 +21,19 @@ DECLARED_NOT_APPLICABLE = "gpucluster_not_applicable"
 
 def is_check(item: pytest.Item) -> bool:
     """Whether ``item`` is an acceptance check: it judges, uses the cluster, or states a need."""
-    names = getattr(item, "fixturenames", ())
-    if {"judge", "gpucluster", "cluster", "measured"} & set(names):
+    return _is_check(getattr(item, "fixturenames", ()), item)
+
+
+def defines_check(metafunc: pytest.Metafunc) -> bool:
+    """Whether the test function ``metafunc`` parametrises is an acceptance check (``is_check``),
+    asked before its items exist: only checks take the plugin's ``node`` parameter."""
+    return _is_check(metafunc.fixturenames, metafunc.definition)
+
+
+def _is_check(fixturenames: Any, node: pytest.Item) -> bool:
+    if {"judge", "gpucluster", "cluster", "measured"} & set(fixturenames):
         return True
-    return any(item.get_closest_marker(m) is not None for m in NEED_MARKERS if m != "slow")
+    return any(node.get_closest_marker(m) is not None for m in NEED_MARKERS if m != "slow")
 
 
 def needs_of(item: pytest.Item) -> Needs:

@@ -1,5 +1,5 @@
-"""Command-line values checked before any job: the files a run will write (``--results``,
-``--html``, ``--calibrate``) and the earlier results it merges with (``--merge-results``); and
+"""Command-line values checked before any job: the files a run will write (``--gpucluster-results``,
+``--html``, ``--gpucluster-calibrate``) and the earlier results it merges with (``--gpucluster-merge-results``); and
 ``Outputs``, what the run does at its end, resolved once from those options.
 
 A run that could not write its results file at the end would have measured for nothing; a merge
@@ -54,7 +54,7 @@ def writable_file(option: str, value: str, *, base: Path | None = None) -> Path:
 def merge_belongs(
     earlier: Mapping[str, Any], option: str, *, profile: str, executor: str, nodes: Sequence[str]
 ) -> None:
-    """An earlier results file (``--merge-results``) must be of this run's cluster: the same
+    """An earlier results file (``--gpucluster-merge-results``) must be of this run's cluster: the same
     profile and executor, and every node this run tests must be one it tested or excluded.
     ConfigError naming what differs otherwise."""
     cluster = earlier.get("cluster") or {}
@@ -91,29 +91,29 @@ class Outputs:
     """What a run writes and does once its checks are done, read from the command line once
     (``plugin.settings_from``): the files it compares with, calibrates from and merges with, the
     file it calibrates into, and whether it drains the nodes it rejects. Values keep the operator's
-    spelling where a message quotes them (``--baseline=old.json: ...``)."""
+    spelling where a message quotes them (``--gpucluster-baseline=old.json: ...``)."""
 
-    baseline: str | None = None  # --baseline, as given
-    calibrate: str | None = None  # --calibrate, as given
-    calibrate_from: tuple[str, ...] = ()  # --calibrate-from, each path as given
+    baseline: str | None = None  # --gpucluster-baseline, as given
+    calibrate: str | None = None  # --gpucluster-calibrate, as given
+    calibrate_from: tuple[str, ...] = ()  # --gpucluster-calibrate-from, each path as given
     calibrate_fail: float | None = None
     calibrate_warn: float | None = None
-    merge_results: str | None = None  # --merge-results, as given
+    merge_results: str | None = None  # --gpucluster-merge-results, as given
     merge_doc: Mapping[str, Any] | None = None  # the earlier results it names, read once (controller)
     drain_failed: bool = False
     html: str | None = None  # pytest-html's --html
 
     @property
     def baseline_path(self) -> Path | None:
-        """``--baseline`` as an absolute path."""
+        """``--gpucluster-baseline`` as an absolute path."""
         return Path(self.baseline).resolve() if self.baseline else None
 
     @property
     def calibrate_path(self) -> Path | None:
-        """``--calibrate`` as an absolute path."""
+        """``--gpucluster-calibrate`` as an absolute path."""
         return Path(self.calibrate).resolve() if self.calibrate else None
 
     @property
     def merge_path(self) -> Path | None:
-        """``--merge-results`` as an absolute path."""
+        """``--gpucluster-merge-results`` as an absolute path."""
         return Path(self.merge_results).resolve() if self.merge_results else None

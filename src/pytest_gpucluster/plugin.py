@@ -5,6 +5,8 @@ No logic lives here; the session object (``session.py``) holds all state and hoo
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import secrets
 import socket
 from pathlib import Path
@@ -18,6 +20,7 @@ from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.options import Outputs, merge_belongs, writable_file
 from pytest_gpucluster.results import load_node_verdicts
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
+from pytest_gpucluster.shipped import default_thresholds, suite_dir
 
 pytest_plugins = [
     "pytest_gpucluster.fixtures",
@@ -46,123 +49,218 @@ MARKERS = {
 }
 
 
+# The option that names the cluster; every other option of the plugin carries this prefix, so that
+# no ordinary conftest's option (``--dry-run``, ``--nodes``, ``--results``) collides with one of ours.
+PREFIX = "--gpucluster-"
+# ini keys: a repository of acceptance checks names its default profile (this one's pyproject says
+# ``gpucluster_cluster = "local"``, so a bare ``pytest`` here runs the suite on this machine).
+INI_CLUSTER = "gpucluster_cluster"
+INI_THRESHOLDS = "gpucluster_thresholds"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """The ``gpucluster`` option group."""
-    group = parser.getgroup("gpucluster", "GPU cluster acceptance")
+    """The ``gpucluster`` option group and its ini keys. Registered in every pytest run; the plugin
+    acts only where a run asks for it (``asked_for``)."""
+    parser.addini(INI_CLUSTER, "the cluster profile this directory's runs test when --cluster is not given")
+    parser.addini(
+        INI_THRESHOLDS, "profiles and thresholds file, relative to the rootdir (default: thresholds.toml there)"
+    )
+    group = parser.getgroup("gpucluster", "GPU cluster acceptance (pytest-gpucluster)")
     group.addoption(
         "--cluster",
-        default="local",
+        default=None,
         metavar="NAME",
-        help="cluster profile from thresholds.toml (default: local, this machine)",
+        help="test the cluster of this profile (thresholds.toml): turns the plugin on; `local` is this machine",
     )
     group.addoption(
-        "--thresholds",
+        f"{PREFIX}thresholds",
         default=None,
         metavar="PATH",
-        help="profiles and thresholds file (default: thresholds.toml at the rootdir)",
+        dest="gpucluster_thresholds",
+        help="profiles and thresholds file (default: thresholds.toml at the rootdir, else the one the "
+        "plugin ships); turns the plugin on, with --cluster=local unless one is named",
     )
     group.addoption(
-        "--results",
+        f"{PREFIX}results",
         default=None,
         metavar="PATH",
+        dest="gpucluster_results",
         help="write machine-readable JSON results here, updated after every test",
     )
     group.addoption(
-        "--baseline", default=None, metavar="PATH", help="compare measurements with an earlier --results file"
-    )
-    group.addoption(
-        "--calibrate",
+        f"{PREFIX}baseline",
         default=None,
         metavar="PATH",
+        dest="gpucluster_baseline",
+        help="compare measurements with an earlier --gpucluster-results file",
+    )
+    group.addoption(
+        f"{PREFIX}calibrate",
+        default=None,
+        metavar="PATH",
+        dest="gpucluster_calibrate",
         help="write a thresholds.toml fragment derived from this run's measurements",
     )
     group.addoption(
-        "--nodes",
+        f"{PREFIX}nodes",
         default=None,
         metavar="HOSTLIST",
         dest="gpucluster_nodes",
         help="test only these nodes (a Slurm hostlist, e.g. gpu-[03,11]): a re-test of repaired nodes",
     )
     group.addoption(
-        "--merge-results",
+        f"{PREFIX}merge-results",
         default=None,
         metavar="PATH",
-        help="merge this run's node verdicts with an earlier --results file into one handover verdict; "
-        "without --nodes, re-test that run's nodes that were not accepted",
+        dest="gpucluster_merge_results",
+        help="merge this run's node verdicts with an earlier results file into one handover verdict; "
+        f"without {PREFIX}nodes, re-test that run's nodes that were not accepted",
     )
     group.addoption(
-        "--dry-run",
+        f"{PREFIX}dry-run",
         action="store_true",
         dest="gpucluster_dry_run",
         help="print the plan of jobs for the selected checks and stop: nothing is submitted",
     )
     group.addoption(
-        "--drain-failed",
+        f"{PREFIX}drain-failed",
         action="store_true",
         default=False,
+        dest="gpucluster_drain_failed",
         help="after the run, drain each REJECTED node in Slurm with the check and its evidence as "
         "the reason (never a node left out before any job: drained or down in Slurm, or short of "
         "GPUs in its Gres); off by default",
     )
     group.addoption(
-        "--calibrate-from",
+        f"{PREFIX}calibrate-from",
         action="append",
         default=[],
         metavar="PATH[,PATH...]",
-        help="--calibrate: earlier --results files of clean runs to calibrate from, with this run's "
+        dest="gpucluster_calibrate_from",
+        help=f"{PREFIX}calibrate: earlier results files of clean runs to calibrate from, with this run's "
         "measurements if it has any (repeat the option or separate with commas; 3 or more runs advised)",
     )
     group.addoption(
-        "--calibrate-fail",
+        f"{PREFIX}calibrate-fail",
         type=float,
         default=None,
         metavar="FRACTION",
-        help="--calibrate: the fail line is never above this fraction of the median measured "
+        dest="gpucluster_calibrate_fail",
+        help=f"{PREFIX}calibrate: the fail line is never above this fraction of the median measured "
         "(default 0.75 on GPUs, 0.25 on CPU stand-ins)",
     )
     group.addoption(
-        "--calibrate-warn",
+        f"{PREFIX}calibrate-warn",
         type=float,
         default=None,
         metavar="FRACTION",
-        help="--calibrate: the warn line is never above this fraction of the median measured "
+        dest="gpucluster_calibrate_warn",
+        help=f"{PREFIX}calibrate: the warn line is never above this fraction of the median measured "
         "(default 0.85 on GPUs, 0.5 on CPU stand-ins)",
     )
 
 
-def _thresholds_path(config: pytest.Config) -> Path:
-    option = config.getoption("thresholds")
-    if option:
-        return Path(option).expanduser().resolve()
-    return Path(config.rootpath) / "thresholds.toml"
+# Options that only mean something in a run that tests a cluster: given without one, a usage error.
+RUN_OPTIONS = (
+    "gpucluster_results",
+    "gpucluster_baseline",
+    "gpucluster_calibrate",
+    "gpucluster_nodes",
+    "gpucluster_merge_results",
+    "gpucluster_dry_run",
+    "gpucluster_drain_failed",
+    "gpucluster_calibrate_from",
+    "gpucluster_calibrate_fail",
+    "gpucluster_calibrate_warn",
+)
 
 
-def settings_from(config: pytest.Config) -> Settings:
-    """Resolve options into Settings; ConfigError names the option or file key at fault."""
-    path = _thresholds_path(config)
-    if not path.is_file():
-        how = "--thresholds" if config.getoption("thresholds") else f"the rootdir ({config.rootpath})"
-        raise ConfigError(f"{path}: no such file (from {how}). Pass --thresholds=PATH or create thresholds.toml.")
+def asked_for(config: pytest.Config) -> str | None:
+    """The profile a run asks the plugin to test, or None where it asks for nothing: ``--cluster``,
+    else the ini key ``gpucluster_cluster``, else ``local`` when only a thresholds file is named.
+    Everywhere else the plugin stays out of the run (another project's tests in the same
+    environment), as if it were not installed."""
+    named = config.getoption("cluster", None)
+    if named:
+        return str(named)
+    ini = str(config.getini(INI_CLUSTER) or "").strip()
+    if ini:
+        return ini
+    if config.getoption("gpucluster_thresholds", None) or str(config.getini(INI_THRESHOLDS) or "").strip():
+        return "local"
+    return None
+
+
+def unasked_options(config: pytest.Config) -> list[str]:
+    """The plugin's options given in a run that tests no cluster, as the command line spells them."""
+    given = []
+    for dest in RUN_OPTIONS:
+        value = config.getoption(dest, None)
+        if value not in (None, False, []):
+            given.append("--" + dest.replace("_", "-"))
+    return given
+
+
+def thresholds_file(config: pytest.Config) -> tuple[Path, str]:
+    """The profiles and thresholds file of this run and where it came from, in the words the
+    header and the results use: ``--gpucluster-thresholds``, the ini key, the rootdir's
+    thresholds.toml, else the file the plugin ships. ConfigError for a named file that is not there."""
+    option = config.getoption("gpucluster_thresholds", None)
+    ini = str(config.getini(INI_THRESHOLDS) or "").strip()
+    if option or ini:
+        how = f"{PREFIX}thresholds" if option else f"ini key {INI_THRESHOLDS} in {config.inipath}"
+        base = Path.cwd() if option else Path(config.rootpath)
+        path = (base / Path(os.path.expandvars(option or ini)).expanduser()).resolve()
+        if not path.is_file():
+            raise ConfigError(
+                f"{path}: no such file (from {how}). Name an existing file, or write the shipped one out "
+                "with `python -m pytest_gpucluster init` and edit it."
+            )
+        return path, how
+    here = Path(config.rootpath) / "thresholds.toml"
+    if here.is_file():
+        return here, f"the rootdir ({config.rootpath})"
+    shipped = default_thresholds()
+    if shipped is None:
+        raise ConfigError(
+            f"{here}: no such file, and this installation of pytest-gpucluster ships none. Pass "
+            f"{PREFIX}thresholds=PATH or create thresholds.toml at the rootdir."
+        )
+    return shipped, f"shipped with pytest-gpucluster {version()}"
+
+
+def version() -> str:
+    """This installation's version of pytest-gpucluster."""
+    try:
+        return importlib.metadata.version("pytest-gpucluster")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def settings_from(config: pytest.Config, cluster: str) -> Settings:
+    """Resolve options into Settings for a run of profile ``cluster``; ConfigError names the
+    option or file key at fault."""
+    path, origin = thresholds_file(config)
     cfg = load(path)
-    profile = cfg.profile(config.getoption("cluster"))
+    profile = cfg.profile(cluster)
     no_set = cfg.no_set_for(profile)
-    if no_set and not config.getoption("calibrate"):
+    if no_set and not config.getoption("gpucluster_calibrate"):
         raise ConfigError(no_set)  # a calibrating run measures without a set and writes one
-    results = config.getoption("results")
+    results = config.getoption("gpucluster_results")
     nodes = config.getoption("gpucluster_nodes", None)
-    merge = config.getoption("merge_results", None)
+    merge = config.getoption("gpucluster_merge_results", None)
     if nodes is None and merge and profile.executor == "slurm":
-        nodes = ",".join(retest_nodes(Path(merge), f"--merge-results={merge}"))
+        nodes = ",".join(retest_nodes(Path(merge), f"{PREFIX}merge-results={merge}"))
     if nodes is not None:
         if profile.executor != "slurm":
             raise ConfigError(
-                f"--nodes={nodes}: profile {profile.name!r} uses the {profile.executor} executor; "
-                "--nodes picks nodes of a Slurm partition."
+                f"{PREFIX}nodes={nodes}: profile {profile.name!r} uses the {profile.executor} executor; "
+                f"{PREFIX}nodes picks nodes of a Slurm partition."
             )
         try:
             picked = slurm.parse_hostlist(nodes)
         except ValueError as exc:
-            raise ConfigError(f"--nodes={nodes}: {exc}") from None
+            raise ConfigError(f"{PREFIX}nodes={nodes}: {exc}") from None
     workerinput = getattr(config, "workerinput", None)
     earlier = None
     if workerinput is None:
@@ -171,22 +269,21 @@ def settings_from(config: pytest.Config) -> Settings:
     return Settings(
         config=cfg,
         profile=profile,
+        thresholds_origin=origin,
         results_path=Path(results).resolve() if results else None,
         run_id=run_id or secrets.token_hex(4),
         nodes=picked if nodes is not None else (),
         is_controller=workerinput is None,
         is_xdist_worker=workerinput is not None,
         outputs=Outputs(
-            baseline=config.getoption("baseline"),
-            calibrate=config.getoption("calibrate"),
-            calibrate_from=tuple(
-                p.strip() for o in config.getoption("calibrate_from") for p in o.split(",") if p.strip()
-            ),
-            calibrate_fail=config.getoption("calibrate_fail"),
-            calibrate_warn=config.getoption("calibrate_warn"),
+            baseline=config.getoption("gpucluster_baseline"),
+            calibrate=config.getoption("gpucluster_calibrate"),
+            calibrate_from=_paths(config.getoption("gpucluster_calibrate_from")),
+            calibrate_fail=config.getoption("gpucluster_calibrate_fail"),
+            calibrate_warn=config.getoption("gpucluster_calibrate_warn"),
             merge_results=merge,
             merge_doc=earlier,
-            drain_failed=bool(config.getoption("drain_failed")),
+            drain_failed=bool(config.getoption("gpucluster_drain_failed")),
             html=config.getoption("htmlpath", None),
         ),
     )
@@ -198,7 +295,11 @@ def _paths(options: list[str]) -> tuple[str, ...]:
 
 
 # Options naming a file the run writes at its end, by dest (pytest-html's --html is "htmlpath").
-OUTPUT_OPTIONS = (("--results", "results"), ("--html", "htmlpath"), ("--calibrate", "calibrate"))
+OUTPUT_OPTIONS = (
+    (f"{PREFIX}results", "gpucluster_results"),
+    ("--html", "htmlpath"),
+    (f"{PREFIX}calibrate", "gpucluster_calibrate"),
+)
 
 
 def check_outputs_and_merge(
@@ -206,14 +307,14 @@ def check_outputs_and_merge(
 ) -> dict[str, Any] | None:
     """Before any job: every file the run writes at its end can be written, and the earlier results
     it merges with are of this cluster (``options``): those results, or None without
-    ``--merge-results``. ConfigError naming the option otherwise."""
+    ``--gpucluster-merge-results``. ConfigError naming the option otherwise."""
     for option, dest in OUTPUT_OPTIONS:
         value = config.getoption(dest, None)
         if value:
             writable_file(option, str(value))
-    merge = config.getoption("merge_results", None)
+    merge = config.getoption("gpucluster_merge_results", None)
     if merge:
-        option = f"--merge-results={merge}"
+        option = f"{PREFIX}merge-results={merge}"
         earlier = load_node_verdicts(Path(merge), option)
         here = nodes if nodes is not None else (socket.gethostname(),) if profile.executor == "local" else ()
         merge_belongs(earlier, option, profile=profile.name, executor=profile.executor, nodes=here)
@@ -223,7 +324,7 @@ def check_outputs_and_merge(
 
 def retest_nodes(path: Path, option: str) -> tuple[str, ...]:
     """The nodes an earlier results file did not accept (REJECTED, INCOMPLETE, PARTIAL): what a
-    re-test with ``--merge-results`` and no ``--nodes`` runs on. ConfigError, naming ``option``,
+    re-test with ``--gpucluster-merge-results`` and no ``--gpucluster-nodes`` runs on. ConfigError, naming ``option``,
     for a file that cannot be read, holds no node verdicts, or accepted every node."""
     nodes = load_node_verdicts(path, option)["acceptance"]["nodes"]
     verdicts = nodes["verdicts"]
@@ -231,28 +332,51 @@ def retest_nodes(path: Path, option: str) -> tuple[str, ...]:
     if not left:
         raise ConfigError(
             f"{option}: every node of that run was accepted ({nodes.get('summary', '')}); nothing to "
-            "re-test. Name nodes with --nodes=HOSTLIST to test them again."
+            f"re-test. Name nodes with {PREFIX}nodes=HOSTLIST to test them again."
         )
     return left
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Register markers, read thresholds.toml and build the session (usage error on bad input)."""
+    """Register the markers; where the run asks for a cluster (``asked_for``), read thresholds.toml
+    and build the session (a usage error on bad input). A run that asks for none is left alone."""
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     if config.option.help or config.option.version:
         return
+    cluster = asked_for(config)
+    if cluster is None:
+        given = unasked_options(config)
+        if given:
+            raise pytest.UsageError(
+                f"{', '.join(given)}: this run tests no cluster; add --cluster=NAME (a profile of thresholds.toml)."
+            )
+        return
     if config.getoption("gpucluster_dry_run"):
         config.option.collectonly = True  # collect and plan; no test runs, so no job is submitted
     try:
-        settings = settings_from(config)
+        settings = settings_from(config, cluster)
         session = GpuClusterSession(settings)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "gpucluster-session")
+    run_installed_suite(config)
     install_sigterm_as_interrupt()
+
+
+def run_installed_suite(config: pytest.Config) -> None:
+    """A run that names no tests (``pytest --cluster=NAME`` in a directory on a login node) runs the
+    acceptance suite this installation ships, beside whatever checks of the site's own the
+    directory holds (docs/extending.md). A run naming paths, or a repository whose ``testpaths``
+    name its suite (this one), runs what it names."""
+    if config.args_source != pytest.Config.ArgsSource.INVOCATION_DIR:
+        return
+    suite = suite_dir()
+    if suite is None or any(suite.is_relative_to(Path(a).resolve()) for a in config.args):
+        return
+    config.args[:] = [str(suite), *config.args]
 
 
 SESSION_KEY = pytest.StashKey[GpuClusterSession]()

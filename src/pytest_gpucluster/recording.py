@@ -1,6 +1,6 @@
 """pytest hooks that record the run into its results document: each test's reports, job log
-tails, readable JUnit properties, the checks' warnings, the ``--baseline`` comparison (judged as
-one more test) and, after the run's verdict, the ``--calibrate`` file; and the terminal summary
+tails, readable JUnit properties, the checks' warnings, the ``--gpucluster-baseline`` comparison (judged as
+one more test) and, after the run's verdict, the ``--gpucluster-calibrate`` file; and the terminal summary
 (rendered by ``report/terminal.py``). The verdict itself is decided and recorded at the session's
 ``pytest_sessionfinish`` (``finish.py``). The pytest-html integration
 (``report/pytest_html_hooks.py``) registers itself; nothing here knows about it.
@@ -48,7 +48,7 @@ class BaselineWarning(UserWarning):
 
 
 class CalibrationWarning(UserWarning):
-    """The calibrated thresholds could not be written where --calibrate says."""
+    """The calibrated thresholds could not be written where --gpucluster-calibrate says."""
 
 
 @pytest.hookimpl(trylast=True)
@@ -96,18 +96,18 @@ class ResultsHooks:
             try:
                 self.baseline_doc = load_results(self.baseline_path)
             except (OSError, ValueError) as exc:
-                raise ConfigError(f"--baseline={outputs.baseline}: {exc}") from None
+                raise ConfigError(f"--gpucluster-baseline={outputs.baseline}: {exc}") from None
             session.thresholds[REGRESSION_METRIC]  # a missing bound fails now, not after the run
 
     def _calibration_runs(self, paths: list[str]) -> list[Run]:
-        """The earlier runs ``--calibrate-from`` names, read and checked now, before any job."""
+        """The earlier runs ``--gpucluster-calibrate-from`` names, read and checked now, before any job."""
         if paths and self.calibrate_path is None:
             raise ConfigError(
-                f"--calibrate-from={','.join(paths)}: says what to calibrate from; add --calibrate=PATH "
-                "to say where the thresholds go."
+                f"--gpucluster-calibrate-from={','.join(paths)}: says what to calibrate from; add "
+                "--gpucluster-calibrate=PATH to say where the thresholds go."
             )
-        runs = [read_run(Path(p).resolve(), "--calibrate-from") for p in paths]
-        check_comparable(runs, self.session.profile.name, self.session.gpu_model, "--calibrate-from")
+        runs = [read_run(Path(p).resolve(), "--gpucluster-calibrate-from") for p in paths]
+        check_comparable(runs, self.session.profile.name, self.session.gpu_model, "--gpucluster-calibrate-from")
         return runs
 
     # ------------------------------------------------------------------ where tests run
@@ -224,7 +224,7 @@ class ResultsHooks:
         if self.comparison is not None and self.comparison.environment_differences:
             warnings.warn(
                 BaselineWarning(
-                    f"--baseline={self.baseline_path} was measured on a different environment: "
+                    f"--gpucluster-baseline={self.baseline_path} was measured on a different environment: "
                     + "; ".join(self.comparison.environment_differences)
                 ),
                 stacklevel=1,
@@ -247,7 +247,9 @@ class ResultsHooks:
                 self.calibrate_path.write_text(text, encoding="utf-8")
             except OSError as exc:
                 warnings.warn(
-                    CalibrationWarning(f"--calibrate={self.calibrate_path}: cannot be written ({exc.strerror})"),
+                    CalibrationWarning(
+                        f"--gpucluster-calibrate={self.calibrate_path}: cannot be written ({exc.strerror})"
+                    ),
                     stacklevel=1,
                 )
             else:
@@ -269,7 +271,7 @@ class ResultsHooks:
         results = self.session.results
         if results is None or "acceptance" not in results.extra or not self._speaks_for_a_cluster():
             return
-        if self.config.option.collectonly:  # --collect-only, --dry-run: nothing ran, nothing to judge
+        if self.config.option.collectonly:  # --collect-only, --gpucluster-dry-run: nothing ran, nothing to judge
             return
         shown = terminal.summary(
             results.extra,

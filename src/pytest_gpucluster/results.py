@@ -283,6 +283,7 @@ class ResultsDocument:
 
     profile: str
     thresholds_file: str = ""
+    thresholds_origin: str = ""  # an option, the rootdir's file, or the one the plugin ships
     thresholds_sha256: str = ""
     environment: dict[str, Any] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
@@ -387,6 +388,7 @@ class ResultsDocument:
             "cluster": self.cluster,
             "environment": self.environment,
             "thresholds_file": self.thresholds_file,
+            "thresholds_origin": self.thresholds_origin,
             "thresholds_sha256": self.thresholds_sha256,
             "nodes": self.nodes,
             "selection": self.selection.to_json() if self.selection is not None else None,
@@ -418,7 +420,7 @@ def _without_kind(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_results(path: Path) -> dict[str, Any]:
-    """Read a results file written by this plugin (for --baseline and the report); a file of
+    """Read a results file written by this plugin (for --gpucluster-baseline and the report); a file of
     another schema version, or not a results file at all, raises ValueError saying so."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
@@ -433,7 +435,7 @@ def load_results(path: Path) -> dict[str, Any]:
 
 
 def load_node_verdicts(path: Path, option: str) -> dict[str, Any]:
-    """An earlier results file to re-test from and merge with (``--merge-results``): the document,
+    """An earlier results file to re-test from and merge with (``--gpucluster-merge-results``): the document,
     once it is known to hold per-node verdicts. ConfigError naming ``option`` otherwise."""
     try:
         document = load_results(path)

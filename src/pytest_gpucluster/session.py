@@ -30,7 +30,15 @@ from pytest_gpucluster.errors import (
 )
 from pytest_gpucluster.faults import cluster_fault
 from pytest_gpucluster.finish import finish
-from pytest_gpucluster.items import declared_not_applicable, is_check, needs_of, plan_of, requests_of, skipped
+from pytest_gpucluster.items import (
+    declared_not_applicable,
+    defines_check,
+    is_check,
+    needs_of,
+    plan_of,
+    requests_of,
+    skipped,
+)
 from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
 from pytest_gpucluster.options import Outputs
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE
@@ -66,8 +74,9 @@ class Settings:
     run_id: str
     is_controller: bool
     is_xdist_worker: bool = False
-    nodes: tuple[str, ...] = ()  # --nodes: test only these (a re-test); empty: the profile's choice
+    nodes: tuple[str, ...] = ()  # --gpucluster-nodes: test only these (a re-test); empty: the profile's choice
     outputs: Outputs = dataclasses.field(default_factory=Outputs)  # what the run writes and does at its end
+    thresholds_origin: str = ""  # where thresholds.toml came from: an option, the rootdir, the shipped default
 
 
 class GpuClusterSession:
@@ -130,6 +139,7 @@ class GpuClusterSession:
             self.results = ResultsDocument(
                 profile=self.profile.name,
                 thresholds_file=str(self.config.path),
+                thresholds_origin=settings.thresholds_origin,
                 thresholds_sha256=hashlib.sha256(self.config.path.read_bytes()).hexdigest(),
                 environment=run_environment(self.profile, self.thresholds.name, self.local_gpus),
             )
@@ -223,10 +233,15 @@ class GpuClusterSession:
     # ------------------------------------------------------------------ hooks
 
     def pytest_report_header(self) -> list[str]:
-        """The local executor's node when the caller's CUDA_VISIBLE_DEVICES chose its GPUs."""
-        if self.local_gpus is None or not self.local_gpus.restricted:
-            return []
-        return [f"gpucluster: the node is {self.local_gpus.describe()} of this machine"]
+        """The profile and the thresholds file in force, where it came from; the local executor's
+        node when the caller's CUDA_VISIBLE_DEVICES chose its GPUs."""
+        lines = [
+            f"gpucluster: profile {self.profile.name!r} ({self.profile.executor}); thresholds "
+            f"{self.config.path} ({self.settings.thresholds_origin or 'named'}), set {self.thresholds.name!r}"
+        ]
+        if self.local_gpus is not None and self.local_gpus.restricted:
+            lines.append(f"gpucluster: the node is {self.local_gpus.describe()} of this machine")
+        return lines
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Remember the terminal for live job progress, terminal or not (CI logs); not on xdist
@@ -236,8 +251,9 @@ class GpuClusterSession:
             self.progress.attach(plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager"))
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
-        """Tests taking ``node`` run once per tested node; the test id is the node name."""
-        if "node" in metafunc.fixturenames:
+        """Acceptance checks taking ``node`` run once per tested node; the test id is the node
+        name. A test that is no check keeps its own ``node`` fixture."""
+        if "node" in metafunc.fixturenames and defines_check(metafunc):
             nodes = list(self.nodes) or ([] if self.excluded_nodes else ["no-usable-node"])
             params = [pytest.param(n, id=n) for n in nodes]
             params += [
@@ -453,7 +469,7 @@ class GpuClusterSession:
             interrupted=interrupted,
             collect_only=bool(session.config.option.collectonly),
             drain=lambda nodes: drain_rejected(nodes, executor=self.profile.executor, excluded=self.excluded_nodes),
-            here=str(self.settings.results_path or "(this run, no --results file)"),
+            here=str(self.settings.results_path or "(this run, no --gpucluster-results file)"),
         )
         if status != session.exitstatus:
             session.exitstatus = status

@@ -104,7 +104,16 @@ def run_acceptance(slurm_cluster: ClusterInfo, tmp_path: Path) -> Callable[..., 
 
     def run(*args: str, timeout_s: float = 600) -> AcceptanceRun:
         results = tmp_path / f"results-{len(list(tmp_path.glob('results-*')))}.json"
-        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--results={results}", *args]
+        argv = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+            f"--gpucluster-results={results}",
+            *args,
+        ]
         if not any(a.startswith("--cluster") for a in args):
             argv.append("--cluster=ci")
         env = {**os.environ, "SLURM_CONF": slurm_cluster.slurm_conf}

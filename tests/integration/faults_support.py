@@ -135,8 +135,8 @@ def pytest_argv(profile: FaultProfile, results: Path, *args: str) -> list[str]:
         "no:cacheprovider",
         "-rA",
         "--cluster=faults",
-        f"--thresholds={profile.path}",
-        f"--results={results}",
+        f"--gpucluster-thresholds={profile.path}",
+        f"--gpucluster-results={results}",
         *args,
     ]
 

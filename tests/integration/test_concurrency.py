@@ -43,7 +43,7 @@ def test_four_workers_write_one_complete_results_file_and_leave_nothing(slurm_cl
         "-n",
         "4",
         "--cluster=ci",
-        f"--results={results}",
+        f"--gpucluster-results={results}",
         f"--html={html}",
         "-q",
         *SUITE,

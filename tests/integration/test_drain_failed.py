@@ -1,4 +1,4 @@
-"""``--drain-failed``: after the run, the node a check rejected is drained in Slurm with the check
+"""``--gpucluster-drain-failed``: after the run, the node a check rejected is drained in Slurm with the check
 and its evidence as the reason, and no other node is touched; once repaired and resumed, a
 re-test of that node alone merges with the first run into an accepted handover (node3/node4; the
 ci profile's node1/node2 stay undisturbed)."""
@@ -45,7 +45,7 @@ def test_drain_failed_drains_exactly_the_rejected_node_with_its_evidence(slurm_c
     (site / "fault").touch()
     whole = (str(site), "-m", "not slow")
     try:
-        run = run_pytest(profile, tmp_path, *whole, "--drain-failed", timeout=300)
+        run = run_pytest(profile, tmp_path, *whole, "--gpucluster-drain-failed", timeout=300)
         node4, node3 = reason_of("node4"), reason_of("node3")
     finally:
         restore_nodes(slurm_cluster)
@@ -57,14 +57,14 @@ def test_drain_failed_drains_exactly_the_rejected_node_with_its_evidence(slurm_c
     assert reason.startswith("pytest-gpucluster: rejected: node4: planted fault for the drain test"), node4
     assert "drain" not in node3.split("|", 1)[0], node3
     assert run.results["drained"] == {"node4": {"reason": reason}}
-    assert f"drained node4 (--drain-failed): reason {reason!r}" in run.output
+    assert f"drained node4 (--gpucluster-drain-failed): reason {reason!r}" in run.output
 
     # Repaired (the fault is gone) and resumed by restore_nodes: re-test what the first run did not
-    # accept (node4, read from its results file: no --nodes) and merge.
+    # accept (node4, read from its results file: no --gpucluster-nodes) and merge.
     (site / "fault").unlink()
     first = tmp_path / "first.json"
     first.write_text(json.dumps(run.results))
-    retest = run_pytest(profile, tmp_path, *whole, f"--merge-results={first}", timeout=300)
+    retest = run_pytest(profile, tmp_path, *whole, f"--gpucluster-merge-results={first}", timeout=300)
     merged = retest.results["handover"]
     assert retest.returncode == 0, retest.output[-3000:]
     assert merged["verdict"] == "ACCEPTED" and merged["retested"] == ["node4"], merged

@@ -117,7 +117,9 @@ def read_only_shared(tmp_path):
 
 def test_a_read_only_shared_filesystem_is_one_sentence_and_drains_no_node(slurm_cluster, tmp_path, read_only_shared):
     profile = fault_profile(tmp_path, shared_fs=str(read_only_shared))
-    run = run_pytest(profile, tmp_path, *SELECTION, "tests/acceptance/test_sharedfs.py", "--drain-failed", timeout=120)
+    run = run_pytest(
+        profile, tmp_path, *SELECTION, "tests/acceptance/test_sharedfs.py", "--gpucluster-drain-failed", timeout=120
+    )
     acc = _acceptance(run.results)
     sentence = f"shared_fs '{read_only_shared}' cannot be written from this login node (Read-only file system)"
     print(f"read-only shared_fs: {acc['headline']}; {run.seconds:.1f} s")

@@ -89,7 +89,10 @@ def test_sharedfs_fails_where_each_node_has_its_own_directory(slurm_cluster, tmp
         (base / node).mkdir(parents=True)
     thresholds = profile_file(tmp_path, "ci_private", shared_fs=f"{base}/$SLURMD_NODENAME")
     rc, out = acceptance(
-        slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_private", "tests/acceptance/test_sharedfs.py"
+        slurm_cluster,
+        f"--gpucluster-thresholds={thresholds}",
+        "--cluster=ci_private",
+        "tests/acceptance/test_sharedfs.py",
     )
     assert rc == 1, out
     assert "FAILED tests/acceptance/test_sharedfs.py::test_mounted_everywhere_as_one_filesystem" in out
@@ -114,7 +117,7 @@ def test_infiniband_does_not_apply_without_hcas_and_fails_where_some_are_expecte
     assert "2 × profile 'ci' expects no InfiniBand (ib_hcas = 0)" in out
     thresholds = profile_file(tmp_path, "ci_ib", ib_hcas=8)
     rc, out = acceptance(
-        slurm_cluster, f"--thresholds={thresholds}", "--cluster=ci_ib", "tests/acceptance/test_infiniband.py"
+        slurm_cluster, f"--gpucluster-thresholds={thresholds}", "--cluster=ci_ib", "tests/acceptance/test_infiniband.py"
     )
     assert rc == 1, out
     for node in ("node1", "node2"):
@@ -135,7 +138,7 @@ def test_a_node_short_of_gpus_fails_the_node_probe_but_infiniband_is_still_read(
     thresholds = profile_file(tmp_path, "ci_short", gpus_per_node=5, ib_hcas=1)
     rc, out = acceptance(
         slurm_cluster,
-        f"--thresholds={thresholds}",
+        f"--gpucluster-thresholds={thresholds}",
         "--cluster=ci_short",
         "tests/acceptance/test_inventory.py",
         "tests/acceptance/test_infiniband.py",
@@ -152,7 +155,7 @@ def test_light_jobs_start_together_and_a_measurement_waits_for_them(slurm_cluste
     rc, out = acceptance(
         slurm_cluster,
         "--cluster=ci",
-        f"--results={results}",
+        f"--gpucluster-results={results}",
         "tests/acceptance/test_compute.py",
         "tests/acceptance/test_placement.py",
         "tests/acceptance/test_sharedfs.py",

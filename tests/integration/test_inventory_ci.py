@@ -29,7 +29,7 @@ def _suite(cluster: ClusterInfo, tmp_path: Path, *args: str) -> tuple[int, str, 
         "-p",
         "no:cacheprovider",
         "--cluster=ci",
-        f"--results={results}",
+        f"--gpucluster-results={results}",
         "-rA",
         "--no-header",
         *args,
@@ -72,7 +72,9 @@ def test_profile_demanding_another_kernel_and_ram_fails_naming_each_node(
     )
     thresholds = tmp_path / "thresholds.toml"
     thresholds.write_text(demanding)
-    rc, out, doc = _suite(slurm_cluster, tmp_path, f"--thresholds={thresholds}", "tests/acceptance/test_inventory.py")
+    rc, out, doc = _suite(
+        slurm_cluster, tmp_path, f"--gpucluster-thresholds={thresholds}", "tests/acceptance/test_inventory.py"
+    )
     assert rc == 1, out
     kernel = os.uname().release
     for node in ("node1", "node2"):

@@ -26,7 +26,7 @@ def test_the_across_node_sweep_has_sizes_of_its_own(run_acceptance, tmp_path):
     path = tmp_path / "thresholds.toml"
     path.write_text((REPO / "thresholds.toml").read_text() + ACROSS)
     run = run_acceptance(
-        "tests/acceptance/test_nccl.py", "--cluster=ci-across", f"--thresholds={path}", "-k", "all_reduce"
+        "tests/acceptance/test_nccl.py", "--cluster=ci-across", f"--gpucluster-thresholds={path}", "-k", "all_reduce"
     )
     assert run.returncode == 0, run.output
     by_id = {t["nodeid"].rsplit("::", 1)[-1]: t for t in run.results["tests"]}

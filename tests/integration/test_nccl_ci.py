@@ -40,7 +40,7 @@ def test_a_bound_above_the_measurement_fails_naming_node_size_and_bound(run_acce
         text = text.replace(line, f'"nccl.all_reduce.{scope}" = {{ unit = "GB/s", fail_below = 999,')
     strict = tmp_path / "thresholds.toml"
     strict.write_text(text)
-    run = run_acceptance("tests/acceptance/test_nccl.py", f"--thresholds={strict}", "-k", "all_reduce")
+    run = run_acceptance("tests/acceptance/test_nccl.py", f"--gpucluster-thresholds={strict}", "-k", "all_reduce")
     assert run.returncode == 1, run.output
     for node in ("node1", "node2"):
         assert run.outcome(f"test_busbw_inside_node[all_reduce-{node}]") == "failed"

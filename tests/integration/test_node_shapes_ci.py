@@ -73,7 +73,7 @@ def test_one_and_eight_gpus_per_node_are_judged_without_false_fails(run_acceptan
         # 16 CPU ranks on the 2 cores of a CI machine would only add minutes.
         runs[gpus] = run = run_acceptance(
             *files,
-            f"--thresholds={_profile(tmp_path, gpus, nodes=2 if gpus < 8 else 1)}",
+            f"--gpucluster-thresholds={_profile(tmp_path, gpus, nodes=2 if gpus < 8 else 1)}",
             f"--cluster=shape{gpus}",
             "-m",
             "not slow",

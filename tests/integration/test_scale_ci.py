@@ -83,7 +83,7 @@ def test_light_suite_at_eight_nodes_of_eight_gpus(slurm_cluster: ClusterInfo, tm
         key, value = marker.split("=")
         env = {**info.env(), key: value}
         argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--cluster=scale{NODES}"]
-        argv += [f"--thresholds={thresholds}", f"--results={results}", *LIGHT_SUITE]
+        argv += [f"--gpucluster-thresholds={thresholds}", f"--gpucluster-results={results}", *LIGHT_SUITE]
         t0 = time.monotonic()
         proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
         took = time.monotonic() - t0

@@ -14,7 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def gpc(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A pytester directory with the repository's thresholds.toml at its rootdir."""
+    """A pytester directory with the repository's thresholds.toml at its rootdir, whose ini names
+    its checks (``testpaths``) and the profile its runs test when no --cluster is given, as this
+    repository's pyproject does: the checks it holds run, not the installed suite."""
     shutil.copy(REPO / "thresholds.toml", pytester.path / "thresholds.toml")
-    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\ntestpaths = .\ngpucluster_cluster = local\n")
     return pytester

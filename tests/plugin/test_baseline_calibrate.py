@@ -1,4 +1,4 @@
-"""--baseline and --calibrate through real runs: a regression fails the run as one more test;
+"""--gpucluster-baseline and --gpucluster-calibrate through real runs: a regression fails the run as one more test;
 the calibrated fragment loads back into thresholds.toml and passes the run it came from."""
 
 from __future__ import annotations
@@ -39,14 +39,16 @@ def _suite(values: list[float], temp: float = 40.0) -> str:
 @pytest.fixture
 def baseline(gpc):
     gpc.makepyfile(test_cluster=_suite([0.95, 0.96, 0.97, 0.98]))
-    assert gpc.runpytest_subprocess("--results=base.json").ret == 0
+    assert gpc.runpytest_subprocess("--gpucluster-results=base.json").ret == 0
     return gpc.path / "base.json"
 
 
 def test_regression_past_the_fail_line_fails_the_run(gpc, baseline):
     # gpu3: 0.98 → 0.80 is a 18 % drop (fail above 10 %); gpu2: 0.97 → 0.91 is 6 % (warn above 5 %)
     gpc.makepyfile(test_cluster=_suite([0.95, 0.96, 0.91, 0.80]))
-    result = gpc.runpytest_subprocess("--baseline=base.json", "--results=now.json", "--junitxml=j.xml", "--html=r.html")
+    result = gpc.runpytest_subprocess(
+        "--gpucluster-baseline=base.json", "--gpucluster-results=now.json", "--junitxml=j.xml", "--html=r.html"
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
@@ -71,7 +73,7 @@ def test_regression_past_the_fail_line_fails_the_run(gpc, baseline):
 
 def test_regression_in_the_warn_band_passes_with_a_warning(gpc, baseline):
     gpc.makepyfile(test_cluster=_suite([0.95, 0.96, 0.91, 0.98]))
-    result = gpc.runpytest_subprocess("--baseline=base.json", "--results=now.json")
+    result = gpc.runpytest_subprocess("--gpucluster-baseline=base.json", "--gpucluster-results=now.json")
     assert result.ret == 0
     doc = json.loads((gpc.path / "now.json").read_text())
     assert doc["tests"][-1]["verdict"] == "warn" and doc["acceptance"]["verdict"] == "ACCEPTED"
@@ -81,11 +83,11 @@ def test_baseline_from_another_environment_is_warned_about(gpc, baseline):
     doc = json.loads(baseline.read_text())
     doc["cluster"]["gpu_model"] = "NVIDIA H100 80GB HBM3"
     baseline.write_text(json.dumps(doc))
-    result = gpc.runpytest_subprocess("--baseline=base.json")
+    result = gpc.runpytest_subprocess("--gpucluster-baseline=base.json")
     assert result.ret == 0
     result.stdout.fnmatch_lines(
         [
-            "*BaselineWarning: --baseline=*base.json was measured on a different environment: "
+            "*BaselineWarning: --gpucluster-baseline=*base.json was measured on a different environment: "
             "GPU model: NVIDIA H100 80GB HBM3 (baseline) → cpu (this run)*"
         ]
     )
@@ -94,17 +96,19 @@ def test_baseline_from_another_environment_is_warned_about(gpc, baseline):
 def test_unreadable_baseline_is_a_usage_error(gpc):
     gpc.makepyfile(test_cluster=_suite([0.95]))
     (gpc.path / "bad.json").write_text('{"schema_version": 99, "tests": []}')
-    result = gpc.runpytest_subprocess("--baseline=bad.json")
+    result = gpc.runpytest_subprocess("--gpucluster-baseline=bad.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*--baseline=bad.json: *bad.json: results schema_version 99; this plugin reads version 1."]
+        ["*--gpucluster-baseline=bad.json: *bad.json: results schema_version 99; this plugin reads version 1."]
     )
 
 
 def test_calibrated_fragment_loads_back_and_passes_its_own_run(gpc):
     values = [0.95, 0.96, 0.97, 0.98]
     gpc.makepyfile(test_cluster=_suite(values, temp=50.0), test_speed=SPEED)
-    result = gpc.runpytest_subprocess("--calibrate=cal.toml", "--calibrate-fail=0.8", "--calibrate-warn=0.9")
+    result = gpc.runpytest_subprocess(
+        "--gpucluster-calibrate=cal.toml", "--gpucluster-calibrate-fail=0.8", "--gpucluster-calibrate-warn=0.9"
+    )
     assert result.ret == 0
     result.stdout.fnmatch_lines(["calibrated thresholds written to *cal.toml"])
     fragment = (gpc.path / "cal.toml").read_text()
@@ -125,11 +129,15 @@ def test_calibrated_fragment_loads_back_and_passes_its_own_run(gpc):
     # and the suite passes against its own calibration when a profile selects the set
     text = combined.read_text().replace("[profiles.local]\n", '[profiles.local]\nthresholds = "calibrated-local"\n', 1)
     combined.write_text(text)
-    assert gpc.runpytest_subprocess("--thresholds=combined.toml").ret == 0
+    assert gpc.runpytest_subprocess("--gpucluster-thresholds=combined.toml").ret == 0
 
 
 def test_bad_calibration_fractions_are_a_usage_error(gpc):
     gpc.makepyfile(test_cluster=_suite([0.95]))
-    result = gpc.runpytest_subprocess("--calibrate=c.toml", "--calibrate-fail=0.97", "--calibrate-warn=0.9")
+    result = gpc.runpytest_subprocess(
+        "--gpucluster-calibrate=c.toml", "--gpucluster-calibrate-fail=0.97", "--gpucluster-calibrate-warn=0.9"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--calibrate-fail=0.97 and --calibrate-warn=0.9: need 0 < fail ≤ warn ≤ 1*"])
+    result.stderr.fnmatch_lines(
+        ["*--gpucluster-calibrate-fail=0.97 and --gpucluster-calibrate-warn=0.9: need 0 < fail ≤ warn ≤ 1*"]
+    )

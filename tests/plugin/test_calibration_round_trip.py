@@ -28,7 +28,7 @@ def suite(gpc: pytest.Pytester) -> pytest.Pytester:
 
 def _run(suite: pytest.Pytester, results: str, *args: str) -> dict:
     result = suite.runpytest_subprocess(
-        "acceptance", "-m", "not slow", "--cluster=local", f"--results={results}", *args
+        "acceptance", "-m", "not slow", "--cluster=local", f"--gpucluster-results={results}", *args
     )
     doc = json.loads((suite.path / results).read_text())
     assert doc["acceptance"]["verdict"] == "ACCEPTED", result.stdout.str()[-4000:]
@@ -42,7 +42,13 @@ def _run(suite: pytest.Pytester, results: str, *args: str) -> dict:
 def test_three_runs_calibrate_and_three_more_are_accepted(suite):
     _run(suite, "r1.json")
     _run(suite, "r2.json")
-    _run(suite, "r3.json", "--calibrate=cal.toml", "--calibrate-from=r1.json", "--calibrate-from=r2.json")
+    _run(
+        suite,
+        "r3.json",
+        "--gpucluster-calibrate=cal.toml",
+        "--gpucluster-calibrate-from=r1.json",
+        "--gpucluster-calibrate-from=r2.json",
+    )
     fragment = (suite.path / "cal.toml").read_text()
     table = tomllib.loads(fragment)["thresholds"]["calibrated-local"]
     calibrated = {k for k in table if k not in ("match", "extends")}
@@ -54,28 +60,34 @@ def test_three_runs_calibrate_and_three_more_are_accepted(suite):
     combined = combined.replace("[profiles.local]\n", '[profiles.local]\nthresholds = "calibrated-local"\n', 1)
     (suite.path / "gated.toml").write_text(combined)
     for n in range(3):
-        doc = _run(suite, f"g{n}.json", "--thresholds=gated.toml")
+        doc = _run(suite, f"g{n}.json", "--gpucluster-thresholds=gated.toml")
         judged = {m["metric"]: m["threshold"] for t in doc["tests"] for m in t["measurements"]}
         assert judged["compute.matmul_bf16"]["evidence"].startswith("calibrated from 3 run(s)")
         assert judged["sharedfs.free"]["source"].endswith("[thresholds.default.sharedfs.free]")
 
 
 def test_calibrate_from_without_calibrate_is_a_usage_error(suite):
-    result = suite.runpytest_subprocess("acceptance", "--calibrate-from=r1.json")
+    result = suite.runpytest_subprocess("acceptance", "--gpucluster-calibrate-from=r1.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--calibrate-from=r1.json: says what to calibrate from; add --calibrate=PATH*"])
+    result.stderr.fnmatch_lines(
+        ["*--gpucluster-calibrate-from=r1.json: says what to calibrate from; add --gpucluster-calibrate=PATH*"]
+    )
 
 
 def test_missing_calibration_input_is_a_usage_error(suite):
-    result = suite.runpytest_subprocess("acceptance", "--calibrate=c.toml", "--calibrate-from=gone.json")
+    result = suite.runpytest_subprocess(
+        "acceptance", "--gpucluster-calibrate=c.toml", "--gpucluster-calibrate-from=gone.json"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--calibrate-from=*gone.json: cannot be read (No such file or directory).*"])
+    result.stderr.fnmatch_lines(
+        ["*--gpucluster-calibrate-from=*gone.json: cannot be read (No such file or directory).*"]
+    )
 
 
 def test_an_unwritable_calibration_path_is_named(gpc):
     gpc.makepyfile(test_x="def test_x():\n    pass\n")
     (gpc.path / "taken").write_text("a file, not a folder")
-    result = gpc.runpytest_subprocess("--calibrate=taken/c.toml")
+    result = gpc.runpytest_subprocess("--gpucluster-calibrate=taken/c.toml")
     # Refused before the run, not found out after it: nothing measured is lost.
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --calibrate=taken/c.toml: */taken is not a folder; name a file*"])
+    result.stderr.fnmatch_lines(["ERROR: --gpucluster-calibrate=taken/c.toml: */taken is not a folder; name a file*"])

@@ -22,7 +22,9 @@ def test_free_space(judge):
 def test_the_restriction_is_recorded_and_shown(gpc, monkeypatch):
     gpc.makepyfile(test_suite=SUITE)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
-    result = gpc.runpytest_subprocess("--cluster=local", "--results=r.json", "--html=r.html", "--self-contained-html")
+    result = gpc.runpytest_subprocess(
+        "--cluster=local", "--gpucluster-results=r.json", "--html=r.html", "--self-contained-html"
+    )
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["gpucluster: the node is CUDA_VISIBLE_DEVICES=0,1,2: no GPU on this machine*"])
     doc = json.loads((gpc.path / "r.json").read_text())
@@ -35,7 +37,7 @@ def test_the_restriction_is_recorded_and_shown(gpc, monkeypatch):
 def test_without_the_variable_nothing_is_recorded(gpc, monkeypatch):
     gpc.makepyfile(test_suite=SUITE)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    result = gpc.runpytest_subprocess("--cluster=local", "--results=r.json")
+    result = gpc.runpytest_subprocess("--cluster=local", "--gpucluster-results=r.json")
     assert result.ret == 0
     assert "cuda_visible_devices" not in json.loads((gpc.path / "r.json").read_text())["environment"]
     assert "gpucluster: the node is" not in result.stdout.str()

@@ -25,7 +25,7 @@ def test_other(gpucluster):
 def test_a_declared_not_applicable_check_is_neither_run_nor_required(gpc):
     (gpc.path / "shapes.toml").write_text((gpc.path / "thresholds.toml").read_text() + ONE_GPU)
     gpc.makepyfile(test_declared=DECLARED)
-    result = gpc.runpytest("--cluster=one", "--thresholds=shapes.toml", "--results=r.json", "-rs")
+    result = gpc.runpytest("--cluster=one", "--gpucluster-thresholds=shapes.toml", "--gpucluster-results=r.json", "-rs")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*ACCEPTED*", "not applicable: 1 check(s)", "  1 × 1 GPU per node"])
     document = json.loads((gpc.path / "r.json").read_text())
@@ -37,7 +37,7 @@ def test_a_declared_not_applicable_check_is_neither_run_nor_required(gpc):
     assert selection["not_applicable"] == {"test_declared.py::test_declared": "1 GPU per node"}
     assert selection["required"] == ["test_declared.py::test_other"]
     # Left out by -k, it is still not missing: the run is whole.
-    gpc.runpytest("--cluster=one", "--thresholds=shapes.toml", "--results=k.json", "-k", "other")
+    gpc.runpytest("--cluster=one", "--gpucluster-thresholds=shapes.toml", "--gpucluster-results=k.json", "-k", "other")
     assert json.loads((gpc.path / "k.json").read_text())["selection"]["not_selected"] == []
 
 
@@ -46,7 +46,9 @@ def test_one_gpu_per_node_has_no_intra_node_collective_nor_its_telemetry(gpc):
     for name in ("test_nccl.py", "test_telemetry.py"):
         shutil.copy(REPO / "tests" / "acceptance" / name, gpc.path / name)
     # In a process of its own: the unit tier's test_telemetry module would shadow the copy.
-    result = gpc.runpytest_subprocess("--cluster=one", "--thresholds=shapes.toml", "--results=r.json", "-rs")
+    result = gpc.runpytest_subprocess(
+        "--cluster=one", "--gpucluster-thresholds=shapes.toml", "--gpucluster-results=r.json", "-rs"
+    )
     tests = json.loads((gpc.path / "r.json").read_text())["tests"]
     assert tests and {t["verdict"] for t in tests} == {"n/a"}, [(t["nodeid"], t["verdict"]) for t in tests]
     assert not any(t["job_ids"] for t in tests)  # decided before any job

@@ -1,4 +1,4 @@
-"""``--dry-run`` on the project's own acceptance suite: the plan is printed and stored, nothing is
+"""``--gpucluster-dry-run`` on the project's own acceptance suite: the plan is printed and stored, nothing is
 submitted, and the verdict is not taken (no test ran)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def suite(gpc: pytest.Pytester) -> pytest.Pytester:
 
 def test_dry_run_prints_the_plan_and_submits_nothing(suite, monkeypatch, tmp_path):
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the local executor's job folder would appear here
-    result = suite.runpytest_subprocess("acceptance", "--dry-run", "--results=out.json")
+    result = suite.runpytest_subprocess("acceptance", "--gpucluster-dry-run", "--gpucluster-results=out.json")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(
         [

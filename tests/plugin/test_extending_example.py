@@ -38,9 +38,9 @@ def site(gpc: pytest.Pytester) -> pytest.Pytester:
 
 def test_the_example_is_planned_runs_and_is_not_applicable_without_nvbandwidth(site, monkeypatch):
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + ":/usr/bin:/bin")  # no nvbandwidth here
-    dry = site.runpytest_subprocess("--cluster=twogpu", "--dry-run")
+    dry = site.runpytest_subprocess("--cluster=twogpu", "--gpucluster-dry-run")
     dry.stdout.fnmatch_lines(["site-nvbandwidth: job of its own, when first needed; *; read by 1 test(s)"])
-    run = site.runpytest_subprocess("--cluster=twogpu", "--results=out.json", "-rs")
+    run = site.runpytest_subprocess("--cluster=twogpu", "--gpucluster-results=out.json", "-rs")
     doc = json.loads((site.path / "out.json").read_text())
     (test,) = doc["tests"]
     assert test["verdict"] == "n/a", test

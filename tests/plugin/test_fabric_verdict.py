@@ -61,7 +61,7 @@ def test_fabric_error_counters_did_not_rise(cluster, judge, record):
 
 def _run(gpc: pytest.Pytester, after: str) -> tuple[pytest.RunResult, dict]:
     gpc.makepyfile(act=ACT, test_fabric=CHECK.format(data=str(DATA), after=after))
-    result = gpc.runpytest_subprocess("--cluster=local", "--results=out.json")
+    result = gpc.runpytest_subprocess("--cluster=local", "--gpucluster-results=out.json")
     return result, json.loads((gpc.path / "out.json").read_text())
 
 
@@ -110,7 +110,7 @@ def test_fabric_error_counters_did_not_rise(cluster, judge, record):
 
 def test_nvlink_unread_on_real_gpus_leaves_the_run_incomplete(gpc):
     gpc.makepyfile(act=ACT, test_fabric=UNREAD)
-    result = gpc.runpytest_subprocess("--cluster=local", "--results=out.json")
+    result = gpc.runpytest_subprocess("--cluster=local", "--gpucluster-results=out.json")
     doc = json.loads((gpc.path / "out.json").read_text())
     (test,) = doc["tests"]
     assert test["verdict"] == "skip", test  # not n/a: the check could not judge what is there

@@ -63,18 +63,18 @@ def test_temperature(judge):
 def _thresholds(pytester: pytest.Pytester, text: str) -> None:
     text = text.replace("SHARED", str(pytester.path))
     (pytester.path / "thresholds.toml").write_text(textwrap.dedent(text))
-    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
+    pytester.makeini("[pytest]\naddopts = -p no:cacheprovider\ntestpaths = .\n")
 
 
 def test_a_profile_naming_a_gpu_model_no_set_applies_to_is_a_usage_error(pytester):
     _thresholds(pytester, H200_NO_SET)
     pytester.makepyfile(test_cluster=SUITE)
-    result = pytester.runpytest_subprocess("--cluster=h200", "--results=r.json")
+    result = pytester.runpytest_subprocess("--cluster=h200", "--gpucluster-results=r.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert "profiles.h200.gpu_model = 'NVIDIA H200': no threshold set applies to it" in err
     assert "match lists: cpu: cpu; h100: H100" in err
-    assert 'thresholds = "SET"' in err and "--calibrate=PATH" in err
+    assert 'thresholds = "SET"' in err and "--gpucluster-calibrate=PATH" in err
     assert not (pytester.path / "r.json").exists()  # nothing ran, nothing was written
 
 
@@ -93,7 +93,9 @@ def test_the_shipped_sets_without_match_lines_refuse_an_h200_profile(gpc):
 def test_a_calibrating_run_needs_no_set_and_writes_one(pytester):
     _thresholds(pytester, H200_NO_SET)
     pytester.makepyfile(test_cluster=SUITE)
-    result = pytester.runpytest_subprocess("--cluster=h200", "--results=r.json", "--calibrate=frag.toml")
+    result = pytester.runpytest_subprocess(
+        "--cluster=h200", "--gpucluster-results=r.json", "--gpucluster-calibrate=frag.toml"
+    )
     # What it can judge it judges; the GEMM has no bound: unjudged, the run INCOMPLETE, not REJECTED.
     assert result.ret == 10, result.stdout.str()
     result.assert_outcomes(passed=1, skipped=1)
@@ -115,7 +117,7 @@ def test_a_calibrating_run_needs_no_set_and_writes_one(pytester):
 def test_a_bound_missing_for_the_model_found_at_run_time_leaves_the_check_unjudged(pytester):
     _thresholds(pytester, LOCAL_CPU_SET_SHORT)
     pytester.makepyfile(test_cluster=SUITE)
-    result = pytester.runpytest_subprocess("--cluster=local", "--results=r.json", "-rs")
+    result = pytester.runpytest_subprocess("--cluster=local", "--gpucluster-results=r.json", "-rs")
     assert result.ret == 10, result.stdout.str()  # INCOMPLETE, never REJECTED (1)
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(
@@ -129,7 +131,7 @@ def test_a_bound_missing_for_the_model_found_at_run_time_leaves_the_check_unjudg
     assert "no threshold for 'compute.matmul_bf16' in set 'cpu' nor in 'default'" in reason
     matmul = next(t for t in doc["tests"] if t["name"] == "test_matmul")
     assert matmul["verdict"] == "skip"
-    # Every value is kept, unjudged, for a later --calibrate to write lines from.
+    # Every value is kept, unjudged, for a later --gpucluster-calibrate to write lines from.
     assert [m["value"] for m in matmul["measurements"]] == [98.0, 100.0, 102.0]
     assert {m["status"] for m in matmul["measurements"]} == {"unjudged"}
     assert matmul["measurements"][0]["threshold"]["origin"] == "missing"
@@ -143,7 +145,7 @@ def test_a_bound_read_directly_and_missing_leaves_the_check_unjudged(pytester):
             assert thresholds["compute.matmul_bf16"].fail_below
         """
     )
-    result = pytester.runpytest_subprocess("--cluster=local", "--results=r.json", "-rs")
+    result = pytester.runpytest_subprocess("--cluster=local", "--gpucluster-results=r.json", "-rs")
     assert result.ret == 10, result.stdout.str()
     doc = json.loads((pytester.path / "r.json").read_text())
     (test,) = doc["tests"]

@@ -25,7 +25,7 @@ def test_temperature(judge, host):
 
 def test_n_a_is_counted_once_per_check_that_does_not_apply(gpc):
     gpc.makepyfile(test_suite=SUITE)
-    result = gpc.runpytest_subprocess("--results=r.json", "-m", "not slow")
+    result = gpc.runpytest_subprocess("--gpucluster-results=r.json", "-m", "not slow")
     doc = json.loads((gpc.path / "r.json").read_text())
     verdicts = {t["nodeid"].split("::")[1]: t["verdict"] for t in doc["tests"]}
     # The profile has one node: both pair checks are n/a, node2's as well (not "skipped").

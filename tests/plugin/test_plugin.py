@@ -31,7 +31,12 @@ def test_two_gpus():
 def test_help_shows_the_option_group(gpc):
     result = gpc.runpytest("--help")
     result.stdout.fnmatch_lines(
-        ["*GPU cluster acceptance*", "*--cluster=NAME*", "*--thresholds=PATH*", "*--results=PATH*"]
+        [
+            "*GPU cluster acceptance*",
+            "*--cluster=NAME*",
+            "*--gpucluster-thresholds=PATH*",
+            "*--gpucluster-results=PATH*",
+        ]
     )
 
 
@@ -74,7 +79,7 @@ def test_bad_thresholds_key_is_a_usage_error_naming_file_and_key(gpc):
     text = (gpc.path / "thresholds.toml").read_text().replace("job_timeout_min = 15", "job_timout_min = 15", 1)
     (gpc.path / "bad.toml").write_text(text)
     gpc.makepyfile("def test_x():\n    pass\n")
-    result = gpc.runpytest("--thresholds=bad.toml")
+    result = gpc.runpytest("--gpucluster-thresholds=bad.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         ["*bad.toml: profiles.local.job_timout_min: unknown key. Perhaps you meant 'job_timeout_min'?"]
@@ -83,14 +88,14 @@ def test_bad_thresholds_key_is_a_usage_error_naming_file_and_key(gpc):
 
 def test_missing_thresholds_file_names_the_path_tried(gpc):
     gpc.makepyfile("def test_x():\n    pass\n")
-    result = gpc.runpytest("--thresholds=nowhere.toml")
+    result = gpc.runpytest("--gpucluster-thresholds=nowhere.toml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*nowhere.toml: no such file (from --thresholds).*"])
+    result.stderr.fnmatch_lines(["*nowhere.toml: no such file (from --gpucluster-thresholds).*"])
 
 
 def test_results_json_under_xdist_is_written_by_the_controller(gpc):
     gpc.makepyfile(PLACEMENT)
-    result = gpc.runpytest_subprocess("-n", "2", "--results=out.json")
+    result = gpc.runpytest_subprocess("-n", "2", "--gpucluster-results=out.json")
     result.stdout.fnmatch_lines(["*2 passed, 2 n/a in *"])
     doc = json.loads((gpc.path / "out.json").read_text())
     assert doc["acceptance"]["verdict"] == "ACCEPTED"  # the workers' view of the required set reached it
@@ -119,7 +124,7 @@ def test_interrupted_run_keeps_what_was_measured(gpc):
             raise KeyboardInterrupt
         """
     )
-    result = gpc.runpytest_subprocess("--results=out.json")
+    result = gpc.runpytest_subprocess("--gpucluster-results=out.json")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     doc = json.loads((gpc.path / "out.json").read_text())
     assert doc["status"] == "interrupted"
@@ -169,7 +174,7 @@ def test_a_profile_without_real_gpus_runs_its_workloads_on_the_cpu_path(gpc):
         + "gpus_per_node = 2\n"
     )
     gpc.makepyfile(BACKEND)
-    result = gpc.runpytest("--cluster=cpuonly", "--thresholds=fake.toml", "-s")
+    result = gpc.runpytest("--cluster=cpuonly", "--gpucluster-thresholds=fake.toml", "-s")
     result.stdout.fnmatch_lines(["*BACKEND [[]('gloo', 'gloo')[]]"])
     assert result.ret == 0
 
@@ -295,7 +300,7 @@ def test_a_check_reading_no_declared_job_is_not_judged_and_rejects_no_node(gpc):
     # The check's own declaration is wrong, not any node: the run is INCOMPLETE (exit 1, a harness
     # error), and the first line names the test and what to write.
     gpc.makepyfile(test_undeclared=UNDECLARED)
-    result = gpc.runpytest_subprocess("--results=r.json")
+    result = gpc.runpytest_subprocess("--gpucluster-results=r.json")
     result.stdout.fnmatch_lines(
         ["*INCOMPLETE*", "*test_reads_nothing_declared: measured() without a request needs exactly one declared job*"]
     )

@@ -76,7 +76,10 @@ def _summary(html: str) -> str:
 def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
     gpc.makepyfile(test_cluster=SUITE)
     result = gpc.runpytest_subprocess(
-        "--html=out/report.html", "--self-contained-html", "--results=out/results.json", "--junitxml=out/junit.xml"
+        "--html=out/report.html",
+        "--self-contained-html",
+        "--gpucluster-results=out/results.json",
+        "--junitxml=out/junit.xml",
     )
     result.assert_outcomes(passed=4, failed=3)
     result.stdout.fnmatch_lines(["*gpucluster: REJECTED: 3 checks failed (3 pass, 1 warn, 3 fail, 1 n/a)*"])
@@ -158,7 +161,7 @@ def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
 
 def test_results_file_carries_measurements_with_thresholds_and_the_verdict(gpc):
     gpc.makepyfile(test_cluster=SUITE)
-    gpc.runpytest_subprocess("--results=results.json")
+    gpc.runpytest_subprocess("--gpucluster-results=results.json")
     doc = json.loads((gpc.path / "results.json").read_text())
     assert doc["schema_version"] == 1 and doc["status"] == "complete"
     assert doc["acceptance"]["verdict"] == "REJECTED"
@@ -202,7 +205,9 @@ def test_junit_xml_has_one_readable_property_per_measurement(gpc):
 
 def test_xdist_run_gives_one_complete_report_and_results_file(gpc):
     gpc.makepyfile(test_cluster=SUITE)
-    result = gpc.runpytest_subprocess("-n", "2", "--html=report.html", "--self-contained-html", "--results=r.json")
+    result = gpc.runpytest_subprocess(
+        "-n", "2", "--html=report.html", "--self-contained-html", "--gpucluster-results=r.json"
+    )
     result.assert_outcomes(passed=4, failed=3)
     doc = json.loads((gpc.path / "r.json").read_text())
     assert doc["status"] == "complete" and len(doc["tests"]) == 8
@@ -217,7 +222,7 @@ def test_xdist_run_gives_one_complete_report_and_results_file(gpc):
 
 def test_passing_run_is_accepted(gpc):
     gpc.makepyfile(test_cluster=PASSING.replace("SPEED", "0.95"))
-    result = gpc.runpytest_subprocess("--html=report.html", "--results=r.json")
+    result = gpc.runpytest_subprocess("--html=report.html", "--gpucluster-results=r.json")
     assert result.ret == 0
     assert json.loads((gpc.path / "r.json").read_text())["acceptance"]["verdict"] == "ACCEPTED"
     assert '<div class="gc-word">ACCEPTED</div>' in (gpc.path / "report.html").read_text()
@@ -227,7 +232,7 @@ def test_interrupted_run_is_incomplete(gpc):
     gpc.makepyfile(
         test_cluster=PASSING.replace("SPEED", "0.95") + "\ndef test_zz_interrupted():\n    raise KeyboardInterrupt\n"
     )
-    result = gpc.runpytest_subprocess("--html=report.html", "--self-contained-html", "--results=r.json")
+    result = gpc.runpytest_subprocess("--html=report.html", "--self-contained-html", "--gpucluster-results=r.json")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     doc = json.loads((gpc.path / "r.json").read_text())
     assert doc["status"] == "interrupted" and doc["acceptance"]["verdict"] == "INCOMPLETE"
@@ -242,7 +247,7 @@ def test_a_check_that_does_not_apply_leaves_the_run_accepted(gpc):
         test_compute=PASSING.replace("SPEED", "0.95"),
         test_nccl="import pytest\n@pytest.mark.across_nodes\ndef test_across_nodes():\n    pass\n",
     )
-    gpc.runpytest_subprocess("--results=r.json")
+    gpc.runpytest_subprocess("--gpucluster-results=r.json")
     acc = json.loads((gpc.path / "r.json").read_text())["acceptance"]
     assert acc["verdict"] == "ACCEPTED"
     assert acc["not_applicable"] == ["test_nccl.py::test_across_nodes: profile 'local' has 1 node; this check needs 2"]
@@ -250,7 +255,7 @@ def test_a_check_that_does_not_apply_leaves_the_run_accepted(gpc):
 
 def test_standalone_report_from_a_results_file(gpc):
     gpc.makepyfile(test_cluster=SUITE)
-    gpc.runpytest_subprocess("--results=r.json")
+    gpc.runpytest_subprocess("--gpucluster-results=r.json")
     run = gpc.run(sys.executable, "-m", "pytest_gpucluster.report", "r.json", "-o", "page.html")
     assert run.ret == 1 and "REJECTED: 3 checks failed: page.html" in run.stdout.str()
     page = (gpc.path / "page.html").read_text()

@@ -198,7 +198,7 @@ def _first_page(page: Path, tmp_path: Path) -> str:
 @pytest.fixture
 def report(gpc: pytest.Pytester) -> Path:
     gpc.makepyfile(test_cluster=SUITE)
-    gpc.runpytest_subprocess("--html=report.html", "--self-contained-html", "--results=results.json")
+    gpc.runpytest_subprocess("--html=report.html", "--self-contained-html", "--gpucluster-results=results.json")
     return gpc.path / "report.html"
 
 

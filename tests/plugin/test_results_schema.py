@@ -42,7 +42,7 @@ def written(value: Any, path: str = "") -> set[str]:
 def test_every_key_a_run_writes_is_in_the_schema(gpc: pytest.Pytester):
     for name in ("test_placement.py", "test_sharedfs.py", "test_inventory.py", "test_compute.py"):
         shutil.copy(REPO / "tests" / "acceptance" / name, gpc.path / name)
-    result = gpc.runpytest_subprocess("--results=out.json", "-m", "not slow")
+    result = gpc.runpytest_subprocess("--gpucluster-results=out.json", "-m", "not slow")
     doc = json.loads((gpc.path / "out.json").read_text())
     assert doc["tests"] and doc["acceptance"] and doc["plan"], result.stdout.str()
     known = documented()

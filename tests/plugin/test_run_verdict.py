@@ -60,7 +60,7 @@ def suite(gpc: pytest.Pytester) -> pytest.Pytester:
 
 def _run(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, case: str, *args: str):
     monkeypatch.setenv("CASE", case)
-    result = suite.runpytest_subprocess("--results=r.json", *args)
+    result = suite.runpytest_subprocess("--gpucluster-results=r.json", *args)
     return result, json.loads((suite.path / "r.json").read_text())
 
 
@@ -145,6 +145,6 @@ def test_a_failure_in_a_partial_run_still_rejects(suite, monkeypatch):
 def test_the_slow_checks_are_required_when_the_profile_says_so(suite, monkeypatch):
     text = (suite.path / "thresholds.toml").read_text()
     (suite.path / "burn.toml").write_text(text + '\n[profiles.burn]\nextends = "local"\nrequire_slow = true\n')
-    result, doc = _run(suite, monkeypatch, "", "--thresholds=burn.toml", "--cluster=burn", "-m", "not slow")
+    result, doc = _run(suite, monkeypatch, "", "--gpucluster-thresholds=burn.toml", "--cluster=burn", "-m", "not slow")
     assert result.ret == 0 and doc["acceptance"]["verdict"] == "PARTIAL"
     assert doc["selection"]["not_selected"] == ["test_suite.py::test_burn"]

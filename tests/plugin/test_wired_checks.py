@@ -44,7 +44,7 @@ def _tests(path: Path) -> dict[str, dict]:
 
 
 def test_both_are_planned_sdc_passes_on_the_cpu_stand_in_and_fabric_is_not_applicable(checks):
-    dry = checks.runpytest_subprocess("--cluster=local", "--dry-run")
+    dry = checks.runpytest_subprocess("--cluster=local", "--gpucluster-dry-run")
     dry.stdout.fnmatch_lines_random(
         [
             "sdc: job of its own, when first needed; *",
@@ -52,7 +52,7 @@ def test_both_are_planned_sdc_passes_on_the_cpu_stand_in_and_fabric_is_not_appli
             "fabric-after: job of its own, after every other job (its tests run last); *",
         ]
     )
-    checks.runpytest_subprocess("--cluster=local", "--results=out.json")
+    checks.runpytest_subprocess("--cluster=local", "--gpucluster-results=out.json")
     tests = _tests(checks.path)
     sdc, fabric = tests["test_gpus_compute_bit_identical_results"], tests["test_fabric_error_counters_did_not_rise"]
     assert sdc["verdict"] == "pass", sdc
@@ -75,7 +75,7 @@ def _moving_counter(checks: pytest.Pytester, tmp_path: Path, extra: str = "") ->
 def test_a_counter_that_rose_between_the_snapshots_fails_naming_the_port(checks, tmp_path):
     _moving_counter(checks, tmp_path)
     result = checks.runpytest_subprocess(
-        "test_fabric.py", "test_zz_traffic.py", "--cluster=fabric", "--results=out.json", "-v"
+        "test_fabric.py", "test_zz_traffic.py", "--cluster=fabric", "--gpucluster-results=out.json", "-v"
     )
     result.stdout.fnmatch_lines(["*test_traffic PASSED*", "*test_fabric_error_counters_did_not_rise*FAILED*"])
     fabric = _tests(checks.path)["test_fabric_error_counters_did_not_rise"]
@@ -88,7 +88,9 @@ def test_a_counter_that_rose_between_the_snapshots_fails_naming_the_port(checks,
 
 def test_a_profile_loosens_the_family(checks, tmp_path):
     _moving_counter(checks, tmp_path, "[profiles.fabric.fabric.link_downed]\nfail_per_s = false\nwarn_per_s = 0\n")
-    checks.runpytest_subprocess("test_fabric.py", "test_zz_traffic.py", "--cluster=fabric", "--results=out.json")
+    checks.runpytest_subprocess(
+        "test_fabric.py", "test_zz_traffic.py", "--cluster=fabric", "--gpucluster-results=out.json"
+    )
     fabric = _tests(checks.path)["test_fabric_error_counters_did_not_rise"]
     assert fabric["verdict"] == "warn", fabric
     assert any(
@@ -99,7 +101,7 @@ def test_a_profile_loosens_the_family(checks, tmp_path):
 
 
 def test_fabric_is_not_applicable_on_an_xdist_worker(checks):
-    checks.runpytest_subprocess("test_fabric.py", "--cluster=local", "--results=out.json", "-n", "1")
+    checks.runpytest_subprocess("test_fabric.py", "--cluster=local", "--gpucluster-results=out.json", "-n", "1")
     fabric = _tests(checks.path)["test_fabric_error_counters_did_not_rise"]
     assert fabric["verdict"] == "n/a", fabric
     assert "under xdist" in fabric["message"]
@@ -133,10 +135,10 @@ def vendor(gpc: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pyte
 
 
 def test_vendor_tools_are_planned_where_they_apply(vendor):
-    local = vendor.runpytest_subprocess("--cluster=twogpu", "--dry-run")
+    local = vendor.runpytest_subprocess("--cluster=twogpu", "--gpucluster-dry-run")
     local.stdout.fnmatch_lines(["nvbandwidth: job of its own, when first needed; *; read by 2 test(s)"])
     assert "ib-write-bw:" not in local.stdout.str()  # one node: not applicable, so not planned
-    pairs = vendor.runpytest_subprocess("--cluster=twonodes", "--dry-run")
+    pairs = vendor.runpytest_subprocess("--cluster=twonodes", "--gpucluster-dry-run")
     pairs.stdout.fnmatch_lines_random(
         [
             "node-probe: job of its own, started ahead; *",
@@ -147,7 +149,7 @@ def test_vendor_tools_are_planned_where_they_apply(vendor):
 
 
 def test_vendor_tools_are_not_applicable_with_their_reason_without_the_tools(vendor):
-    run = vendor.runpytest_subprocess("--cluster=twogpu", "--results=out.json")
+    run = vendor.runpytest_subprocess("--cluster=twogpu", "--gpucluster-results=out.json")
     tests = _tests(vendor.path)
     host = socket.gethostname()
     for name in ("test_host_device_copies_per_gpu", "test_gpu_pairs_copy_per_gpu"):
@@ -165,7 +167,7 @@ def test_vendor_tools_are_not_applicable_with_their_reason_without_the_tools(ven
 def test_a_named_nvbandwidth_path_that_is_not_there_is_named(vendor):
     thresholds = vendor.path / "thresholds.toml"
     thresholds.write_text(thresholds.read_text() + 'nvbandwidth_path = "/opt/nvbandwidth/nvbandwidth"\n')
-    vendor.runpytest_subprocess("test_nvbandwidth.py", "--cluster=twogpu-named", "--results=out.json")
+    vendor.runpytest_subprocess("test_nvbandwidth.py", "--cluster=twogpu-named", "--gpucluster-results=out.json")
     found = _tests(vendor.path)["test_host_device_copies_per_gpu"]
     assert found["verdict"] == "n/a", found
     assert "no executable at /opt/nvbandwidth/nvbandwidth (profile key nvbandwidth_path)" in found["message"]

@@ -32,7 +32,7 @@ def _tests(path: Path) -> list[dict]:
 
 
 def test_not_applicable_without_gpu_devices(checks):
-    checks.runpytest_subprocess("test_xid.py", "--cluster=local", "--results=out.json")
+    checks.runpytest_subprocess("test_xid.py", "--cluster=local", "--gpucluster-results=out.json")
     (xid,) = _tests(checks.path)
     if xid["verdict"] != "n/a":
         pytest.skip("this machine has GPUs: the local profile has them too")
@@ -40,9 +40,9 @@ def test_not_applicable_without_gpu_devices(checks):
 
 
 def test_judged_from_the_kernel_log_after_every_other_test(checks):
-    dry = checks.runpytest_subprocess("--cluster=onegpu", "--dry-run")
+    dry = checks.runpytest_subprocess("--cluster=onegpu", "--gpucluster-dry-run")
     dry.stdout.fnmatch_lines(["xid-kernel-log: job of its own, after every other job (its tests run last); *"])
-    checks.runpytest_subprocess("--cluster=onegpu", "--results=out.json")
+    checks.runpytest_subprocess("--cluster=onegpu", "--gpucluster-results=out.json")
     tests = _tests(checks.path)
     assert [t["name"] for t in tests][-1] == "test_no_gpu_xid_errors", [t["nodeid"] for t in tests]
     xid = tests[-1]
@@ -68,7 +68,7 @@ def _kmsg_opens() -> bool:
 
 
 def test_not_applicable_on_an_xdist_worker(checks):
-    checks.runpytest_subprocess("test_xid.py", "--cluster=onegpu", "--results=out.json", "-n", "1")
+    checks.runpytest_subprocess("test_xid.py", "--cluster=onegpu", "--gpucluster-results=out.json", "-n", "1")
     (xid,) = _tests(checks.path)
     assert xid["verdict"] == "n/a", xid
     assert "under xdist" in xid["message"]

@@ -1,4 +1,4 @@
-"""--calibrate's fragment: lines from the spread of several runs with a floor, speeds only, each
+"""--gpucluster-calibrate's fragment: lines from the spread of several runs with a floor, speeds only, each
 bound with its source; valid TOML that config.load reads back."""
 
 from __future__ import annotations
@@ -106,15 +106,17 @@ def test_margins_are_checked_and_chosen_by_hardware():
 
 
 def test_bad_inputs_name_the_option_and_the_file(tmp_path):
-    with pytest.raises(ConfigError, match=r"--calibrate-from=\S*missing.json: cannot be read"):
-        read_run(tmp_path / "missing.json", "--calibrate-from")
+    with pytest.raises(ConfigError, match=r"--gpucluster-calibrate-from=\S*missing.json: cannot be read"):
+        read_run(tmp_path / "missing.json", "--gpucluster-calibrate-from")
     (tmp_path / "x.json").write_text(json.dumps({"schema_version": 1, "tests": []}))
-    assert len(read_run(tmp_path / "x.json", "--calibrate-from").sha256) == 64
+    assert len(read_run(tmp_path / "x.json", "--gpucluster-calibrate-from").sha256) == 64
     (tmp_path / "y.json").write_text("{")
-    with pytest.raises(ConfigError, match=r"--calibrate-from=\S*y.json: \S*y.json: not a JSON results file"):
-        read_run(tmp_path / "y.json", "--calibrate-from")
+    with pytest.raises(ConfigError, match=r"--gpucluster-calibrate-from=\S*y.json: \S*y.json: not a JSON results file"):
+        read_run(tmp_path / "y.json", "--gpucluster-calibrate-from")
     other = Run("o.json", _doc(profile="other"))
-    with pytest.raises(ConfigError, match=r"--calibrate-from=o\.json: a run of profile 'other'; this run is 'nebius'"):
-        check_comparable([other], "nebius", None, "--calibrate-from")
-    with pytest.raises(ConfigError, match=r"--calibrate-from=a\.json: measured on 'NVIDIA H100 80GB HBM3'"):
-        check_comparable([Run("a.json", _doc())], "nebius", "NVIDIA H200", "--calibrate-from")
+    with pytest.raises(
+        ConfigError, match=r"--gpucluster-calibrate-from=o\.json: a run of profile 'other'; this run is 'nebius'"
+    ):
+        check_comparable([other], "nebius", None, "--gpucluster-calibrate-from")
+    with pytest.raises(ConfigError, match=r"--gpucluster-calibrate-from=a\.json: measured on 'NVIDIA H100 80GB HBM3'"):
+        check_comparable([Run("a.json", _doc())], "nebius", "NVIDIA H200", "--gpucluster-calibrate-from")

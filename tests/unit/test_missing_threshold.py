@@ -35,7 +35,7 @@ def test_a_model_no_set_matches_is_named_with_the_ways_out():
     assert (ts.name, ts.unmatched) == ("default", "NVIDIA H200")
     text = ts.missing("compute.matmul_bf16")
     assert "no [thresholds.SET] matches GPU model 'NVIDIA H200'" in text
-    assert 'thresholds = "SET"' in text and "--calibrate=PATH" in text
+    assert 'thresholds = "SET"' in text and "--gpucluster-calibrate=PATH" in text
 
 
 def test_an_unknown_metric_is_no_missing_bound():

@@ -153,7 +153,7 @@ def test_unknown_profile_lists_profiles(tmp_path):
 def test_missing_file_names_the_path(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(tmp_path / "nope.toml")
-    assert str(info.value) == f"{tmp_path / 'nope.toml'}: no such file. Pass --thresholds=PATH or create it."
+    assert str(info.value) == f"{tmp_path / 'nope.toml'}: no such file. Pass --gpucluster-thresholds=PATH or create it."
 
 
 def test_invalid_toml(tmp_path):

@@ -131,7 +131,9 @@ def test_the_retest_is_judged_on_the_merged_handover():
     assert T.unmet({"handover": {**merged["handover"], "retested": ["node1", "node2"]}}, expect) == [
         "re-tested ['node1', 'node2'], expected ['node2']"
     ]
-    assert T.unmet({"acceptance": {}}, expect) == ["no merged handover in the results (--merge-results did not merge)"]
+    assert T.unmet({"acceptance": {}}, expect) == [
+        "no merged handover in the results (--gpucluster-merge-results did not merge)"
+    ]
 
 
 def test_the_retest_merges_with_the_first_fault_run_that_rejected_node2_alone(tmp_path):
@@ -183,7 +185,7 @@ def test_the_dry_run_writes_every_command_and_expectation_and_runs_none(tmp_path
     assert "--share-gpus" not in log
     assert "--cluster=testbox-2x2 " in log and "--cluster=testbox-4x1-long " in log
     assert "2x2-retest: expected merged handover ACCEPTED, 2 of 2 nodes accepted, node2 re-tested" in log
-    assert "--merge-results=" in log
+    assert "--gpucluster-merge-results=" in log
     assert "4x1-link-cut: fault: node2's eth0 down 8 s into the across-node sweep  (dry run: not done)" in log
     assert log.count("(dry run: not run)") == 6  # three bring-ups and three suites
     assert (out / "summary.txt").read_text().splitlines()[0] == "2x2-gres-hidden: dry run, its commands in commands.log"

@@ -28,7 +28,10 @@ def test_a_rejected_run_names_its_nodes_what_was_drained_and_why():
     assert shown.colour == {"red": True}
     assert shown.lines == [
         ("nodes: 1 of 2 nodes accepted; rejected: node1 (sbatch --exclude=node1)", True),
-        ("drained node1 (--drain-failed): reason 'pytest-gpucluster: rejected: node1:gpu0: ECC errors'", False),
+        (
+            "drained node1 (--gpucluster-drain-failed): reason 'pytest-gpucluster: rejected: node1:gpu0: ECC errors'",
+            False,
+        ),
         ("  node1:gpu0: ECC errors (test_gpu.py::test_ecc[node1])", False),
         ("not applicable: 2 check(s)", False),
         ("  2 × 1 GPU per node", False),

@@ -75,7 +75,7 @@ def load(path: Path) -> Config:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{file}: no such file. Pass --thresholds=PATH or create it.") from None
+        raise ConfigError(f"{file}: no such file. Pass --gpucluster-thresholds=PATH or create it.") from None
     except OSError as exc:
         raise ConfigError(f"{file}: cannot be read ({exc.strerror}).") from None
     try:
@@ -129,7 +129,7 @@ def _site_metrics(raw: Any, file: str) -> dict[str, Metric]:
         calibrate = table.get("calibrate", False)
         if not isinstance(calibrate, bool):
             raise ConfigError(
-                f"{file}: {where}.calibrate: expected true (--calibrate may write its bounds) or false, "
+                f"{file}: {where}.calibrate: expected true (--gpucluster-calibrate may write its bounds) or false, "
                 f"got {calibrate!r}."
             )
         out[name] = Metric(name, unit, better, str(table.get("description", "")), calibrate)

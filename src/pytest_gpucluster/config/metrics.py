@@ -3,7 +3,7 @@
 thresholds.toml may only name metrics listed here, in the unit listed here; anything else is
 rejected at load time, so a typo or a wrong unit can never make a check silently pass.
 
-``calibrate`` says whether ``--calibrate`` may write a bound for the metric from measurements. Only
+``calibrate`` says whether ``--gpucluster-calibrate`` may write a bound for the metric from measurements. Only
 speeds are calibrated (bandwidths, FLOP/s, tokens/s, MFU, scaling): they are properties of the
 cluster that a known-good run measures. Counts, capacities, free space, temperatures, teardown times,
 spreads and ratios keep the bounds they have: those are sanity bounds (a count of errors must stay 0

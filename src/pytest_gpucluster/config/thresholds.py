@@ -48,7 +48,7 @@ class Threshold:
         return ", ".join(parts) or "no bound"
 
 
-CALIBRATED_PREFIX = "calibrated"  # every ``source`` ``--calibrate`` writes begins so
+CALIBRATED_PREFIX = "calibrated"  # every ``source`` ``--gpucluster-calibrate`` writes begins so
 ORIGINS = {
     "reference": "a published reference or measured run (docs/thresholds.md)",
     "calibration": "calibrated from known-good runs of this cluster",
@@ -58,7 +58,7 @@ ORIGINS = {
 
 
 def origin_of(source: str, evidence: str) -> str:
-    """The kind of evidence behind a bound: a ``source`` key written by ``--calibrate`` is a
+    """The kind of evidence behind a bound: a ``source`` key written by ``--gpucluster-calibrate`` is a
     calibration, any other a reference; a line derived from the fabric says so; a bound with
     no ``source`` key is the site's choice."""
     if evidence.startswith(CALIBRATED_PREFIX):
@@ -100,7 +100,7 @@ class ThresholdSet:
                 f"{self.file}: no threshold for {metric!r}: no [thresholds.SET] matches GPU model "
                 f"{self.unmatched!r}, so only [thresholds.default] is in force and it has none. Name a set "
                 'in the profile with thresholds = "SET", add a fragment of the model to a set\'s match list, '
-                "or run with --calibrate=PATH to write a set from this run's measurements."
+                "or run with --gpucluster-calibrate=PATH to write a set from this run's measurements."
             )
         where = "in set 'default'" if self.name == "default" else f"in set {self.name!r} nor in 'default'"
         if metric.startswith("site.") and metric not in METRICS:
@@ -159,7 +159,7 @@ def no_set_for(file: str, profile: Profile, matches: Mapping[str, tuple[str, ...
         f"{file}: profiles.{profile.name}.gpu_model = {model!r}: no threshold set applies to it (the profile "
         f'names none with thresholds = "SET", and no set\'s match fits it; match lists: {listed}). Name a '
         f'set in [profiles.{profile.name}] with thresholds = "SET", add a fragment of {model!r} to a set\'s '
-        "match list, or run with --calibrate=PATH to measure this cluster and write a set for it."
+        "match list, or run with --gpucluster-calibrate=PATH to measure this cluster and write a set for it."
     )
 
 

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     """Render the page; exit as the run did: 0 ACCEPTED or PARTIAL, 1 REJECTED, 10 INCOMPLETE; 3 for
     a file that is not a results file."""
     parser = argparse.ArgumentParser(prog="python -m pytest_gpucluster.report", description=__doc__)
-    parser.add_argument("results", type=Path, help="a --results file of pytest-gpucluster")
+    parser.add_argument("results", type=Path, help="a --gpucluster-results file of pytest-gpucluster")
     parser.add_argument("-o", "--output", type=Path, default=None, help="HTML file (default: RESULTS with .html)")
     args = parser.parse_args(argv)
     try:

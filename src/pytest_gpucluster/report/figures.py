@@ -106,7 +106,7 @@ class KeyFigure:
 
 
 def key_figures(doc: Mapping[str, Any], limit: int = 14) -> list[KeyFigure]:
-    """The speeds a cluster is bought for (every metric ``--calibrate`` may calibrate: FLOP/s,
+    """The speeds a cluster is bought for (every metric ``--gpucluster-calibrate`` may calibrate: FLOP/s,
     bandwidths, tokens/s, MFU, scaling) and every metric with a failure or a warning, failures
     first; at most ``limit`` rows, so the handover sheet stays one page."""
     by_metric: dict[str, list[Mapping[str, Any]]] = {}

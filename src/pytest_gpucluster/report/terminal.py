@@ -61,7 +61,7 @@ def summary(
                 out.line(f"  {node}: {v['verdict']}: {first}")
     for node, done in (doc.get("drained") or {}).items():
         said = f"reason {done['reason']!r}" if "reason" in done else f"NOT drained: {done['error']}"
-        out.line(f"drained {node} (--drain-failed): {said}")
+        out.line(f"drained {node} (--gpucluster-drain-failed): {said}")
     shown = acc["reasons"] if acc["verdict"] != "ACCEPTED" else acc["warnings"]
     for reason in shown[:20]:
         out.line(f"  {reason}")

@@ -15,7 +15,7 @@ from pytest_gpucluster.selection import Shape
 
 
 class NodeSet:
-    """The tested nodes, resolved once on first use. ``named``: the nodes ``--nodes`` names;
+    """The tested nodes, resolved once on first use. ``named``: the nodes ``--gpucluster-nodes`` names;
     ``lost``: the launcher's word on the nodes lost so far (name → Slurm's state and reason)."""
 
     def __init__(
@@ -68,7 +68,7 @@ class NodeSet:
         unusable = "; ".join(f"{n}: {why}" for n, why in self.excluded.items())
         if self.error:
             unusable = "; ".join(x for x in (unusable, self.error) if x)
-        # A re-test of some nodes (--nodes) is a cluster of those nodes: checks across more are n/a.
+        # A re-test of some nodes (--gpucluster-nodes) is a cluster of those nodes: checks across more are n/a.
         expected = len(self.named) if self.named else p.nodes
         return Shape(
             profile=p.name,
@@ -94,7 +94,7 @@ class NodeSet:
         return f"{', '.join(short)} advertise{'s' if len(short) == 1 else ''} {' or '.join(shapes)}"
 
     def _check_named(self) -> None:
-        """``--nodes`` names nodes of the profile's partition: asked of Slurm once, before any job
+        """``--gpucluster-nodes`` names nodes of the profile's partition: asked of Slurm once, before any job
         (the answer is kept for the node list); ConfigError naming those it does not hold. Where
         Slurm cannot answer now, the run's node list says so later."""
         p = self.profile
@@ -107,7 +107,7 @@ class NodeSet:
         if strangers:
             where = f"partition {p.partition!r}" if p.partition else "the cluster"
             raise ConfigError(
-                f"--nodes: {hostlist(strangers)} {'is' if len(strangers) == 1 else 'are'} not in {where} of "
+                f"--gpucluster-nodes: {hostlist(strangers)} {'is' if len(strangers) == 1 else 'are'} not in {where} of "
                 f"profile {p.name!r} (its nodes: {hostlist(sorted(held)) or 'none'}); name nodes of that partition."
             )
 
@@ -131,7 +131,7 @@ class NodeSet:
             for name in named:
                 n = by_name.get(name)
                 if n is None and self.named:
-                    self.excluded[name] = f"not in partition {p.partition!r} (--nodes)"
+                    self.excluded[name] = f"not in partition {p.partition!r} (--gpucluster-nodes)"
                 elif n is not None and not n.usable:
                     self.excluded[name] = n.said
             return tuple(self._with_gpus([name for name in named if name not in self.excluded], short, len(named)))

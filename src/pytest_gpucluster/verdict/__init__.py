@@ -7,7 +7,7 @@ pytest, no Slurm, no launcher; the report renders these, the session acts on the
 * ``run``: the run's acceptance verdict (ACCEPTED, REJECTED, INCOMPLETE, PARTIAL) and its reasons,
   faults outside the nodes among them;
 * ``nodes``: each tested node's verdict and the hostlist of those rejected;
-* ``merge``: a re-test merged into an earlier run's results (``--merge-results``);
+* ``merge``: a re-test merged into an earlier run's results (``--gpucluster-merge-results``);
 * ``exit``: the run's exit status from pytest's and the verdicts.
 """
 

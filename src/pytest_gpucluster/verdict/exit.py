@@ -9,7 +9,7 @@ A CI gate reads the exit status alone, so each verdict has its own code:
 * pytest's other codes stand as they are: 2 interrupted, 3 internal error, 4 usage error (a bad
   option or file, raised before any job), 5 no tests collected.
 
-With ``--merge-results`` the operator asked for the cluster's handover: the handover verdict
+With ``--gpucluster-merge-results`` the operator asked for the cluster's handover: the handover verdict
 decides 0, 1 or 10 in place of this run's alone.
 """
 
@@ -36,7 +36,7 @@ def exit_status(
     (``python -m pytest_gpucluster.report``), where the verdict alone decides. An INCOMPLETE run
     exits 10 where pytest says OK, or says TESTS_FAILED only because checks were stopped by a
     fault outside the nodes (``faults_only``); a harness error keeps pytest's 1. ``handover``, the
-    verdict of ``--merge-results``, decides in place of the run's own verdict where pytest's status
+    verdict of ``--gpucluster-merge-results``, decides in place of the run's own verdict where pytest's status
     is 0, 1 or 10."""
     if pytest_status is None:
         return BY_VERDICT.get(verdict, EXIT_INCOMPLETE)

@@ -1,4 +1,4 @@
-"""The handover verdict of a re-test merged into an earlier run's results (``--merge-results``).
+"""The handover verdict of a re-test merged into an earlier run's results (``--gpucluster-merge-results``).
 Pure: two results documents in, the ``handover`` entry of the results out."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pytest_gpucluster.verdict.nodes import nodes_summary
 
 
 def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any], now_ref: str) -> dict[str, Any]:
-    """The handover verdict of a re-test merged with an earlier run (``--merge-results``).
+    """The handover verdict of a re-test merged with an earlier run (``--gpucluster-merge-results``).
 
     A node this run tested takes this run's verdict, and an ACCEPTED or PARTIAL one counts as
     ACCEPTED only when every check that decided its earlier verdict ran again and passed (INCOMPLETE
@@ -40,7 +40,7 @@ def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any
                     "reasons": [
                         f"{node}: the re-test did not pass again {', '.join(missing)}, which decided "
                         f"its earlier verdict ({(before.get(node) or {}).get('verdict')}); a check across "
-                        "nodes needs an accepted node beside it in --nodes"
+                        "nodes needs an accepted node beside it in --gpucluster-nodes"
                     ],
                 }
             else:

@@ -1,0 +1,133 @@
+"""The package as a site installs it: a wheel built by ``python -m build``, installed into a fresh
+virtualenv with its dependencies (torch's CPU build satisfies its bounds), then used where a login
+node's operator would use it. Another project's runs in that environment behave as without the
+plugin; an empty directory runs the shipped suite on ``--cluster=local`` with the shipped
+thresholds and an ACCEPTED verdict; ``init`` writes a site's own
+thresholds.toml, which the next run reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+OTHER_CONFTEST = """
+import pytest
+
+def pytest_addoption(parser):
+    parser.addoption("--dry-run", action="store_true")
+    parser.addoption("--nodes", default="")
+    parser.addoption("--results", default="")
+    parser.addoption("--baseline", default="")
+
+@pytest.fixture
+def node():
+    return "their-node"
+"""
+OTHER_TESTS = """
+def test_their_node(node, request):
+    assert node == "their-node"
+    assert request.config.getoption("--nodes") == "a,b"
+"""
+
+
+def _env() -> dict[str, str]:
+    """This environment less what would let the fresh one see the repository's sources."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _run(argv: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv holding the wheel this checkout builds, and its dependencies."""
+    root = tmp_path_factory.mktemp("wheel")
+    dist = root / "dist"
+    # Built from outside the checkout: its build/ folder would shadow the `build` package.
+    built = _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)], root, 600)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    wheels = list(dist.glob("pytest_gpucluster-*.whl"))
+    assert len(wheels) == 1, wheels
+    env = root / "venv"
+    made = _run([sys.executable, "-m", "venv", str(env)], root, 300)
+    assert made.returncode == 0, made.stderr
+    pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q"]
+    for what in (["torch==2.13.0"], [str(wheels[0])]):
+        done = _run([*pip, *what], root, 1200)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return env
+
+
+def test_the_wheel_carries_the_suite_and_the_default_thresholds(venv):
+    found = _run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "from pytest_gpucluster import shipped; print(shipped.suite_dir()); print(shipped.default_thresholds())",
+        ],
+        venv,
+        60,
+    )
+    suite, thresholds = found.stdout.split()
+    assert "site-packages" in suite and Path(suite, "test_nccl.py").is_file(), found.stdout + found.stderr
+    assert Path(thresholds).read_bytes() == (REPO / "thresholds.toml").read_bytes()
+    shipped = sorted(p.name for p in Path(suite).glob("*.py"))
+    assert shipped == sorted(p.name for p in (REPO / "tests" / "acceptance").glob("*.py"))
+
+
+def test_another_projects_pytest_in_the_same_environment_is_untouched(venv, tmp_path):
+    (tmp_path / "conftest.py").write_text(OTHER_CONFTEST)
+    (tmp_path / "test_theirs.py").write_text(OTHER_TESTS)
+    pytest_ = str(venv / "bin" / "pytest")
+    for args in ([], ["--markers"], ["--fixtures"], ["--co"]):
+        done = _run(
+            [pytest_, "-p", "no:cacheprovider", "--nodes=a,b", "--dry-run", "--results=x", *args], tmp_path, 120
+        )
+        assert done.returncode == 0, (args, done.stdout[-3000:], done.stderr[-3000:])
+    done = _run([pytest_, "-p", "no:cacheprovider", "--nodes=a,b"], tmp_path, 120)
+    assert "1 passed" in done.stdout and "gpucluster:" not in done.stdout
+
+
+def test_an_empty_directory_runs_the_shipped_suite_accepted(venv, tmp_path):
+    done = _run(
+        [
+            str(venv / "bin" / "pytest"),
+            "-p",
+            "no:cacheprovider",
+            "--cluster=local",
+            "--gpucluster-results=r.json",
+        ],
+        tmp_path,
+        900,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["acceptance"]["verdict"] == "ACCEPTED", doc["acceptance"]["headline"]
+    assert doc["thresholds_origin"] == "shipped with pytest-gpucluster 0.1.0"
+    areas = {t["area"] for t in doc["tests"]}
+    assert {"nccl", "sharedfs", "placement", "training", "fabric", "xid"} <= areas  # the whole suite
+    assert "thresholds " in done.stdout and "(shipped with pytest-gpucluster 0.1.0)" in done.stdout
+
+
+def test_init_writes_a_sites_own_thresholds_that_the_next_run_reads(venv, tmp_path):
+    python = str(venv / "bin" / "python")
+    wrote = _run([python, "-m", "pytest_gpucluster", "init"], tmp_path, 60)
+    assert wrote.returncode == 0 and (tmp_path / "thresholds.toml").is_file(), wrote.stderr
+    again = _run([python, "-m", "pytest_gpucluster", "init"], tmp_path, 60)
+    assert again.returncode == 1 and "exists; nothing written" in again.stderr
+    dry = _run(
+        [str(venv / "bin" / "pytest"), "-p", "no:cacheprovider", "--cluster=local", "--gpucluster-dry-run"],
+        tmp_path,
+        300,
+    )
+    assert dry.returncode == 0, dry.stdout[-3000:]
+    assert f"thresholds {tmp_path / 'thresholds.toml'} (the rootdir ({tmp_path}))" in dry.stdout
