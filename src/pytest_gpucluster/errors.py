@@ -143,6 +143,26 @@ class SharedFsFault(LaunchError, ClusterFault):
         return fault
 
 
+class EnvironmentFault(LaunchError, ClusterFault):
+    """The run's Python environment cannot use the nodes' GPUs (a torch built for a CUDA their
+    driver cannot run, a CPU build of torch) while NVML sees them: no node's fault. ``nodes`` are
+    the nodes where a task found it."""
+
+    what = "environment"
+
+    @classmethod
+    def torch_cannot_use_gpus(cls, what: str, where: str, detail: str, job: str) -> EnvironmentFault:
+        """One sentence for every node where torch could not use the GPUs: the environment
+        (``what``: torch's build and the driver), the nodes, CUDA's words, what to do."""
+        sentence = f"{what} on {where}: {detail}"
+        fault = cls(
+            f"{sentence}; job {job} stopped before it measured. Install a torch built for a CUDA that driver "
+            "runs (README: 'torch and the nodes' driver'); no node is judged on it."
+        )
+        fault.fault_sentence = sentence
+        return fault
+
+
 class QueueHeldError(QueueTimeoutError, ClusterFault):
     """A job stayed PENDING past ``queue_timeout_s`` while other work (another user's or another
     run's jobs) held its nodes; it has been cancelled."""

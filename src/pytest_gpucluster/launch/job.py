@@ -19,15 +19,24 @@ from typing import Any, Protocol, TypeVar
 import submitit
 
 from pytest_gpucluster import slurm
-from pytest_gpucluster.errors import ClusterFault, DaemonUnreachable, GpuClusterError, LaunchError, NodeLostError
+from pytest_gpucluster.errors import (
+    ClusterFault,
+    DaemonUnreachable,
+    EnvironmentFault,
+    GpuClusterError,
+    LaunchError,
+    NodeLostError,
+)
 from pytest_gpucluster.faults import held_sentence, other_work, srun_missed_controller
 from pytest_gpucluster.launch import Job, JobSpec, TaskResult, start_up_summary
 from pytest_gpucluster.launch import task_files as files
 from pytest_gpucluster.launch import wait_rules as rules
 from pytest_gpucluster.launch.node import TaskOutput
 from pytest_gpucluster.launch.watcher import SlurmWatcher
+from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.slurm import Holder
 from pytest_gpucluster.slurm_retry import OUTAGES
+from pytest_gpucluster.workloads.gpu_environment import TorchGpuMismatch
 from pytest_gpucluster.workloads.xid import XidWatch
 
 R = TypeVar("R")
@@ -367,6 +376,7 @@ class SubmititJob(Job[R]):
             self._until_processes_end(LOCAL_EXIT_LIMIT_S)
         out: list[TaskResult[R]] = []
         failed: list[tuple[int, str]] = []  # (task index, why)
+        unusable: list[TorchGpuMismatch] = []  # tasks whose torch could not use the GPUs NVML sees
         for index, task in enumerate(tasks):
             if not task.paths.result_pickle.exists():
                 why = "no result"
@@ -382,6 +392,9 @@ class SubmititJob(Job[R]):
             if outcome != "success":
                 failed.append((index, files.last_error_line(str(output).strip().splitlines())))
                 self._launcher.keep_watch(self.job_id, index, files.left_watch(Path(task.paths.result_pickle)))
+                record = files.left_environment(Path(task.paths.result_pickle))
+                if record is not None:
+                    unusable.append(record)
                 continue
             ctx = output.context
             watch = getattr(output, "xid", None)
@@ -402,6 +415,8 @@ class SubmititJob(Job[R]):
                 )
             )
         self._note_ran(out)
+        if unusable:
+            raise self._environment_fault(unusable)
         if failed:
             self._raise_failed(state, failed, out, learn_lost)
         return sorted(out, key=lambda r: r.rank)
@@ -413,6 +428,16 @@ class SubmititJob(Job[R]):
         self.start_up = start_up_summary(out)
         if spans and self.on_ran is not None:
             self.on_ran(min(a for a, _ in spans), max(b for _, b in spans))
+
+    def _environment_fault(self, records: list[TorchGpuMismatch]) -> EnvironmentFault:
+        """The run's environment cannot use the GPUs of the nodes these tasks ran on: one fault
+        naming the environment and every such node, not a failure of any node."""
+        first = records[0]
+        nodes = hostlist(sorted({r.node for r in records}))
+        detail = f"{first.error or 'torch sees no GPU'} (NVML sees {first.nvml_gpus} GPU(s))"
+        fault = EnvironmentFault.torch_cannot_use_gpus(first.what(), nodes, detail, f"{self.job_id} ({self.spec.name})")
+        fault.job_id, fault.nodes = self.job_id, tuple(sorted({r.node for r in records}))
+        return fault
 
     def _raise_failed(
         self, state: str, failed: list[tuple[int, str]], out: list[TaskResult[R]], learn_lost: bool

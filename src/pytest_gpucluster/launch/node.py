@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar
 import submitit
 
 from pytest_gpucluster.workloads.context import TaskContext, master_port_for, process_start_time
+from pytest_gpucluster.workloads.gpu_environment import GIVEN_GPUS_ENV, TorchCannotUseGpus
 from pytest_gpucluster.workloads.xid import XidWatch, XidWatcher, node_of
 
 R = TypeVar("R")
@@ -52,12 +53,19 @@ def xid_path(result_pickle: Path) -> Path:
     return result_pickle.with_name(result_pickle.name.replace("_result.pkl", "") + "_xid.pkl")
 
 
+def environment_path(result_pickle: Path) -> Path:
+    """Where a task whose Python environment cannot use its GPUs leaves the record saying why."""
+    return result_pickle.with_name(result_pickle.name.replace("_result.pkl", "") + "_environment.pkl")
+
+
 def run_on_node(
     fn: Callable[..., R], env: Mapping[str, str], kwargs: Mapping[str, Any], watch_xid: bool = False
 ) -> TaskOutput[R]:
     """Runs on the compute node: build the task's context from the scheduler's environment,
-    then call the workload; ``watch_xid``: watch NVML's Xid events while it runs."""
+    then call the workload; ``watch_xid`` (the job was given GPUs): watch NVML's Xid events while
+    it runs. A workload that finds torch cannot use the GPUs leaves the record beside the result."""
     os.environ.update(env)
+    os.environ[GIVEN_GPUS_ENV] = "1" if watch_xid else "0"
     job_env = submitit.JobEnvironment()
     hostnames = tuple(job_env.hostnames) or (socket.gethostname(),)
     job_id = str(job_env.job_id)
@@ -79,9 +87,11 @@ def run_on_node(
     started = time.time()
     try:
         value = fn(ctx, **kwargs)
-    except BaseException:
+    except BaseException as exc:
         if watcher is not None:
-            _leave_watch(job_env, watcher.stop())
+            _leave(xid_path, job_env, watcher.stop())
+        if isinstance(exc, TorchCannotUseGpus):
+            _leave(environment_path, job_env, exc.record)
         exit_once_written(1)
         raise
     ended = time.time()
@@ -90,12 +100,13 @@ def run_on_node(
     return TaskOutput(ctx, value, started, ended, process_start_time(), startup_cpu, watch)
 
 
-def _leave_watch(job_env: submitit.JobEnvironment, watch: XidWatch) -> None:
-    """Write the watch of a task whose workload raised beside its result; never masks the error."""
+def _leave(where: Callable[[Path], Path], job_env: submitit.JobEnvironment, what: object) -> None:
+    """Write what a task whose workload raised leaves beside its result (its Xid watch, the
+    record of an environment that cannot use its GPUs); never masks the error."""
     with contextlib.suppress(Exception):
-        path = xid_path(Path(job_env.paths.result_pickle))
+        path = where(Path(job_env.paths.result_pickle))
         tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(pickle.dumps(watch))
+        tmp.write_bytes(pickle.dumps(what))
         tmp.replace(path)
 
 

@@ -1,5 +1,6 @@
 """What a job's tasks leave in its submitit folder, read on the login side: their result files,
-the Xid watch a failed task left beside its result, and the batch step's stderr (srun's word on
+the Xid watch a failed task left beside its result, the record of a task whose Python environment
+cannot use its GPUs, and the batch step's stderr (srun's word on
 nodes it could not start tasks on)."""
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 
 import submitit
 
-from pytest_gpucluster.launch.node import xid_path
+from pytest_gpucluster.launch.node import environment_path, xid_path
+from pytest_gpucluster.workloads.gpu_environment import TorchGpuMismatch
 from pytest_gpucluster.workloads.xid import XidWatch
 
 
@@ -94,8 +96,18 @@ def last_error_line(lines: list[str]) -> str:
 
 def left_watch(result_pickle: Path) -> XidWatch | None:
     """The Xid watch a task whose workload raised left beside its result, if any."""
+    watch = _left(xid_path(result_pickle))
+    return watch if isinstance(watch, XidWatch) else None
+
+
+def left_environment(result_pickle: Path) -> TorchGpuMismatch | None:
+    """The record a task left when torch could not use the GPUs NVML sees, if any."""
+    record = _left(environment_path(result_pickle))
+    return record if isinstance(record, TorchGpuMismatch) else None
+
+
+def _left(path: Path) -> object:
     try:
-        watch = pickle.loads(xid_path(result_pickle).read_bytes())
+        return pickle.loads(path.read_bytes())
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
         return None
-    return watch if isinstance(watch, XidWatch) else None

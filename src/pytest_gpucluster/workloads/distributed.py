@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.gpu_environment import check_torch_can_use_gpus
 
 # Set in a job's environment by the login side to choose the backend for every workload of the
 # job (``gloo`` for a profile whose GPUs are not real, on a host that has some).
@@ -18,13 +19,18 @@ BACKEND_ENV = "PYTEST_GPUCLUSTER_BACKEND"
 
 def pick_backend(requested: str | None = None) -> str:
     """What was asked for, else what the job's environment names (``BACKEND_ENV``), else
-    ``nccl`` when CUDA is usable here and ``gloo`` when not."""
+    ``nccl`` when CUDA is usable here and ``gloo`` when not. A task given GPUs that torch cannot
+    use while NVML sees them never falls back to the CPU: ``TorchCannotUseGpus`` names the
+    environment (``workloads.gpu_environment``)."""
     import torch
 
     requested = requested or os.environ.get(BACKEND_ENV)
     if requested and requested != "auto":
         return requested
-    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return "nccl"
+    check_torch_can_use_gpus()
+    return "gloo"
 
 
 def device_for(ctx: TaskContext, backend: str) -> Any:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.gpu_environment import check_torch_can_use_gpus
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ def _nvml_devices() -> tuple[tuple[Device, ...] | None, str]:
 def _torch_view() -> tuple[int, tuple[str, ...]]:
     import torch
 
+    check_torch_can_use_gpus()  # a torch that cannot use the driver is the environment's fault
     count = torch.cuda.device_count()
     uuids = []
     for i in range(count):
