@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest import junitxml  # its stash key: the test suite's properties (as record_testsuite_property)
 
 from pytest_gpucluster.baseline import REGRESSION_METRIC, Comparison, compare
 from pytest_gpucluster.calibrate import Margins, Run, calibrate, check_comparable, read_run, set_name_for
@@ -41,6 +42,14 @@ BASELINE_NODEID = "baseline::test_no_regression_against_baseline"
 # Exceptions that are a judgement (pytest.fail, assert) or the cluster's answer (a failed job, a
 # refused submission): a check ending in any other exception could not judge.
 JUDGED: tuple[type[BaseException], ...] = (pytest.fail.Exception, AssertionError, GpuClusterError)
+
+
+def junit_family(config: pytest.Config) -> str:
+    """The JUnit XML family of this run (``junit_family``; "" where the junitxml plugin is off)."""
+    try:
+        return str(config.getini("junit_family"))
+    except ValueError:
+        return ""
 
 
 class BaselineWarning(UserWarning):
@@ -80,6 +89,7 @@ class ResultsHooks:
         self.baseline_path = outputs.baseline_path
         self.calibrate_path = outputs.calibrate_path
         self.margins = Margins.for_run(outputs.calibrate_fail, outputs.calibrate_warn, session.gpu_model)
+        self.per_test_properties = junit_family(config) in ("xunit1", "legacy")
         self.calibrate_from = self._calibration_runs(list(outputs.calibrate_from))
         results = session.results
         if results is None:
@@ -146,8 +156,12 @@ class ResultsHooks:
             results.checkpoint(self.session.settings.results_path)
         entries = entries_of(report.user_properties)
         if entries:
+            # xunit2, JUnit XML's default family, allows no properties on a test case: there the
+            # run's verdict goes on the test suite (``pytest_sessionfinish``) and the rest is in
+            # the results file.
             kept = [p for p in report.user_properties if not (p[0] == PROPERTY and isinstance(p[1], dict))]
-            report.user_properties = [*kept, *model.junit_properties(entries)]
+            readable = model.junit_properties(entries) if self.per_test_properties else []
+            report.user_properties = [*kept, *readable]
 
     def pytest_warning_recorded(self, warning_message: Any, when: str, nodeid: str, location: Any) -> None:
         """A check's own warnings (``GpuClusterWarning``) go on its record: the results, the
@@ -221,6 +235,10 @@ class ResultsHooks:
         results = self.session.results
         if results is None:
             return
+        xml = self.config.stash.get(junitxml.xml_key, None)
+        if xml is not None and "acceptance" in results.extra:
+            for name, value in model.junit_suite_properties(results.to_json()):
+                xml.add_global_property(name, value)
         if self.comparison is not None and self.comparison.environment_differences:
             warnings.warn(
                 BaselineWarning(

@@ -2,7 +2,7 @@
 virtualenv with its dependencies (torch's CPU build satisfies its bounds), then used where a login
 node's operator would use it. Another project's runs in that environment behave as without the
 plugin; an empty directory runs the shipped suite on ``--cluster=local`` with the shipped
-thresholds and an ACCEPTED verdict; ``init`` writes a site's own
+thresholds and an ACCEPTED verdict that JUnit XML carries; ``init`` writes a site's own
 thresholds.toml, which the next run reads."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,7 @@ def test_another_projects_pytest_in_the_same_environment_is_untouched(venv, tmp_
     assert "1 passed" in done.stdout and "gpucluster:" not in done.stdout
 
 
-def test_an_empty_directory_runs_the_shipped_suite_accepted(venv, tmp_path):
+def test_an_empty_directory_runs_the_shipped_suite_accepted_with_the_verdict_in_junit(venv, tmp_path):
     done = _run(
         [
             str(venv / "bin" / "pytest"),
@@ -105,6 +106,7 @@ def test_an_empty_directory_runs_the_shipped_suite_accepted(venv, tmp_path):
             "no:cacheprovider",
             "--cluster=local",
             "--gpucluster-results=r.json",
+            "--junitxml=j.xml",
         ],
         tmp_path,
         900,
@@ -116,6 +118,9 @@ def test_an_empty_directory_runs_the_shipped_suite_accepted(venv, tmp_path):
     areas = {t["area"] for t in doc["tests"]}
     assert {"nccl", "sharedfs", "placement", "training", "fabric", "xid"} <= areas  # the whole suite
     assert "thresholds " in done.stdout and "(shipped with pytest-gpucluster 0.1.0)" in done.stdout
+    suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
+    props = {p.get("name"): p.get("value") for p in suite.find("properties").iter("property")}
+    assert props["gpucluster.verdict"] == "ACCEPTED" and props["gpucluster.profile"] == "local"
 
 
 def test_init_writes_a_sites_own_thresholds_that_the_next_run_reads(venv, tmp_path):

@@ -186,9 +186,24 @@ def test_results_file_carries_measurements_with_thresholds_and_the_verdict(gpc):
     assert (temp["params"], temp["verdict"]) == ("node3", "warn")
 
 
-def test_junit_xml_has_one_readable_property_per_measurement(gpc):
+def test_junit_xml_carries_the_verdict_on_the_suite_and_stays_xunit2(gpc):
     gpc.makepyfile(test_cluster=SUITE)
     gpc.runpytest_subprocess("--junitxml=junit.xml")
+    root = ET.parse(gpc.path / "junit.xml").getroot()
+    suite = root.find("testsuite")
+    props = {p.get("name"): p.get("value") for p in suite.find("properties").iter("property")}
+    assert props["gpucluster.verdict"] == "REJECTED"
+    assert props["gpucluster.headline"].startswith("REJECTED: 3 checks failed")
+    assert props["gpucluster.profile"] == "local" and len(props["gpucluster.thresholds_sha256"]) == 64
+    assert props["gpucluster.nodes"] == "3 of 4 nodes accepted; rejected: node2"
+    assert props["gpucluster.exclude"] == "node2"
+    # xunit2 (the default family) allows no properties on a test case
+    assert not [case.get("name") for case in root.iter("testcase") if case.find("properties") is not None]
+
+
+def test_junit_xml_has_one_readable_property_per_measurement(gpc):
+    gpc.makepyfile(test_cluster=SUITE)
+    gpc.runpytest_subprocess("--junitxml=junit.xml", "-o", "junit_family=xunit1")
     root = ET.parse(gpc.path / "junit.xml").getroot()
     props = {}
     for case in root.iter("testcase"):

@@ -88,6 +88,21 @@ def junit_properties(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, st
     return props
 
 
+def junit_suite_properties(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The run's verdict as JUnit XML test-suite properties, which every family allows: what a CI
+    system reads beside the test counts."""
+    acc = doc.get("acceptance") or {}
+    nodes = acc.get("nodes") or {}
+    return [
+        (f"{PROPERTY}.verdict", str(acc.get("verdict", ""))),
+        (f"{PROPERTY}.headline", str(acc.get("headline", ""))),
+        (f"{PROPERTY}.profile", str(doc.get("profile", ""))),
+        (f"{PROPERTY}.thresholds_sha256", str(doc.get("thresholds_sha256", ""))),
+        (f"{PROPERTY}.nodes", str(nodes.get("summary", ""))),
+        (f"{PROPERTY}.exclude", str(nodes.get("exclude", ""))),
+    ]
+
+
 @dataclass(frozen=True)
 class TestCells:
     """The results-table cells of one test: its worst measurement stands for it."""
