@@ -12,13 +12,13 @@ import pytest
 from pytest_gpucluster.config import Profile, Threshold, ThresholdSet
 from pytest_gpucluster.errors import DeclarationError
 from pytest_gpucluster.fold import fold_lines
-from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, ThresholdWarning
+from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, GpuClusterWarning, ThresholdWarning
 from pytest_gpucluster.plan import JobRequest
 from pytest_gpucluster.run import produce
 from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.session import GpuClusterSession
-from pytest_gpucluster.verdict import Measurement, Verdict, judge
+from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 
 
 def _session(config: pytest.Config) -> GpuClusterSession:
@@ -99,6 +99,23 @@ class Judge:
         expected = [v for v in verdicts if v.status == "xfail"]
         if expected:
             pytest.xfail("; ".join(v.sentence for v in expected))
+
+    def findings(self, findings: Iterable[Finding], what: str) -> None:
+        """Record every finding on the test, then end it by the worst: fail naming every failure
+        (their sentences folded, then ``what``), else not judged (a finding outside the nodes
+        that kept the check from judging), else pass with each warning recorded."""
+        found = list(findings)
+        for f in found:
+            self._session.record({"kind": "finding", **f.to_json()})
+        failed = [f.text for f in found if f.severity == "fail"]
+        if failed:
+            pytest.fail("; ".join(fold_lines(dict.fromkeys(failed))) + f" ({what})", pytrace=False)
+        unjudged = [f.text for f in found if f.severity == "not_judged"]
+        if unjudged:
+            raise pytest.skip.Exception(COULD_NOT_JUDGE + "; ".join(dict.fromkeys(unjudged)), _use_item_location=True)
+        for f in found:
+            if f.severity == "warn":
+                warnings.warn(GpuClusterWarning(f.text), stacklevel=2)
 
     def problems(self, problems: list[str], what: str) -> None:
         """Fail on the problems of a check that has no number to judge. Each problem is one

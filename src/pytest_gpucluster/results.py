@@ -200,6 +200,7 @@ class TestRecord:
     measurements: list[MeasurementEntry] = field(default_factory=list)
     series: list[SeriesEntry] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)  # verdict.Finding.to_json, one per finding
     logs: list[LogEntry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what the check warned of (GpuClusterWarning)
     unjudged: str = ""  # an error that is no judgement (a harness fault): the exception's type
@@ -242,6 +243,7 @@ class TestRecord:
             "measurements": self.measurements,
             "series": self.series,
             "problems": self.problems,
+            "findings": self.findings,
             "warnings": self.warnings,
             "unjudged": self.unjudged,
             "cluster_fault": self.cluster_fault or None,
@@ -349,7 +351,9 @@ class ResultsDocument:
                 by_kind.setdefault(str(e.get("kind")), []).append(e)
             rec.measurements = [cast(MeasurementEntry, e) for e in by_kind.get("measurement", [])]
             rec.series = [cast(SeriesEntry, e) for e in by_kind.get("series", [])]
+            rec.findings = [_without_kind(e) for e in by_kind.get("finding", [])]
             rec.problems = [str(e.get("text", "")) for e in by_kind.get("problem", [])]
+            rec.problems += [str(f.get("text", "")) for f in rec.findings if f.get("severity", "fail") == "fail"]
             jobs = {str(e["job_id"]): e for e in by_kind.get("job", []) if "job_id" in e}
             rec.jobs = [cast(JobEntry, _without_kind(e)) for e in jobs.values()]
             rec.job_ids = list(jobs)

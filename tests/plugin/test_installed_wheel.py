@@ -7,6 +7,7 @@ thresholds.toml, which the next run reads."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -50,22 +51,32 @@ def _run(argv: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProc
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv holding the wheel this checkout builds, and its dependencies."""
-    root = tmp_path_factory.mktemp("wheel")
+    """A fresh virtualenv holding the wheel this checkout builds, and its dependencies: made once
+    for the whole test run, whichever xdist worker comes first (the others wait for it)."""
+    shared = tmp_path_factory.getbasetemp().parent / "installed-wheel"
+    shared.mkdir(exist_ok=True)
+    with (shared / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        env = shared / "venv"
+        if not (env / "ready").exists():
+            _install(shared, env)
+            (env / "ready").touch()
+    return env
+
+
+def _install(root: Path, env: Path) -> None:
     dist = root / "dist"
-    # Built from outside the checkout: its build/ folder would shadow the `build` package.
-    built = _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)], root, 600)
+    # sdist, then the wheel from it, as a release is built: nothing is written into the checkout.
+    built = _run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], root, 900)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     wheels = list(dist.glob("pytest_gpucluster-*.whl"))
     assert len(wheels) == 1, wheels
-    env = root / "venv"
     made = _run([sys.executable, "-m", "venv", str(env)], root, 300)
     assert made.returncode == 0, made.stderr
     pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q"]
     for what in (["torch==2.13.0"], [str(wheels[0])]):
         done = _run([*pip, *what], root, 1200)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return env
 
 
 def test_the_wheel_carries_the_suite_and_the_default_thresholds(venv):

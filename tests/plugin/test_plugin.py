@@ -308,3 +308,35 @@ def test_a_check_reading_no_declared_job_is_not_judged_and_rejects_no_node(gpc):
     (test,) = json.loads((gpc.path / "r.json").read_text())["tests"]
     assert test["unjudged"] == "DeclarationError", test
     assert result.ret == 1
+
+
+FINDINGS = """
+from pytest_gpucluster.verdict import Finding
+
+def test_gpu_fault(judge):
+    judge.findings([Finding.on_node("n1", "n1:gpu3: 2 row remaps pending", gpu=3),
+                    Finding.on_node("n1", "n1:gpu1: warm", gpu=1, severity="warn")], "row remaps")
+
+def test_warm_only(judge):
+    judge.findings([Finding.on_node("n1", "n1:gpu1: warm", gpu=1, severity="warn")], "heat")
+
+def test_config(judge):
+    judge.findings([Finding.outside("config", "NCCL_SOCKET_IFNAME=ib9 matches no interface of n1",
+                                    nodes=["n1"], setting="env.NCCL_SOCKET_IFNAME", severity="not_judged")], "config")
+"""
+
+
+def test_findings_are_recorded_as_data_and_end_the_check_by_the_worst(gpc):
+    gpc.makepyfile(FINDINGS)
+    result = gpc.runpytest_subprocess("--gpucluster-results=r.json", "-rs")
+    tests = {t["name"]: t for t in json.loads((gpc.path / "r.json").read_text())["tests"]}
+    fault = tests["test_gpu_fault"]
+    assert fault["verdict"] == "fail" and fault["message"] == "Failed: n1:gpu3: 2 row remaps pending (row remaps)"
+    assert [(f["scope"], f["gpu"], f["culprits"], f["severity"]) for f in fault["findings"]] == [
+        ("gpu", 3, ["n1"], "fail"),
+        ("gpu", 1, ["n1"], "warn"),
+    ]
+    assert tests["test_warm_only"]["verdict"] == "warn" and tests["test_warm_only"]["warnings"] == ["n1:gpu1: warm"]
+    config = tests["test_config"]
+    assert config["verdict"] == "skip" and config["findings"][0]["setting"] == "env.NCCL_SOCKET_IFNAME"
+    result.stdout.fnmatch_lines(["*could not judge: NCCL_SOCKET_IFNAME=ib9 matches no interface of n1*"])

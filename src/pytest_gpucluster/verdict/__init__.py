@@ -1,6 +1,7 @@
 """Verdicts: what the run's measurements and records decide, as plain data and sentences. Pure: no
 pytest, no Slurm, no launcher; the report renders these, the session acts on them.
 
+* ``finding``: one thing a check found, as data: its scope, the nodes it names, the culprits;
 * ``measurement``: one measurement × its threshold → pass / warn / fail / xfail and one sentence;
 * ``findings``: a check's label, the sentences of its failures, the severity of statuses;
 * ``attribution``: every test's result put on the nodes it names (the node × check matrix);
@@ -16,7 +17,8 @@ from __future__ import annotations
 from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Matrix, matrix
 from pytest_gpucluster.verdict.exit import EXIT_INCOMPLETE, exit_status
-from pytest_gpucluster.verdict.findings import Finding, first_line
+from pytest_gpucluster.verdict.finding import Finding, Scope, Severity
+from pytest_gpucluster.verdict.findings import FailureLine, first_line
 from pytest_gpucluster.verdict.measurement import Measurement, Status, Verdict, judge
 from pytest_gpucluster.verdict.merge import handover
 from pytest_gpucluster.verdict.nodes import Nodes, NodeVerdict, node_verdicts
@@ -26,12 +28,15 @@ __all__ = [
     "CLUSTER_ROW",
     "EXIT_INCOMPLETE",
     "Acceptance",
+    "FailureLine",
     "Finding",
     "Matrix",
     "Measurement",
     "NodeVerdict",
     "Nodes",
     "Overall",
+    "Scope",
+    "Severity",
     "Status",
     "Verdict",
     "acceptance",

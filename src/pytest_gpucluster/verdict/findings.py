@@ -1,5 +1,5 @@
 """What one check's record says, in the words every verdict uses: its label, the sentences of
-its failures (the culprit first), a fold of repeated sentences (``Finding``), and how severe each
+its failures (the culprit first), a fold of repeated sentences (``FailureLine``), and how severe each
 status is when several meet."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def measurement_label(m: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class Finding:
+class FailureLine:
     """One line of the failures: what one check found, repeated sentences folded (``fold.py``),
     the check's label after it; ``nodeid`` is the check, for a link to its details."""
 
@@ -73,9 +73,10 @@ def failure_sentences(test: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def findings_of(test: Mapping[str, Any], nodes: Sequence[str] = ()) -> list[Finding]:
+def findings_of(test: Mapping[str, Any], nodes: Sequence[str] = ()) -> list[FailureLine]:
     """A failed check's sentences folded (one line per node and cause), its label after each."""
     label = test_label(str(test.get("nodeid")))
     return [
-        Finding(f"{f.text} ({label})", f.count, str(test.get("nodeid"))) for f in fold(failure_sentences(test), nodes)
+        FailureLine(f"{f.text} ({label})", f.count, str(test.get("nodeid")))
+        for f in fold(failure_sentences(test), nodes)
     ]

@@ -7,13 +7,17 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from pytest_gpucluster.config import Threshold
+from pytest_gpucluster.verdict.finding import Finding
 
 Status = Literal["pass", "warn", "fail", "xfail"]
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """One measured value and where it was measured (``where``: ``node1``, ``node1:gpu2``, ...)."""
+    """One measured value and where it was measured: ``nodes`` (one node, or several measured
+    together), ``gpu`` on a node, ``culprits`` of a measurement of several nodes whose bad nodes
+    were isolated; ``where`` says it for people (``node1``, ``node1:gpu2``, ``node1+node2``).
+    ``at`` and ``across`` set them together."""
 
     metric: str
     value: float
@@ -21,6 +25,41 @@ class Measurement:
     where: str = ""
     detail: str = ""
     job_id: str | None = None
+    nodes: tuple[str, ...] = ()
+    gpu: int | None = None
+    culprits: tuple[str, ...] = ()
+
+    @classmethod
+    def at(
+        cls,
+        metric: str,
+        value: float,
+        unit: str,
+        node: str,
+        *,
+        gpu: int | None = None,
+        detail: str = "",
+        job_id: str | None = None,
+    ) -> Measurement:
+        """A measurement of ``node`` (of its GPU ``gpu``)."""
+        where = f"{node}:gpu{gpu}" if gpu is not None else node
+        return cls(metric, value, unit, where, detail, job_id, (node,), gpu, (node,))
+
+    @classmethod
+    def across(
+        cls,
+        metric: str,
+        value: float,
+        unit: str,
+        nodes: tuple[str, ...] | list[str],
+        *,
+        culprits: tuple[str, ...] | list[str] = (),
+        detail: str = "",
+        job_id: str | None = None,
+    ) -> Measurement:
+        """A measurement of several nodes together; ``culprits``: the nodes isolated as bad."""
+        named = tuple(nodes)
+        return cls(metric, value, unit, "+".join(named), detail, job_id, named, None, tuple(culprits))
 
 
 @dataclass(frozen=True)
@@ -32,9 +71,21 @@ class Verdict:
     status: Status
     sentence: str
 
+    def finding(self) -> Finding | None:
+        """The finding a verdict past a line is (None for a pass or an expected failure): of the
+        measured node or GPU, or of the nodes measured together and the culprits isolated."""
+        if self.status not in ("warn", "fail"):
+            return None
+        m = self.measurement
+        more: dict[str, Any] = {"metric": m.metric, "value": m.value, "unit": m.unit, "job_id": m.job_id or ""}
+        if len(m.nodes) == 1:
+            return Finding.on_node(m.nodes[0], self.sentence, gpu=m.gpu, severity=self.status, **more)
+        return Finding.across(m.nodes, self.sentence, culprits=m.culprits, severity=self.status, **more)
+
     def to_json(self) -> dict[str, Any]:
         """Plain dict for the results file and the report."""
         m = asdict(self.measurement)
+        m["nodes"], m["culprits"] = list(self.measurement.nodes), list(self.measurement.culprits)
         return {
             **m,
             "status": self.status,

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pytest_gpucluster.fold import fold, fold_lines
 from pytest_gpucluster.outcomes import reason_of
 from pytest_gpucluster.verdict.attribution import known_nodes
-from pytest_gpucluster.verdict.findings import Finding, findings_of, first_line, test_label
+from pytest_gpucluster.verdict.findings import FailureLine, findings_of, first_line, test_label
 
 Overall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE", "PARTIAL"]
 
@@ -43,7 +43,7 @@ class Acceptance:
     warnings: tuple[str, ...] = ()
     not_applicable: tuple[str, ...] = ()  # "<check>: <reason>", one per check that does not apply
     not_selected: tuple[str, ...] = ()
-    findings: tuple[Finding, ...] = ()  # the failures of a REJECTED run, one line per check and cause
+    findings: tuple[FailureLine, ...] = ()  # the failures of a REJECTED run, one line per check and cause
 
 
 COUNTED = ("pass", "warn", "fail", "error", "n/a", "skip", "xfail", "xpass")
@@ -74,7 +74,7 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
     ]
     warned = tuple(
         dict.fromkeys(
-            Finding(f"{f.text} ({test_label(str(t.get('nodeid')))})", f.count, str(t.get("nodeid"))).line
+            FailureLine(f"{f.text} ({test_label(str(t.get('nodeid')))})", f.count, str(t.get("nodeid"))).line
             for t in tests
             if t.get("verdict") == "warn"
             for f in fold(
@@ -93,7 +93,7 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         reasons: Iterable[str],
         headline: str,
         not_selected: Iterable[str] = (),
-        found: Iterable[Finding] = (),
+        found: Iterable[FailureLine] = (),
     ) -> Acceptance:
         return Acceptance(
             verdict,
