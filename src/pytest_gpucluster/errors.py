@@ -42,10 +42,14 @@ class LaunchError(GpuClusterError):
         nodes: tuple[str, ...] = (),
         log_paths: tuple[str, ...] = (),
         stderr_tail: str = "",
+        culprits: tuple[str, ...] = (),
+        held: dict[str, str] | None = None,
     ) -> None:
         self.job_id = job_id
         self.state = state
-        self.nodes = nodes
+        self.nodes = nodes  # the job's nodes (those Slurm gave it, else those it was pinned to)
+        self.culprits = culprits  # the nodes whose tasks failed, where the job can tell
+        self.held = dict(held or {})  # node → the other work holding it, for a job that never started
         self.log_paths = log_paths
         self.stderr_tail = stderr_tail
         parts = [message]

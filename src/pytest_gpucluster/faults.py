@@ -10,8 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from pytest_gpucluster.errors import ClusterFault
+from pytest_gpucluster.errors import ClusterFault, LaunchError, NodeLostError
 from pytest_gpucluster.slurm import Holder
+from pytest_gpucluster.verdict.finding import Finding, Scope
+
+# What a fault outside the nodes is about (``ClusterFault.what``) → a finding's scope.
+FAULT_SCOPES: dict[str, Scope] = {
+    "shared_fs": "shared_fs",
+    "queue": "queue",
+    "environment": "environment",
+    "config": "config",
+}
 
 
 def cluster_fault(exc: BaseException | None) -> ClusterFault | None:
@@ -24,6 +33,46 @@ def cluster_fault(exc: BaseException | None) -> ClusterFault | None:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def fault_finding(fault: ClusterFault, *, node: str, tested: Sequence[str]) -> Finding:
+    """The finding of a fault outside the nodes that stopped a check: not judged, on the nodes it
+    kept from being judged (the nodes other work held, where a task found the environment
+    wanting), else the check's node, else every tested node; no node is its culprit."""
+    held = getattr(fault, "held", None) or {}
+    named = tuple(held) or tuple(getattr(fault, "nodes", ()) if fault.what == "environment" else ())
+    nodes = named or ((node,) if node else tuple(tested))
+    scope = FAULT_SCOPES.get(fault.what, "controller")
+    return Finding.outside(scope, fault.sentence, nodes=nodes, severity="not_judged")
+
+
+def error_findings(exc: BaseException, *, node: str, tested: Sequence[str]) -> list[Finding]:
+    """The findings a check's ending in ``exc`` stands for, from the error's fields: a fault
+    outside the nodes (``fault_finding``); nodes lost under a job, each its own culprit; a job
+    whose tasks failed on some nodes, those nodes its culprits (on every node of several at once:
+    a cause common to them, no culprit); any other failure the check's node's, or, in a check of
+    no node, the tested nodes' together with no culprit. ``node``: the node a per-node check
+    tests ("" for another check)."""
+    original = getattr(exc, "original", None)  # a failure shared with an earlier test
+    if isinstance(original, BaseException):
+        exc = original
+    fault = cluster_fault(exc)
+    if fault is not None:
+        return [fault_finding(fault, node=node, tested=tested)]
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, NodeLostError) and exc.lost:
+        return [Finding.on_node(n, f"{n}: lost during the run: {why} ({text})") for n, why in exc.lost.items()]
+    if isinstance(exc, LaunchError):
+        nodes = tuple(exc.nodes) or ((node,) if node else tuple(tested))
+        culprits = tuple(exc.culprits)
+        if len(nodes) == 1:
+            culprits = nodes  # one node ran it: whatever failed there is that node's
+        elif set(culprits) >= set(nodes):
+            culprits = ()  # every node failed alike: a cause common to all, none convicted
+        return [Finding.across(nodes, text, culprits=culprits)]
+    if node:
+        return [Finding.on_node(node, text)]
+    return [Finding.across(tested, text)]
 
 
 def other_work(holders: Iterable[Holder], run_prefix: str) -> list[Holder]:

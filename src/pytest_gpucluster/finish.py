@@ -21,20 +21,12 @@ Drain = Callable[[Mapping[str, Any]], dict[str, dict[str, str]]]
 
 
 def record_verdicts(results: ResultsDocument, doc: Mapping[str, Any]) -> verdict.Acceptance:
-    """Decide the run's and the nodes' verdicts from ``doc`` (the results as they stand) and
-    record them in the results under ``acceptance``."""
-    acc = verdict.acceptance(doc)
-    results.extra["acceptance"] = {
-        "verdict": acc.verdict,
-        "headline": acc.headline,
-        "reasons": list(acc.reasons),
-        "warnings": list(acc.warnings),
-        "not_applicable": list(acc.not_applicable),
-        "not_selected": list(acc.not_selected),
-        "counts": dict(acc.counts),
-        "nodes": verdict.node_verdicts(doc, acc.verdict).to_json(),
-    }
-    return acc
+    """Decide the run's and the nodes' verdicts from ``doc`` (the results as they stand), once,
+    and record them in the results under ``acceptance``: the run's verdict and its reasons, each
+    node's verdict, and the node × check matrix the report renders."""
+    entry = verdict.decided(doc)
+    results.extra["acceptance"] = entry
+    return verdict.Acceptance.from_json(entry)
 
 
 def finish(

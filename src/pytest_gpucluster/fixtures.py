@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from collections.abc import Hashable, Iterable
 from typing import Any
@@ -17,7 +18,7 @@ from pytest_gpucluster.plan import JobRequest
 from pytest_gpucluster.run import produce
 from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext
-from pytest_gpucluster.session import GpuClusterSession
+from pytest_gpucluster.session import GpuClusterSession, subject_node
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 
 
@@ -34,11 +35,19 @@ def _session(config: pytest.Config) -> GpuClusterSession:
     return session
 
 
-class Judge:
-    """Judges measurements against thresholds and records every verdict on the test."""
+# A place a site's check names in ``Measurement.where``: a node, or one of its GPUs.
+NODE_NAME = re.compile(r"[A-Za-z0-9][\w.\-]*")
+PLACE = re.compile(r"([A-Za-z0-9][\w.\-]*)(?::gpu(\d+))?")
 
-    def __init__(self, session: GpuClusterSession) -> None:
+
+class Judge:
+    """Judges measurements against thresholds and records every verdict on the test, with the
+    finding each one past a line is. ``node``: the node a per-node check tests, the place of a
+    measurement that names none."""
+
+    def __init__(self, session: GpuClusterSession, node: str = "") -> None:
         self._session = session
+        self._node = node
         self.verdicts: list[Verdict] = []
         self.unjudged: list[str] = []  # why a measurement had no bound to be judged by
 
@@ -46,6 +55,8 @@ class Judge:
         if threshold is None:
             threshold = m.metric
         t = self._session.thresholds.get(threshold) if isinstance(threshold, str) else threshold
+        if not m.nodes:
+            m = self._placed(m)
         if t is None:
             assert isinstance(threshold, str)
             self._unjudged(m, threshold)
@@ -53,9 +64,26 @@ class Judge:
         verdict = judge(m, t)
         self.verdicts.append(verdict)
         self._session.record({"kind": "measurement", **verdict.to_json()})
+        found = verdict.finding()
+        if found is not None:
+            self._session.record({"kind": "finding", **found.to_json()})
         if verdict.status == "warn":
             warnings.warn(ThresholdWarning(verdict.sentence), stacklevel=3)
         return verdict
+
+    def _placed(self, m: Measurement) -> Measurement:
+        """A measurement given by its ``where`` alone (a site's check; the suite's own give
+        ``Measurement.at``/``across``): the place as fields when ``where`` is a node name, a
+        ``node:gpuN`` or nodes joined by ``+``; else the check's node, if it tests one."""
+        named = PLACE.fullmatch(m.where)
+        if named:
+            node, gpu = named.group(1), named.group(2)
+            return dataclasses.replace(m, nodes=(node,), gpu=int(gpu) if gpu else None, culprits=(node,))
+        if "+" in m.where and all(NODE_NAME.fullmatch(n) for n in m.where.split("+")):
+            return dataclasses.replace(m, nodes=tuple(m.where.split("+")))
+        if self._node:
+            return dataclasses.replace(m, nodes=(self._node,), culprits=(self._node,))
+        return m
 
     def _unjudged(self, m: Measurement, metric: str) -> None:
         """Keep a measurement that thresholds.toml has no bound for: in the results (``--gpucluster-calibrate``
@@ -118,14 +146,13 @@ class Judge:
                 warnings.warn(GpuClusterWarning(f.text), stacklevel=2)
 
     def problems(self, problems: list[str], what: str) -> None:
-        """Fail on the problems of a check that has no number to judge. Each problem is one
-        sentence naming its culprit; the failure's first line holds them all, repeated ones
-        folded (``fold.py``: ``node1:gpu0–3 link 0–17: ... (×72)``), so the one line a person
-        reads first (terminal summary, report, results) names every culprit."""
-        for problem in problems:
-            self._session.record({"kind": "problem", "text": problem})
-        if problems:
-            pytest.fail("; ".join(fold_lines(dict.fromkeys(problems))) + f" ({what})", pytrace=False)
+        """Fail on problems given as sentences alone (a site's check; the suite's own give
+        ``findings``): in a per-node check each is a finding of its node, in another check a
+        finding of the tested nodes together that convicts none of them."""
+        tested = self._session.nodes
+        self.findings(
+            [Finding.on_node(self._node, p) if self._node else Finding.across(tested, p) for p in problems], what
+        )
 
 
 class Measured:
@@ -187,9 +214,9 @@ def thresholds(cluster: Cluster) -> ThresholdSet:
 
 
 @pytest.fixture(name="judge")
-def _judge(pytestconfig: pytest.Config) -> Judge:
+def _judge(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Judge:
     """Judge measurements against thresholds.toml; every verdict lands in the results."""
-    return Judge(_session(pytestconfig))
+    return Judge(_session(pytestconfig), subject_node(request.node))
 
 
 _RECORDED_ONCE = pytest.StashKey[set[Hashable]]()

@@ -17,10 +17,41 @@ check in the results and the report, and the run's verdict counts it.
 
 from __future__ import annotations
 
-from typing import NoReturn
+import re
+from typing import Literal, NoReturn
 
 NOT_APPLICABLE = "not applicable: "
 COULD_NOT_JUDGE = "could not judge: "
+NOT_JUDGED = "not judged: "
+
+# A check's outcome, decided once (``decide``) from what pytest reported and what the check
+# recorded: judged (pass, warn, fail; an expected failure, a strict unexpected pass), not
+# applicable to the profile, not judged (skipped, could not judge, stopped by the suite's own
+# error), stopped by a fault outside the nodes, or interrupted before it ended.
+Outcome = Literal["pass", "warn", "fail", "xfail", "xpass", "n/a", "not_judged", "fault", "interrupted"]
+JUDGED_BAD: frozenset[str] = frozenset({"fail", "xpass"})
+UNJUDGED: frozenset[str] = frozenset({"not_judged", "fault", "interrupted"})
+
+
+def decide(*, outcome: str, message: str, warned: bool, harness_error: bool, fault: bool) -> Outcome:
+    """The outcome of one check: ``outcome`` is pytest's (``passed``, ``failed``, ``skipped``,
+    ``error``, ``xfailed``, ``xpassed``, or ``unknown``/``interrupted`` for a check the run never
+    ended), ``message`` its skip reason, ``warned`` whether it recorded a warning or a value past a
+    warn line, ``harness_error`` whether it ended in an exception that is no judgement and no
+    answer of the cluster, ``fault`` whether a fault outside the nodes stopped it."""
+    if outcome in ("unknown", "interrupted"):
+        return "interrupted"
+    if fault:
+        return "fault"
+    if outcome == "passed":
+        return "warn" if warned else "pass"
+    if outcome == "skipped":
+        return "n/a" if is_not_applicable(message) else "not_judged"
+    if outcome == "xfailed":
+        return "xfail"
+    if outcome == "xpassed":
+        return "xpass"
+    return "not_judged" if harness_error else "fail"
 
 
 class GpuClusterWarning(UserWarning):
@@ -60,7 +91,18 @@ def is_not_applicable(message: str) -> bool:
 def reason_of(message: str) -> str:
     """A skip reason without pytest's and this module's prefixes."""
     text = str(message).strip()
-    for prefix in ("Skipped: ", NOT_APPLICABLE):
+    for prefix in ("Skipped: ", NOT_APPLICABLE, NOT_JUDGED):
         if text.startswith(prefix):
             text = text[len(prefix) :]
     return text
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line of ``text``, without pytest's ``Failed: `` / ``Skipped: `` prefix
+    and without this plugin's exception path (``pytest_gpucluster.errors.NodeLostError: ``): the
+    sentence after it names the job and the node."""
+    for line in str(text).splitlines():
+        if line.strip():
+            line = re.sub(r"^(Failed|Skipped|XFailed): ", "", line.strip())
+            return re.sub(r"^pytest_gpucluster(\.\w+)*\.\w+: ", "", line)
+    return ""

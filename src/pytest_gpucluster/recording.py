@@ -176,9 +176,15 @@ class ResultsHooks:
         results.tests[nodeid].add_warning(str(warning_message.message))
 
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
-        """A check that does not apply shows as ``n/a`` (``N``), not as a skip."""
-        if report.skipped and isinstance(report.longrepr, tuple) and is_not_applicable(str(report.longrepr[2])):
+        """A check that does not apply shows as ``n/a`` (``N``), one skipped or stopped by a fault
+        outside the nodes as ``not judged`` (``J``): pytest's count line says what the verdict
+        says. An expected failure keeps pytest's word."""
+        if not report.skipped or hasattr(report, "wasxfail") or not isinstance(report.longrepr, tuple):
+            return None
+        if is_not_applicable(str(report.longrepr[2])):
             return "n/a", "N", "N/A"
+        if "multinode" in report.keywords:  # an acceptance check (the session marks each one so)
+            return "not judged", "J", "NOT JUDGED"
         return None
 
     @pytest.hookimpl(wrapper=True)

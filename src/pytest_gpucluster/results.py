@@ -22,12 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
+from pytest_gpucluster import verdict
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.outcomes import is_not_applicable
+from pytest_gpucluster.outcomes import decide
 from pytest_gpucluster.selection import Selection
 from pytest_gpucluster.timing import timing_summary
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 wrote "skip" and "error" where version 2 decides "not_judged", "fault" or "fail"
+# (outcomes.decide); a version-1 file is read with its tests' verdicts mapped (``load_results``).
+READS_VERSIONS = (1, SCHEMA_VERSION)
 PROPERTY = "gpucluster"  # key of every user_properties entry the plugin adds
 LOG_TAIL_LINES = 30
 LOG_TAIL_CHARS = 4000
@@ -192,6 +196,7 @@ class TestRecord:
     """What one test did, assembled from its setup/call/teardown reports."""
 
     nodeid: str
+    node: str = ""  # the node a per-node check tests (its ``node`` parameter), as a field
     outcome: str = "unknown"
     duration_s: float = 0.0
     message: str = ""
@@ -199,7 +204,6 @@ class TestRecord:
     jobs: list[JobEntry] = field(default_factory=list)
     measurements: list[MeasurementEntry] = field(default_factory=list)
     series: list[SeriesEntry] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)  # verdict.Finding.to_json, one per finding
     logs: list[LogEntry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what the check warned of (GpuClusterWarning)
@@ -210,16 +214,22 @@ class TestRecord:
 
     @property
     def verdict(self) -> str:
-        """pass / warn / fail / n/a / skip / xfail / xpass / error; warn when the check passed with
-        a measurement past its warn line or a warning; n/a for a check that does not apply."""
-        if self.outcome == "passed":
-            warned = self.warnings or any(m.get("status") == "warn" for m in self.measurements)
-            return "warn" if warned else "pass"
-        if self.outcome == "skipped" and is_not_applicable(self.message):
-            return "n/a"
-        return {"failed": "fail", "skipped": "skip", "xfailed": "xfail", "xpassed": "xpass", "error": "error"}.get(
-            self.outcome, self.outcome
+        """The check's outcome (``outcomes.decide``): pass, warn, fail, xfail, xpass, n/a,
+        not_judged, fault or interrupted."""
+        warned = bool(self.warnings) or any(m.get("status") == "warn" for m in self.measurements)
+        warned = warned or any(f.get("severity") == "warn" for f in self.findings)
+        return decide(
+            outcome=self.outcome,
+            message=self.message,
+            warned=warned,
+            harness_error=bool(self.unjudged) and not self.cluster_fault,
+            fault=bool(self.cluster_fault),
         )
+
+    @property
+    def problems(self) -> list[str]:
+        """The sentences of what the check found failing, culprit first."""
+        return [str(f.get("text", "")) for f in self.findings if f.get("severity", "fail") == "fail"]
 
     def add_warning(self, text: str) -> None:
         """Record a warning once."""
@@ -231,6 +241,7 @@ class TestRecord:
         area, name, params = split_nodeid(self.nodeid)
         return {
             "nodeid": self.nodeid,
+            "node": self.node,
             "area": area,
             "name": name,
             "params": params,
@@ -352,8 +363,8 @@ class ResultsDocument:
             rec.measurements = [cast(MeasurementEntry, e) for e in by_kind.get("measurement", [])]
             rec.series = [cast(SeriesEntry, e) for e in by_kind.get("series", [])]
             rec.findings = [_without_kind(e) for e in by_kind.get("finding", [])]
-            rec.problems = [str(e.get("text", "")) for e in by_kind.get("problem", [])]
-            rec.problems += [str(f.get("text", "")) for f in rec.findings if f.get("severity", "fail") == "fail"]
+            for e in by_kind.get("subject", []):
+                rec.node = str(e.get("node", ""))
             jobs = {str(e["job_id"]): e for e in by_kind.get("job", []) if "job_id" in e}
             rec.jobs = [cast(JobEntry, _without_kind(e)) for e in jobs.values()]
             rec.job_ids = list(jobs)
@@ -433,9 +444,43 @@ def load_results(path: Path) -> dict[str, Any]:
     if not isinstance(document, dict) or "tests" not in document:
         raise ValueError(f"{path}: not a pytest-gpucluster results file (no 'tests' list).")
     version = document.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ValueError(f"{path}: results schema_version {version!r}; this plugin reads version {SCHEMA_VERSION}.")
-    return document
+    if version not in READS_VERSIONS:
+        readable = " and ".join(map(str, READS_VERSIONS))
+        raise ValueError(f"{path}: results schema_version {version!r}; this plugin reads versions {readable}.")
+    return upgraded(document) if version == 1 else document
+
+
+def upgraded(doc: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 document in version 2's words: each test's outcome as ``outcomes.decide`` says
+    it (``skip`` → ``not_judged``; ``error`` → ``not_judged`` for the suite's own error, ``fault``
+    for a fault outside the nodes, ``fail`` otherwise), its ``node`` from its parameter where that
+    names a tested node, and the node × check matrix its recorded verdict lacks. The verdicts it
+    recorded stand as recorded."""
+    nodes = {str(n) for n in doc.get("nodes", [])}
+    for t in doc.get("tests", []):
+        old = str(t.get("verdict", ""))
+        if t.get("cluster_fault"):
+            t["verdict"] = "fault"
+        elif old == "skip" or (old in ("fail", "error") and t.get("unjudged")):
+            t["verdict"] = "not_judged"
+        elif old == "error":
+            t["verdict"] = "fail"
+        t.setdefault("node", str(t.get("params", "")) if str(t.get("params", "")) in nodes else "")
+        t.setdefault("findings", [])
+    acceptance = doc.get("acceptance")
+    if isinstance(acceptance, dict) and "matrix" not in acceptance:
+        acceptance["matrix"] = verdict.matrix(doc).to_json()
+    doc["schema_version"] = SCHEMA_VERSION
+    return doc
+
+
+def with_verdicts(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with its verdicts: those it records, or, for a file whose run never reached its
+    end (killed before it could record them), decided now from what it holds."""
+    recorded = doc.get("acceptance")
+    if not isinstance(recorded, dict) or not {"verdict", "nodes", "matrix"} <= set(recorded):
+        doc["acceptance"] = {**(doc.get("acceptance") or {}), **verdict.decided(doc)}
+    return doc
 
 
 def load_node_verdicts(path: Path, option: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from pytest_gpucluster.errors import (
     GpuClusterError,
     MissingThresholdError,
 )
-from pytest_gpucluster.faults import cluster_fault
+from pytest_gpucluster.faults import cluster_fault, error_findings
 from pytest_gpucluster.finish import finish
 from pytest_gpucluster.items import (
     declared_not_applicable,
@@ -41,11 +41,11 @@ from pytest_gpucluster.items import (
 )
 from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
 from pytest_gpucluster.options import Outputs
-from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE
+from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE, NOT_JUDGED
 from pytest_gpucluster.plan import Facts, Plan, last_order
 from pytest_gpucluster.plan import facts as run_facts
 from pytest_gpucluster.progress import Progress
-from pytest_gpucluster.results import PROPERTY, ResultsDocument
+from pytest_gpucluster.results import PROPERTY, ResultsDocument, entries_of
 from pytest_gpucluster.run import Runner, Start
 from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
 from pytest_gpucluster.run.cluster import Cluster
@@ -361,8 +361,12 @@ class GpuClusterSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
-        """Track the running test so jobs and measurements are attributed to it."""
+        """Track the running test so jobs and measurements are attributed to it; a per-node
+        check's node goes on its record as a field."""
         self.current_item = item
+        node = subject_node(item)
+        if node:
+            item.user_properties.append((PROPERTY, {"kind": "subject", "node": node}))
         try:
             return (yield)
         finally:
@@ -388,18 +392,37 @@ class GpuClusterSession:
         more to an operator (``--tb=long`` shows it)."""
         report = yield
         exc = call.excinfo.value if call.excinfo is not None else None
+        if exc is not None and report.failed and is_check(item) and not self._recorded_failure(item, exc):
+            # What the check's ending stands for, from the error's fields (faults.error_findings).
+            for f in error_findings(exc, node=subject_node(item), tested=self.nodes):
+                report.user_properties.append((PROPERTY, {"kind": "finding", **f.to_json()}))
         fault = cluster_fault(exc)
         if fault is not None:
-            # Not a judgement of any node: the results mark the check not judged (faults.py).
+            # Not a judgement of any node: the results mark the check not judged (faults.py), and
+            # pytest counts it so.
             report.user_properties.append(
                 (PROPERTY, {"kind": "cluster_fault", "what": fault.what, "sentence": fault.sentence})
             )
             self.jobs.note_fault(fault)
+            if report.failed:
+                report.outcome = "skipped"
+                report.longrepr = (str(item.path), item.location[1] or 0, NOT_JUDGED + fault.sentence)
+                return report
         if isinstance(exc, SharedFailure):
             report.longrepr = str(exc)
         elif isinstance(exc, GpuClusterError) and item.config.getoption("tbstyle", "auto") == "auto":
             report.longrepr = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
         return report
+
+    @staticmethod
+    def _recorded_failure(item: pytest.Item, exc: BaseException) -> bool:
+        """Whether the check ended by a judgement whose failures it recorded as findings already
+        (``judge``): nothing more to derive from the exception."""
+        if not isinstance(exc, (pytest.fail.Exception, AssertionError)):
+            return False
+        return any(
+            e.get("kind") == "finding" and e.get("severity", "fail") == "fail" for e in entries_of(item.user_properties)
+        )
 
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """A check on a node lost earlier in the run fails for that node with the first evidence
@@ -497,6 +520,13 @@ class GpuClusterSession:
         """Cancel the jobs this process submitted and, for Slurm, any job still queued under this
         run's name (covers jobs of xdist workers that died before they could cancel)."""
         return self.jobs.cancel_everything(by_name=not self.settings.is_xdist_worker)
+
+
+def subject_node(item: pytest.Item) -> str:
+    """The node a per-node acceptance check tests (its ``node`` parameter), or ""."""
+    callspec = getattr(item, "callspec", None)
+    node = callspec.params.get("node") if callspec is not None else None
+    return node if isinstance(node, str) and is_check(item) else ""
 
 
 def install_sigterm_as_interrupt() -> None:

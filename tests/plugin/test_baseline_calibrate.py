@@ -99,7 +99,7 @@ def test_unreadable_baseline_is_a_usage_error(gpc):
     result = gpc.runpytest_subprocess("--gpucluster-baseline=bad.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*--gpucluster-baseline=bad.json: *bad.json: results schema_version 99; this plugin reads version 1."]
+        ["*--gpucluster-baseline=bad.json: *bad.json: results schema_version 99; this plugin reads versions 1 and 2."]
     )
 
 

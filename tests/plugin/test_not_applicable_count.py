@@ -30,8 +30,10 @@ def test_n_a_is_counted_once_per_check_that_does_not_apply(gpc):
     verdicts = {t["nodeid"].split("::")[1]: t["verdict"] for t in doc["tests"]}
     # The profile has one node: both pair checks are n/a, node2's as well (not "skipped").
     assert verdicts["test_pair[node1]"] == verdicts["test_pair[node2]"] == "n/a"
-    assert verdicts["test_temperature[node2]"] == "skip"
+    assert verdicts["test_temperature[node2]"] == "not_judged"
     acc = doc["acceptance"]
     assert acc["counts"]["n/a"] == len(acc["not_applicable"]) == 2
-    result.stdout.fnmatch_lines(["*gpucluster: INCOMPLETE*(1 pass, 2 n/a, 1 skip)*", "not applicable: 2 check(s)"])
+    result.stdout.fnmatch_lines(
+        ["*gpucluster: INCOMPLETE*(1 pass, 2 n/a, 1 not judged)*", "not applicable: 2 check(s)"]
+    )
     assert result.ret == 10

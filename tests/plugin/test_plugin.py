@@ -100,7 +100,7 @@ def test_results_json_under_xdist_is_written_by_the_controller(gpc):
     doc = json.loads((gpc.path / "out.json").read_text())
     assert doc["acceptance"]["verdict"] == "ACCEPTED"  # the workers' view of the required set reached it
     assert len(doc["selection"]["required"]) == 2 and len(doc["selection"]["not_applicable"]) == 2
-    assert doc["schema_version"] == 1 and doc["status"] == "complete" and doc["profile"] == "local"
+    assert doc["schema_version"] == 2 and doc["status"] == "complete" and doc["profile"] == "local"
     outcomes = {t["nodeid"].split("::")[1]: t["outcome"] for t in doc["tests"]}
     assert outcomes == {
         "test_placement[1]": "passed",
@@ -328,7 +328,7 @@ def test_config(judge):
 
 def test_findings_are_recorded_as_data_and_end_the_check_by_the_worst(gpc):
     gpc.makepyfile(FINDINGS)
-    result = gpc.runpytest_subprocess("--gpucluster-results=r.json", "-rs")
+    result = gpc.runpytest_subprocess("--gpucluster-results=r.json")
     tests = {t["name"]: t for t in json.loads((gpc.path / "r.json").read_text())["tests"]}
     fault = tests["test_gpu_fault"]
     assert fault["verdict"] == "fail" and fault["message"] == "Failed: n1:gpu3: 2 row remaps pending (row remaps)"
@@ -338,5 +338,6 @@ def test_findings_are_recorded_as_data_and_end_the_check_by_the_worst(gpc):
     ]
     assert tests["test_warm_only"]["verdict"] == "warn" and tests["test_warm_only"]["warnings"] == ["n1:gpu1: warm"]
     config = tests["test_config"]
-    assert config["verdict"] == "skip" and config["findings"][0]["setting"] == "env.NCCL_SOCKET_IFNAME"
-    result.stdout.fnmatch_lines(["*could not judge: NCCL_SOCKET_IFNAME=ib9 matches no interface of n1*"])
+    assert config["verdict"] == "not_judged" and config["findings"][0]["setting"] == "env.NCCL_SOCKET_IFNAME"
+    assert config["message"].endswith("could not judge: NCCL_SOCKET_IFNAME=ib9 matches no interface of n1")
+    result.stdout.fnmatch_lines(["*= 1 failed, 1 passed, 1 warning, 1 not judged in *"])

@@ -94,7 +94,7 @@ def test_a_skipped_required_check_is_incomplete_exit_10(suite, monkeypatch):
     result, doc = _run(suite, monkeypatch, "skip")
     assert result.ret == 10
     result.stdout.fnmatch_lines(
-        ["*gpucluster: INCOMPLETE*", "*test_suite.py::test_temperature: skipped: node1 is excluded: Slurm reports*"]
+        ["*gpucluster: INCOMPLETE*", "*test_suite.py::test_temperature: not judged: node1 is excluded: Slurm reports*"]
     )
     assert doc["acceptance"]["verdict"] == "INCOMPLETE"
 

@@ -13,8 +13,22 @@ DOWN = "the Slurm controller (slurmctld) did not answer for 61 s: `sbatch` exite
 
 
 def _test(nodeid, verdict, params="", fault=None, message=""):
+    # The finding a fault outside the nodes stands for: on the check's node, else every tested node.
+    found = (
+        {
+            "text": fault["sentence"],
+            "scope": "controller",
+            "nodes": [params] if params else ["node1", "node2"],
+            "culprits": [],
+            "severity": "not_judged",
+        }
+        if fault
+        else None
+    )
     return {
         "nodeid": nodeid,
+        "node": params,
+        "findings": [found] if found else [],
         "area": nodeid.split("::")[0].removeprefix("test_").removesuffix(".py"),
         "name": nodeid.split("::")[-1].split("[")[0],
         "params": params,
@@ -33,9 +47,9 @@ def _doc(tests):
 
 FAULT = {"what": "slurmctld", "sentence": DOWN}
 STOPPED = [
-    _test(f"test_inventory.py::test_node[{n}]", "error", params=n, fault=FAULT, message="DaemonUnreachable: " + DOWN)
+    _test(f"test_inventory.py::test_node[{n}]", "fault", params=n, fault=FAULT, message="DaemonUnreachable: " + DOWN)
     for n in ("node1", "node2")
-] + [_test(f"test_nccl.py::test_sweep_{i}", "error", fault=FAULT) for i in range(4)]
+] + [_test(f"test_nccl.py::test_sweep_{i}", "fault", fault=FAULT) for i in range(4)]
 
 
 def test_checks_stopped_by_the_controller_are_not_judged_and_the_sentence_comes_first():
@@ -84,5 +98,5 @@ def test_the_fault_entry_of_a_report_marks_its_record_not_judged():
     )
     record = doc.fold(report).to_json()
     assert record["cluster_fault"] == {"what": "shared_fs", "sentence": "shared_fs '/mnt/s' cannot be written"}
-    assert record["unjudged"] == "cluster fault: shared_fs"
+    assert record["unjudged"] == "cluster fault: shared_fs" and record["verdict"] == "fault"
     assert record["message"] == "SharedFsFault: shared_fs '/mnt/s' cannot be written"  # xdist's worker line gone

@@ -11,7 +11,7 @@ from pytest_gpucluster.errors import SlurmQueryError
 from pytest_gpucluster.finish import finish
 from pytest_gpucluster.options import Outputs
 from pytest_gpucluster.results import PROPERTY, ResultsDocument
-from pytest_gpucluster.verdict import EXIT_INCOMPLETE
+from pytest_gpucluster.verdict import EXIT_INCOMPLETE, Finding
 
 NODES = {
     "verdicts": {
@@ -73,7 +73,8 @@ def _finish(results, outputs=None, pytest_status=0, **kwargs):
 
 
 def test_the_verdict_is_recorded_before_the_nodes_are_drained_once():
-    results = _results(_report("a::test_gpu[node1]", "failed", kind="problem", text="node1: planted"))
+    planted = Finding.on_node("node1", "node1: planted").to_json()
+    results = _results(_report("a::test_gpu[node1]", "failed", kind="finding", **planted))
     status, drained = _finish(results, Outputs(drain_failed=True), pytest_status=1)
     assert status == 1 and results.status == "complete" and results.finished
     acc = results.extra["acceptance"]

@@ -8,15 +8,16 @@ import re
 from pathlib import Path
 
 from result_docs import document as _doc
+from result_docs import finding as _f
 from result_docs import measurement as _m
 from result_docs import record_of_test as _t
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.config import Threshold
 from pytest_gpucluster.report import html, model, plots
-from pytest_gpucluster.results import ResultsDocument
+from pytest_gpucluster.results import ResultsDocument, with_verdicts
 from pytest_gpucluster.selection import Selection
-from pytest_gpucluster.verdict import Measurement, judge
+from pytest_gpucluster.verdict import Finding, Measurement, judge
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,12 +54,12 @@ def test_every_run_value_is_escaped_in_html():
                 "fail",
                 [_m("gpu.temperature", 99, "fail", f"node1:{evil}", fail_above=85)],
                 message=evil,
-                problems=[evil],
+                findings=[_f(evil, node=f"node1:{evil}")],
             )
         ]
     )
     doc["tests"][0]["logs"] = [{"job_id": "1", "path": "/x", "tail": evil}]
-    page = html.render_page(doc)
+    page = html.render_page(with_verdicts(doc))
     assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
 
 
@@ -133,20 +134,22 @@ def synthetic_64_node_doc() -> dict:
     tflops = Threshold("compute.matmul_bf16", "TFLOP/s", fail_below=600, warn_below=650, source="thresholds.h100")
     busbw = Threshold("nccl.all_reduce.intra_node", "GB/s", fail_below=320, warn_below=340, source="thresholds.h100")
 
-    def measured(t: Threshold, value: float, where: str) -> dict:
-        return {"kind": "measurement", **judge(Measurement(t.metric, value, t.unit, where=where), t).to_json()}
+    def measured(t: Threshold, value: float, node: str, gpu: int | None = None) -> tuple[dict, Finding | None]:
+        v = judge(Measurement.at(t.metric, value, t.unit, node, gpu=gpu), t)
+        return {"kind": "measurement", **v.to_json()}, v.finding()
 
-    def add(nodeid: str, outcome: str, measurements=(), problems=(), message: str = "") -> None:
+    def add(nodeid: str, outcome: str, measured=(), findings=(), message: str = "", node: str = "") -> None:
         rec = doc.record(nodeid)
-        rec.outcome, rec.measurements, rec.problems, rec.message = outcome, list(measurements), list(problems), message
+        rec.outcome, rec.message, rec.node = outcome, message, node
+        rec.measurements = [m for m, _ in measured]
+        # as the judge records them: a measurement past its line is a finding
+        rec.findings = [f.to_json() for f in [*(f for _, f in measured if f is not None), *findings]]
         rec.duration_s = 12.0
 
     acceptance = "tests/acceptance"
     for n in NODES_64:
         temps = [
-            measured(
-                temp, 88 if (n, g) == ("gpu-017", 3) else 78 if (n, g) == ("gpu-042", 0) else 41 + g, f"{n}:gpu{g}"
-            )
+            measured(temp, 88 if (n, g) == ("gpu-017", 3) else 78 if (n, g) == ("gpu-042", 0) else 41 + g, n, g)
             for g in range(8)
         ]
         hot = n == "gpu-017"
@@ -155,30 +158,39 @@ def synthetic_64_node_doc() -> dict:
             "failed" if hot else "passed",
             temps,
             message="Failed: gpu-017:gpu3: gpu.temperature = 88 C is above the fail line 85 C" if hot else "",
+            node=n,
         )
         down = n == "gpu-051"
         add(
             f"{acceptance}/test_infiniband.py::test_ib_ports_active[{n}]",
             "failed" if down else "passed",
-            problems=[f"{n}: mlx5_3 port 1 is DOWN"] if down else [],
+            findings=[Finding.on_node(n, f"{n}: mlx5_3 port 1 is DOWN", port="mlx5_3/1")] if down else [],
             message=f"Failed: {n}: mlx5_3 port 1 is DOWN" if down else "",
+            node=n,
         )
         add(
             f"{acceptance}/test_nccl.py::test_all_reduce_intra_node[{n}]",
             "passed",
             [measured(busbw, 361.0 + int(n[-3:]) % 7, n)],
+            node=n,
         )
         skipped = n == "gpu-060"
         add(
             f"{acceptance}/test_dcgm.py::test_dcgm_diagnostics[{n}]",
             "skipped" if skipped else "passed",
             message=f"Skipped: dcgmi is not installed on {n}" if skipped else "",
+            node=n,
         )
         # NVLink CRC errors on every link of four GPUs: one sentence per link and counter, as a
         # fabric check writes them; the report folds them into one line per node and counter.
         crc = [
-            f"{n}:gpu{g} link {link}: nvlink_crc_{kind}_errors rose 0 → {3 + g * link} "
-            f"(+{3 + g * link}, at most +0 allowed) over 41 min 7 s"
+            Finding.on_node(
+                n,
+                f"{n}:gpu{g} link {link}: nvlink_crc_{kind}_errors rose 0 → {3 + g * link} "
+                f"(+{3 + g * link}, at most +0 allowed) over 41 min 7 s",
+                gpu=g,
+                port=f"link {link}",
+            )
             for g in range(4)
             for link in range(18)
             for kind in ("flit", "data")
@@ -186,13 +198,12 @@ def synthetic_64_node_doc() -> dict:
         add(
             f"{acceptance}/test_fabric.py::test_fabric_error_counters_did_not_rise[{n}]",
             "failed" if down else "passed",
-            problems=crc if down else [],
-            message=f"Failed: {'; '.join(crc[:2])} ..." if down else "",
+            findings=crc if down else [],
+            message=f"Failed: {'; '.join(f.text for f in crc[:2])} ..." if down else "",
+            node=n,
         )
     speed = [
-        measured(tflops, 410.0 if (n, g) == ("gpu-033", 5) else 702.0 + g, f"{n}:gpu{g}")
-        for n in NODES_64
-        for g in range(8)
+        measured(tflops, 410.0 if (n, g) == ("gpu-033", 5) else 702.0 + g, n, g) for n in NODES_64 for g in range(8)
     ]
     add(
         f"{acceptance}/test_compute.py::test_matmul_bf16",
@@ -204,15 +215,20 @@ def synthetic_64_node_doc() -> dict:
         f"{acceptance}/test_nccl.py::test_all_reduce_across_nodes",
         "passed",
         [
-            measured(
-                Threshold("nccl.all_reduce.inter_node", "GB/s", fail_below=300, source="thresholds.h100"),
-                371.5,
-                "all nodes",
+            (
+                {
+                    "kind": "measurement",
+                    **judge(
+                        Measurement.across("nccl.all_reduce.inter_node", 371.5, "GB/s", NODES_64),
+                        Threshold("nccl.all_reduce.inter_node", "GB/s", fail_below=300, source="thresholds.h100"),
+                    ).to_json(),
+                },
+                None,
             )
         ],
     )
     doc.selection = Selection(required=list(doc.tests))
-    return doc.to_json()
+    return with_verdicts(doc.to_json())
 
 
 def test_a_64_node_report_names_the_bad_nodes_and_stays_compact():
@@ -250,7 +266,7 @@ def test_a_64_node_report_names_the_bad_nodes_and_stays_compact():
     matrix = re.search(r'<table class="gc-matrix" id="gc-matrix">(.*?)</table>', page, re.S).group(1)
     labels = re.findall(r'<tr><th class="gc-mono[^"]*">(.*?)</th>', matrix)
     clean = "gpu-[001-016,018-032,034-041,043-050,052-059,061-064] (59 nodes)"
-    assert labels == ["gpu-017", "gpu-033", "gpu-051", "gpu-060", "gpu-042", clean, verdict.CLUSTER_ROW]
+    assert labels == ["gpu-017", "gpu-033", "gpu-051", "gpu-060", "gpu-042", clean]  # every result on a node
     assert matrix.count("<tr>") == 2 + len(labels)  # two header rows, no row per green node
     assert 'title="pass on gpu-[001-016,018-032,034-041,043-050,052-059,061-064]"' in matrix
     # 144 sentences of NVLink CRC errors, one per link and counter: one line per node and counter
@@ -293,14 +309,14 @@ def test_hostile_names_stay_text_on_a_large_cluster_too():
     tests = [
         _t(
             f"a::test_gpu[{n}]",
-            "fail" if n.endswith("2") and evil in n else "pass",
-            params=n,
-            problems=[f"{n}: {evil}"] if evil in n else [],
+            ("fail" if n.endswith("2") else "warn") if evil in n else "pass",
+            node=n,
+            findings=[_f(f"{n}: {evil}", node=n, severity="fail" if n.endswith("2") else "warn")] if evil in n else [],
         )
         for n in names
     ]
     doc = {**_doc(tests, nodes=names), "inventory": {n: {"summary": {"os": evil}} for n in names}}
-    page = html.render_page(doc)
+    page = html.render_page(with_verdicts(doc))
     assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert 'id="gc-nodes-accepted"' in page and "n[1-9],n[10-19] (19 nodes)" in page
 
@@ -313,8 +329,8 @@ def test_pytest_html_filter_counts_are_named_in_the_suites_words():
         "skipped": {"label": "Skipped", "value": 13},
         "failed": {"label": "Failed", "value": 0},
     }
-    relabel_outcomes(outcomes, {"pass": 62, "warn": 1, "skip": 0, "n/a": 13, "fail": 0})
+    relabel_outcomes(outcomes, {"pass": 62, "warn": 1, "not_judged": 0, "n/a": 13, "fail": 0})
     assert outcomes["passed"]["label"] == "Passed (62 passed, 1 passed with warnings)"
     assert outcomes["skipped"]["label"] == "Not applicable" and outcomes["failed"]["label"] == "Failed"
-    relabel_outcomes(outcomes, {"pass": 63, "warn": 0, "skip": 2, "n/a": 11})
-    assert outcomes["skipped"]["label"] == "Skipped (2 skipped, 11 not applicable)"
+    relabel_outcomes(outcomes, {"pass": 63, "warn": 0, "not_judged": 2, "n/a": 11})
+    assert outcomes["skipped"]["label"] == "Skipped (2 not judged, 11 not applicable)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from result_docs import document as _doc
+from result_docs import finding as _f
 from result_docs import record_of_test as _t
 
 from pytest_gpucluster import verdict
@@ -45,7 +46,7 @@ def test_every_problem_of_a_failure_is_a_reason_not_only_the_first_line():
         "x/test_slurm_health.py::test_nodes_are_usable",
         "fail",
         message="Failed: nodes of partition 'debug' are not usable:\n- node2: DRAIN (bad DIMM)",
-        problems=["node2: DRAIN (bad DIMM)", "node3: DOWN (not responding)"],
+        findings=[_f("node2: DRAIN (bad DIMM)", node="node2"), _f("node3: DOWN (not responding)", node="node3")],
     )
     acc = verdict.acceptance(_doc([failed]))
     assert acc.reasons == (
@@ -56,15 +57,18 @@ def test_every_problem_of_a_failure_is_a_reason_not_only_the_first_line():
 
 def test_a_required_check_skipped_or_not_reached_is_incomplete():
     assert verdict.acceptance(_doc([_t("a::t1", "pass")], "interrupted")).verdict == "INCOMPLETE"
-    tests = [_t("a::t1", "pass"), _t("b::t2", "skip", message="Skipped: node2 is excluded: DRAIN")]
+    tests = [_t("a::t1", "pass"), _t("b::t2", "not_judged", message="Skipped: node2 is excluded: DRAIN")]
     acc = verdict.acceptance({**_doc(tests), "selection": _sel(["a::t1", "b::t2", "c::t3"])})
     assert acc.verdict == "INCOMPLETE"
-    assert acc.reasons == ("b::t2: skipped: node2 is excluded: DRAIN", "c::t3: not reached (the run ended before it)")
+    assert acc.reasons == (
+        "b::t2: not judged: node2 is excluded: DRAIN",
+        "c::t3: not reached (the run ended before it)",
+    )
     assert verdict.acceptance(_doc([])).verdict == "INCOMPLETE"
 
 
 def test_an_error_of_the_harness_is_incomplete_an_error_of_the_cluster_rejects():
-    harness = _t("a::t2", "error", message="AttributeError: 'NoneType' object has no attribute 'x'")
+    harness = _t("a::t2", "not_judged", message="AttributeError: 'NoneType' object has no attribute 'x'")
     acc = verdict.acceptance(
         {
             **_doc([_t("a::t1", "pass"), {**harness, "unjudged": "AttributeError"}]),
@@ -72,7 +76,7 @@ def test_an_error_of_the_harness_is_incomplete_an_error_of_the_cluster_rejects()
         }
     )
     assert acc.verdict == "INCOMPLETE" and acc.reasons[0].startswith("a::t2: could not be judged (AttributeError)")
-    cluster = _t("a::t2", "error", message="LaunchError: job 7 on node2: submission refused")
+    cluster = _t("a::t2", "fail", message="LaunchError: job 7 on node2: submission refused")
     assert verdict.acceptance(_doc([_t("a::t1", "pass"), cluster])).verdict == "REJECTED"
 
 
@@ -107,7 +111,7 @@ def test_the_not_applicable_list_and_count_are_the_same_checks():
     # collection but deselected (no record): the run's n/a are the first two, counted and listed.
     tests = [
         _t("a::t1", "pass"),
-        _t("a::t2[node2]", "n/a", params="node2", message="Skipped: not applicable: profile 'ci' has GRES-only GPUs"),
+        _t("a::t2[node2]", "n/a", node="node2", message="Skipped: not applicable: profile 'ci' has GRES-only GPUs"),
         _t("b::t3", "n/a", message="Skipped: not applicable: nvbandwidth is not installed on node1"),
     ]
     sel = _sel(["a::t1"], not_applicable={"a::t2[node2]": "GRES-only GPUs", "c::t4": "1 node"})
@@ -147,7 +151,7 @@ def test_a_results_file_alone_exits_by_its_verdict():
 
 def test_only_checks_stopped_by_a_fault_outside_the_nodes_make_a_fault_exit():
     fault = {"what": "slurmctld", "sentence": "the Slurm controller did not answer"}
-    stopped = {"nodeid": "a::t1", "outcome": "error", "cluster_fault": fault}
-    harness = {"nodeid": "a::t2", "outcome": "failed", "cluster_fault": None}
+    stopped = {"nodeid": "a::t1", "outcome": "error", "verdict": "fault", "cluster_fault": fault}
+    harness = {"nodeid": "a::t2", "outcome": "failed", "verdict": "not_judged", "cluster_fault": None}
     assert verdict.stopped_by_faults_only({"tests": [stopped, {"nodeid": "a::t3", "outcome": "passed"}]})
     assert not verdict.stopped_by_faults_only({"tests": [stopped, harness]})

@@ -159,14 +159,15 @@ class SubmititJob(Job[R]):
         self._watcher.unwatch(self.job_id)
 
     def _error(self, cls: type[LaunchError], message: str, state: str, **extra: Any) -> LaunchError:
-        nodes = self._nodes()
+        given = self._nodes()
+        nodes = given or tuple(self.spec.nodelist)
         logs = tuple(str(p) for t in self._tasks()[:2] for p in (t.paths.stdout, t.paths.stderr))
         tail = ""
         for t in self._tasks():
             tail = files.tail(Path(t.paths.stderr))
             if tail:
                 break
-        where = f" on {', '.join(nodes)}" if nodes else ""
+        where = f" on {', '.join(given)}" if given else ""
         return cls(
             f"job {self.job_id} ({self.spec.name}){where}: {message}",
             job_id=self.job_id,
@@ -177,13 +178,13 @@ class SubmititJob(Job[R]):
             **extra,
         )
 
-    def _give_up(self, decision: rules.GiveUp, state: str) -> LaunchError:
+    def _give_up(self, decision: rules.GiveUp, state: str, **extra: Any) -> LaunchError:
         """Cancel the job and build the error of a rule's decision; nodes it names as lost are
         learned by the run."""
         self.cancel()
         if decision.error is NodeLostError:
             return self._node_lost(decision.message, state, dict(decision.lost))
-        err = self._error(decision.error, decision.message, state)
+        err = self._error(decision.error, decision.message, state, **extra)
         if decision.fault_sentence and isinstance(err, ClusterFault):
             err.fault_sentence = decision.fault_sentence
         return err
@@ -314,7 +315,8 @@ class SubmititJob(Job[R]):
         decision = rules.queue_timeout(
             state, queue_limit, excused, reason, held, bool(other), sentence, controller_sentence=controller
         )
-        return self._give_up(decision, state)
+        by_node = {n: h.describe() for h in other for n in h.nodes if n in self.spec.nodelist}
+        return self._give_up(decision, state, held=by_node)
 
     def _within_limit(self, state: str, running_s: float) -> None:
         """Cancel and raise WallTimeoutError once the job ran past its limit and Slurm's grace."""
@@ -477,7 +479,8 @@ class SubmititJob(Job[R]):
             err = self._node_lost(message, final, lost)
             err.answered = list(answered)
             raise err
-        raise self._error(LaunchError, message, final)
+        culprits = tuple(n for n in dict.fromkeys(where) if n != "?")
+        raise self._error(LaunchError, message, final, culprits=culprits)
 
     def _batch_stderr(self) -> str:
         """The end of the batch step's stderr, where srun says what it could not do (Slurm only)."""

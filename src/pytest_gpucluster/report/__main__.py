@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from pytest_gpucluster.report.html import render_page
-from pytest_gpucluster.results import load_results
-from pytest_gpucluster.verdict import acceptance, exit_status
+from pytest_gpucluster.results import load_results, with_verdicts
+from pytest_gpucluster.verdict import Recorded, exit_status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,13 +20,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, default=None, help="HTML file (default: RESULTS with .html)")
     args = parser.parse_args(argv)
     try:
-        doc = load_results(args.results)
+        doc = with_verdicts(load_results(args.results))
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     out = args.output or args.results.with_suffix(".html")
     out.write_text(render_page(doc), encoding="utf-8")
-    acc = acceptance(doc)
+    acc = Recorded.of(doc).acceptance
     print(f"{acc.headline}: {out}")
     return exit_status(acc.verdict)
 

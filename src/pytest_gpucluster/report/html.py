@@ -22,7 +22,6 @@ from pytest_gpucluster import verdict
 from pytest_gpucluster.fold import fold_lines
 from pytest_gpucluster.report import figures, inventory, model, plots
 from pytest_gpucluster.timing import start_up_note
-from pytest_gpucluster.verdict.attribution import known_nodes
 from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
 from pytest_gpucluster.verdict.run import COUNTED
 
@@ -30,8 +29,9 @@ STATUS_TEXT = {
     "pass": "pass",
     "warn": "warn",
     "fail": "FAIL",
-    "error": "ERROR",
-    "skip": "skipped",
+    "not_judged": "not judged",
+    "fault": "not judged (fault outside the nodes)",
+    "interrupted": "interrupted",
     "n/a": "n/a",
     "xfail": "expected fail",
     "xpass": "unexpected pass",
@@ -41,13 +41,14 @@ STATUS_SYMBOL = {
     "pass": "✓",
     "warn": "!",
     "fail": "✗",
-    "error": "✗",
     "xpass": "✗",
     "xfail": "x",
-    "skip": "–",
+    "not_judged": "–",
+    "fault": "–",
+    "interrupted": "–",
     "n/a": "·",
 }
-NODE_BADGE = {"ACCEPTED": "pass", "REJECTED": "fail", "INCOMPLETE": "skip", "PARTIAL": "n/a"}
+NODE_BADGE = {"ACCEPTED": "pass", "REJECTED": "fail", "INCOMPLETE": "not_judged", "PARTIAL": "n/a"}
 # Up to this many nodes the report has a row per node everywhere; past it, nodes whose checks all
 # passed share one row named by their hostlist, and identical inventories one column.
 NODE_ROWS = 16
@@ -111,12 +112,13 @@ def style() -> str:
     return f"<style>\n{_load('report.css')}</style>{PRINT_SCRIPT}"
 
 
-def acceptance_block(doc: Mapping[str, Any], acc: verdict.Acceptance) -> str:
+def acceptance_block(doc: Mapping[str, Any], recorded: verdict.Recorded) -> str:
     """The handover sheet (verdict, nodes accepted, exclusions, key figures against their lines,
     thresholds file and hash, date, the tool's version, room for two signatures: the first page
     when printed), then the counts behind the verdict, each node that is not accepted with the
     checks and sentences that decided it, and the failures, one line per node, check and cause."""
     cluster = doc.get("cluster", {})
+    acc = recorded.acceptance
     why = {
         "ACCEPTED": "Every check the profile requires ran and passed.",
         "REJECTED": "At least one check failed; each failure below names its node, GPU, port or job.",
@@ -131,14 +133,14 @@ def acceptance_block(doc: Mapping[str, Any], acc: verdict.Acceptance) -> str:
     chips = [
         {"status": k, "count": acc.counts.get(k, 0), "label": COUNT_LABELS[k]}
         for k in COUNTED
-        if acc.counts.get(k, 0) or k in ("pass", "warn", "fail", "skip")
+        if acc.counts.get(k, 0) or k in ("pass", "warn", "fail", "not_judged")
     ]
     names = [str(n) for n in doc.get("nodes", [])]
     node_text = f"{len(names)} nodes: {verdict.hostlist(names)}" if len(names) > NODE_ROWS else ", ".join(names)
     excluded = doc.get("environment", {}).get("excluded_nodes", {})
-    nodes = verdict.node_verdicts(doc, acc.verdict)
+    nodes = recorded.nodes
     order = {"REJECTED": 0, "INCOMPLETE": 1}
-    skipped = [t for t in doc.get("tests", []) if t.get("verdict") == "skip"]
+    skipped = [t for t in doc.get("tests", []) if t.get("verdict") in ("not_judged", "fault", "interrupted")]
     grouped: dict[str, list[str]] = {}
     for line in acc.not_applicable:
         check, _, reason = line.partition(": ")
@@ -182,7 +184,7 @@ def acceptance_block(doc: Mapping[str, Any], acc: verdict.Acceptance) -> str:
         # an incomplete run lists its skipped checks among its reasons
         skipped=fold_lines(
             [f"{test_label(t['nodeid'])}: {verdict.first_line(t.get('message', ''))}" for t in skipped],
-            known_nodes(doc),
+            list(recorded.matrix.rows),
         )
         if acc.verdict != "INCOMPLETE"
         else [],
@@ -194,8 +196,9 @@ COUNT_LABELS = {
     "pass": "passed",
     "warn": "passed with warnings",
     "fail": "failed",
-    "error": "errors",
-    "skip": "skipped",
+    "not_judged": "not judged",
+    "fault": "stopped by a fault outside the nodes",
+    "interrupted": "interrupted",
     "n/a": "not applicable",
     "xfail": "expected failures",
     "xpass": "unexpected passes",
@@ -250,13 +253,13 @@ def matrix_block(m: verdict.Matrix) -> str:
             cells.append({"status": cell.status, "tip": tip, "symbol": STATUS_SYMBOL.get(cell.status, "")})
         rows.append({"label": row.label, "group": len(row.nodes) > 1, "cells": cells})
     row_status = {r: worst(m.cell(r, c).status for c in m.columns) for r in m.rows}
-    failing = [r for r, st in row_status.items() if st in ("fail", "error", "xpass") and r != verdict.CLUSTER_ROW]
+    failing = [r for r, st in row_status.items() if st in ("fail", "xpass") and r != verdict.CLUSTER_ROW]
     warning = [r for r, st in row_status.items() if st == "warn" and r != verdict.CLUSTER_ROW]
     return _render(
         "matrix.html.j2",
         failing=short_list(failing),
         warning=short_list(warning),
-        legend=("pass", "warn", "fail", "skip", "n/a"),
+        legend=("pass", "warn", "fail", "not_judged", "n/a"),
         cluster_row=verdict.CLUSTER_ROW,
         grouped=any(r["group"] for r in rows),
         areas=areas,
@@ -317,7 +320,7 @@ def details_of_test(test: Mapping[str, Any], *, limit: int = 200) -> str:
     ms = list(test.get("measurements", []))
     problems = list(test.get("problems", []))
     logs = list(test.get("logs", []))
-    bad = test.get("verdict") in ("fail", "error", "xpass")
+    bad = test.get("verdict") in ("fail", "xpass")
     if not (ms or problems or logs or bad):
         return ""
     ordered = sorted(ms, key=lambda m: -SEVERITY.get(str(m.get("status")), 0))
@@ -409,17 +412,17 @@ def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance"
     """A standalone page from a results document alone (no pytest-html): the same summary,
     environment, matrix, plots and baseline, then every test with its details (those of a
     failure open)."""
-    acc = verdict.acceptance(doc)
+    recorded = verdict.Recorded.of(doc)
     blocks = [
-        acceptance_block(doc, acc),
+        acceptance_block(doc, recorded),
         environment_block(doc),
-        matrix_block(verdict.matrix(doc)),
+        matrix_block(recorded.matrix),
         gpu_map_block(doc),
         plots_block(doc),
         baseline_block(doc.get("baseline")),
         timing_block(doc),
     ]
-    bad = ("fail", "error", "xpass")
+    bad = ("fail", "xpass")
     tests = [
         {
             "verdict": str(t.get("verdict")),

@@ -169,14 +169,14 @@ class MatrixRow:
 
 def matrix_rows(m: Matrix, max_node_rows: int = 16) -> tuple[MatrixRow, ...]:
     """The rows to show: up to ``max_node_rows`` nodes, a row per node in the matrix's order. Past
-    that, the nodes with a failure first, then those with a skip, a warning or an expected failure,
+    that, the nodes with a failure first, then those not judged, with a warning or an expected failure,
     each in a row of its own, and the nodes where every check passed or did not apply in one row
     named by their hostlist; the cluster-wide row last."""
     nodes = [r for r in m.rows if r != CLUSTER_ROW]
     tail = (MatrixRow(CLUSTER_ROW, (CLUSTER_ROW,)),) if CLUSTER_ROW in m.rows else ()
     if len(nodes) <= max_node_rows:
         return tuple(MatrixRow(n, (n,)) for n in nodes) + tail
-    rank = {"fail": 0, "error": 0, "xpass": 0, "skip": 1, "warn": 2, "xfail": 3}
+    rank = {"fail": 0, "xpass": 0, "not_judged": 1, "fault": 1, "interrupted": 1, "warn": 2, "xfail": 3}
     row_status = {n: worst(m.cell(n, c).status for c in m.columns) for n in nodes}
     marked = sorted((n for n in nodes if row_status[n] in rank), key=lambda n: rank[row_status[n]])
     clean = tuple(n for n in nodes if row_status[n] not in rank)

@@ -64,15 +64,15 @@ class HtmlReportHooks:
     ) -> None:
         """Acceptance summary first; environment, matrix, plots and baseline after pytest-html's counts."""
         doc = self._doc()
-        acc = verdict.acceptance(doc)
-        prefix.extend([html.style(), html.acceptance_block(doc, acc)])
+        recorded = verdict.Recorded.of(doc)  # decided once, at the session's end (finish.py)
+        prefix.extend([html.style(), html.acceptance_block(doc, recorded)])
         outcomes = getattr(self.report_data, "outcomes", None)
         if isinstance(outcomes, dict):
-            relabel_outcomes(outcomes, acc.counts)
+            relabel_outcomes(outcomes, recorded.acceptance.counts)
         postfix.extend(
             [
                 html.environment_block(doc),
-                html.matrix_block(verdict.matrix(doc)),
+                html.matrix_block(recorded.matrix),
                 html.gpu_map_block(doc),
                 html.plots_block(doc),
                 html.baseline_block(doc.get("baseline")),
@@ -105,7 +105,7 @@ def relabel_outcomes(outcomes: dict[str, dict[str, Any]], counts: Mapping[str, i
     """Name pytest-html's filter counts in the suite's words, so the two lines agree: its
     "Passed" holds the checks passed with warnings (``63 Passed (62 passed, 1 passed with
     warnings)``) and its "Skipped" the checks that do not apply (``13 Not applicable``)."""
-    split = {"passed": ("pass", "warn"), "skipped": ("skip", "n/a")}
+    split = {"passed": ("pass", "warn"), "skipped": ("not_judged", "n/a")}
     for outcome, (plain, other) in split.items():
         entry = outcomes.get(outcome)
         if not isinstance(entry, dict) or not counts.get(other):

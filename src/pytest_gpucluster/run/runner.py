@@ -39,7 +39,12 @@ class Start:
 class SharedFailure(GpuClusterError):
     """A reader of a value whose production failed in an earlier test: says where it failed first
     and what failed; the session reports it in that one line, without a second traceback. It is a
-    GpuClusterError as the failure it repeats, so a caller with a fallback still catches it."""
+    GpuClusterError as the failure it repeats, so a caller with a fallback still catches it;
+    ``original`` is that failure, whose fields say whose fault it was."""
+
+    def __init__(self, message: str, original: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.original = original
 
 
 class _Slot:
@@ -144,7 +149,7 @@ class Runner:
             return exc  # a fault outside the nodes stays itself: no reader judges a node on it
         text = str(exc).strip().splitlines()
         first = text[0] if text else type(exc).__name__
-        return SharedFailure(f"{first} (the same failure as in {slot.first_reader}, which shows it in full)")
+        return SharedFailure(f"{first} (the same failure as in {slot.first_reader}, which shows it in full)", exc)
 
     def _attach(self, slot: _Slot, present: Callable[[], list[dict[str, Any]]]) -> None:
         if self.sink is not None:  # an early start or a produce within a produce

@@ -4,15 +4,26 @@ status is when several meet."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpucluster.fold import fold
+from pytest_gpucluster.outcomes import first_line
 
 # Worst first wins when several results meet (a matrix cell, a test's measurements).
-SEVERITY = {"fail": 7, "error": 7, "xpass": 6, "warn": 5, "skip": 4, "xfail": 3, "pass": 2, "n/a": 1, "none": 0}
+SEVERITY = {
+    "fail": 8,
+    "xpass": 7,
+    "fault": 6,
+    "not_judged": 5,
+    "interrupted": 5,
+    "warn": 4,
+    "xfail": 3,
+    "pass": 2,
+    "n/a": 1,
+    "none": 0,
+}
 
 
 def worst(statuses: Iterable[str]) -> str:
@@ -51,29 +62,18 @@ def test_label(nodeid: str) -> str:
     return f"{path.rsplit('/', 1)[-1]}{sep}{rest}"
 
 
-def first_line(text: str) -> str:
-    """The first non-empty line of ``text``, without pytest's ``Failed: `` / ``Skipped: `` prefix
-    and without this plugin's exception path (``pytest_gpucluster.errors.NodeLostError: ``): the
-    sentence after it names the job and the node."""
-    for line in str(text).splitlines():
-        if line.strip():
-            line = re.sub(r"^(Failed|Skipped|XFailed): ", "", line.strip())
-            return re.sub(r"^pytest_gpucluster(\.\w+)*\.\w+: ", "", line)
-    return ""
-
-
 def failure_sentences(test: Mapping[str, Any]) -> list[str]:
     """What a failed check found, one sentence each, the culprit (node, GPU, port, job) first:
-    its failed measurements' sentences and its problems; else its message's first line."""
-    found = [str(m.get("sentence", "")) for m in test.get("measurements", []) if m.get("status") == "fail"]
-    found += [str(p) for p in test.get("problems", [])]
+    the texts of its failing findings (its failed measurements among them); else its message's
+    first line."""
+    found = [str(f.get("text", "")) for f in test.get("findings") or [] if f.get("severity", "fail") == "fail"]
     found = [f for f in dict.fromkeys(found) if f]
     if not found:
         found = [first_line(str(test.get("message", ""))) or str(test.get("verdict", "failed"))]
     return found
 
 
-def findings_of(test: Mapping[str, Any], nodes: Sequence[str] = ()) -> list[FailureLine]:
+def failure_lines(test: Mapping[str, Any], nodes: Sequence[str] = ()) -> list[FailureLine]:
     """A failed check's sentences folded (one line per node and cause), its label after each."""
     label = test_label(str(test.get("nodeid")))
     return [

@@ -1,18 +1,19 @@
-"""Every tested node's verdict from the node × check matrix (``attribution.py``): which node a failure
-convicts, which node a lost neighbour left not judged in full, and the failures no node explains.
-Pure: a results document in, frozen dataclasses out."""
+"""Every tested node's verdict from the placements of the run's results (``attribution.py``):
+REJECTED for a failure of its own (or lost under a job, or left out before any job), INCOMPLETE
+when a check of it was not judged, otherwise ACCEPTED (PARTIAL in a partial run: only the
+selected checks speak for it). Failures on no node's account are listed apart: they may be the
+fabric's, not any node's. Pure: a results document in, frozen dataclasses out."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pytest_gpucluster.fold import fold_lines
+from pytest_gpucluster.outcomes import UNJUDGED
 from pytest_gpucluster.ranges import hostlist
-from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, known_nodes, matrix, nodes_in
-from pytest_gpucluster.verdict.findings import SEVERITY
+from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Placed, known_nodes, placements
 
 NodeOverall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE", "PARTIAL"]
 
@@ -48,78 +49,49 @@ class Nodes:
             },
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Nodes:
+        """The node verdicts a results file holds (``to_json``)."""
+        verdicts = tuple(
+            NodeVerdict(str(n), v["verdict"], tuple(v.get("reasons", [])), tuple(v.get("checks", [])))
+            for n, v in (data.get("verdicts") or {}).items()
+        )
+        wide = tuple(data.get("cluster_wide", []))
+        return cls(verdicts, wide, str(data.get("summary", "")), str(data.get("exclude", "")))
 
-def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "") -> Nodes:
-    """Per node, from the matrix's attribution: REJECTED when a check failed on it (or the run
-    lost it, or Slurm excluded it), INCOMPLETE when a check of it was skipped or failed only
-    because of another node the run lost or Slurm excluded (a job spanning both, a comparison
-    left with one node), otherwise ACCEPTED (PARTIAL in a partial run: only the selected checks
-    speak for it). Failures that name no node are listed apart: they may be the fabric's, not
-    any node's."""
-    m = matrix(doc)
+
+def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "", placed: Sequence[Placed] | None = None) -> Nodes:
+    """Per node, from the placements (``attribution.placements``): REJECTED when a failure is its
+    own, it was lost during the run or left out before any job; INCOMPLETE when a check of it was
+    not judged; otherwise ACCEPTED, or PARTIAL in a partial run."""
+    placed = placements(doc) if placed is None else placed
     env = doc.get("environment", {})
     lost = env.get("lost_nodes") or {}
     excluded = env.get("excluded_nodes") or {}
-    out: list[NodeVerdict] = []
     known = known_nodes(doc)
-    unattributed: list[str] = []  # a failure of several nodes together that no isolation pinned on one
-    gone = sorted({*lost, *excluded})
-    for node in [*known, *[n for n in excluded if n not in known]]:
-        bad: list[str] = []
-        skipped: list[str] = []
-        bad_checks: list[str] = []
-        skipped_checks: list[str] = []
+    partial = run_verdict == "PARTIAL" or bool((doc.get("selection") or {}).get("partial"))
+    out: list[NodeVerdict] = []
+    for node in dict.fromkeys([*known, *map(str, excluded)]):
+        mine = [p for p in placed if p.row == node]
+        bad = [p.line for p in mine if p.convicts]
         if node in excluded:
-            bad.append(f"{node}: Slurm reports it {excluded[node]}; not tested")
+            bad.insert(0, f"{node}: Slurm reports it {excluded[node]}; not tested")
         if node in lost:
             seen = lost[node]
             why = seen.get("why", seen) if isinstance(seen, Mapping) else seen
-            bad.append(f"{node}: lost during the run: {why}")
-        for col in m.columns:
-            cell = m.cell(node, col)
-            if SEVERITY.get(cell.status, 0) >= SEVERITY["xpass"]:
-                for line in (x for x in cell.lines if _says_failure(x)):
-                    others = [n for n in nodes_in(line, gone) if n != node] if node not in gone else []
-                    if others:
-                        skipped.append(f"not judged: {hostlist(others)} lost or left out ({line})")
-                        skipped_checks.append(col[1])
-                    elif _convicts(line, node):
-                        bad.append(line)
-                        bad_checks.append(col[1])
-                    else:
-                        unattributed.append(line)
-            elif cell.status == "skip":
-                skipped += list(cell.lines)
-                skipped_checks.append(col[1])
-        bad = fold_lines(dict.fromkeys(bad), known)
+            bad.insert(0, f"{node}: lost during the run: {why}")
         if bad:
-            out.append(NodeVerdict(node, "REJECTED", tuple(bad), tuple(dict.fromkeys(bad_checks))))
-        elif skipped:
-            out.append(
-                NodeVerdict(node, "INCOMPLETE", tuple(fold_lines(dict.fromkeys(skipped), known)), tuple(skipped_checks))
-            )
-        else:
-            partial = run_verdict == "PARTIAL" or bool((doc.get("selection") or {}).get("partial"))
-            out.append(NodeVerdict(node, "PARTIAL" if partial else "ACCEPTED"))
-    everyone = [*known, *excluded]
-    cluster_wide = tuple(
-        fold_lines(
-            dict.fromkeys(
-                [
-                    *(
-                        line
-                        for col in m.columns
-                        for line in m.cell(CLUSTER_ROW, col).lines
-                        if SEVERITY.get(m.cell(CLUSTER_ROW, col).status, 0) >= SEVERITY["xpass"]
-                        and _says_failure(line)
-                        and not nodes_in(line, everyone)
-                    ),
-                    *unattributed,
-                ]
-            ),
-            everyone,
-        )
-    )
+            checks = tuple(dict.fromkeys(p.column[1] for p in mine if p.convicts))
+            out.append(NodeVerdict(node, "REJECTED", tuple(fold_lines(dict.fromkeys(bad), known)), checks))
+            continue
+        unjudged = [p for p in mine if p.status in UNJUDGED]
+        if unjudged:
+            lines = tuple(fold_lines(dict.fromkeys(p.line for p in unjudged), known))
+            out.append(NodeVerdict(node, "INCOMPLETE", lines, tuple(dict.fromkeys(p.column[1] for p in unjudged))))
+            continue
+        out.append(NodeVerdict(node, "PARTIAL" if partial else "ACCEPTED"))
+    wide = [p.line for p in placed if p.row == CLUSTER_ROW and p.status == "fail"]
+    cluster_wide = tuple(fold_lines(dict.fromkeys(wide), [*known, *map(str, excluded)]))
     summary = nodes_summary({v.node: v.verdict for v in out}, len(cluster_wide))
     return Nodes(tuple(out), cluster_wide, summary, hostlist([v.node for v in out if v.verdict == "REJECTED"]))
 
@@ -137,20 +109,3 @@ def nodes_summary(verdicts: Mapping[str, str], cluster_wide: int) -> str:
     if cluster_wide:
         parts.append(f"{cluster_wide} failure(s) name no single node")
     return "; ".join(parts)
-
-
-def _convicts(line: str, node: str) -> bool:
-    """Whether a failure sentence is ``node``'s own: its place is the node (``node3``,
-    ``node3:gpu5``), or it is a measurement of several nodes together (``node1+node2``) whose
-    bad-node isolation named ``node``. A pair that failed with no node isolated may be the
-    fabric's: it convicts neither node."""
-    where = line.split(": ", 1)[0]
-    if "+" not in where:
-        return True
-    named = re.search(r"bad node\(s\): ([^(]*)", line)
-    return bool(named and node in [n.strip() for n in named.group(1).split(",")])
-
-
-def _says_failure(line: str) -> bool:
-    """Whether a matrix cell's line explains a failure (not a pass or a warning beside it)."""
-    return not line.endswith((": pass", ": warn")) and "within bounds" not in line and "the warn line" not in line

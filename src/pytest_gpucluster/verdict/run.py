@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pytest_gpucluster.fold import fold, fold_lines
-from pytest_gpucluster.outcomes import reason_of
+from pytest_gpucluster.outcomes import JUDGED_BAD, first_line, reason_of
 from pytest_gpucluster.verdict.attribution import known_nodes
-from pytest_gpucluster.verdict.findings import FailureLine, findings_of, first_line, test_label
+from pytest_gpucluster.verdict.findings import FailureLine, failure_lines, test_label
 
 Overall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE", "PARTIAL"]
 
@@ -45,13 +45,35 @@ class Acceptance:
     not_selected: tuple[str, ...] = ()
     findings: tuple[FailureLine, ...] = ()  # the failures of a REJECTED run, one line per check and cause
 
+    def to_json(self) -> dict[str, Any]:
+        """Plain dict for the results file (``acceptance``); the report renders it back."""
+        return {
+            "verdict": self.verdict,
+            "headline": self.headline,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+            "not_applicable": list(self.not_applicable),
+            "not_selected": list(self.not_selected),
+            "counts": dict(self.counts),
+            "failures": [{"text": f.text, "count": f.count, "nodeid": f.nodeid} for f in self.findings],
+        }
 
-COUNTED = ("pass", "warn", "fail", "error", "n/a", "skip", "xfail", "xpass")
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Acceptance:
+        """The verdict a results file holds (``to_json``)."""
+        return cls(
+            data["verdict"],
+            tuple(data.get("reasons", [])),
+            dict(data.get("counts", {})),
+            str(data.get("headline", "")),
+            tuple(data.get("warnings", [])),
+            tuple(data.get("not_applicable", [])),
+            tuple(data.get("not_selected", [])),
+            tuple(FailureLine(f["text"], int(f["count"]), f["nodeid"]) for f in data.get("failures", [])),
+        )
 
 
-def _judged_bad(t: Mapping[str, Any]) -> bool:
-    verdict = t.get("verdict")
-    return verdict == "xpass" or (verdict in ("fail", "error") and not t.get("unjudged"))
+COUNTED = ("pass", "warn", "fail", "xfail", "xpass", "n/a", "not_judged", "fault", "interrupted")
 
 
 def acceptance(doc: Mapping[str, Any]) -> Acceptance:
@@ -61,7 +83,7 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
     nodes = known_nodes(doc)
     counts = dict.fromkeys(COUNTED, 0)
     for t in tests:
-        counts[t.get("verdict", "error")] = counts.get(t.get("verdict", "error"), 0) + 1
+        counts[t.get("verdict", "not_judged")] = counts.get(t.get("verdict", "not_judged"), 0) + 1
     sel = doc.get("selection") or None
     # The checks of this run that did not apply: the same tests ``counts["n/a"]`` counts, each with
     # the reason known at collection (the selection) or found when it ran.
@@ -81,6 +103,7 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
                 dict.fromkeys(
                     list(t.get("warnings", []))
                     + [str(m.get("sentence")) for m in t.get("measurements", []) if m.get("status") == "warn"]
+                    + [str(x.get("text")) for x in t.get("findings") or [] if x.get("severity") == "warn"]
                     or ["warnings"]
                 ),
                 nodes,
@@ -107,9 +130,9 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         )
 
     faults = fault_reasons(tests)
-    bad = [t for t in tests if _judged_bad(t)]
+    bad = [t for t in tests if t.get("verdict") in JUDGED_BAD]
     if bad:
-        found = [f for t in bad for f in findings_of(t, nodes)]
+        found = [f for t in bad for f in failure_lines(t, nodes)]
         n = len(bad)
         headline = f"REJECTED: {n} check{'s' if n != 1 else ''} failed"
         if faults:  # what stopped the other checks is named in the headline too
@@ -117,7 +140,7 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         return made("REJECTED", [*faults, *(f.line for f in found)], headline, found=found)
 
     reasons: list[str] = list(faults)
-    faulted = {str(t.get("nodeid")) for t in tests if t.get("cluster_fault")}
+    faulted = {str(t.get("nodeid")) for t in tests if t.get("verdict") == "fault"}
     status = doc.get("status")
     if status != "complete":
         reasons.append(f"the run did not finish (status: {status}); results cover only the checks that ran")
@@ -168,7 +191,7 @@ def fault_reasons(tests: Iterable[Mapping[str, Any]], *, short: bool = False) ->
     stopped: dict[str, list[str]] = {}
     for t in tests:
         fault = t.get("cluster_fault") or {}
-        if fault:
+        if t.get("verdict") == "fault":
             stopped.setdefault(str(fault.get("sentence") or fault.get("what")), []).append(
                 test_label(str(t.get("nodeid")))
             )
@@ -186,16 +209,18 @@ def _missing(nodeid: str, t: Mapping[str, Any] | None) -> list[str]:
     if t is None:
         return [f"{label}: not reached (the run ended before it)"]
     verdict = t.get("verdict")
-    if verdict == "skip":
-        return [f"{label}: skipped: {reason_of(str(t.get('message', ''))) or 'no reason given'}"]
-    if verdict in ("fail", "error"):  # only unjudged ones reach here
+    if verdict == "not_judged" and t.get("unjudged"):
         return [f"{label}: could not be judged ({t.get('unjudged')}): {first_line(str(t.get('message', '')))}"]
-    if verdict in ("interrupted", "unknown"):
+    if verdict == "not_judged":
+        reasons = [str(f.get("text")) for f in t.get("findings") or [] if f.get("severity") == "not_judged"]
+        said = "; ".join(dict.fromkeys(reasons)) or reason_of(str(t.get("message", ""))) or "no reason given"
+        return [f"{label}: not judged: {said}"]
+    if verdict == "interrupted":
         return [f"{label}: interrupted before it was judged"]
     return []
 
 
 def stopped_by_faults_only(doc: Mapping[str, Any]) -> bool:
-    """Whether every check that failed or errored was stopped by a fault outside the nodes (the
+    """Whether every check pytest saw fail or error was stopped by a fault outside the nodes (the
     controller, the shared filesystem, other work): none of them is a judgement or a harness error."""
-    return all(t.get("cluster_fault") for t in doc.get("tests", []) if t.get("outcome") in ("failed", "error"))
+    return all(t.get("verdict") == "fault" for t in doc.get("tests", []) if t.get("outcome") in ("failed", "error"))
