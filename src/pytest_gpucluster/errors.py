@@ -167,11 +167,44 @@ class EnvironmentFault(LaunchError, ClusterFault):
         return fault
 
 
+class ConfigFault(LaunchError, ClusterFault):
+    """The run's own configuration is wrong for the cluster, as a job found it on every node (a
+    network setting of the profile's env that matches nothing there): one finding naming the
+    setting, no node judged, excluded or drained. ``setting``: the variable or key at fault."""
+
+    what = "config"
+    setting = ""
+
+    @classmethod
+    def of_setting(cls, sentence: str, *, setting: str, nodes: tuple[str, ...], job: str) -> ConfigFault:
+        """The fault of ``setting``, said in ``sentence`` (the setting, where it comes from, the
+        nodes and what they offer), as job ``job`` met it."""
+        fault = cls(f"{sentence}; job {job} stopped before its collectives. Fix the setting; no node is judged on it.")
+        fault.fault_sentence = sentence
+        fault.setting = setting
+        fault.nodes = nodes
+        return fault
+
+
 class QueueHeldError(QueueTimeoutError, ClusterFault):
     """A job stayed PENDING past ``queue_timeout_s`` while other work (another user's or another
     run's jobs) held its nodes; it has been cancelled."""
 
     what = "queue"
+
+
+class NodesHeld(ClusterFault):
+    """Other work holds tested nodes past ``queue_timeout_s``: learned once (before the run's first
+    job, or from a job that waited for them), those nodes are left out of every later job, and a
+    check of them, or one across nodes left with fewer than it needs, is not judged naming the
+    holder. ``held``: node → the job holding it."""
+
+    what = "queue"
+
+    def __init__(self, sentence: str, held: dict[str, str]) -> None:
+        self.held = dict(held)
+        self.fault_sentence = sentence
+        super().__init__(sentence)
 
 
 class QueueAfterOutageError(QueueTimeoutError, ClusterFault):

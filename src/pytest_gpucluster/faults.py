@@ -38,12 +38,14 @@ def cluster_fault(exc: BaseException | None) -> ClusterFault | None:
 def fault_finding(fault: ClusterFault, *, node: str, tested: Sequence[str]) -> Finding:
     """The finding of a fault outside the nodes that stopped a check: not judged, on the nodes it
     kept from being judged (the nodes other work held, where a task found the environment
-    wanting), else the check's node, else every tested node; no node is its culprit."""
+    wanting, and the check's own node), else every tested node; no node is its culprit."""
     held = getattr(fault, "held", None) or {}
-    named = tuple(held) or tuple(getattr(fault, "nodes", ()) if fault.what == "environment" else ())
-    nodes = named or ((node,) if node else tuple(tested))
+    named = tuple(held) or tuple(getattr(fault, "nodes", ()) if fault.what in ("environment", "config") else ())
+    # A per-node check stopped this way did not measure its own node either.
+    nodes = tuple(dict.fromkeys([*named, *([node] if node else [])])) or tuple(tested)
     scope = FAULT_SCOPES.get(fault.what, "controller")
-    return Finding.outside(scope, fault.sentence, nodes=nodes, severity="not_judged")
+    setting = str(getattr(fault, "setting", "") or "")
+    return Finding.outside(scope, fault.sentence, nodes=nodes, setting=setting, severity="not_judged")
 
 
 def error_findings(exc: BaseException, *, node: str, tested: Sequence[str]) -> list[Finding]:

@@ -61,15 +61,30 @@ class Judge:
             assert isinstance(threshold, str)
             self._unjudged(m, threshold)
             return None
-        verdict = judge(m, t)
+        return self._record(judge(m, t))
+
+    def _record(self, verdict: Verdict) -> Verdict:
+        """Record a verdict, and the finding it is when past a line, on the test."""
         self.verdicts.append(verdict)
         self._session.record({"kind": "measurement", **verdict.to_json()})
         found = verdict.finding()
         if found is not None:
             self._session.record({"kind": "finding", **found.to_json()})
         if verdict.status == "warn":
-            warnings.warn(ThresholdWarning(verdict.sentence), stacklevel=3)
+            warnings.warn(ThresholdWarning(verdict.sentence), stacklevel=4)
         return verdict
+
+    def verdict(self, made: Verdict | None, measurement: Measurement | None, metric: str) -> None:
+        """Record a verdict a check made once (``checks.nccl.Check.verdict``, which its retries
+        and bad-node isolation read too) and end the test by it, never judging again. Without a
+        verdict, a measurement is kept unjudged (no bound for ``metric``: the check could not
+        judge)."""
+        if made is not None:
+            self._conclude([self._record(made)])
+            return
+        if measurement is not None:
+            self._unjudged(self._placed(measurement) if not measurement.nodes else measurement, metric)
+        self._conclude([])
 
     def _placed(self, m: Measurement) -> Measurement:
         """A measurement given by its ``where`` alone (a site's check; the suite's own give

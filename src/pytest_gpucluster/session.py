@@ -303,6 +303,12 @@ class GpuClusterSession:
                 terminal.write_line(line)
         if config.option.collectonly or session.testsfailed:
             return
+        held = self.node_set.wait_for_other_work(
+            float(self.profile.queue_timeout_s), f"gpucluster-{self.settings.run_id}-", self.say
+        )
+        if held:
+            self.status_lines.append(f"{self.node_set.held_sentence}: left out of every job of this run")
+            self._record_held()
         started = self.runner.start_ahead(self.jobs, early)
         if started:
             self.status_lines.append("started ahead: " + ", ".join(started))
@@ -424,15 +430,29 @@ class GpuClusterSession:
             e.get("kind") == "finding" and e.get("severity", "fail") == "fail" for e in entries_of(item.user_properties)
         )
 
+    def _record_held(self) -> None:
+        """The nodes other work held, in the results' environment (and a worker's view of it)."""
+        if self.results is not None:
+            self.results.environment["held_nodes"] = dict(self.node_set.held)
+
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """A check on a node lost earlier in the run fails for that node with the first evidence
         (no job is tried on it again); so does an across-nodes check once fewer than 2 nodes are
-        left."""
+        left. A check of a node other work holds, or across nodes when that leaves fewer than 2,
+        is not judged, naming the holder (``NodesHeld``)."""
+        callspec = getattr(item, "callspec", None)
+        node = callspec.params.get("node") if callspec is not None else None
+        if self.node_set.held and is_check(item):
+            facts = {"held_nodes": dict(self.node_set.held)}  # to the results, also from an xdist worker
+            item.user_properties.append((PROPERTY, {"kind": "environment", "facts": facts}))
+            held = self.node_set.held_fault([node] if isinstance(node, str) else [])
+            if held is None and item.get_closest_marker("across_nodes") and len(self.live_nodes) < 2:
+                held = self.node_set.held_fault(self.nodes)
+            if held is not None:
+                raise held
         lost = self.lost_nodes
         if not lost:
             return
-        callspec = getattr(item, "callspec", None)
-        node = callspec.params.get("node") if callspec is not None else None
         if node in lost:
             pytest.fail(
                 f"{node} was lost earlier in this run: {self.lost_evidence(node)}; not tested again", pytrace=False

@@ -24,16 +24,16 @@ def gpucluster_not_applicable(cluster, name):
 
 @pytest.mark.uses(jobs.NCCL_INTRA)
 def test_busbw_inside_node(measured, judge, record, node, op):
-    check = measured()  # a miss is re-measured on this node alone
+    check = measured()  # judged once; a miss is re-measured on this node alone
     record("series", **check.series)
-    judge.problems(list(check.problems), f"{node}: {op} returned wrong results (never retried)")
-    judge(check.measurement, check.threshold)  # without a bound: kept unjudged, the check could not judge
+    judge.findings(check.problems, f"{node}: {op} returned wrong results (never retried)")
+    judge.verdict(check.verdict, check.measurement, check.metric)  # no bound: kept unjudged, not judged
 
 
 @pytest.mark.across_nodes
 @pytest.mark.uses(jobs.NCCL_INTER)
 def test_busbw_across_nodes(measured, judge, record, op):
-    check = measured()  # a miss is re-measured, then narrowed down to the bad node by pairs
+    check = measured()  # judged once; a miss is re-measured, then narrowed down to the bad node by pairs
     record("series", **check.series)
-    judge.problems(list(check.problems), f"{op} across nodes returned wrong results (never retried)")
-    judge(check.measurement, check.threshold)  # without a bound: kept unjudged, the check could not judge
+    judge.findings(check.problems, f"{op} across nodes returned wrong results (never retried)")
+    judge.verdict(check.verdict, check.measurement, check.metric)  # no bound: kept unjudged, not judged

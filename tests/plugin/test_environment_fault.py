@@ -50,3 +50,46 @@ def test_torch_that_cannot_use_the_driver_is_the_environments_fault_said_once(gp
     assert all(v["verdict"] != "REJECTED" for v in acc["nodes"]["verdicts"].values())
     faulted = [t for t in doc["tests"] if t["cluster_fault"]]
     assert {t["cluster_fault"]["what"] for t in faulted} == {"environment"} and len(faulted) == 2
+
+
+GROUP = """
+from pytest_gpucluster.workloads.distributed import process_group
+
+
+def _group(ctx):
+    with process_group(ctx, backend="gloo", timeout_s=30):
+        return ctx.rank
+
+
+def test_group_a(gpucluster, judge):
+    gpucluster.run(_group, gpucluster.spec("group", tasks_per_node=2, gpus_per_node=0))
+
+
+def test_group_b(gpucluster, judge):
+    gpucluster.run(_group, gpucluster.spec("group", tasks_per_node=2, gpus_per_node=0))
+"""
+
+
+def test_a_network_setting_that_matches_nothing_is_the_configurations_fault_said_once(gpc):
+    # The profile's env names an interface this machine does not have: every task of every
+    # collective job stops before its process group, the run names the setting once.
+    (gpc.path / "bad.toml").write_text(
+        (gpc.path / "thresholds.toml").read_text()
+        + '\n[profiles.badnet]\nextends = "local"\n[profiles.badnet.env]\nGLOO_SOCKET_IFNAME = "ib9"\n'
+    )
+    gpc.makepyfile(test_group=GROUP)
+    result = gpc.runpytest_subprocess(
+        "--cluster=badnet", "--gpucluster-thresholds=bad.toml", "--gpucluster-results=r.json"
+    )
+    doc = json.loads((gpc.path / "r.json").read_text())
+    acc = doc["acceptance"]
+    assert result.ret == 10 and acc["verdict"] == "INCOMPLETE", result.stdout.str()
+    sentence = "GLOO_SOCKET_IFNAME=ib9 (from the profile's env) matches nothing on "
+    assert acc["headline"].startswith(f"INCOMPLETE: {sentence}"), acc["headline"]
+    assert sum(sentence in r for r in acc["reasons"]) == 1 and "2 checks not judged" in acc["reasons"][0]
+    assert acc["nodes"]["exclude"] == "" and acc["nodes"]["cluster_wide"] == []
+    found = [f for t in doc["tests"] for f in t["findings"]]
+    assert {(f["scope"], f["setting"], f["severity"]) for f in found} == {
+        ("config", "GLOO_SOCKET_IFNAME", "not_judged")
+    }
+    result.stdout.fnmatch_lines(["*= 2 not judged in *"])  # pytest's count line says what the verdict says

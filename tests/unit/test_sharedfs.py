@@ -46,14 +46,15 @@ def test_three_tasks_share_a_directory(tmp_path):
     assert os.stat(prepared.directory).st_mode & 0o777 == 0o700
     reports = _run_nodes(prepared, 3)
     assert [r.marker for r in reports] == ["ok"] * 3
-    assert sharedfs_checks.visibility_problems(reports, prepared, 3) == []
-    assert sharedfs_checks.readback_problems(reports, 3) == []
-    assert sharedfs_checks.readback_problems(reports, 3, renamed=True) == []
-    assert sharedfs_checks.append_problems(reports, 3) == []
+    nodes = [r.node for r in reports]
+    assert sharedfs_checks.visibility_findings(reports, prepared, nodes) == []
+    assert sharedfs_checks.readback_findings(reports, nodes) == []
+    assert sharedfs_checks.readback_findings(reports, nodes, renamed=True) == []
+    assert sharedfs_checks.append_findings(reports, nodes) == []
     assert reports[0].append_lines == {0: 20, 1: 20, 2: 20}
-    metrics = sharedfs_checks.space(reports, prepared.root)
-    assert [m for m, _, _ in metrics] == ["sharedfs.capacity", "sharedfs.free"]
-    assert all(v > 0 for _, _, v in metrics)
+    metrics = sharedfs_checks.space(reports, prepared.root, "7")
+    assert [m.metric for m in metrics] == ["sharedfs.capacity", "sharedfs.free"]
+    assert all(m.value > 0 and len(m.nodes) == 1 for m in metrics)
     sharedfs.cleanup(prepared)
     assert not prepared.directory.exists()
 
@@ -71,24 +72,39 @@ def test_a_node_that_does_not_share_the_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("NODE", "n0")
     (report,) = _run_nodes(prepared, 1)
     assert report.marker == "missing"
-    (problem,) = sharedfs_checks.visibility_problems([report], prepared, 1)
-    assert problem.startswith(f"n0: does not see login-marker that the login node wrote in {prepared.directory}: ")
-    assert f"{tmp_path}/n0 on n0 is not the login node's filesystem (not shared" in problem
-    assert sharedfs_checks.append_problems([report], 1) == [
+    (found,) = sharedfs_checks.visibility_findings([report], prepared, ["n0"])
+    assert (found.scope, found.culprits) == ("node", ("n0",))
+    assert found.text.startswith(f"n0: does not see login-marker that the login node wrote in {prepared.directory}: ")
+    assert f"{tmp_path}/n0 on n0 is not the login node's filesystem (not shared" in found.text
+    assert [f.text for f in sharedfs_checks.append_findings([report], ["n0"])] == [
         "n0: took no part (it does not see the login node's directory)"
     ]
+
+
+def test_a_node_that_wrote_nothing_where_the_jobs_files_are_does_not_see_the_shared_filesystem():
+    report = sharedfs.NodeReport("n1", 0, "/mnt/sharedfs/.x", True, marker="ok", mode=0o700)
+    prepared = sharedfs.Prepared("/mnt/sharedfs", "/mnt/sharedfs", ".x", "t")
+    silent = {"n2": "silent: none of its tasks wrote a file into job 17's folder"}
+    found = sharedfs_checks.visibility_findings([report], prepared, ["n1", "n2"], silent)
+    assert [(f.culprits, f.text.split(":")[0]) for f in found] == [(("n2",), "n2")]
+    assert "does not see the shared filesystem /mnt/sharedfs" in found[0].text
+    # its partner's exchange names it first, and convicts no one by itself
+    (missing,) = sharedfs_checks.readback_findings([report], ["n1", "n2"])
+    assert (missing.nodes, missing.culprits) == (("n2", "n1"), ())
 
 
 def test_missing_mount_and_missing_node():
     report = sharedfs.NodeReport("n1", 0, "/mnt/sharedfs/.x", root_exists=False)
     prepared = sharedfs.Prepared("/mnt/sharedfs", "/mnt/sharedfs", ".x", "t")
-    assert sharedfs_checks.visibility_problems([report], prepared, 2) == [
-        "1 node(s) reported, 2 expected",
-        "n1: /mnt/sharedfs does not exist (shared filesystem not mounted?)",
+    found = sharedfs_checks.visibility_findings([report], prepared, ["n1", "n2"])
+    assert [(f.text, f.culprits) for f in found] == [
+        ("n2: sent no report from the shared-filesystem job", ("n2",)),
+        ("n1: /mnt/sharedfs does not exist (shared filesystem not mounted?)", ("n1",)),
     ]
-    assert [(m, w) for m, w, v in sharedfs_checks.space([report], "/mnt/sharedfs")] == [
-        ("sharedfs.capacity", "/mnt/sharedfs"),
-        ("sharedfs.free", "/mnt/sharedfs"),
+    space = sharedfs_checks.space([report], "/mnt/sharedfs", "7")
+    assert [(m.metric, m.nodes, m.detail) for m in space] == [
+        ("sharedfs.capacity", ("n1",), "/mnt/sharedfs"),
+        ("sharedfs.free", ("n1",), "/mnt/sharedfs"),
     ]
 
 
@@ -96,9 +112,9 @@ def test_barrier_wait_is_bounded(tmp_path):
     prepared = sharedfs.prepare(str(tmp_path))
     (report,) = _run_nodes(prepared, 2, timeout_s=0.5, ranks=[0])  # rank 1 never comes
     assert report.barrier_timeout == "start: rank(s) [1] missing after 0 s"
-    assert sharedfs_checks.readback_problems([report], 2) == [
-        "only 1 of 2 node(s) reported",
+    assert [f.text for f in sharedfs_checks.readback_findings([report], ["n0", "n1"])] == [
         "n0: gave up waiting at barrier start: rank(s) [1] missing after 0 s",
+        "only 1 of 2 node(s) reported: no exchange with n1",
     ]
 
 
@@ -128,18 +144,18 @@ def test_sick_reports_name_node_and_file():
         appended=5,
         append_lines={0: 5, 1: 5},
     )
-    assert sharedfs_checks.readback_problems([a, b], 2) == [
-        f"n0: read the file data-1.bin written by n1 with sha256 {'b' * 12}…, n1 wrote {'c' * 12}…"
-    ]
-    assert sharedfs_checks.readback_problems([a, b], 2, renamed=True) == [
+    (wrong,) = sharedfs_checks.readback_findings([a, b], ["n0", "n1"])
+    assert wrong.text == f"n0: read the file data-1.bin written by n1 with sha256 {'b' * 12}…, n1 wrote {'c' * 12}…"
+    assert (wrong.nodes, wrong.culprits) == (("n0", "n1"), ())  # reader or writer: the pair together
+    assert [f.text for f in sharedfs_checks.readback_findings([a, b], ["n0", "n1"], renamed=True)] == [
         f"n0: read the file published by rename renamed-1.bin written by n1 with sha256 …, n1 wrote {'d' * 12}…"
     ]
-    assert sharedfs_checks.append_problems([a, b], 2) == [
-        "n0: the shared append.log lost or doubled lines (n1 appended 5, 3 found)",
-        "n0: the shared append.log has 1 torn or mixed line(s)",
+    assert [(f.text, f.culprits) for f in sharedfs_checks.append_findings([a, b], ["n0", "n1"])] == [
+        ("n0: the shared append.log lost or doubled lines (n1 appended 5, 3 found)", ("n0",)),
+        ("n0: the shared append.log has 1 torn or mixed line(s)", ("n0",)),
     ]
     prepared = sharedfs.Prepared("/s", "/s", "x", "t")
-    assert sharedfs_checks.visibility_problems([a, b], prepared, 2) == [
+    assert [f.text for f in sharedfs_checks.visibility_findings([a, b], prepared, ["n0", "n1"])] == [
         "n1: the private directory reads as mode 0755, the login node made 0700"
     ]
 
@@ -150,10 +166,24 @@ def test_different_filesystems_are_named():
     a = sharedfs.NodeReport("n0", 0, "/mnt/sharedfs/x", True, mount=nfs, marker="ok", mode=0o700, capacity_bytes=100)
     b = sharedfs.NodeReport("n1", 1, "/mnt/sharedfs/x", True, mount=local, marker="ok", mode=0o700, capacity_bytes=50)
     prepared = sharedfs.Prepared("/mnt/sharedfs", "/mnt/sharedfs", "x", "t")
-    problems = sharedfs_checks.visibility_problems([a, b], prepared, 2)
-    assert "n0: /mnt/sharedfs/x lies on nfs4 10.0.0.5:/export at /mnt/sharedfs" in problems
-    assert "n1: /mnt/sharedfs/x lies on ext4 /dev/vda at /" in problems
-    assert "n1: the filesystem's size reads 0.0 GiB" in problems
+    found = sharedfs_checks.visibility_findings([a, b], prepared, ["n0", "n1"])
+    # two nodes, no majority: named together, neither convicted
+    assert [(f.text, f.nodes, f.culprits) for f in found] == [
+        (
+            "n0: /mnt/sharedfs/x lies on nfs4 10.0.0.5:/export at /mnt/sharedfs; "
+            "n1: /mnt/sharedfs/x lies on ext4 /dev/vda at /",
+            ("n0", "n1"),
+            (),
+        ),
+        ("n0: the filesystem's size reads 0.0 GiB; n1: the filesystem's size reads 0.0 GiB", ("n0", "n1"), ()),
+    ]
+    # a third node on NFS makes the odd one out the culprit
+    c = sharedfs.NodeReport("n2", 2, "/mnt/sharedfs/x", True, mount=nfs, marker="ok", mode=0o700, capacity_bytes=100)
+    found = sharedfs_checks.visibility_findings([a, b, c], prepared, ["n0", "n1", "n2"])
+    assert [(f.text, f.culprits) for f in found] == [
+        ("n1: /mnt/sharedfs/x lies on ext4 /dev/vda at /", ("n1",)),
+        ("n1: the filesystem's size reads 0.0 GiB", ("n1",)),
+    ]
 
 
 def test_mount_of_recorded_mountinfo():

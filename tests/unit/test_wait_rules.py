@@ -206,6 +206,9 @@ def test_a_node_none_of_whose_tasks_wrote_a_result_is_silent_when_another_nodes_
         "node4": "silent: no task of it wrote a result in job 41 (FAILED) while other nodes' did"
     }
     assert rules.silent_nodes(failed, where, set(), "41", "FAILED") == {}  # no node answered: not the node's fault
+    # Not even a log file in the job's folder (on the shared filesystem): the node does not see it.
+    (said,) = rules.silent_nodes(failed, where, {"node3"}, "41", "FAILED", no_files={"node4"}).values()
+    assert said.startswith("silent: none of its tasks wrote even a log file into job 41's folder on the shared")
 
 
 def test_a_job_that_never_ran_is_told_by_slurms_record_else_by_what_was_seen():

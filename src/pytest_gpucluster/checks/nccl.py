@@ -19,30 +19,36 @@ from pytest_gpucluster.checks.busbw import describe_judged
 from pytest_gpucluster.checks.pairing import Isolation
 from pytest_gpucluster.config import NVLS_COLLECTIVES, NcclSettings, Threshold
 from pytest_gpucluster.errors import GpuClusterError
-from pytest_gpucluster.verdict import Measurement, judge
+from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 from pytest_gpucluster.workloads.busbw import SweepResult
 
 
 @dataclass(frozen=True)
 class Check:
-    """One collective on one communicator, ready to judge."""
+    """One collective on one communicator, judged: its measurement's verdict is made once, here,
+    and every decision (re-measure, narrow down) and the test's record read that one verdict."""
 
     sweep: SweepResult
     metric: str
     threshold: Threshold | None
     measurement: Measurement | None
-    problems: tuple[str, ...]  # wrong results: fail, never retried
+    problems: tuple[Finding, ...]  # wrong results: fail, never retried
     attempts: tuple[SweepResult, ...] = ()
     isolation: Isolation | None = None
     series: dict[str, Any] = field(default_factory=dict)
 
     @functools.cached_property
-    def fails(self) -> bool:
-        """The measurement is under its fail line (correctness is judged separately); judged once
-        per check, however many decisions read it."""
+    def verdict(self) -> Verdict | None:
+        """The measurement against its bound; None without a bound (the check could not judge)
+        or without a measurement."""
         if self.measurement is None or self.threshold is None:
-            return False
-        return judge(self.measurement, self.threshold).status == "fail"
+            return None
+        return judge(self.measurement, self.threshold)
+
+    @property
+    def fails(self) -> bool:
+        """The measurement is under its fail line (correctness is judged separately)."""
+        return self.verdict is not None and self.verdict.status == "fail"
 
 
 def metric_name(op: str, scope: str, *, nvls: bool) -> str:
@@ -86,7 +92,9 @@ def measurement_of(
     if earlier:
         values = ", ".join(f"{r.busbw:.4g}" for r in earlier if r is not None)
         detail += f", attempt {len(attempts)} (earlier: {values} GB/s)"
-    return Measurement(metric=metric, value=row.busbw, unit="GB/s", where=sweep.where, detail=detail)
+    if len(sweep.nodes) == 1:
+        return Measurement.at(metric, row.busbw, "GB/s", sweep.nodes[0], detail=detail)
+    return Measurement.across(metric, row.busbw, "GB/s", sweep.nodes, detail=detail)
 
 
 def make_check(
@@ -126,10 +134,18 @@ def make_check(
         metric=metric,
         threshold=threshold,
         measurement=measurement,
-        problems=tuple(sweep.correctness_problems()),
+        problems=tuple(_wrong_results(sweep)),
         attempts=tuple(attempts) or (sweep,),
         series=series,
     )
+
+
+def _wrong_results(sweep: SweepResult) -> list[Finding]:
+    """A sweep's wrong results: of its node, or of its nodes together (a collective across nodes
+    returns one result; which node corrupted it, the result cannot say)."""
+    if len(sweep.nodes) == 1:
+        return [Finding.on_node(sweep.nodes[0], p) for p in sweep.correctness_problems()]
+    return [Finding.across(sweep.nodes, p) for p in sweep.correctness_problems()]
 
 
 def needs_retry(check: Check, attempts: int, retries: int) -> bool:
@@ -149,9 +165,11 @@ def pair_passes(check: Check) -> bool:
 
 
 def with_isolation(check: Check, found: Isolation) -> Check:
-    """``check`` with what the rounds of pairs established, the culprit in the measurement's
-    detail."""
+    """``check`` with what the rounds of pairs established: the bad nodes as the measurement's
+    culprits, and what was tried in its detail."""
     measurement = check.measurement
     if measurement is not None:
-        measurement = dataclasses.replace(measurement, detail=f"{measurement.detail}; isolation: {found.summary()}")
+        measurement = dataclasses.replace(
+            measurement, detail=f"{measurement.detail}; isolation: {found.summary()}", culprits=found.bad
+        )
     return dataclasses.replace(check, isolation=found, measurement=measurement)

@@ -1,79 +1,154 @@
 """Shared filesystem, judged on the login node: the ``NodeReport`` every node wrote
-(``workloads.sharedfs.check_node``) turned into problems and the space readings to compare
-with the thresholds.
+(``workloads.sharedfs.check_node``) turned into findings and the space readings to compare with
+the thresholds. A node that does not see the shared filesystem is named as exactly that: also one
+that wrote nothing at all into the job's folder there (``silent``), since that folder is on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 
+from pytest_gpucluster.verdict import Finding, Measurement
 from pytest_gpucluster.workloads.sharedfs import APPEND_FILE, MARKER, GiB, NodeReport, Prepared
 
 
-def visibility_problems(reports: Sequence[NodeReport], prepared: Prepared, expected_nodes: int) -> list[str]:
-    """The filesystem is mounted on every node, is the same filesystem, and is the login node's."""
-    problems = []
-    if len(reports) != expected_nodes:
-        problems.append(f"{len(reports)} node(s) reported, {expected_nodes} expected")
+def visibility_findings(
+    reports: Sequence[NodeReport], prepared: Prepared, nodes: Sequence[str], silent: Mapping[str, str] = {}
+) -> list[Finding]:
+    """The filesystem is mounted on every node of ``nodes``, is the same filesystem, and is the
+    login node's. ``silent``: nodes that wrote nothing into the job's folder on it (node → why)."""
+    found = [
+        Finding.on_node(
+            n,
+            f"{n}: does not see the shared filesystem {prepared.root_template}: it wrote nothing into the "
+            f"job's folder there while the other nodes did ({why})",
+        )
+        for n, why in silent.items()
+    ]
+    reported = {r.node for r in reports}
+    found += [
+        Finding.on_node(n, f"{n}: sent no report from the shared-filesystem job")
+        for n in nodes
+        if n not in reported and n not in silent
+    ]
     for r in reports:
         if not r.root_exists:
-            problems.append(f"{r.node}: {Path(r.path).parent} does not exist (shared filesystem not mounted?)")
+            found.append(
+                Finding.on_node(
+                    r.node, f"{r.node}: {Path(r.path).parent} does not exist (shared filesystem not mounted?)"
+                )
+            )
         elif r.marker == "missing":
-            problems.append(
-                f"{r.node}: does not see {MARKER} that the login node wrote in {prepared.directory}: "
-                f"{Path(r.path).parent} on {r.node} is not the login node's filesystem (not shared: "
-                "the node sees its own copy, or the shared filesystem is not mounted there)"
+            found.append(
+                Finding.on_node(
+                    r.node,
+                    f"{r.node}: does not see {MARKER} that the login node wrote in {prepared.directory}: "
+                    f"{Path(r.path).parent} on {r.node} is not the login node's filesystem (not shared: "
+                    "the node sees its own copy, or the shared filesystem is not mounted there)",
+                )
             )
         elif r.marker == "different":
-            problems.append(f"{r.node}: {r.path}/{MARKER} holds another run's token: not the same directory")
+            found.append(
+                Finding.on_node(
+                    r.node, f"{r.node}: {r.path}/{MARKER} holds another run's token: not the same directory"
+                )
+            )
         elif r.mode != 0o700:
-            problems.append(f"{r.node}: the private directory reads as mode {r.mode:04o}, the login node made 0700")
+            found.append(
+                Finding.on_node(
+                    r.node, f"{r.node}: the private directory reads as mode {r.mode:04o}, the login node made 0700"
+                )
+            )
     mounted = [r for r in reports if r.mount is not None and r.marker == "ok"]
-    kinds = {(r.mount.fstype, r.mount.source) for r in mounted if r.mount}
-    if len(kinds) > 1:
-        for r in mounted:
-            assert r.mount is not None
-            problems.append(f"{r.node}: {r.path} lies on {r.mount.describe()}")
-    sizes = [r.capacity_bytes for r in reports if r.marker == "ok"]
+    found += _odd_ones_out(
+        {r.node: (r.mount.fstype, r.mount.source) for r in mounted if r.mount},
+        lambda n: f"{n}: {_of(mounted, n).path} lies on {_mount(mounted, n)}",
+    )
+    sized = [r for r in reports if r.marker == "ok"]
+    sizes = [r.capacity_bytes for r in sized]
     if sizes and max(sizes) > 1.01 * min(sizes):
-        for r in reports:
-            if r.marker == "ok":
-                problems.append(f"{r.node}: the filesystem's size reads {r.capacity_bytes / GiB:.1f} GiB")
-    return problems
+        largest = max(sizes)
+        found += _odd_ones_out(
+            {r.node: r.capacity_bytes >= largest / 1.01 for r in sized},
+            lambda n: f"{n}: the filesystem's size reads {_of(sized, n).capacity_bytes / GiB:.1f} GiB",
+        )
+    return found
 
 
-def space(reports: Sequence[NodeReport], root: str) -> list[tuple[str, str, float]]:
-    """(metric, ``node:path``, GiB) for the smallest capacity and free space any node reads; NaN
-    (never a pass) when no node has the path."""
+def _of(reports: Sequence[NodeReport], node: str) -> NodeReport:
+    return next(r for r in reports if r.node == node)
+
+
+def _mount(reports: Sequence[NodeReport], node: str) -> str:
+    mount = _of(reports, node).mount
+    return mount.describe() if mount is not None else "?"
+
+
+def _odd_ones_out(seen: Mapping[str, Hashable], say: Callable[[str], str]) -> list[Finding]:
+    """Where nodes read differently: the nodes that differ from a strict majority are the
+    culprits, one finding each; with no majority every node is named together, no culprit."""
+    if len(set(seen.values())) < 2:
+        return []
+    common, count = Counter(seen.values()).most_common(1)[0]
+    if count * 2 > len(seen):
+        return [Finding.on_node(n, say(n)) for n, v in seen.items() if v != common]
+    return [Finding.across(list(seen), "; ".join(say(n) for n in seen))]
+
+
+def space(reports: Sequence[NodeReport], root: str, job: str) -> list[Measurement]:
+    """The smallest capacity and free space any node reads, each on its node; NaN (never a pass)
+    on every reporting node when none has the path."""
     seen = [r for r in reports if r.root_exists]
     if not seen:
-        return [("sharedfs.capacity", root, float("nan")), ("sharedfs.free", root, float("nan"))]
+        nodes = [r.node for r in reports]
+        return [
+            Measurement.across(metric, float("nan"), "GiB", nodes, detail=root, job_id=job)
+            for metric in ("sharedfs.capacity", "sharedfs.free")
+        ]
     small = min(seen, key=lambda r: r.capacity_bytes)
     tight = min(seen, key=lambda r: r.free_bytes)
     return [
-        ("sharedfs.capacity", f"{small.node}:{root}", small.capacity_bytes / GiB),
-        ("sharedfs.free", f"{tight.node}:{root}", tight.free_bytes / GiB),
+        Measurement.at("sharedfs.capacity", small.capacity_bytes / GiB, "GiB", small.node, detail=root, job_id=job),
+        Measurement.at("sharedfs.free", tight.free_bytes / GiB, "GiB", tight.node, detail=root, job_id=job),
     ]
 
 
-def _not_measured(reports: Sequence[NodeReport], expected_nodes: int) -> list[str]:
-    """Why the exchange could not be measured on every node (never a silent pass)."""
-    problems = [
-        f"{r.node}: took no part (it does not see the login node's directory)" for r in reports if r.marker != "ok"
+def _not_measured(reports: Sequence[NodeReport], nodes: Sequence[str]) -> list[Finding]:
+    """Why the exchange could not be measured on every node (never a silent pass): each node that
+    took no part or gave up; with a node missing, the exchange of the others is not judged."""
+    found = [
+        Finding.on_node(r.node, f"{r.node}: took no part (it does not see the login node's directory)")
+        for r in reports
+        if r.marker != "ok"
     ]
-    if len(reports) < expected_nodes:
-        problems.append(f"only {len(reports)} of {expected_nodes} node(s) reported")
-    problems += [f"{r.node}: gave up waiting at barrier {r.barrier_timeout}" for r in reports if r.barrier_timeout]
-    return problems + [f"{r.node}: {e}" for r in reports for e in r.errors]
+    found += [
+        Finding.on_node(r.node, f"{r.node}: gave up waiting at barrier {r.barrier_timeout}")
+        for r in reports
+        if r.barrier_timeout
+    ]
+    found += [Finding.on_node(r.node, f"{r.node}: {e}") for r in reports for e in r.errors]
+    missing = [n for n in nodes if n not in {r.node for r in reports}]
+    if missing:
+        # The nodes that answered exchanged with a partner that did not: named together, the
+        # missing ones first; the shared filesystem's own check names why they are missing.
+        found.append(
+            Finding.across(
+                [*missing, *(r.node for r in reports)],
+                f"only {len(reports)} of {len(nodes)} node(s) reported: no exchange with {', '.join(missing)}",
+            )
+        )
+    return found
 
 
-def readback_problems(reports: Sequence[NodeReport], expected_nodes: int, *, renamed: bool = False) -> list[str]:
+def readback_findings(reports: Sequence[NodeReport], nodes: Sequence[str], *, renamed: bool = False) -> list[Finding]:
     """Each node read its neighbour's file byte-identical (sha256); with ``renamed``, the file the
-    neighbour published by atomic rename, complete under its final name."""
-    problems = _not_measured(reports, expected_nodes)
-    if problems:
-        return problems
+    neighbour published by atomic rename, complete under its final name. A wrong read names the
+    reader and the writer together (either node's view of the filesystem may be at fault)."""
+    found = _not_measured(reports, nodes)
+    if found:
+        return found
     by_rank = {r.rank: r for r in reports}
     prefix = "renamed-" if renamed else "data-"
     what = "the file published by rename" if renamed else "the file"
@@ -82,18 +157,22 @@ def readback_problems(reports: Sequence[NodeReport], expected_nodes: int, *, ren
         for name, sha in r.read.items():
             expected = writer.wrote.get(name)
             if name.startswith(prefix) and sha != expected:
-                problems.append(
-                    f"{r.node}: read {what} {name} written by {writer.node} with sha256 {sha[:12]}…, "
-                    f"{writer.node} wrote {(expected or '')[:12]}…"
+                found.append(
+                    Finding.across(
+                        [r.node, writer.node],
+                        f"{r.node}: read {what} {name} written by {writer.node} with sha256 {sha[:12]}…, "
+                        f"{writer.node} wrote {(expected or '')[:12]}…",
+                    )
                 )
-    return problems
+    return found
 
 
-def append_problems(reports: Sequence[NodeReport], expected_nodes: int) -> list[str]:
-    """Every node finds every line every node appended to the shared file, once and whole."""
-    problems = _not_measured(reports, expected_nodes)
-    if problems:
-        return problems
+def append_findings(reports: Sequence[NodeReport], nodes: Sequence[str]) -> list[Finding]:
+    """Every node finds every line every node appended to the shared file, once and whole; the
+    node that finds lines missing or torn is named."""
+    found = _not_measured(reports, nodes)
+    if found:
+        return found
     by_rank = {r.rank: r for r in reports}
     for r in reports:
         short = [
@@ -102,7 +181,15 @@ def append_problems(reports: Sequence[NodeReport], expected_nodes: int) -> list[
             if k in by_rank and n != by_rank[k].appended
         ]
         if short:
-            problems.append(f"{r.node}: the shared {APPEND_FILE} lost or doubled lines ({'; '.join(short)})")
+            found.append(
+                Finding.on_node(
+                    r.node, f"{r.node}: the shared {APPEND_FILE} lost or doubled lines ({'; '.join(short)})"
+                )
+            )
         if r.append_garbled:
-            problems.append(f"{r.node}: the shared {APPEND_FILE} has {r.append_garbled} torn or mixed line(s)")
-    return problems
+            found.append(
+                Finding.on_node(
+                    r.node, f"{r.node}: the shared {APPEND_FILE} has {r.append_garbled} torn or mixed line(s)"
+                )
+            )
+    return found

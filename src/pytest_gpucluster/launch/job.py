@@ -21,6 +21,7 @@ import submitit
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import (
     ClusterFault,
+    ConfigFault,
     DaemonUnreachable,
     EnvironmentFault,
     GpuClusterError,
@@ -37,6 +38,7 @@ from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.slurm import Holder
 from pytest_gpucluster.slurm_retry import OUTAGES
 from pytest_gpucluster.workloads.gpu_environment import TorchGpuMismatch
+from pytest_gpucluster.workloads.net_settings import SettingMismatch
 from pytest_gpucluster.workloads.xid import XidWatch
 
 R = TypeVar("R")
@@ -65,6 +67,9 @@ class Owner(Protocol):
 
     @property
     def run_prefix(self) -> str: ...
+
+    @property
+    def env(self) -> dict[str, str]: ...  # what every job's tasks get in their environment (the profile's env)
 
     def status(self, job_id: str, state: str, reason: str) -> None: ...
 
@@ -379,6 +384,7 @@ class SubmititJob(Job[R]):
         out: list[TaskResult[R]] = []
         failed: list[tuple[int, str]] = []  # (task index, why)
         unusable: list[TorchGpuMismatch] = []  # tasks whose torch could not use the GPUs NVML sees
+        mismatched: list[SettingMismatch] = []  # tasks whose network setting matched nothing on their node
         for index, task in enumerate(tasks):
             if not task.paths.result_pickle.exists():
                 why = "no result"
@@ -395,8 +401,10 @@ class SubmititJob(Job[R]):
                 failed.append((index, files.last_error_line(str(output).strip().splitlines())))
                 self._launcher.keep_watch(self.job_id, index, files.left_watch(Path(task.paths.result_pickle)))
                 record = files.left_environment(Path(task.paths.result_pickle))
-                if record is not None:
+                if isinstance(record, TorchGpuMismatch):
                     unusable.append(record)
+                elif isinstance(record, SettingMismatch):
+                    mismatched.append(record)
                 continue
             ctx = output.context
             watch = getattr(output, "xid", None)
@@ -419,6 +427,8 @@ class SubmititJob(Job[R]):
         self._note_ran(out)
         if unusable:
             raise self._environment_fault(unusable)
+        if mismatched:
+            raise self._setting_fault(mismatched, {r.node for r in out})
         if failed:
             self._raise_failed(state, failed, out, learn_lost)
         return sorted(out, key=lambda r: r.rank)
@@ -440,6 +450,27 @@ class SubmititJob(Job[R]):
         fault = EnvironmentFault.torch_cannot_use_gpus(first.what(), nodes, detail, f"{self.job_id} ({self.spec.name})")
         fault.job_id, fault.nodes = self.job_id, tuple(sorted({r.node for r in records}))
         return fault
+
+    def _setting_fault(self, records: list[SettingMismatch], answered: set[str]) -> LaunchError:
+        """A network setting that matched nothing: on every node of the job, the run's
+        configuration (one fault, no node judged); on some nodes while others have it, those nodes
+        (their failure, the setting and what they offer named)."""
+        first = records[0]
+        bad = sorted({r.node for r in records})
+        ran = set(self._nodes() or self.spec.nodelist) | answered | set(bad)
+        given = {**self._launcher.env, **(self.spec.env or {})}
+        origin = "the profile's env" if first.variable in given else "the login node's environment"
+        offered = ", ".join(first.offered) or "none"
+        if set(bad) >= ran:
+            return ConfigFault.of_setting(
+                f"{first.what()} (from {origin}) matches nothing on {hostlist(bad)}, which offer {offered}",
+                setting=first.variable,
+                nodes=tuple(bad),
+                job=f"{self.job_id} ({self.spec.name})",
+            )
+        said = "; ".join(r.sentence() for r in records if r.node in bad)
+        message = f"{said}, while {hostlist(sorted(ran - set(bad)))} match it (from {origin})"
+        return self._error(LaunchError, message, "FAILED", culprits=tuple(bad))
 
     def _raise_failed(
         self, state: str, failed: list[tuple[int, str]], out: list[TaskResult[R]], learn_lost: bool
@@ -472,7 +503,11 @@ class SubmititJob(Job[R]):
             )
             lost = {**lost, **unreached}  # srun's reason says more than the node's state
         if not lost and learn_lost and self._slurm:
-            lost = rules.silent_nodes(failed, where, {r.node for r in out}, self.job_id, final)
+            tasks = self._tasks()
+            logged = {i for i, t in enumerate(tasks) if Path(t.paths.stdout).exists() or Path(t.paths.stderr).exists()}
+            wrote = {node for (i, _), node in zip(failed, where, strict=True) if i in logged}
+            no_files = {node for node in where if node != "?" and node not in wrote}
+            lost = rules.silent_nodes(failed, where, {r.node for r in out}, self.job_id, final, no_files)
         if lost:
             message += "; " + ", ".join(f"{n} is {why}" for n, why in lost.items())
             answered = sorted(out, key=lambda r: r.rank)

@@ -30,6 +30,7 @@ import submitit
 
 from pytest_gpucluster.workloads.context import TaskContext, master_port_for, process_start_time
 from pytest_gpucluster.workloads.gpu_environment import GIVEN_GPUS_ENV, TorchCannotUseGpus
+from pytest_gpucluster.workloads.net_settings import SettingMatchesNothing
 from pytest_gpucluster.workloads.xid import XidWatch, XidWatcher, node_of
 
 R = TypeVar("R")
@@ -54,7 +55,8 @@ def xid_path(result_pickle: Path) -> Path:
 
 
 def environment_path(result_pickle: Path) -> Path:
-    """Where a task whose Python environment cannot use its GPUs leaves the record saying why."""
+    """Where a task whose environment cannot work on its node (torch cannot use the GPUs, a
+    network setting matches nothing there) leaves the record saying why."""
     return result_pickle.with_name(result_pickle.name.replace("_result.pkl", "") + "_environment.pkl")
 
 
@@ -63,7 +65,8 @@ def run_on_node(
 ) -> TaskOutput[R]:
     """Runs on the compute node: build the task's context from the scheduler's environment,
     then call the workload; ``watch_xid`` (the job was given GPUs): watch NVML's Xid events while
-    it runs. A workload that finds torch cannot use the GPUs leaves the record beside the result."""
+    it runs. A workload that finds torch cannot use the GPUs, or a network setting that matches
+    nothing on the node, leaves the record beside the result."""
     os.environ.update(env)
     os.environ[GIVEN_GPUS_ENV] = "1" if watch_xid else "0"
     job_env = submitit.JobEnvironment()
@@ -90,7 +93,7 @@ def run_on_node(
     except BaseException as exc:
         if watcher is not None:
             _leave(xid_path, job_env, watcher.stop())
-        if isinstance(exc, TorchCannotUseGpus):
+        if isinstance(exc, (TorchCannotUseGpus, SettingMatchesNothing)):
             _leave(environment_path, job_env, exc.record)
         exit_once_written(1)
         raise

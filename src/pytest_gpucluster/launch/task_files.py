@@ -16,6 +16,7 @@ import submitit
 
 from pytest_gpucluster.launch.node import environment_path, xid_path
 from pytest_gpucluster.workloads.gpu_environment import TorchGpuMismatch
+from pytest_gpucluster.workloads.net_settings import SettingMismatch
 from pytest_gpucluster.workloads.xid import XidWatch
 
 
@@ -100,10 +101,11 @@ def left_watch(result_pickle: Path) -> XidWatch | None:
     return watch if isinstance(watch, XidWatch) else None
 
 
-def left_environment(result_pickle: Path) -> TorchGpuMismatch | None:
-    """The record a task left when torch could not use the GPUs NVML sees, if any."""
+def left_environment(result_pickle: Path) -> TorchGpuMismatch | SettingMismatch | None:
+    """The record a task left when torch could not use the GPUs NVML sees, or a network setting
+    matched nothing on its node, if any."""
     record = _left(environment_path(result_pickle))
-    return record if isinstance(record, TorchGpuMismatch) else None
+    return record if isinstance(record, (TorchGpuMismatch, SettingMismatch)) else None
 
 
 def _left(path: Path) -> object:

@@ -12,7 +12,7 @@ started (``requeued``), or when one task failed and the others still run well af
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pytest_gpucluster.errors import (
@@ -346,10 +346,17 @@ def never_started(ran: bool, record: Mapping[str, str], last_state: str, pending
 
 
 def silent_nodes(
-    failed: Sequence[tuple[int, str]], where: Sequence[str], answered: set[str], job_id: str, state: str
+    failed: Sequence[tuple[int, str]],
+    where: Sequence[str],
+    answered: set[str],
+    job_id: str,
+    state: str,
+    no_files: Collection[str] = (),
 ) -> dict[str, str]:
     """Nodes every task of which wrote no result at all, in a job where another node's tasks did
-    (``failed``: (task index, why); ``where``: each failed task's node, "?" when unknown)."""
+    (``failed``: (task index, why); ``where``: each failed task's node, "?" when unknown).
+    ``no_files``: the nodes whose tasks left not even a log file in the job's folder, which lies
+    on the shared filesystem: such a node does not see that folder (or its tasks never started)."""
     if not answered:
         return {}
     silent: dict[str, list[int]] = {}
@@ -357,8 +364,14 @@ def silent_nodes(
         if node != "?" and why.startswith("no result"):
             silent.setdefault(node, []).append(index)
     short = {h.split(".")[0] for h in answered}
+    nothing = (
+        "silent: none of its tasks wrote even a log file into job {job}'s folder on the shared filesystem "
+        "({state}) while other nodes' did: it does not see that folder there, or its tasks never started"
+    )
     return {
-        n: f"silent: no task of it wrote a result in job {job_id} ({state}) while other nodes' did"
+        n: nothing.format(job=job_id, state=state)
+        if n in no_files
+        else f"silent: no task of it wrote a result in job {job_id} ({state}) while other nodes' did"
         for n in silent
         if n.split(".")[0] not in short
     }

@@ -321,9 +321,15 @@ class JobContext:
         self._status(line)
 
     def note_fault(self, exc: ClusterFault) -> None:
-        """Remember the first fault outside the nodes that stopped a job (not a queue wait: other
-        work ends, and each job's wait is its own)."""
-        if self.cluster_fault is None and exc.what != "queue":
+        """Remember the first fault outside the nodes that stopped a job; other work that held
+        nodes past queue_timeout_s is learned for those nodes alone (``NodeSet.hold``): no later
+        job waits on them again."""
+        held = getattr(exc, "held", None)
+        if exc.what == "queue":
+            if held:
+                self.node_set.hold(held, exc.sentence)
+            return
+        if self.cluster_fault is None:
             self.cluster_fault = exc
 
     def _fault_still_stands(self) -> None:

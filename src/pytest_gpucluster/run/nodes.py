@@ -4,12 +4,13 @@ Slurm will not run jobs on (left out with its reason) and those lost under a job
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile
-from pytest_gpucluster.errors import ClusterFault, ConfigError, SlurmQueryError
-from pytest_gpucluster.faults import cluster_fault
+from pytest_gpucluster.errors import ClusterFault, ConfigError, NodesHeld, SlurmQueryError
+from pytest_gpucluster.faults import cluster_fault, held_sentence, other_work
 from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.selection import Shape
 
@@ -35,6 +36,8 @@ class NodeSet:
         self._partition: list[slurm.NodeInfo] | None = None  # the partition's nodes, once asked
         self.error: str | None = None
         self.fault: ClusterFault | None = None  # the node list could not be read: a fault outside the nodes
+        self.held: dict[str, str] = {}  # node → the other work that held it past queue_timeout_s
+        self.held_sentence = ""  # that, said once: the fault's sentence
         if self.named and profile.executor == "slurm" and check_named:
             self._check_named()
 
@@ -57,9 +60,53 @@ class NodeSet:
 
     @property
     def live(self) -> tuple[str, ...]:
-        """The tested nodes less those lost during the run: what later jobs run on."""
+        """The tested nodes less those lost during the run and those other work holds: what later
+        jobs run on."""
         lost = self.lost
-        return tuple(n for n in self.nodes if n not in lost)
+        return tuple(n for n in self.nodes if n not in lost and n not in self.held)
+
+    def hold(self, held: Mapping[str, str], sentence: str) -> None:
+        """Learn that other work holds ``held`` (node → its holder) past queue_timeout_s: no later
+        job waits on them again (``live``), and their checks are not judged (``held_fault``)."""
+        new = {n: why for n, why in held.items() if n in self.nodes and n not in self.held}
+        if new:
+            self.held.update(new)
+            self.held_sentence = self.held_sentence or sentence
+
+    def held_fault(self, nodes: Sequence[str]) -> NodesHeld | None:
+        """The fault to end a check of ``nodes`` with when other work holds some of them."""
+        held = {n: self.held[n] for n in nodes if n in self.held}
+        return NodesHeld(self.held_sentence, held) if held else None
+
+    def wait_for_other_work(
+        self, limit_s: float, run_prefix: str, say: Callable[[str], None], poll_s: float = 5.0
+    ) -> dict[str, str]:
+        """Before the run's first job: other work on the tested nodes (any job that is not this
+        run's) is waited for, up to ``limit_s``; a node it still holds then is held for the run
+        (``hold``), so that no job of the run queues behind it and each check of it is not judged
+        once, naming the holder, while the other nodes are tested. Slurm only; the holders seen."""
+        if self.profile.executor != "slurm" or not self.nodes:
+            return {}
+        deadline = time.monotonic() + limit_s
+        said = False
+        while True:
+            try:
+                others = other_work(slurm.holders(self.live), run_prefix)
+            except SlurmQueryError:
+                return {}  # Slurm cannot say now: the jobs' own waits are bounded as ever
+            if not others:
+                return {}
+            held = {n: h.describe() for h in others for n in h.nodes if n in self.live}
+            if time.monotonic() >= deadline:
+                self.hold(held, held_sentence(others, sorted(held), limit_s))
+                return held
+            if not said:
+                jobs = "; ".join(h.describe() for h in others)
+                say(
+                    f"other work holds {', '.join(sorted(held))} ({jobs}); waiting up to {limit_s:.0f} s before the run"
+                )
+                said = True
+            time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
 
     def shape(self, gpus_per_node: int) -> Shape:
         """The profile's shape and what this run found of it (``selection.Shape``)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.gpu_environment import check_torch_can_use_gpus
+from pytest_gpucluster.workloads.net_settings import check_settings
 
 # Set in a job's environment by the login side to choose the backend for every workload of the
 # job (``gloo`` for a profile whose GPUs are not real, on a host that has some).
@@ -55,6 +56,7 @@ def process_group(ctx: TaskContext, *, backend: str | None = None, timeout_s: fl
         yield str(dist.get_backend())
         return
     backend = pick_backend(backend)
+    check_settings(backend)  # a setting that matches nothing here is the run's configuration's fault
     kwargs: dict[str, Any] = {}
     if backend == "nccl":
         device = device_for(ctx, backend)

@@ -143,4 +143,4 @@ def isolate_bad_nodes(ctx: JobContext, check: judging.Check) -> judging.Check:
         ).sweeps
         return {p: judging.pair_passes(_check(ctx, judging.find(found, p, op), check.metric)) for p in pairs}
 
-    return judging.with_isolation(check, isolate(ctx.nodes, run_round))
+    return judging.with_isolation(check, isolate(ctx.live_nodes, run_round))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.errors import GpuClusterError, NodeLostError
+from pytest_gpucluster.launch import TaskResult
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.produce import produces, spec_of
@@ -14,11 +15,15 @@ from pytest_gpucluster.workloads.sharedfs import NodeReport, Prepared
 
 
 class Shared(NamedTuple):
-    """The prepared directory, one report per node, and the job id."""
+    """The prepared directory, one report per node that answered, the job id, and the nodes that
+    wrote nothing into the job's folder on the shared filesystem (node → why): lost for the rest
+    of the run, and named by the shared filesystem's check as not seeing it."""
 
     prepared: Prepared
     reports: list[NodeReport]
     job_id: str
+    silent: dict[str, str]
+    nodes: tuple[str, ...]  # the nodes the job ran on
 
 
 @produces(jobs.SHAREDFS)
@@ -33,17 +38,27 @@ def shared(ctx: JobContext) -> Shared:
 
     def produce() -> Shared:
         prepared = sharedfs.prepare(where)
+        assert jobs.SHAREDFS.workload is not None
+        spec = spec_of(ctx, jobs.SHAREDFS)
+        nodes = spec.nodelist or ctx.live_nodes
+        job = ctx.submit(
+            jobs.SHAREDFS.workload,
+            spec,
+            root_template=where,
+            name=prepared.name,
+            token=prepared.token,
+        )
         try:
-            assert jobs.SHAREDFS.workload is not None
-            results = ctx.run(
-                jobs.SHAREDFS.workload,
-                spec_of(ctx, jobs.SHAREDFS),
-                root_template=where,
-                name=prepared.name,
-                token=prepared.token,
-            )
+            results = job.results()
+        except NodeLostError as exc:
+            # The nodes that answered are judged on their reports; those that wrote nothing where
+            # the job's files are (the shared filesystem) are named by the check as not seeing it.
+            answered = [r for r in exc.answered if isinstance(r, TaskResult)]
+            if not answered or not exc.lost:
+                raise
+            return Shared(prepared, [r.value for r in answered], job.job_id, dict(exc.lost), nodes)
         finally:
             sharedfs.cleanup(prepared)
-        return Shared(prepared, [r.value for r in results], results[0].job_id)
+        return Shared(prepared, [r.value for r in results], results[0].job_id, {}, nodes)
 
     return ctx.once(jobs.SHAREDFS.key, produce, light=jobs.SHAREDFS.light)
