@@ -107,6 +107,7 @@ def rank_failure(
     import torch.distributed as dist
 
     from pytest_gpucluster.workloads.distributed import device_for, pick_backend
+    from pytest_gpucluster.workloads.net_settings import check_settings
 
     victim = ctx.world_size - 1 if victim_rank is None else victim_rank
     done = threading.Event()
@@ -118,6 +119,7 @@ def rank_failure(
     stamps.beat()
     threading.Thread(target=heartbeat, name="rank-failure-heartbeat", daemon=True).start()
     used = pick_backend(backend)
+    check_settings(used)  # a setting that matches nothing here is the run's configuration's fault
     # After a collective times out, torch's NCCL watchdog waits 4 x this (default 15 s: a minute)
     # for debug dumps before it ends the process; that minute says nothing about the cluster, so
     # it is cut short unless the profile's env sets it.
