@@ -29,6 +29,10 @@ class Summary:
         self.lines.append((text, bold))
 
 
+# How the verdict line counts each outcome (outcomes.decide).
+COUNT_WORDS = {"not_judged": "not judged", "fault": "stopped by a fault", "interrupted": "interrupted"}
+
+
 def summary(
     doc: Mapping[str, Any],
     timing: Mapping[str, Any],
@@ -40,7 +44,7 @@ def summary(
     """The summary of a run from ``doc``, its results document or the verdict entries in it
     (``acceptance``, ``handover``, ``drained``), and ``timing``, the run's ``timing`` entry."""
     acc = doc["acceptance"]
-    counts = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in acc["counts"].items() if n)
+    counts = ", ".join(f"{n} {COUNT_WORDS.get(k, k)}" for k, n in acc["counts"].items() if n)
     colour = {"ACCEPTED": {"green": True}, "REJECTED": {"red": True}}.get(acc["verdict"], {"yellow": True})
     out = Summary(f"gpucluster: {acc['headline']} ({counts or 'no tests'})", colour)
     nodes = acc.get("nodes") or {}
