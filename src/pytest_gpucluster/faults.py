@@ -77,6 +77,18 @@ def error_findings(exc: BaseException, *, node: str, tested: Sequence[str]) -> l
     return [Finding.across(tested, text)]
 
 
+# Every job of every run of this suite is named so (``gpucluster-RUN-...``).
+SUITE_PREFIX = "gpucluster-"
+
+
+def foreign_work(holders: Iterable[Holder]) -> list[Holder]:
+    """Of the jobs holding nodes, those of no run of this suite: another user's training, a
+    site's service. Another run of the suite holds a node for its own short jobs and takes turns
+    with this one (``launch.together``); only foreign work is learned as holding a node for the
+    rest of the run."""
+    return [h for h in holders if not h.name.startswith(SUITE_PREFIX)]
+
+
 def other_work(holders: Iterable[Holder], run_prefix: str) -> list[Holder]:
     """Of the jobs holding a waiting job's nodes, those that are not this run's own: another
     user's, or another run's (the run's jobs are named ``run_prefix...``). A job of this run that

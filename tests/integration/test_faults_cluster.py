@@ -150,7 +150,7 @@ def test_other_work_holding_the_nodes_is_named_and_rejects_no_node(slurm_cluster
     print(f"other work on the nodes: {acc['headline']}; {run.seconds:.1f} s")
     assert acc["verdict"] == "INCOMPLETE", run.output[-4000:]
     assert re.match(
-        rf"INCOMPLETE: other work held node3 past queue_timeout_s \(8 s\): job {held} of \w+ \(foreign-work\), "
+        rf"INCOMPLETE: other work held node3, node4 past queue_timeout_s \(8 s\): job {held} of \w+ \(foreign-work\), "
         r"RUNNING on node3, node4 \(1 check not judged",
         acc["headline"],
     ), acc["headline"]

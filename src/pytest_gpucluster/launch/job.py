@@ -28,7 +28,7 @@ from pytest_gpucluster.errors import (
     LaunchError,
     NodeLostError,
 )
-from pytest_gpucluster.faults import held_sentence, other_work, srun_missed_controller
+from pytest_gpucluster.faults import foreign_work, held_sentence, other_work, srun_missed_controller
 from pytest_gpucluster.launch import Job, JobSpec, TaskResult, start_up_summary
 from pytest_gpucluster.launch import task_files as files
 from pytest_gpucluster.launch import wait_rules as rules
@@ -320,7 +320,9 @@ class SubmititJob(Job[R]):
         decision = rules.queue_timeout(
             state, queue_limit, excused, reason, held, bool(other), sentence, controller_sentence=controller
         )
-        by_node = {n: h.describe() for h in other for n in h.nodes if n in self.spec.nodelist}
+        # Foreign work is learned as holding its nodes for the run (context.note_fault); another
+        # run of the suite takes turns with this one, and each job's own wait stays bounded.
+        by_node = {n: h.describe() for h in foreign_work(other) for n in h.nodes if n in self.spec.nodelist}
         return self._give_up(decision, state, held=by_node)
 
     def _within_limit(self, state: str, running_s: float) -> None:

@@ -203,6 +203,12 @@ class JobContext:
             env = {BACKEND_ENV: "gloo", **(env or {})}
         if not nodelist and self.profile.executor == "slurm" and len(live) >= count:
             nodelist = live[:count]  # stay on the tested nodes; drained and lost ones excluded
+        elif not nodelist and self.profile.executor == "slurm" and self.node_set.held:
+            # Too few tested nodes are free of other work: the check is not judged, naming the
+            # holder, rather than run on nodes the run does not test.
+            held = self.node_set.held_fault(self.node_set.nodes)
+            assert held is not None
+            raise held
         return JobSpec(
             name=f"{self.run_id}-{name}",
             nodes=count,

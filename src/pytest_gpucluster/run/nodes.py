@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile
 from pytest_gpucluster.errors import ClusterFault, ConfigError, NodesHeld, SlurmQueryError
-from pytest_gpucluster.faults import cluster_fault, held_sentence, other_work
+from pytest_gpucluster.faults import cluster_fault, foreign_work, held_sentence, other_work
 from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.selection import Shape
 
@@ -81,17 +81,18 @@ class NodeSet:
     def wait_for_other_work(
         self, limit_s: float, run_prefix: str, say: Callable[[str], None], poll_s: float = 5.0
     ) -> dict[str, str]:
-        """Before the run's first job: other work on the tested nodes (any job that is not this
-        run's) is waited for, up to ``limit_s``; a node it still holds then is held for the run
-        (``hold``), so that no job of the run queues behind it and each check of it is not judged
-        once, naming the holder, while the other nodes are tested. Slurm only; the holders seen."""
+        """Before the run's first job: foreign work on the tested nodes (a job of no run of this
+        suite, ``faults.foreign_work``) is waited for, up to ``limit_s``; a node it still holds
+        then is held for the run (``hold``), so that no job of the run queues behind it and each
+        check of it is not judged once, naming the holder, while the other nodes are tested.
+        Slurm only; the holders seen."""
         if self.profile.executor != "slurm" or not self.nodes:
             return {}
         deadline = time.monotonic() + limit_s
         said = False
         while True:
             try:
-                others = other_work(slurm.holders(self.live), run_prefix)
+                others = foreign_work(other_work(slurm.holders(self.live), run_prefix))
             except SlurmQueryError:
                 return {}  # Slurm cannot say now: the jobs' own waits are bounded as ever
             if not others:

@@ -7,7 +7,7 @@ import dataclasses
 
 from pytest_gpucluster.checks import rank_failure as rf_checks
 from pytest_gpucluster.checks.rank_failure import Teardown
-from pytest_gpucluster.errors import LaunchError
+from pytest_gpucluster.errors import ClusterFault, LaunchError
 from pytest_gpucluster.outcomes import failed
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.context import JobContext
@@ -26,7 +26,7 @@ def dead_rank(ctx: JobContext) -> tuple[str, Teardown]:
 def _dead_rank(ctx: JobContext) -> tuple[str, Teardown]:
     # Without a bound the job still runs (its check then could not judge): give it the shortest limit.
     bound = getattr(ctx.thresholds.get("robustness.rank_failure_teardown"), "fail_above", None) or 0.0
-    plan = rf_checks.plan(len(ctx.nodes), gpus_per_node=ctx.gpus_per_node, real_gpus=ctx.profile.gpus_are_real)
+    plan = rf_checks.plan(len(ctx.live_nodes), gpus_per_node=ctx.gpus_per_node, real_gpus=ctx.profile.gpus_are_real)
     spec = spec_of(
         ctx,
         jobs.RANK_FAILURE,
@@ -41,6 +41,8 @@ def _dead_rank(ctx: JobContext) -> tuple[str, Teardown]:
     try:
         # The victim never writes a result (its node is not lost for it); the survivors wrote theirs.
         job.results(lag_s=0.0, learn_lost=False)
+    except ClusterFault:
+        raise  # the configuration, the environment, other work: not judged, no node's failure
     except LaunchError:
         pass  # the victim rank has no result: the launcher must say so
     else:
