@@ -8,12 +8,15 @@ from pytest_gpucluster.errors import (
     DaemonUnreachable,
     LaunchError,
     NodeLostError,
+    NodesHeld,
     QueueHeldError,
     QueueTimeoutError,
     SharedFsFault,
 )
 from pytest_gpucluster.faults import (
     cluster_fault,
+    error_findings,
+    foreign_work,
     gives_way,
     group_of,
     held_sentence,
@@ -52,6 +55,31 @@ def test_other_work_is_what_is_not_this_runs_own():
     assert held_sentence(other_work(holders, "gpucluster-aa11-")[1:], NODES, 60) == (
         "other work held node1, node2 past queue_timeout_s (60 s): job 12 of alice (train-llm), RUNNING on node1"
     )
+
+
+def test_only_foreign_work_is_learned_as_holding_a_node():
+    holders = [
+        Holder("11", "gpucluster-bb22-isolation-pair", "RUNNING", NODES, "root"),  # another run: takes turns
+        Holder("12", "train-llm", "RUNNING", ("node1",), "alice"),
+    ]
+    assert [h.job_id for h in foreign_work(holders)] == ["12"]
+
+
+def test_an_errors_fields_say_whose_fault_it_is():
+    held = NodesHeld("other work held node2 past queue_timeout_s (45 s): job 13 of bob", {"node2": "job 13 of bob"})
+    (f,) = error_findings(held, node="node1", tested=NODES)
+    # not judged: the held node and the check's own node, neither convicted
+    assert (f.scope, f.severity, f.nodes, f.convicts) == ("queue", "not_judged", ("node2", "node1"), ())
+    lost = NodeLostError("job 7 (r-x): lost its node(s)", lost={"node2": "DOWN"})
+    assert [(f.scope, f.convicts) for f in error_findings(lost, node="", tested=NODES)] == [("node", ("node2",))]
+    some = LaunchError("job 8: task 1 on node2 failed", nodes=NODES, culprits=("node2",))
+    assert error_findings(some, node="node1", tested=NODES)[0].convicts == ("node2",)
+    every = LaunchError("job 9: every task failed", nodes=NODES, culprits=NODES)
+    assert error_findings(every, node="", tested=NODES)[0].convicts == ()  # a cause common to all
+    alone = LaunchError("job 10: task 0 on node1 failed", nodes=("node1",), culprits=("node1",))
+    assert error_findings(alone, node="", tested=NODES)[0].convicts == ("node1",)
+    assert error_findings(AssertionError("3 GPUs"), node="node2", tested=NODES)[0].convicts == ("node2",)
+    assert error_findings(AssertionError("x"), node="", tested=NODES)[0].convicts == ()
 
 
 def _pair(run, mark, a, b, state_a="RUNNING", state_b="PENDING"):
