@@ -21,7 +21,7 @@ from pytest_gpucluster.report.model import (
     threshold_origin,
     threshold_source,
 )
-from pytest_gpucluster.verdict.attribution import known_nodes
+from pytest_gpucluster.verdict import CLUSTER_ROW
 from pytest_gpucluster.verdict.findings import SEVERITY, worst
 
 _GPU_PLACE = re.compile(r"(.+):gpu(\d+)")
@@ -216,7 +216,8 @@ def gpu_maps(doc: Mapping[str, Any]) -> tuple[list[Map], list[Uniform]]:
     measured once per node (busbw inside a node, tokens/s) share one more map, a column per
     metric. A metric whose every value is the same and passed is one line instead of a map.
     Speeds come first, then the other metrics in the order the run measured them."""
-    nodes = known_nodes(doc)
+    rows = ((doc.get("acceptance") or {}).get("matrix") or {}).get("rows") or []
+    nodes = list(dict.fromkeys([*map(str, doc.get("nodes", [])), *(r for r in rows if r != CLUSTER_ROW)]))
     per_gpu: dict[str, dict[tuple[str, int], list[Mapping[str, Any]]]] = {}
     per_node: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
     for t in doc.get("tests", []):
