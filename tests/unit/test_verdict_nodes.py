@@ -136,7 +136,7 @@ def test_a_failure_caused_by_a_lost_node_leaves_the_healthy_node_incomplete_not_
 def test_hostlist_is_what_sbatch_exclude_takes():
     assert verdict.hostlist(["node2"]) == "node2"
     assert verdict.hostlist(["gpu-03", "gpu-11", "gpu-12"]) == "gpu-[03,11-12]"
-    assert verdict.hostlist(["node1", "node2", "node10"]) == "node[1-2],node10"
+    assert verdict.hostlist(["node1", "node2", "node10"]) == "node[1-2,10]"
     assert verdict.hostlist([]) == ""
 
 
