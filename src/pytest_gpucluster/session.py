@@ -14,7 +14,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +25,7 @@ from pytest_gpucluster.config import Config, Profile, ThresholdSet
 from pytest_gpucluster.drain import drain_rejected
 from pytest_gpucluster.environment import run_environment
 from pytest_gpucluster.errors import (
+    ConfigError,
     GpuClusterError,
     MissingThresholdError,
 )
@@ -60,6 +61,7 @@ from pytest_gpucluster.selection import (
     not_applicable,
     plan_selection,
 )
+from pytest_gpucluster.slurm import caller_env
 
 R = TypeVar("R")
 
@@ -87,6 +89,8 @@ class GpuClusterSession:
         self.profile = settings.profile
         self.config = settings.config
         env = os.environ if env is None else env
+        if self.profile.executor == "slurm":
+            inside_allocation(self.profile.name, env)
         if self.profile.slurm_conf:
             # submitit's sbatch/sacct/scancel inherit this process's environment.
             os.environ["SLURM_CONF"] = self.profile.slurm_conf
@@ -143,6 +147,14 @@ class GpuClusterSession:
                 thresholds_sha256=hashlib.sha256(self.config.path.read_bytes()).hexdigest(),
                 environment=run_environment(self.profile, self.thresholds.name, self.local_gpus),
             )
+        # Last, once nothing above can refuse the run: the caller's Slurm variables leave this
+        # process's environment (slurm/caller_env.py), before any thread or xdist worker starts.
+        self._environ = env
+        self.caller_env = caller_env.CallerEnv()
+        if self.profile.executor == "slurm" and isinstance(env, MutableMapping):
+            self.caller_env = caller_env.set_aside(env)
+            if self.results is not None:
+                self.results.environment["caller_slurm_env"] = self.caller_env.to_json()
 
     # ------------------------------------------------------------------ facts
 
@@ -249,6 +261,13 @@ class GpuClusterSession:
         if not self.settings.is_xdist_worker:
             plugins = session.config.pluginmanager
             self.progress.attach(plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager"))
+            for note in self.notes():
+                self.progress.status(f"warning: {note}")
+
+    def notes(self) -> list[str]:
+        """What the operator must know before any job: the caller's Slurm variables the run
+        submits without."""
+        return [line for line in (self.caller_env.warning(),) if line]
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Acceptance checks taking ``node`` run once per tested node; the test id is the node
@@ -477,8 +496,11 @@ class GpuClusterSession:
             self.results.write(self.settings.results_path)
 
     def pytest_unconfigure(self) -> None:
-        """Last chance to cancel; remove a temporary job folder this run made."""
+        """Last chance to cancel; remove a temporary job folder this run made; give the caller's
+        Slurm variables back to this process's environment."""
         self.cancel_everything()
+        if isinstance(self._environ, MutableMapping):
+            caller_env.put_back(self._environ, self.caller_env)
         root = self.jobs.existing_job_root
         if self.jobs.owns_job_root and root is not None:
             shutil.rmtree(root, ignore_errors=True)
@@ -497,6 +519,20 @@ class GpuClusterSession:
         """Cancel the jobs this process submitted and, for Slurm, any job still queued under this
         run's name (covers jobs of xdist workers that died before they could cancel)."""
         return self.jobs.cancel_everything(by_name=not self.settings.is_xdist_worker)
+
+
+def inside_allocation(profile: str, env: Mapping[str, str]) -> None:
+    """A run of a Slurm profile started inside a Slurm allocation (``SLURM_JOB_ID`` set: salloc,
+    an sbatch script, srun) is refused before any job: its jobs would inherit that allocation's
+    settings and could queue behind it until ``queue_timeout_s``."""
+    job = caller_env.allocation_of(env)
+    if job is not None:
+        raise ConfigError(
+            f"SLURM_JOB_ID={job}: this run is inside Slurm allocation {job} (salloc, an sbatch script or srun), "
+            f"and profile {profile!r} submits jobs of its own, which would inherit that allocation's settings "
+            f"and could wait behind it. Run pytest from a shell outside any allocation (leave the salloc "
+            "shell with `exit`); nothing has been submitted."
+        )
 
 
 def install_sigterm_as_interrupt() -> None:
