@@ -47,7 +47,7 @@ from pytest_gpucluster.plan import Facts, Plan, last_order
 from pytest_gpucluster.plan import facts as run_facts
 from pytest_gpucluster.progress import Progress
 from pytest_gpucluster.results import PROPERTY, ResultsDocument
-from pytest_gpucluster.run import Runner, Start
+from pytest_gpucluster.run import Runner, Start, shared_area
 from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
 from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext, ahead_limit_s
@@ -504,16 +504,10 @@ class GpuClusterSession:
         root = self.jobs.existing_job_root
         if self.jobs.owns_job_root and root is not None:
             shutil.rmtree(root, ignore_errors=True)
-        elif root is not None and self.profile.shared_fs:
-            # Folders no job wrote into (every submission refused, shared_fs full) go again, up to
-            # shared_fs itself; a folder with any job's logs stays for the operator.
-            folder, top = root, Path(self.profile.shared_fs)
-            while folder != top and top in folder.parents:
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
-                folder = folder.parent
+        elif root is not None and self.jobs.existing_area is not None:
+            # Folders no job wrote into (every submission refused, shared_fs full) go again; a
+            # folder with any job's logs stays for the operator.
+            shared_area.remove_empty(root, self.jobs.existing_area)
 
     def cancel_everything(self) -> list[str]:
         """Cancel the jobs this process submitted and, for Slurm, any job still queued under this

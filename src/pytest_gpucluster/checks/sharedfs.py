@@ -6,7 +6,6 @@ with the thresholds.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from pytest_gpucluster.workloads.sharedfs import APPEND_FILE, MARKER, GiB, NodeReport, Prepared
 
@@ -18,11 +17,11 @@ def visibility_problems(reports: Sequence[NodeReport], prepared: Prepared, expec
         problems.append(f"{len(reports)} node(s) reported, {expected_nodes} expected")
     for r in reports:
         if not r.root_exists:
-            problems.append(f"{r.node}: {Path(r.path).parent} does not exist (shared filesystem not mounted?)")
+            problems.append(f"{r.node}: {prepared.root_of(r.path)} does not exist (shared filesystem not mounted?)")
         elif r.marker == "missing":
             problems.append(
                 f"{r.node}: does not see {MARKER} that the login node wrote in {prepared.directory}: "
-                f"{Path(r.path).parent} on {r.node} is not the login node's filesystem (not shared: "
+                f"{prepared.root_of(r.path)} on {r.node} is not the login node's filesystem (not shared: "
                 "the node sees its own copy, or the shared filesystem is not mounted there)"
             )
         elif r.marker == "different":
