@@ -1,5 +1,6 @@
 """The facts of the login side a run's results keep: versions, the login node, the executor, the
-threshold set, the GPUs the caller exposed to the local executor, Slurm's version."""
+threshold set, the GPUs the caller exposed to the local executor, Slurm's version and what the
+jobs ask of it (partition, account, QOS, reservation, constraint)."""
 
 from __future__ import annotations
 
@@ -40,4 +41,9 @@ def run_environment(profile: Profile, thresholds_set: str, local_gpus: LocalGpus
     if profile.executor == "slurm":
         with contextlib.suppress(GpuClusterError):
             facts["slurm"] = slurm.version()
+        # What every job asks of Slurm beyond its shape.
+        facts.update({key: getattr(profile, key) for key in SUBMITTED_WITH if getattr(profile, key)})
     return facts
+
+
+SUBMITTED_WITH = ("partition", "account", "qos", "reservation", "constraint")

@@ -79,6 +79,7 @@ class Settings:
     nodes: tuple[str, ...] = ()  # --gpucluster-nodes: test only these (a re-test); empty: the profile's choice
     outputs: Outputs = dataclasses.field(default_factory=Outputs)  # what the run writes and does at its end
     thresholds_origin: str = ""  # where thresholds.toml came from: an option, the rootdir, the shipped default
+    reservation_from: str = ""  # the option that named the profile's reservation for this run; empty: the profile
 
 
 class GpuClusterSession:
@@ -113,6 +114,7 @@ class GpuClusterSession:
             self.profile,
             named=settings.nodes,
             check_named=settings.is_controller,
+            reservation_from=settings.reservation_from,
             lost=lambda: self.jobs.launched.lost_nodes if self.jobs.launched is not None else {},
         )
         self._lost_recorded: dict[str, str] = {}

@@ -49,10 +49,12 @@ class SlurmWatcher:
     """What Slurm says of a launcher's jobs and their nodes, read once for all of them; and the
     nodes the run lost. Thread-safe: jobs are waited on from several threads."""
 
-    def __init__(self, *, accounting: bool = True) -> None:
+    def __init__(self, *, accounting: bool = True, reserved: frozenset[str] = frozenset()) -> None:
         # False: the cluster runs without slurmdbd; jobs are followed through the queue, and
         # submitit's warnings that sacct failed say nothing (``sacct_quiet``).
         self.accounting = accounting
+        # The nodes of the run's reservation: there a MAINTENANCE node takes the run's jobs.
+        self.reserved = reserved
         # submitit's job-state watcher is shared and not thread-safe: jobs started ahead (see
         # run/runner.py) are waited for from several threads.
         self.submitit_lock = threading.RLock()
@@ -221,7 +223,7 @@ class SlurmWatcher:
         """Of ``nodes``, those Slurm will not start a job on: name → state and reason. Empty
         when Slurm cannot be asked (queue_timeout_s still bounds the wait)."""
         try:
-            return rules.unusable(self.nodes(nodes), nodes)
+            return rules.unusable(self.nodes(nodes), nodes, reserved=self.reserved)
         except Exception:
             return {}
 

@@ -29,11 +29,19 @@ class NodeInfo:
     gres: str
     cpus: int
     real_memory_mb: int
+    features: tuple[str, ...] = ()  # the node's available features (``--constraint`` picks by them)
 
     @property
     def usable(self) -> bool:
         """Idle, mixed or allocated, and not draining, down or failing."""
+        return self.usable_in(reservation=False)
+
+    def usable_in(self, *, reservation: bool) -> bool:
+        """``usable``, for a job of a reservation that holds the node (``reservation``): there a
+        MAINTENANCE node, the state a ``flags=maint`` reservation gives its nodes, takes the job."""
         parts = set(self.state.upper().replace("+", " ").split())
+        if reservation:
+            parts.discard("MAINTENANCE")
         bad = {
             "DOWN",
             "DRAIN",
@@ -95,6 +103,7 @@ def parse_nodes(data: dict[str, Any]) -> list[NodeInfo]:
                 gres=_text(raw.get("gres", "")),
                 cpus=number(raw.get("cpus")),
                 real_memory_mb=number(raw.get("real_memory")),
+                features=tuple(f for f in _text(raw.get("features", "")).split(",") if f),
             )
         )
     return nodes
