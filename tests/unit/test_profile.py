@@ -242,9 +242,11 @@ def test_bad_sdc_and_fabric_settings_name_the_key(tmp_path, table, why):
 
 def test_reservation_qos_and_constraint_are_profile_keys(tmp_path):
     text = BASE.replace('partition = "gpu"', 'partition = "gpu"\nreservation = "handover"\nqos = "acceptance"\n')
-    text = text.replace("nodes = 2", 'nodes = 2\nconstraint = "h100&(ib|roce)"')
+    text = text.replace("nodes = 2", 'nodes = 2\nconstraint = "h100&(ib|roce)"\nexclusive = false')
     profile = load(write(tmp_path, text)).profile("lab")
     assert (profile.reservation, profile.qos, profile.constraint) == ("handover", "acceptance", "h100&(ib|roce)")
+    assert profile.exclusive is False
+    assert load(write(tmp_path, BASE)).profile("lab").exclusive is True  # measuring jobs: whole nodes
 
 
 @pytest.mark.parametrize(

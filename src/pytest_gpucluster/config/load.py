@@ -42,6 +42,7 @@ _PROFILE_KEY_OF = {
     "qos": "qos",
     "reservation": "reservation",
     "constraint": "constraint",
+    "exclusive": "exclusive",
     "nodelist": "nodelist",
 }
 # sbatch options the run sets for each job from its declared shape.
