@@ -53,6 +53,7 @@ from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext, ahead_limit_s
 from pytest_gpucluster.run.nodes import NodeSet
 from pytest_gpucluster.run.runner import SharedFailure
+from pytest_gpucluster.run.shared_area import user_name
 from pytest_gpucluster.selection import (
     Needs,
     Selection,
@@ -62,6 +63,7 @@ from pytest_gpucluster.selection import (
     plan_selection,
 )
 from pytest_gpucluster.slurm import caller_env
+from pytest_gpucluster.slurm.rights import DrainRight, drain_right
 
 R = TypeVar("R")
 
@@ -90,8 +92,23 @@ class GpuClusterSession:
         self.profile = settings.profile
         self.config = settings.config
         env = os.environ if env is None else env
+        self._environ = env
+        self.caller_env = caller_env.CallerEnv()
         if self.profile.executor == "slurm":
             inside_allocation(self.profile.name, env)
+            if isinstance(env, MutableMapping):
+                # First: the caller's Slurm variables leave this process's environment
+                # (slurm/caller_env.py) before any Slurm command, thread or xdist worker.
+                self.caller_env = caller_env.set_aside(env)
+        try:
+            self._build(settings, env)
+        except BaseException:
+            if isinstance(env, MutableMapping):
+                caller_env.put_back(env, self.caller_env)  # a refused run leaves the process as it found it
+            raise
+
+    def _build(self, settings: Settings, env: Mapping[str, str]) -> None:
+        """The rest of the constructor, once the caller's Slurm variables are set aside."""
         if self.profile.slurm_conf:
             # submitit's sbatch/sacct/scancel inherit this process's environment.
             os.environ["SLURM_CONF"] = self.profile.slurm_conf
@@ -149,14 +166,14 @@ class GpuClusterSession:
                 thresholds_sha256=hashlib.sha256(self.config.path.read_bytes()).hexdigest(),
                 environment=run_environment(self.profile, self.thresholds.name, self.local_gpus),
             )
-        # Last, once nothing above can refuse the run: the caller's Slurm variables leave this
-        # process's environment (slurm/caller_env.py), before any thread or xdist worker starts.
-        self._environ = env
-        self.caller_env = caller_env.CallerEnv()
-        if self.profile.executor == "slurm" and isinstance(env, MutableMapping):
-            self.caller_env = caller_env.set_aside(env)
+        if self.profile.executor == "slurm" and self.results is not None:
+            self.results.environment["caller_slurm_env"] = self.caller_env.to_json()
+        # Whether this user may drain the nodes the run rejects, asked before any job.
+        self.drain_right: DrainRight | None = None
+        if settings.outputs.drain_failed and self.profile.executor == "slurm" and settings.is_controller:
+            self.drain_right = drain_right(user_name(), os.geteuid())
             if self.results is not None:
-                self.results.environment["caller_slurm_env"] = self.caller_env.to_json()
+                self.results.environment["drain_right"] = self.drain_right.to_json()
 
     # ------------------------------------------------------------------ facts
 
@@ -268,8 +285,10 @@ class GpuClusterSession:
 
     def notes(self) -> list[str]:
         """What the operator must know before any job: the caller's Slurm variables the run
-        submits without."""
-        return [line for line in (self.caller_env.warning(),) if line]
+        submits without, and a ``--gpucluster-drain-failed`` this user may not carry out."""
+        right = self.drain_right
+        drain = f"--gpucluster-drain-failed: {right.sentence}" if right is not None and right.allowed is False else ""
+        return [line for line in (self.caller_env.warning(), drain) if line]
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Acceptance checks taking ``node`` run once per tested node; the test id is the node
@@ -489,7 +508,9 @@ class GpuClusterSession:
             pytest_status=int(session.exitstatus),
             interrupted=interrupted,
             collect_only=bool(session.config.option.collectonly),
-            drain=lambda nodes: drain_rejected(nodes, executor=self.profile.executor, excluded=self.excluded_nodes),
+            drain=lambda nodes: drain_rejected(
+                nodes, executor=self.profile.executor, excluded=self.excluded_nodes, right=self.drain_right
+            ),
             here=str(self.settings.results_path or "(this run, no --gpucluster-results file)"),
         )
         if status != session.exitstatus:
