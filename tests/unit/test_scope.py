@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucluster import slurm
-from pytest_gpucluster.config import Profile
+from pytest_gpucluster.config import Profile, features
 from pytest_gpucluster.errors import ConfigError, SlurmQueryError
 from pytest_gpucluster.run import nodes as nodes_module
 from pytest_gpucluster.run.nodes import NodeSet
-from pytest_gpucluster.slurm import features, node_info
+from pytest_gpucluster.slurm import node_info
 from pytest_gpucluster.slurm.reservation import parse_reservation
 
 DATA = Path(__file__).parents[1] / "data" / "slurm"

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pytest_gpucluster.config import features
 from pytest_gpucluster.config.fabric_rules import FAMILY_OF, RuleError, with_overrides
 from pytest_gpucluster.config.metrics import METRICS, Metric
 from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile, across_nodes
 from pytest_gpucluster.config.tables import build, reject_unknown
 from pytest_gpucluster.config.thresholds import Threshold, ThresholdSet, choose_set, no_set_for
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.slurm import features
 
 # Slurm's own names for partitions, accounts and nodes; anything else is refused so a config value
 # can never smuggle shell syntax into an sbatch script.

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_gpucluster.config import Profile
+from pytest_gpucluster.config import Profile, features
 from pytest_gpucluster.ranges import hostlist
-from pytest_gpucluster.slurm import NodeInfo, features
+from pytest_gpucluster.slurm import NodeInfo
 from pytest_gpucluster.slurm.reservation import Reservation
 
 
