@@ -9,6 +9,7 @@ from typing import Any
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import GpuClusterError
+from pytest_gpucluster.slurm.rights import DrainRight, refused_for_rights, right_needed
 
 
 def drain_rejected(
@@ -17,21 +18,30 @@ def drain_rejected(
     executor: str,
     excluded: Collection[str] = (),
     drain: Callable[[str, str], None] = slurm.drain,
+    right: DrainRight | None = None,
 ) -> dict[str, dict[str, str]]:
     """Drain each REJECTED node of ``nodes`` (the results' ``acceptance.nodes``) that this run
     tested: node → ``{"reason": ...}``, or ``{"error": ...}`` where Slurm refused. A node Slurm had
     excluded before the run keeps the reason it has; without Slurm (``executor`` local) nothing
-    is drained."""
+    is drained. ``right``: what Slurm said before any job of this user's right to drain; where it
+    said no, no drain is tried and each node's error is that sentence, and a refusal Slurm could
+    not foretell names the right needed. The run's verdict never depends on it."""
     if executor != "slurm":
         return {}
     out: dict[str, dict[str, str]] = {}
     for node, judged in (nodes.get("verdicts") or {}).items():
         if judged.get("verdict") != "REJECTED" or node in excluded:
             continue
+        if right is not None and right.allowed is False:
+            out[node] = {"error": right.sentence}
+            continue
         reason = slurm.drain_reason("rejected", (judged.get("reasons") or ["acceptance failed"])[0])
         try:
             drain(node, reason)
             out[node] = {"reason": reason}
         except GpuClusterError as exc:
-            out[node] = {"error": str(exc)}
+            said = str(exc)
+            if refused_for_rights(said):
+                said += f" ({right.sentence if right is not None and right.sentence else right_needed()})"
+            out[node] = {"error": said}
     return out

@@ -1,5 +1,6 @@
 """The facts of the login side a run's results keep: versions, the login node, the executor, the
-threshold set, the GPUs the caller exposed to the local executor, Slurm's version."""
+threshold set, the GPUs the caller exposed to the local executor, Slurm's version and what the
+jobs ask of it (partition, account, QOS, reservation, constraint, whole nodes to measure on)."""
 
 from __future__ import annotations
 
@@ -40,4 +41,11 @@ def run_environment(profile: Profile, thresholds_set: str, local_gpus: LocalGpus
     if profile.executor == "slurm":
         with contextlib.suppress(GpuClusterError):
             facts["slurm"] = slurm.version()
+        # What every job asks of Slurm beyond its shape, and whether a measuring job has its nodes
+        # to itself (false: the profile lets other jobs share them).
+        facts.update({key: getattr(profile, key) for key in SUBMITTED_WITH if getattr(profile, key)})
+        facts["measuring_jobs_exclusive"] = profile.exclusive
     return facts
+
+
+SUBMITTED_WITH = ("partition", "account", "qos", "reservation", "constraint")

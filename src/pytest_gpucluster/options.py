@@ -11,6 +11,7 @@ ConfigError naming the option, the value and what to do; the plugin turns it int
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_gpucluster.config import Profile
+from pytest_gpucluster.config.load import SLURM_NAME
 from pytest_gpucluster.errors import ConfigError
 
 
@@ -49,6 +52,19 @@ def writable_file(option: str, value: str, *, base: Path | None = None) -> Path:
     with contextlib.suppress(OSError):
         os.unlink(probe)
     return path
+
+
+def with_reservation(profile: Profile, name: str, option: str) -> Profile:
+    """``profile`` with its jobs in reservation ``name`` (``--gpucluster-reservation``): a Slurm
+    profile and a Slurm name, or ConfigError naming the option."""
+    if profile.executor != "slurm":
+        raise ConfigError(
+            f"{option}={name}: profile {profile.name!r} uses the {profile.executor} executor; a reservation "
+            "holds nodes of a Slurm cluster."
+        )
+    if not SLURM_NAME.match(name):
+        raise ConfigError(f"{option}={name}: not a Slurm name (letters, digits, '_', '.', '-' only).")
+    return dataclasses.replace(profile, reservation=name)
 
 
 def merge_belongs(

@@ -17,7 +17,7 @@ import pytest
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile, load
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.options import Outputs, merge_belongs, writable_file
+from pytest_gpucluster.options import Outputs, merge_belongs, with_reservation, writable_file
 from pytest_gpucluster.results import load_node_verdicts
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
 from pytest_gpucluster.shipped import default_thresholds, suite_dir
@@ -109,6 +109,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="test only these nodes (a Slurm hostlist, e.g. gpu-[03,11]): a re-test of repaired nodes",
     )
     group.addoption(
+        f"{PREFIX}reservation",
+        default=None,
+        metavar="NAME",
+        dest="gpucluster_reservation",
+        help="run the jobs in this Slurm reservation (a Slurm profile's `reservation` for one run): its "
+        "nodes are the ones tested",
+    )
+    group.addoption(
         f"{PREFIX}merge-results",
         default=None,
         metavar="PATH",
@@ -166,6 +174,7 @@ RUN_OPTIONS = (
     "gpucluster_baseline",
     "gpucluster_calibrate",
     "gpucluster_nodes",
+    "gpucluster_reservation",
     "gpucluster_merge_results",
     "gpucluster_dry_run",
     "gpucluster_drain_failed",
@@ -243,6 +252,9 @@ def settings_from(config: pytest.Config, cluster: str) -> Settings:
     path, origin = thresholds_file(config)
     cfg = load(path)
     profile = cfg.profile(cluster)
+    reservation = config.getoption("gpucluster_reservation", None)
+    if reservation is not None:
+        profile = with_reservation(profile, reservation, f"{PREFIX}reservation")
     no_set = cfg.no_set_for(profile)
     if no_set and not config.getoption("gpucluster_calibrate"):
         raise ConfigError(no_set)  # a calibrating run measures without a set and writes one
@@ -270,6 +282,7 @@ def settings_from(config: pytest.Config, cluster: str) -> Settings:
         config=cfg,
         profile=profile,
         thresholds_origin=origin,
+        reservation_from=f"{PREFIX}reservation" if reservation is not None else "",
         results_path=Path(results).resolve() if results else None,
         run_id=run_id or secrets.token_hex(4),
         nodes=picked if nodes is not None else (),

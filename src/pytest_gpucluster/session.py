@@ -14,7 +14,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +25,7 @@ from pytest_gpucluster.config import Config, Profile, ThresholdSet
 from pytest_gpucluster.drain import drain_rejected
 from pytest_gpucluster.environment import run_environment
 from pytest_gpucluster.errors import (
+    ConfigError,
     GpuClusterError,
     MissingThresholdError,
 )
@@ -46,12 +47,13 @@ from pytest_gpucluster.plan import Facts, Plan, last_order
 from pytest_gpucluster.plan import facts as run_facts
 from pytest_gpucluster.progress import Progress
 from pytest_gpucluster.results import PROPERTY, ResultsDocument, entries_of
-from pytest_gpucluster.run import Runner, Start
+from pytest_gpucluster.run import Runner, Start, shared_area
 from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
 from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext, ahead_limit_s
 from pytest_gpucluster.run.nodes import NodeSet
 from pytest_gpucluster.run.runner import SharedFailure
+from pytest_gpucluster.run.shared_area import user_name
 from pytest_gpucluster.selection import (
     Needs,
     Selection,
@@ -60,6 +62,8 @@ from pytest_gpucluster.selection import (
     not_applicable,
     plan_selection,
 )
+from pytest_gpucluster.slurm import caller_env
+from pytest_gpucluster.slurm.rights import DrainRight, drain_right
 
 R = TypeVar("R")
 
@@ -77,6 +81,7 @@ class Settings:
     nodes: tuple[str, ...] = ()  # --gpucluster-nodes: test only these (a re-test); empty: the profile's choice
     outputs: Outputs = dataclasses.field(default_factory=Outputs)  # what the run writes and does at its end
     thresholds_origin: str = ""  # where thresholds.toml came from: an option, the rootdir, the shipped default
+    reservation_from: str = ""  # the option that named the profile's reservation for this run; empty: the profile
 
 
 class GpuClusterSession:
@@ -87,6 +92,23 @@ class GpuClusterSession:
         self.profile = settings.profile
         self.config = settings.config
         env = os.environ if env is None else env
+        self._environ = env
+        self.caller_env = caller_env.CallerEnv()
+        if self.profile.executor == "slurm":
+            inside_allocation(self.profile.name, env)
+            if isinstance(env, MutableMapping):
+                # First: the caller's Slurm variables leave this process's environment
+                # (slurm/caller_env.py) before any Slurm command, thread or xdist worker.
+                self.caller_env = caller_env.set_aside(env)
+        try:
+            self._build(settings, env)
+        except BaseException:
+            if isinstance(env, MutableMapping):
+                caller_env.put_back(env, self.caller_env)  # a refused run leaves the process as it found it
+            raise
+
+    def _build(self, settings: Settings, env: Mapping[str, str]) -> None:
+        """The rest of the constructor, once the caller's Slurm variables are set aside."""
         if self.profile.slurm_conf:
             # submitit's sbatch/sacct/scancel inherit this process's environment.
             os.environ["SLURM_CONF"] = self.profile.slurm_conf
@@ -109,6 +131,7 @@ class GpuClusterSession:
             self.profile,
             named=settings.nodes,
             check_named=settings.is_controller,
+            reservation_from=settings.reservation_from,
             lost=lambda: self.jobs.launched.lost_nodes if self.jobs.launched is not None else {},
         )
         self._lost_recorded: dict[str, str] = {}
@@ -143,6 +166,14 @@ class GpuClusterSession:
                 thresholds_sha256=hashlib.sha256(self.config.path.read_bytes()).hexdigest(),
                 environment=run_environment(self.profile, self.thresholds.name, self.local_gpus),
             )
+        if self.profile.executor == "slurm" and self.results is not None:
+            self.results.environment["caller_slurm_env"] = self.caller_env.to_json()
+        # Whether this user may drain the nodes the run rejects, asked before any job.
+        self.drain_right: DrainRight | None = None
+        if settings.outputs.drain_failed and self.profile.executor == "slurm" and settings.is_controller:
+            self.drain_right = drain_right(user_name(), os.geteuid())
+            if self.results is not None:
+                self.results.environment["drain_right"] = self.drain_right.to_json()
 
     # ------------------------------------------------------------------ facts
 
@@ -249,6 +280,15 @@ class GpuClusterSession:
         if not self.settings.is_xdist_worker:
             plugins = session.config.pluginmanager
             self.progress.attach(plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager"))
+            for note in self.notes():
+                self.progress.status(f"warning: {note}")
+
+    def notes(self) -> list[str]:
+        """What the operator must know before any job: the caller's Slurm variables the run
+        submits without, and a ``--gpucluster-drain-failed`` this user may not carry out."""
+        right = self.drain_right
+        drain = f"--gpucluster-drain-failed: {right.sentence}" if right is not None and right.allowed is False else ""
+        return [line for line in (self.caller_env.warning(), drain) if line]
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Acceptance checks taking ``node`` run once per tested node; the test id is the node
@@ -511,7 +551,9 @@ class GpuClusterSession:
             pytest_status=int(session.exitstatus),
             interrupted=interrupted,
             collect_only=bool(session.config.option.collectonly),
-            drain=lambda nodes: drain_rejected(nodes, executor=self.profile.executor, excluded=self.excluded_nodes),
+            drain=lambda nodes: drain_rejected(
+                nodes, executor=self.profile.executor, excluded=self.excluded_nodes, right=self.drain_right
+            ),
             here=str(self.settings.results_path or "(this run, no --gpucluster-results file)"),
         )
         if status != session.exitstatus:
@@ -520,21 +562,18 @@ class GpuClusterSession:
             self.results.write(self.settings.results_path)
 
     def pytest_unconfigure(self) -> None:
-        """Last chance to cancel; remove a temporary job folder this run made."""
+        """Last chance to cancel; remove a temporary job folder this run made; give the caller's
+        Slurm variables back to this process's environment."""
         self.cancel_everything()
+        if isinstance(self._environ, MutableMapping):
+            caller_env.put_back(self._environ, self.caller_env)
         root = self.jobs.existing_job_root
         if self.jobs.owns_job_root and root is not None:
             shutil.rmtree(root, ignore_errors=True)
-        elif root is not None and self.profile.shared_fs:
-            # Folders no job wrote into (every submission refused, shared_fs full) go again, up to
-            # shared_fs itself; a folder with any job's logs stays for the operator.
-            folder, top = root, Path(self.profile.shared_fs)
-            while folder != top and top in folder.parents:
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
-                folder = folder.parent
+        elif root is not None and self.jobs.existing_area is not None:
+            # Folders no job wrote into (every submission refused, shared_fs full) go again; a
+            # folder with any job's logs stays for the operator.
+            shared_area.remove_empty(root, self.jobs.existing_area)
 
     def cancel_everything(self) -> list[str]:
         """Cancel the jobs this process submitted and, for Slurm, any job still queued under this
@@ -547,6 +586,20 @@ def subject_node(item: pytest.Item) -> str:
     callspec = getattr(item, "callspec", None)
     node = callspec.params.get("node") if callspec is not None else None
     return node if isinstance(node, str) and is_check(item) else ""
+
+
+def inside_allocation(profile: str, env: Mapping[str, str]) -> None:
+    """A run of a Slurm profile started inside a Slurm allocation (``SLURM_JOB_ID`` set: salloc,
+    an sbatch script, srun) is refused before any job: its jobs would inherit that allocation's
+    settings and could queue behind it until ``queue_timeout_s``."""
+    job = caller_env.allocation_of(env)
+    if job is not None:
+        raise ConfigError(
+            f"SLURM_JOB_ID={job}: this run is inside Slurm allocation {job} (salloc, an sbatch script or srun), "
+            f"and profile {profile!r} submits jobs of its own, which would inherit that allocation's settings "
+            f"and could wait behind it. Run pytest from a shell outside any allocation (leave the salloc "
+            "shell with `exit`); nothing has been submitted."
+        )
 
 
 def install_sigterm_as_interrupt() -> None:

@@ -27,16 +27,21 @@ def test_partition_is_up(profile, judge):
     judge.problems(slurm.partition_problems(profile.partition, slurm.partitions()), "partition not usable")
 
 
-def test_nodes_are_usable(profile, judge):
+def test_nodes_are_usable(cluster, profile, judge):
     partition = profile.partition or slurm.default_partition(slurm.partitions())
     problems = slurm.node_state_problems(
-        slurm.nodes(), partition=partition, expected=profile.nodes, nodelist=profile.nodelist
+        slurm.nodes(),
+        partition=partition,
+        expected=profile.nodes,
+        nodelist=profile.nodelist or cluster.candidates,
+        reserved=cluster.reserved,
     )
     judge.problems(problems, f"nodes of partition {partition!r} are not usable")
 
 
 def test_nodes_advertise_expected_resources(cluster, profile, judge):
-    known = [n for n in slurm.partition_nodes(profile.partition) if not profile.nodelist or n.name in profile.nodelist]
+    chosen = profile.nodelist or cluster.candidates
+    known = [n for n in slurm.partition_nodes(profile.partition) if not chosen or n.name in chosen]
     per_task = profile.cpus_per_task
     problems = slurm.node_resource_problems(
         known,

@@ -28,7 +28,7 @@ SUITE = [
 
 
 def probe_dirs() -> set[str]:
-    return {p.name for p in Path(SHARED).glob(".pytest-gpucluster-sharedfs-*")}
+    return {str(p) for p in Path(SHARED).glob(".pytest-gpucluster/*/sharedfs-*")}
 
 
 def test_four_workers_write_one_complete_results_file_and_leave_nothing(slurm_cluster, tmp_path):

@@ -29,7 +29,7 @@ SWEEP = '[profiles.faults.nccl]\nmin_bytes = "64KiB"\nmax_bytes = "4MiB"\njudge_
 
 
 def tasks_started(job_id: str, tasks: int = 2) -> bool:
-    logs = Path(SHARED, ".pytest-gpucluster", "jobs").glob(f"**/{job_id}_*_log.out")
+    logs = Path(SHARED, ".pytest-gpucluster").glob(f"*/jobs/**/{job_id}_*_log.out")
     return sum("Starting with JobEnvironment" in p.read_text(errors="replace") for p in logs) >= tasks
 
 

@@ -55,7 +55,7 @@ def tasks_started(job_id: str, since: float, tasks: int = 2) -> bool:
     instead, and that is a different fault."""
     logs = [
         p
-        for p in Path(SHARED, ".pytest-gpucluster", "jobs").glob(f"*/*/*/{job_id}_*_log.out")
+        for p in Path(SHARED, ".pytest-gpucluster").glob(f"*/jobs/*/*/*/{job_id}_*_log.out")
         if p.stat().st_mtime >= since
     ]
     return sum("Starting with JobEnvironment" in p.read_text(errors="replace") for p in logs) >= tasks

@@ -39,13 +39,14 @@ def test_config_values_never_reach_a_shell(slurm_cluster, tmp_path):
     finally:
         profile.cancel_all()
         leftovers = sorted(p.name for p in odd_dir.iterdir())
+        probes = list(odd_dir.glob(".pytest-gpucluster/*/sharedfs-*"))
         subprocess.run(["rm", "-rf", "--", str(odd_dir)], check=True, timeout=30)
     assert markers(mark, odd_dir, tmp_path) == []
     # The values were taken as data: the jobs ran, in the folder with the odd name.
     assert run.test("1node-1task")["outcome"] == "passed", run.output[-4000:]
     assert run.test("test_capacity_and_free_space")["outcome"] == "passed", run.output[-4000:]
     assert run.returncode == 0
-    assert leftovers == [".pytest-gpucluster"]  # job files only; the probe directory was removed
+    assert leftovers == [".pytest-gpucluster"] and probes == []  # job files only; the probe directory was removed
     assert profile.jobs() == []
 
 

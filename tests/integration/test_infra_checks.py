@@ -77,7 +77,7 @@ def test_sharedfs_passes_on_the_shared_dir(slurm_cluster):
     rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_sharedfs.py")
     assert rc == 0, out
     assert "5 passed" in out
-    assert not list(Path("/srv/gpucluster-ci/shared").glob(".pytest-gpucluster-sharedfs-*")), "left its directory"
+    assert not list(Path("/srv/gpucluster-ci/shared").glob(".pytest-gpucluster/*/sharedfs-*")), "left its directory"
 
 
 def test_sharedfs_fails_where_each_node_has_its_own_directory(slurm_cluster, tmp_path):

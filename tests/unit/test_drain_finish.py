@@ -11,6 +11,7 @@ from pytest_gpucluster.errors import SlurmQueryError
 from pytest_gpucluster.finish import finish
 from pytest_gpucluster.options import Outputs
 from pytest_gpucluster.results import PROPERTY, ResultsDocument
+from pytest_gpucluster.slurm.rights import right_needed
 from pytest_gpucluster.verdict import EXIT_INCOMPLETE, Finding
 
 NODES = {
@@ -35,7 +36,7 @@ def test_each_rejected_node_is_drained_with_its_first_reason_but_not_one_slurm_e
     assert asked == [("node1", "pytest-gpucluster: rejected: node1:gpu0: ECC errors (test_gpu[node1])")]
     assert done == {
         "node1": {"reason": asked[0][1]},
-        "node4": {"error": "scontrol: permission denied"},
+        "node4": {"error": f"scontrol: permission denied ({right_needed()})"},  # the right the user lacks
     }
     assert drain_rejected(NODES, executor="local", drain=drain) == {}
 

@@ -238,3 +238,33 @@ fail_per_s = 1
 def test_bad_sdc_and_fabric_settings_name_the_key(tmp_path, table, why):
     text = BASE.replace("nodes = 2\n", f"nodes = 2\n{table}\n") if table.startswith("fabric_") else BASE + table
     assert error_of(tmp_path, text + "\n") == f"T: {why}"
+
+
+def test_reservation_qos_and_constraint_are_profile_keys(tmp_path):
+    text = BASE.replace('partition = "gpu"', 'partition = "gpu"\nreservation = "handover"\nqos = "acceptance"\n')
+    text = text.replace("nodes = 2", 'nodes = 2\nconstraint = "h100&(ib|roce)"\nexclusive = false')
+    profile = load(write(tmp_path, text)).profile("lab")
+    assert (profile.reservation, profile.qos, profile.constraint) == ("handover", "acceptance", "h100&(ib|roce)")
+    assert profile.exclusive is False
+    assert load(write(tmp_path, BASE)).profile("lab").exclusive is True  # measuring jobs: whole nodes
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('reservation = "maint; touch x"', "profiles.lab.reservation: 'maint; touch x' is not a Slurm name"),
+        ('constraint = "h100*2"', "profiles.lab.constraint: 'h100*2': a count cannot be judged node by node"),
+        ('constraint = "(h100"', "profiles.lab.constraint: '(h100': '(' is never closed."),
+        (
+            'sbatch_extra = { reservation = "maint" }',
+            "profiles.lab.sbatch_extra.reservation: write `reservation = ...` in the profile instead",
+        ),
+        (
+            'sbatch_extra = { constraint = "h100" }',
+            "profiles.lab.sbatch_extra.constraint: write `constraint = ...` in the profile instead",
+        ),
+        ('sbatch_extra = { time = "5" }', "profiles.lab.sbatch_extra.time: the run sets --time for each job"),
+    ],
+)
+def test_reservation_and_constraint_mistakes_name_the_key(tmp_path, line, message):
+    assert message in error_of(tmp_path, BASE.replace('partition = "gpu"', f'partition = "gpu"\n{line}'))

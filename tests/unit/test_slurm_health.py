@@ -125,14 +125,6 @@ def test_a_drain_reason_is_one_bounded_line_naming_the_check_and_evidence():
     assert len(slurm.drain_reason("rejected", "x" * 1000)) == slurm.DRAIN_REASON_CHARS
 
 
-def test_holders_lines_are_split_into_id_name_state_and_hostlist():
-    text = "23|ee195b5c-sharedfs|COMPLETING|node[3-4]\n24|train|RUNNING|node3\nnoise\n"
-    assert slurm.parse_holders(text) == [
-        ("23", "ee195b5c-sharedfs", "COMPLETING", "node[3-4]"),
-        ("24", "train", "RUNNING", "node3"),
-    ]
-
-
 def test_a_hostlist_is_read_without_slurm_keeping_zero_padding():
     assert slurm.parse_hostlist("gpu-[01-03,07],login1") == ("gpu-01", "gpu-02", "gpu-03", "gpu-07", "login1")
     assert slurm.parse_hostlist("node4") == ("node4",)

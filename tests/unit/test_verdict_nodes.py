@@ -147,6 +147,7 @@ def test_matrix_puts_results_on_the_node_fields_name():
 def test_hostlist_is_what_sbatch_exclude_takes():
     assert verdict.hostlist(["node2"]) == "node2"
     assert verdict.hostlist(["gpu-03", "gpu-11", "gpu-12"]) == "gpu-[03,11-12]"
+    assert verdict.hostlist(["node1", "node2", "node10"]) == "node[1-2,10]"
     assert verdict.hostlist([]) == ""
 
 

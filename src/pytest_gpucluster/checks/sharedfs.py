@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from pathlib import Path
 
 from pytest_gpucluster.verdict import Finding, Measurement
 from pytest_gpucluster.workloads.sharedfs import APPEND_FILE, MARKER, GiB, NodeReport, Prepared
@@ -37,7 +36,7 @@ def visibility_findings(
         if not r.root_exists:
             found.append(
                 Finding.on_node(
-                    r.node, f"{r.node}: {Path(r.path).parent} does not exist (shared filesystem not mounted?)"
+                    r.node, f"{r.node}: {prepared.root_of(r.path)} does not exist (shared filesystem not mounted?)"
                 )
             )
         elif r.marker == "missing":
@@ -45,7 +44,7 @@ def visibility_findings(
                 Finding.on_node(
                     r.node,
                     f"{r.node}: does not see {MARKER} that the login node wrote in {prepared.directory}: "
-                    f"{Path(r.path).parent} on {r.node} is not the login node's filesystem (not shared: "
+                    f"{prepared.root_of(r.path)} on {r.node} is not the login node's filesystem (not shared: "
                     "the node sees its own copy, or the shared filesystem is not mounted there)",
                 )
             )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pytest_gpucluster.config import features
 from pytest_gpucluster.config.fabric_rules import FAMILY_OF, RuleError, with_overrides
 from pytest_gpucluster.config.metrics import METRICS, Metric
 from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile, across_nodes
@@ -28,11 +29,27 @@ from pytest_gpucluster.errors import ConfigError
 
 # Slurm's own names for partitions, accounts and nodes; anything else is refused so a config value
 # can never smuggle shell syntax into an sbatch script.
-_SLURM_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+SLURM_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _SLURM_NODELIST = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
 _SBATCH_OPTION = re.compile(r"^[a-z][a-z0-9\-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 NCCL_ALGOS = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+# sbatch options that are profile keys: in sbatch_extra they would bypass what the run knows of
+# them (the reservation's and the constraint's nodes are the ones it picks).
+_PROFILE_KEY_OF = {
+    "partition": "partition",
+    "account": "account",
+    "qos": "qos",
+    "reservation": "reservation",
+    "constraint": "constraint",
+    "exclusive": "exclusive",
+    "nodelist": "nodelist",
+}
+# sbatch options the run sets for each job from its declared shape.
+_SET_PER_JOB = frozenset(
+    {"job-name", "time", "nodes", "ntasks-per-node", "gpus-per-node", "gpus-per-task", "gpus", "gres"}
+    | {"cpus-per-task", "mem", "output", "error", "open-mode", "signal", "wrap"}
+)
 # Profile tables that replace the inherited one whole under ``extends`` instead of being merged.
 _REPLACED_WHOLE = ("env", "sbatch_extra")
 
@@ -237,16 +254,29 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
     def bad(key: str, why: str) -> ConfigError:
         return ConfigError(f"{file}: {where}.{key}: {why}")
 
-    for key in ("partition", "account"):
+    for key in ("partition", "account", "qos", "reservation"):
         value = getattr(p, key)
-        if value is not None and not _SLURM_NAME.match(value):
+        if value is not None and not SLURM_NAME.match(value):
             raise bad(key, f"{value!r} is not a Slurm name (letters, digits, '_', '.', '-' only).")
+    if p.constraint is not None:
+        try:
+            features.parse(p.constraint)
+        except ValueError as exc:
+            raise bad("constraint", f"{p.constraint!r}: {exc}.") from None
     for node in p.nodelist:
         if not _SLURM_NODELIST.match(node):
             raise bad("nodelist", f"{node!r} is not a Slurm node name.")
     for key, value in p.sbatch_extra.items():
         if not _SBATCH_OPTION.match(key) or "\n" in value:
             raise bad(f"sbatch_extra.{key}", "expected a long sbatch option name and a one-line value.")
+        if key in _PROFILE_KEY_OF:
+            raise bad(
+                f"sbatch_extra.{key}",
+                f"write `{_PROFILE_KEY_OF[key]} = ...` in the profile instead: the run picks its nodes and "
+                "states its jobs by it.",
+            )
+        if key in _SET_PER_JOB:
+            raise bad(f"sbatch_extra.{key}", f"the run sets --{key} for each job from its shape; leave it out.")
     for key, value in p.env.items():
         if not _ENV_NAME.match(key) or "\n" in value or "\0" in value:
             raise bad(f"env.{key}", "expected an environment variable name and a one-line value.")

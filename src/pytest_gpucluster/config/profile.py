@@ -92,6 +92,15 @@ class Profile:
     description: str = ""
     partition: str | None = None
     account: str | None = None
+    qos: str | None = None
+    # The Slurm reservation the run's jobs run in (a handover's ``flags=maint`` one): its nodes
+    # are the ones tested, and MAINTENANCE there is no fault.
+    reservation: str | None = None
+    # Node features every tested node must have (sbatch --constraint): '&', '|', parentheses.
+    constraint: str | None = None
+    # The jobs that measure (every job but the light ones: plan/jobs.py) ask for whole nodes
+    # (sbatch --exclusive), so no other job shares a node while it is measured.
+    exclusive: bool = True
     nodes: int = 1
     nodelist: tuple[str, ...] = ()
     gpus_per_node: int | None = None  # None: as many as NVML finds (local only)

@@ -51,6 +51,10 @@ class SubmititLauncher(Launcher):
         folder: Path,
         partition: str | None = None,
         account: str | None = None,
+        qos: str | None = None,
+        reservation: str | None = None,
+        constraint: str | None = None,
+        reserved: frozenset[str] = frozenset(),
         sbatch_extra: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
         queue_timeout_s: float = 300.0,
@@ -71,6 +75,9 @@ class SubmititLauncher(Launcher):
         self.folder = folder
         self.partition = partition
         self.account = account
+        self.qos = qos
+        self.reservation = reservation
+        self.constraint = constraint
         self.sbatch_extra = dict(sbatch_extra or {})
         self.env = dict(env or {})
         self.queue_timeout_s = queue_timeout_s
@@ -80,7 +87,8 @@ class SubmititLauncher(Launcher):
         self.failed_task_grace_s = rules.FAILED_TASK_GRACE_S
         # What Slurm says of this launcher's jobs and their nodes, read once for all of them.
         # accounting False: the cluster runs without slurmdbd; jobs are followed through the queue.
-        self.watcher = SlurmWatcher(accounting=accounting)
+        # reserved: the nodes of the run's reservation, where MAINTENANCE takes its jobs.
+        self.watcher = SlurmWatcher(accounting=accounting, reserved=reserved)
         # The watcher's own maps: nodes seen to fail under a job (name → Slurm's state and
         # reason), and how this run learned it lost each ({"why", "when", "job", "how"}).
         self.lost_nodes: dict[str, str] = self.watcher.lost_nodes
@@ -146,12 +154,17 @@ class SubmititLauncher(Launcher):
                 params["slurm_partition"] = self.partition
             if self.account:
                 params["slurm_account"] = self.account
+            if self.qos:
+                params["slurm_qos"] = self.qos
+            if self.constraint:
+                params["slurm_constraint"] = self.constraint
             if spec.nodelist:
                 params["slurm_nodelist"] = ",".join(spec.nodelist)
             if spec.exclusive:
                 params["slurm_exclusive"] = True
-            if self.sbatch_extra:
-                params["slurm_additional_parameters"] = dict(self.sbatch_extra)
+            extra = {**self.sbatch_extra, **({"reservation": self.reservation} if self.reservation else {})}
+            if extra:
+                params["slurm_additional_parameters"] = extra
             # submitit asks Slurm for a signal this long before the limit (90 s by default); a
             # quarter of a short job's limit keeps that signal from arriving almost at its start.
             params["slurm_signal_delay_s"] = min(90, max(10, spec.timeout_min * 60 // 4))

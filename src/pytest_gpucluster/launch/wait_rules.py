@@ -157,10 +157,11 @@ def never_starts(state: str, reason: str, queue_limit_s: float, timeout_min: int
     )
 
 
-def unusable(found: Iterable[NodeInfo], nodes: Sequence[str]) -> dict[str, str]:
+def unusable(found: Iterable[NodeInfo], nodes: Sequence[str], *, reserved: Collection[str] = ()) -> dict[str, str]:
     """Of ``nodes``, those Slurm will not start a job on (down, not responding, drained,
-    unknown), from its list of nodes ``found``: name → state and reason."""
-    return nodes_where(found, nodes, lambda n: not n.usable)
+    unknown), from its list of nodes ``found``: name → state and reason. A node of the run's
+    reservation (``reserved``) in MAINTENANCE takes the run's jobs."""
+    return nodes_where(found, nodes, lambda n: not n.usable_in(reservation=n.name in reserved))
 
 
 def pinned_unusable(state: str, reason: str, unusable_nodes: Mapping[str, str]) -> GiveUp | None:

@@ -7,7 +7,8 @@ It owns
   every ``QUEUE_READ_S`` however many jobs wait (64 per-node training jobs at 64 nodes), and
   accounting's word through submitit's own watcher;
 * the node state: what Slurm says of the nodes under and around the jobs waited on, from one node
-  listing shared by every waiter for ``NODE_READ_S``, and the jobs that run or wait on those nodes;
+  listing of those nodes (not of the whole cluster) shared by every waiter for ``NODE_READ_S``,
+  and the jobs that run or wait on those nodes;
 * the lost nodes: node → why, learned once, with the first evidence, and read by every job after.
 
 The launcher submits and cancels; jobs (``launch.job``) wait through this and the rules of
@@ -48,10 +49,12 @@ class SlurmWatcher:
     """What Slurm says of a launcher's jobs and their nodes, read once for all of them; and the
     nodes the run lost. Thread-safe: jobs are waited on from several threads."""
 
-    def __init__(self, *, accounting: bool = True) -> None:
+    def __init__(self, *, accounting: bool = True, reserved: frozenset[str] = frozenset()) -> None:
         # False: the cluster runs without slurmdbd; jobs are followed through the queue, and
         # submitit's warnings that sacct failed say nothing (``sacct_quiet``).
         self.accounting = accounting
+        # The nodes of the run's reservation: there a MAINTENANCE node takes the run's jobs.
+        self.reserved = reserved
         # submitit's job-state watcher is shared and not thread-safe: jobs started ahead (see
         # run/runner.py) are waited for from several threads.
         self.submitit_lock = threading.RLock()
@@ -65,6 +68,7 @@ class SlurmWatcher:
         self._queue_said: dict[str, str] = {}  # job id → its state in the queue, "GONE" once it left
         self._nodes_lock = threading.Lock()
         self._nodes_read: list[NodeInfo] = []
+        self._nodes_read_names: frozenset[str] = frozenset()
         self._nodes_read_at = float("-inf")
         self._job_nodes: dict[str, tuple[str, ...]] = {}
         self._nodes_used: set[str] = set()  # every node a job of this run was pinned to
@@ -199,21 +203,27 @@ class SlurmWatcher:
 
     # ------------------------------------------------------------------ node states
 
-    def nodes(self, max_age_s: float = NODE_READ_S) -> list[NodeInfo]:
-        """Every node the controller knows, from a listing at most ``max_age_s`` old (0: now);
-        GpuClusterError or OSError when Slurm cannot be asked."""
+    def nodes(self, names: Sequence[str], max_age_s: float = NODE_READ_S) -> list[NodeInfo]:
+        """``names`` as Slurm knows them, from a listing at most ``max_age_s`` old (0: now). One
+        listing serves every waiter: it covers every node a job of this run was pinned to and the
+        names asked, and is read again when older or missing one; GpuClusterError or OSError when
+        Slurm cannot be asked."""
         with self._nodes_lock:
             now = time.monotonic()
-            if now - self._nodes_read_at > max_age_s:
-                self._nodes_read = slurm.nodes()
+            if now - self._nodes_read_at > max_age_s or not self._nodes_read_names.issuperset(names):
+                with self._lock:
+                    wanted = frozenset(self._nodes_used) | frozenset(names)
+                self._nodes_read = slurm.nodes(sorted(wanted))
+                self._nodes_read_names = wanted
                 self._nodes_read_at = time.monotonic()
-            return self._nodes_read
+            wanted_now = set(names)
+            return [n for n in self._nodes_read if n.name in wanted_now]
 
     def unusable(self, nodes: Sequence[str]) -> dict[str, str]:
         """Of ``nodes``, those Slurm will not start a job on: name → state and reason. Empty
         when Slurm cannot be asked (queue_timeout_s still bounds the wait)."""
         try:
-            return rules.unusable(self.nodes(), nodes)
+            return rules.unusable(self.nodes(nodes), nodes, reserved=self.reserved)
         except Exception:
             return {}
 
@@ -223,7 +233,7 @@ class SlurmWatcher:
         if not nodes:
             return {}
         try:
-            return slurm.lost_nodes(self.nodes(max_age_s), tuple(nodes))
+            return slurm.lost_nodes(self.nodes(nodes, max_age_s), tuple(nodes))
         except Exception:
             return {}
 

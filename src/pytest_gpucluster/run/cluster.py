@@ -37,6 +37,17 @@ class Cluster:
         return self._ctx.live_nodes
 
     @property
+    def candidates(self) -> tuple[str, ...]:
+        """The nodes of the partition the run may test where the profile narrows them (its
+        reservation's, with its constraint's features); empty: the whole partition."""
+        return self._ctx.node_set.candidates
+
+    @property
+    def reserved(self) -> frozenset[str]:
+        """The nodes of the profile's reservation: there MAINTENANCE is no fault."""
+        return self._ctx.node_set.reserved
+
+    @property
     def gpus_per_node(self) -> int:
         return self._ctx.gpus_per_node
 

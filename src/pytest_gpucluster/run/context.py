@@ -26,8 +26,10 @@ from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult, togethe
 from pytest_gpucluster.launch.local_gpus import LocalGpus
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.plan import Plan
+from pytest_gpucluster.run import shared_area
 from pytest_gpucluster.run.nodes import NodeSet
 from pytest_gpucluster.run.runner import Runner
+from pytest_gpucluster.workloads import sharedfs
 from pytest_gpucluster.workloads.distributed import BACKEND_ENV
 
 R = TypeVar("R")
@@ -76,6 +78,7 @@ class JobContext:
         self._reader = reader
         self._present = present
         self._job_root: Path | None = None
+        self._area: shared_area.Area | None = None
         self.owns_job_root = False
         self._launcher: Launcher | None = None
         # The first fault outside the nodes that stopped a check (``faults.py``): later checks
@@ -124,6 +127,10 @@ class JobContext:
                 folder=self.job_root,
                 partition=self.profile.partition,
                 account=self.profile.account,
+                qos=self.profile.qos,
+                reservation=self.profile.reservation,
+                constraint=self.profile.constraint,
+                reserved=self.node_set.reserved,
                 sbatch_extra=self.profile.sbatch_extra,
                 env=env,
                 queue_timeout_s=self.profile.queue_timeout_s,
@@ -136,23 +143,57 @@ class JobContext:
         return self._launcher
 
     @property
+    def area(self) -> Path:
+        """This user's folder on the profile's ``shared_fs`` (``run.shared_area``), made on first
+        use: the run's job folders and the shared-filesystem check's scratch live in it, so that
+        operators running one after another or at once never shut each other out. Where it is not
+        the shared top folder, the run says why once. SharedFsFault when it cannot be made."""
+        if self._area is None:
+            shared = self.shared_root
+            if not shared.is_dir():
+                raise SharedFsFault(
+                    f"shared_fs {str(shared)!r} of profile {self.profile.name!r} is not a directory on this "
+                    "login node; mount the shared filesystem or fix shared_fs (jobs keep their files there)."
+                )
+            try:
+                area = shared_area.user_area(shared)
+            except OSError as exc:
+                raise SharedFsFault.cannot_write(
+                    str(shared),
+                    str(exc.strerror or exc),
+                    f"cannot make this user's folder {shared / shared_area.TOP / shared_area.user_name()}; jobs "
+                    "keep their files there, so it must be writable and not full.",
+                ) from None
+            if area.note:
+                self._status(f"warning: {area.note}")
+            self.runner.record({"kind": "environment", "facts": {"shared_area": str(area.path)}})
+            self._area = area
+        return self._area.path
+
+    @property
+    def existing_area(self) -> shared_area.Area | None:
+        """This user's folder on ``shared_fs``, if the run made or found it."""
+        return self._area
+
+    @property
+    def shared_root(self) -> Path:
+        """The profile's ``shared_fs`` as this login node resolves it (``$VARS``, ``~``), or the home
+        directory where the profile names none."""
+        return sharedfs.expand(self.profile.shared_fs, os.environ) if self.profile.shared_fs else Path.home()
+
+    @property
     def job_root(self) -> Path:
-        """Folder for this run's job pickles and logs: on the shared filesystem for Slurm (nodes
-        must read it), a private temporary folder for the local executor."""
+        """Folder for this run's job pickles and logs: in this user's folder on the shared
+        filesystem for Slurm (nodes must read it), a private temporary folder for the local
+        executor."""
         if self._job_root is None:
             if self.profile.executor == "slurm":
-                shared = Path(self.profile.shared_fs or Path.home())
-                if not shared.is_dir():
-                    raise SharedFsFault(
-                        f"shared_fs {str(shared)!r} of profile {self.profile.name!r} is not a directory on this "
-                        "login node; mount the shared filesystem or fix shared_fs (jobs keep their files there)."
-                    )
-                root = shared / ".pytest-gpucluster" / "jobs" / self.run_id / uuid.uuid4().hex[:6]
+                root = self.area / "jobs" / self.run_id / uuid.uuid4().hex[:6]
                 try:
                     root.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     raise SharedFsFault.cannot_write(
-                        str(shared),
+                        str(self.shared_root),
                         str(exc.strerror or exc),
                         f"cannot create the job folder {root}; jobs keep their files there, so it must be "
                         "writable and not full.",
@@ -347,7 +388,7 @@ class JobContext:
         if fault is None:
             return
         if fault.what == "shared_fs":
-            root = Path(self.profile.shared_fs or Path.home())
+            root = self._area.path if self._area is not None else self.shared_root
             try:
                 Path(tempfile.mkdtemp(prefix=".pytest-gpucluster-probe-", dir=root)).rmdir()
             except OSError:

@@ -1,8 +1,10 @@
-"""The nodes a run tests: the profile's node list or its partition's first usable nodes, those
-Slurm will not run jobs on (left out with its reason) and those lost under a job of the run."""
+"""The nodes a run tests: the profile's node list or its partition's first usable nodes (of its
+reservation, with its constraint's features, where it names them: ``run.scope``), those Slurm will
+not run jobs on (left out with its reason) and those lost under a job of the run."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -12,7 +14,10 @@ from pytest_gpucluster.config import Profile
 from pytest_gpucluster.errors import ClusterFault, ConfigError, NodesHeld, SlurmQueryError
 from pytest_gpucluster.faults import cluster_fault, foreign_work, held_sentence, other_work
 from pytest_gpucluster.ranges import hostlist
+from pytest_gpucluster.run.scope import Scope
+from pytest_gpucluster.run.shared_area import user_name
 from pytest_gpucluster.selection import Shape
+from pytest_gpucluster.slurm.reservation import reservation, reservation_names
 
 
 class NodeSet:
@@ -26,10 +31,13 @@ class NodeSet:
         named: Sequence[str] = (),
         check_named: bool = False,
         lost: Callable[[], Mapping[str, str]] = dict,
+        reservation_from: str = "",
     ) -> None:
         self.profile = profile
         self.named = tuple(named)
         self._lost = lost
+        # The profile's reservation and constraint; the reservation as Slurm holds it, once read.
+        self.scope = Scope(profile, reservation_from=reservation_from or f"profiles.{profile.name}.reservation")
         self._nodes: tuple[str, ...] | None = None
         self.excluded: dict[str, str] = {}
         self.info: dict[str, slurm.NodeInfo] = {}  # Slurm's word on the partition's nodes at the start
@@ -40,6 +48,8 @@ class NodeSet:
         self.held_sentence = ""  # that, said once: the fault's sentence
         if self.named and profile.executor == "slurm" and check_named:
             self._check_named()
+        if self.scope.narrowed and profile.executor == "slurm" and check_named:
+            self._check_scope()
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -48,6 +58,20 @@ class NodeSet:
         if self._nodes is None:
             self._nodes = self._resolve()
         return self._nodes
+
+    @property
+    def reserved(self) -> frozenset[str]:
+        """The nodes of the profile's reservation, once read: there MAINTENANCE is no fault."""
+        return self.scope.reserved
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """The nodes of the partition the run may test where the profile narrows them (its
+        reservation's, with its constraint's features); empty: the whole partition."""
+        if not self.scope.narrowed:
+            return ()
+        self.nodes  # noqa: B018  (the partition and the reservation are read with the node list)
+        return tuple(n.name for n in self._partition or () if self.scope.fits(n))
 
     @property
     def resolved(self) -> bool:
@@ -164,12 +188,14 @@ class NodeSet:
         if p.executor == "local":
             return (socket.gethostname(),)
         try:
-            known = self._partition if self._partition is not None else slurm.partition_nodes(p.partition)
+            self._read_scope()
         except SlurmQueryError as exc:
             self.error = str(exc)
             self.fault = cluster_fault(exc)
             return tuple(p.nodelist)  # the jobs will say what is wrong with them
-        self.info = {n.name: n for n in known}
+        assert self._partition is not None
+        self.info = {n.name: n for n in self._partition}
+        known = [n for n in self._partition if self.scope.fits(n)]
         short = self._short_of_gpus(known)
         named = self.named or p.nodelist
         if named:
@@ -180,15 +206,46 @@ class NodeSet:
                 n = by_name.get(name)
                 if n is None and self.named:
                     self.excluded[name] = f"not in partition {p.partition!r} (--gpucluster-nodes)"
-                elif n is not None and not n.usable:
+                elif n is not None and not self.scope.usable(n):
                     self.excluded[name] = n.said
             return tuple(self._with_gpus([name for name in named if name not in self.excluded], short, len(named)))
         for n in known:
-            if not n.usable:
+            if not self.scope.usable(n):
                 self.excluded[n.name] = n.said
         if not known:
-            self.error = f"partition {p.partition!r} has no nodes (sinfo -p {p.partition})"
-        return tuple(self._with_gpus([n.name for n in known if n.usable], short, p.nodes)[: p.nodes])
+            self.error = f"{self.scope.where()} has no nodes (sinfo -p {p.partition})"
+        return tuple(self._with_gpus([n.name for n in known if self.scope.usable(n)], short, p.nodes)[: p.nodes])
+
+    def _read_scope(self) -> None:
+        """The partition's nodes and the profile's reservation, asked of Slurm once."""
+        name = self.profile.reservation
+        if name and self.scope.reservation is None:
+            held = reservation(name)
+            if held is not None:
+                self.scope = dataclasses.replace(self.scope, reservation=held)
+        if self._partition is None:
+            self._partition = slurm.partition_nodes(self.profile.partition)
+
+    def _check_scope(self) -> None:
+        """Before any job: the profile's reservation exists, is active and admits this user, and
+        it and the constraint leave the run the nodes it tests (``Scope.refusal``). ConfigError
+        naming the reservation or the constraint otherwise; where Slurm cannot answer now, the
+        run's node list says so later."""
+        name = self.profile.reservation
+        try:
+            self._read_scope()
+            if name and self.scope.reservation is None:
+                known = ", ".join(reservation_names()) or "none"
+                raise ConfigError(
+                    f"{self.scope.reservation_from}={name}: Slurm holds no reservation {name!r} (reservations: "
+                    f"{known}); name one that `scontrol show reservation` lists."
+                )
+        except SlurmQueryError:
+            return
+        assert self._partition is not None
+        refusal = self.scope.refusal(self._partition, self.named or self.profile.nodelist, user_name())
+        if refusal:
+            raise ConfigError(refusal)
 
     def _short_of_gpus(self, known: Sequence[slurm.NodeInfo]) -> dict[str, str]:
         """Nodes whose Gres offers fewer GPUs than the profile states (when it states a count),

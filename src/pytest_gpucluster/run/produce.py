@@ -91,7 +91,9 @@ def spec_of(ctx: JobContext, request: JobRequest, *, name: str | None = None, **
         args["tasks_per_node"] = int(shape.tasks_per_node)
     if shape.gpus_per_node != ALL:
         args["gpus_per_node"] = min(int(shape.gpus_per_node), gpus)
-    args["exclusive"] = shape.exclusive
+    # A job that measures has its nodes to itself: no other user's job shares them while it runs
+    # (the profile's ``exclusive``). Light jobs run beside each other on the same nodes.
+    args["exclusive"] = shape.exclusive or (ctx.profile.exclusive and not request.light)
     args.update(override)
     return ctx.spec(name or request.key, **args)
 

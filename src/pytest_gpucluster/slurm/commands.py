@@ -63,6 +63,12 @@ def _parse_json(argv: list[str], out: str) -> dict[str, Any]:
     return data
 
 
+def ask_once(argv: list[str], timeout_s: float = TIMEOUT_S) -> str:
+    """One try of a Slurm command, no retry window: for a question the run can do without
+    (SlurmQueryError when it fails)."""
+    return _run_once(argv, timeout_s)
+
+
 def answers(daemon: str) -> bool:
     """One try, no retry: whether ``daemon`` (``slurmctld``, ``slurmdbd``) answers now."""
     argv = ["sacct", "-X", "-n", "-j", "1"] if daemon == "slurmdbd" else ["scontrol", "ping"]

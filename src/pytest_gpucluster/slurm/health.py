@@ -4,6 +4,7 @@ nodes' states and resources, accounting."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from pytest_gpucluster.errors import SlurmQueryError
@@ -92,10 +93,16 @@ def default_partition(found: list[PartitionInfo]) -> str | None:
 
 
 def node_state_problems(
-    known: list[NodeInfo], *, partition: str | None, expected: int, nodelist: tuple[str, ...] = ()
+    known: list[NodeInfo],
+    *,
+    partition: str | None,
+    expected: int,
+    nodelist: tuple[str, ...] = (),
+    reserved: Collection[str] = (),
 ) -> list[str]:
     """Every node of the partition (or of ``nodelist``) that is not usable, with its state and
-    Slurm's reason, and a shortfall of usable nodes against ``expected``."""
+    Slurm's reason, and a shortfall of usable nodes against ``expected``. A node of the run's
+    reservation (``reserved``) in MAINTENANCE is usable."""
     where = f"partition {partition!r}" if partition else "the cluster"
     members = [n for n in known if partition is None or partition in n.partitions]
     problems: list[str] = []
@@ -104,10 +111,10 @@ def node_state_problems(
         problems += [f"{name}: not in {where}" for name in nodelist if name not in by_name]
         members = [by_name[name] for name in nodelist if name in by_name]
     for n in members:
-        if not n.usable:
+        if not n.usable_in(reservation=n.name in reserved):
             why = f", reason: {n.reason!r}" if n.reason else ""
             problems.append(f"{n.name}: state {n.state}{why}")
-    usable = [n for n in members if n.usable]
+    usable = [n for n in members if n.usable_in(reservation=n.name in reserved)]
     if len(usable) < expected:
         problems.append(f"{where} has {len(usable)} usable node(s) of {expected} expected")
     return problems

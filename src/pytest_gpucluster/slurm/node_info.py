@@ -1,11 +1,14 @@
-"""The cluster's nodes as Slurm reports them (``sinfo --json``), those lost, and draining one."""
+"""The cluster's nodes as Slurm reports them (``sinfo --json`` or ``scontrol --json show nodes``),
+those lost, and draining one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.slurm import commands
 
 
@@ -26,11 +29,19 @@ class NodeInfo:
     gres: str
     cpus: int
     real_memory_mb: int
+    features: tuple[str, ...] = ()  # the node's available features (``--constraint`` picks by them)
 
     @property
     def usable(self) -> bool:
         """Idle, mixed or allocated, and not draining, down or failing."""
+        return self.usable_in(reservation=False)
+
+    def usable_in(self, *, reservation: bool) -> bool:
+        """``usable``, for a job of a reservation that holds the node (``reservation``): there a
+        MAINTENANCE node, the state a ``flags=maint`` reservation gives its nodes, takes the job."""
         parts = set(self.state.upper().replace("+", " ").split())
+        if reservation:
+            parts.discard("MAINTENANCE")
         bad = {
             "DOWN",
             "DRAIN",
@@ -92,18 +103,56 @@ def parse_nodes(data: dict[str, Any]) -> list[NodeInfo]:
                 gres=_text(raw.get("gres", "")),
                 cpus=number(raw.get("cpus")),
                 real_memory_mb=number(raw.get("real_memory")),
+                features=tuple(f for f in _text(raw.get("features", "")).split(",") if f),
             )
         )
     return nodes
 
 
-def nodes() -> list[NodeInfo]:
-    """Every node the controller knows. Slurm 22.05's scontrol has no ``--json`` but its
-    ``sinfo --json`` lists nodes; from 23.02 sinfo groups nodes and ``scontrol --json`` answers."""
-    data = commands.run_json(["sinfo", "--json"])
-    if "nodes" not in data:
-        data = commands.run_json(["scontrol", "--json", "show", "nodes"])
-    return parse_nodes(data)
+class NodeLister:
+    """Lists nodes through the one command that lists them on this Slurm, learned from the first
+    answer: Slurm 22.05's scontrol has no ``--json``, and its ``sinfo --json`` lists every node,
+    ignoring any filter (sinfo(1)); from 23.02 ``sinfo --json`` groups nodes instead, and
+    ``scontrol --json show nodes HOSTLIST`` lists the named nodes. Once learned, only that command
+    is asked: no second full listing of a large cluster on every read."""
+
+    def __init__(self) -> None:
+        self.source: str | None = None  # "sinfo" or "scontrol", once an answer held nodes
+        self._lock = threading.Lock()
+
+    def __call__(self, names: Sequence[str] = ()) -> list[NodeInfo]:
+        """The nodes ``names`` that Slurm knows (every node when empty)."""
+        with self._lock:
+            source = self.source
+        if source == "scontrol":
+            data = commands.run_json(scontrol_nodes_argv(names))
+        else:
+            data = commands.run_json(["sinfo", "--json"])
+            if "nodes" in data:
+                source = "sinfo"
+            else:
+                data = commands.run_json(scontrol_nodes_argv(names))
+                source = "scontrol"
+        with self._lock:
+            self.source = source
+        found = parse_nodes(data)
+        wanted = set(names)
+        return [n for n in found if n.name in wanted] if wanted else found
+
+
+def scontrol_nodes_argv(names: Sequence[str]) -> list[str]:
+    """``scontrol --json show nodes [HOSTLIST]``: ``names`` as one Slurm hostlist, all nodes when
+    empty."""
+    return ["scontrol", "--json", "show", "nodes", *([hostlist(names)] if names else [])]
+
+
+# The run's one lister: every thread and every reader asks through it.
+LISTER = NodeLister()
+
+
+def nodes(names: Sequence[str] = ()) -> list[NodeInfo]:
+    """The nodes ``names`` as the controller knows them; every node when empty."""
+    return LISTER(names)
 
 
 def partition_nodes(partition: str | None) -> list[NodeInfo]:

@@ -3,6 +3,7 @@ for given nodes, cancelling."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -18,12 +19,11 @@ def job_nodes(job_id: str, expected: int | None = None) -> tuple[str, ...]:
     allocation, e.g. for a job cancelled right after it started), the controller is asked too and
     its list is taken if it is the full one."""
     try:
-        out = commands.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "NodeList"])
+        listed = accounted_nodes(job_id)
     except SlurmQueryError:
         record = controller_job(job_id) or {}
         return commands.expand_hostlist(record.get("NodeList", ""))
-    lines = [line.strip() for line in out.splitlines() if line.strip()]
-    nodes = commands.expand_hostlist(lines[0]) if lines else ()
+    nodes = commands.expand_hostlist(listed)
     if expected is not None and len(nodes) != expected:
         try:
             record = controller_job(job_id) or {}
@@ -33,6 +33,48 @@ def job_nodes(job_id: str, expected: int | None = None) -> tuple[str, ...]:
         if len(held) == expected:
             return held
     return nodes
+
+
+def accounted_nodes(job_id: str) -> str:
+    """The hostlist accounting holds for a job (``None assigned`` while it waits, empty when
+    accounting has no record of it yet): ``sacct --json``, which every Slurm since 21.08 filters by
+    job id, else sacct's one-field text form where this sacct has no JSON output."""
+    if not _SACCT_TEXT_ONLY:
+        try:
+            return parse_sacct_nodes(commands.run(["sacct", "--json", "-j", job_id]), job_id)
+        except SlurmQueryError as exc:
+            if not _no_json_output(str(exc)):
+                raise
+            _SACCT_TEXT_ONLY.append(True)
+    out = commands.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "NodeList"])
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+# Set once this Slurm's sacct is seen to have no JSON output: later reads go straight to text.
+_SACCT_TEXT_ONLY: list[bool] = []
+
+
+def _no_json_output(failure: str) -> bool:
+    """Whether a failed ``sacct --json`` says this sacct has no JSON output (a Slurm before 21.08,
+    or one built without its JSON plugin), not that accounting failed."""
+    low = failure.lower()
+    return any(words in low for words in ("unrecognized option", "printed no valid json", "json plugin"))
+
+
+def parse_sacct_nodes(text: str, job_id: str) -> str:
+    """The hostlist of job ``job_id`` in ``sacct --json`` output (``jobs[].nodes``): empty when
+    accounting lists no such job yet (``jobs`` empty, with the error "Nothing found with query").
+    SlurmQueryError when the text is no JSON."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SlurmQueryError(f"`sacct --json -j {job_id}` printed no valid JSON ({exc}).") from None
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    for job in jobs or []:
+        if isinstance(job, dict) and str(job.get("job_id", "")) == job_id:
+            return str(job.get("nodes") or "")
+    return ""
 
 
 def parse_controller_job(text: str) -> dict[str, str]:
@@ -110,10 +152,27 @@ class Holder(NamedTuple):
         return f"job {self.job_id}{of} ({self.name}), {self.state} {where} {', '.join(self.nodes) or 'its nodes'}"
 
 
-def parse_holders(text: str) -> list[tuple[str, ...]]:
-    """``squeue -h -o "%i|%j|%T|%N|%u"`` lines → (job id, name, state, hostlist[, user]) tuples."""
-    rows = [line.strip().split("|", 4) for line in text.splitlines() if line.count("|") >= 3]
-    return [tuple(r) for r in rows]
+# squeue's fields for the jobs on or waiting for nodes: the job name, the one field that may hold
+# a '|', comes last, so every other field reads true whatever a job is called.
+HOLDER_FIELDS = "%i|%T|%N|%u|%j"
+PENDING_FIELDS = "%i|%T|%n|%u|%j"  # %n: the nodes a pending job asked for by name
+
+
+def parse_holders(text: str) -> list[Holder]:
+    """``squeue -h -o "%i|%T|%N|%u|%j"`` lines → one ``Holder`` each. The name is the rest of the
+    line after the fourth '|'; a hostlist Slurm does not give (``(null)``, none yet) is no node."""
+    rows = []
+    for line in text.splitlines():
+        fields = line.split("|", 4)
+        if len(fields) < 5 or not fields[0].strip():
+            continue
+        job_id, state, hosts, user, name = fields
+        try:
+            nodes = parse_hostlist(hosts) if hosts.strip() not in ("", "(null)") else ()
+        except ValueError:
+            nodes = ()
+        rows.append(Holder(job_id.strip(), name, state.strip(), nodes, user.strip()))
+    return rows
 
 
 def holders(nodes: tuple[str, ...]) -> list[Holder]:
@@ -129,10 +188,10 @@ def holders(nodes: tuple[str, ...]) -> list[Holder]:
             "-w",
             ",".join(nodes),
             "-o",
-            "%i|%j|%T|%N|%u",
+            HOLDER_FIELDS,
         ]
     )
-    return _holder_rows(out)
+    return parse_holders(out)
 
 
 def queued_for(nodes: tuple[str, ...]) -> list[Holder]:
@@ -140,20 +199,9 @@ def queued_for(nodes: tuple[str, ...]) -> list[Holder]:
     the nodes they asked for: what Slurm starts ahead of a later job pinned to those nodes."""
     if not nodes:
         return []
-    out = commands.run(["squeue", "-h", "-t", "PENDING", "-o", "%i|%j|%T|%n|%u"])
+    out = commands.run(["squeue", "-h", "-t", "PENDING", "-o", PENDING_FIELDS])
     wanted = set(nodes)
-    return [h for h in _holder_rows(out) if wanted & set(h.nodes)]
-
-
-def _holder_rows(out: str) -> list[Holder]:
-    rows = []
-    for r in parse_holders(out):
-        try:
-            hosts = parse_hostlist(r[3]) if r[3] not in ("", "(null)") else ()
-        except ValueError:
-            hosts = ()
-        rows.append(Holder(r[0], r[1], r[2], hosts, r[4] if len(r) > 4 else ""))
-    return rows
+    return [h for h in parse_holders(out) if wanted & set(h.nodes)]
 
 
 def cancel(job_id: str) -> None:

@@ -1,12 +1,12 @@
 """Shared filesystem: one task per node, all nodes in one allocation.
 
-The login node makes a fresh private (0700) directory on the shared filesystem and writes a
-marker into it (``prepare``); every node then checks it sees that marker, writes and reads back
-its neighbour's file, appends to one shared file and publishes a file by atomic rename. The nodes
-meet at barriers made of files in that same directory, each wait bounded, so a filesystem that is
-not shared ends in a report instead of a hang. ``prepare`` and ``cleanup`` (which removes the
-directory) run on the login node around the job: they own the layout the nodes read.
-``checks.sharedfs`` turns the reports into sentences on the login node.
+The login node makes a fresh private (0700) directory on the shared filesystem, in the running
+user's folder there, and writes a marker into it (``prepare``); every node then checks it sees
+that marker, writes and reads back its neighbour's file, appends to one shared file and publishes
+a file by atomic rename. The nodes meet at barriers made of files in that same directory, each
+wait bounded, so a filesystem that is not shared ends in a report instead of a hang. ``prepare``
+and ``cleanup`` (which removes the directory) run on the login node around the job: they own the
+layout the nodes read. ``checks.sharedfs`` turns the reports into sentences on the login node.
 
 ``shared_fs`` may contain ``$VARS`` (``/scratch/$USER``): each side expands them in its own
 environment, as a shell on that node would.
@@ -86,7 +86,7 @@ class Prepared:
 
     root_template: str
     root: str  # as the login node resolved it
-    name: str  # the private directory's name under ``root``
+    name: str  # the private directory's path under ``root``
     token: str
 
     @property
@@ -94,14 +94,19 @@ class Prepared:
         """The private directory as the login node sees it."""
         return Path(self.root) / self.name
 
+    def root_of(self, directory: str) -> Path:
+        """The root above the private directory as a node named it (``NodeReport.path``)."""
+        return Path(directory).parents[len(Path(self.name).parts) - 1]
 
-def prepare(root_template: str, env: Mapping[str, str] | None = None) -> Prepared:
-    """On the login node: make ``<root>/.pytest-gpucluster-sharedfs-<random>`` with mode 0700 and
-    write the marker every node must find. SharedFsFault (a fault outside the nodes) names the
-    path when ``root`` cannot be written."""
+
+def prepare(root_template: str, env: Mapping[str, str] | None = None, *, within: str = "") -> Prepared:
+    """On the login node: make ``<root>/<within>/sharedfs-<random>`` (``within``: this user's
+    folder under the root, made by the caller; without it ``<root>/.pytest-gpucluster-sharedfs-
+    <random>``) with mode 0700 and write the marker every node must find. SharedFsFault (a fault
+    outside the nodes) names the path when ``root`` cannot be written."""
     root = expand(root_template, os.environ if env is None else env)
     token = secrets.token_hex(16)
-    name = f".pytest-gpucluster-sharedfs-{token[:12]}"
+    name = f"{within}/sharedfs-{token[:12]}" if within else f".pytest-gpucluster-sharedfs-{token[:12]}"
     directory = root / name
     try:
         directory.mkdir(mode=0o700)

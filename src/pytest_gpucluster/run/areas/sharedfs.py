@@ -28,16 +28,18 @@ class Shared(NamedTuple):
 
 @produces(jobs.SHAREDFS)
 def shared(ctx: JobContext) -> Shared:
-    """The run's shared-filesystem job, once per run: on the profile's ``shared_fs``; locally
-    (one node) in the run's own temporary folder. A Slurm profile without ``shared_fs`` has no
-    such job (its checks skip before they ask; an early start ends here)."""
+    """The run's shared-filesystem job, once per run: on the profile's ``shared_fs``, in this
+    user's folder there (``JobContext.area``); locally (one node) in the run's own temporary
+    folder. A Slurm profile without ``shared_fs`` has no such job (its checks skip before they
+    ask; an early start ends here)."""
     root = ctx.profile.shared_fs
     if root is None and ctx.profile.executor == "slurm":
         raise GpuClusterError(f"profile {ctx.profile.name!r} sets no shared_fs: no shared-filesystem job")
     where = root or str(ctx.job_root)
 
     def produce() -> Shared:
-        prepared = sharedfs.prepare(where)
+        within = str(ctx.area.relative_to(ctx.shared_root)) if root else ""
+        prepared = sharedfs.prepare(where, within=within)
         assert jobs.SHAREDFS.workload is not None
         spec = spec_of(ctx, jobs.SHAREDFS)
         nodes = spec.nodelist or ctx.live_nodes

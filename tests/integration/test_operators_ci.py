@@ -1,0 +1,205 @@
+"""The suite as a site's operators run it on the test cluster: unprivileged Unix users, one after
+another and at once on one shared filesystem; inside the handover's ``flags=maint`` reservation with
+their shell's SBATCH_* defaults exported and ``--gpucluster-drain-failed`` they may not carry out;
+and a constraint no node satisfies. The users (gcop1, gcop2), the reservation and the shared
+folders made here are removed afterwards, also on failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults_support import REPO, SHARED, SLURM_CONF, slurm_cmd
+
+from gpucluster_testcluster.operators import Operator, ensure_operator, remove_operator, run_as, unreachable
+
+pytestmark = pytest.mark.integration
+
+FEW = ("tests/acceptance/test_placement.py", "tests/acceptance/test_sharedfs.py")
+NAMES = ("gcop1", "gcop2")
+
+
+@dataclass
+class OperatorRun:
+    """A pytest process an operator ran, and its results."""
+
+    returncode: int
+    output: str
+    results: dict[str, Any]
+
+    @property
+    def acceptance(self) -> dict[str, Any]:
+        return dict(self.results.get("acceptance") or {})
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return [j for t in self.results.get("tests", []) for j in t.get("jobs", [])]
+
+
+@pytest.fixture(scope="module")
+def operators(slurm_cluster) -> Iterator[dict[str, Operator]]:
+    """gcop1 and gcop2, made for this module; skipped where they cannot run this interpreter."""
+    made = {name: ensure_operator(name) for name in NAMES}
+    try:
+        why = unreachable(made["gcop1"], Path(sys.executable))
+        if why:
+            pytest.skip(f"{why}: the operators cannot run this test's Python (its virtualenv must be reachable)")
+        yield made
+    finally:
+        for name in NAMES:
+            slurm_cmd("scancel", "-u", name, check=False)
+            remove_operator(name)
+
+
+@pytest.fixture
+def drop(tmp_path) -> Iterator[Path]:
+    """A folder every operator may write their results into (tmp_path is root's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="gpucluster-operators-"))
+    path.chmod(0o1777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh_shared() -> Iterator[Path]:
+    """A shared filesystem no run has used: a folder of the test cluster's shared dir, mode 1777 as
+    the shared dir itself, so that the first operator's run makes the top folder."""
+    path = Path(SHARED) / f"operators-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    path.chmod(0o1777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def thresholds(drop: Path, name: str, **keys: str) -> Path:
+    """The repository's thresholds.toml plus a profile extending ``ci`` with ``keys``."""
+    path = drop / f"thresholds-{name}.toml"
+    lines = [f"\n[profiles.{name}]", 'extends = "ci"', *(f"{k} = {json.dumps(v)}" for k, v in keys.items())]
+    path.write_text((REPO / "thresholds.toml").read_text() + "\n".join(lines) + "\n")
+    path.chmod(0o644)
+    return path
+
+
+def run_suite(op: Operator, drop: Path, *args: str, env: dict[str, str] | None = None) -> OperatorRun:
+    """pytest as ``op``, from the repository, the way an operator starts it (bounded)."""
+    results = drop / f"results-{op.name}-{uuid.uuid4().hex[:6]}.json"
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--gpucluster-results={results}", *args]
+    base = {**os.environ, "SLURM_CONF": SLURM_CONF, **(env or {})}
+    proc = run_as(op, argv, env=base, cwd=REPO, timeout=420)
+    document = json.loads(results.read_text()) if results.exists() else {}
+    return OperatorRun(proc.returncode, proc.stdout + proc.stderr, document)
+
+
+def assert_every_selected_check_passed(run: OperatorRun) -> None:
+    acc = run.acceptance
+    assert run.returncode == 0 and acc["verdict"] == "PARTIAL", run.output[-4000:]
+    assert acc["counts"]["fail"] == acc["counts"]["error"] == 0, acc
+
+
+def test_operators_one_after_the_other_then_at_once_never_shut_each_other_out(operators, drop, fresh_shared):
+    prof = thresholds(drop, "ci_ops", shared_fs=str(fresh_shared))
+    args = (*FEW, "--cluster=ci_ops", f"--gpucluster-thresholds={prof}")
+    first = run_suite(operators["gcop1"], drop, *args)
+    second = run_suite(operators["gcop2"], drop, *args)
+    for run in (first, second):
+        assert_every_selected_check_passed(run)
+    top = fresh_shared / ".pytest-gpucluster"
+    assert top.stat().st_uid == operators["gcop1"].uid and top.stat().st_mode & 0o7777 == 0o1777
+    for name, run in (("gcop1", first), ("gcop2", second)):
+        assert run.results["environment"]["shared_area"] == str(top / name)
+        assert (top / name).stat().st_uid == operators[name].uid
+        assert all(j["folder"].startswith(f"{top / name}/jobs/") for j in run.jobs()), run.jobs()
+        assert not list((top / name).glob("sharedfs-*")), "the shared-filesystem scratch stayed"
+    # At once, on a shared filesystem neither has used: both make the top folder.
+    shutil.rmtree(top)
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(lambda name: run_suite(operators[name], drop, *args), NAMES))
+    for run in together:
+        assert_every_selected_check_passed(run)
+    assert top.stat().st_mode & 0o7777 == 0o1777
+    print(f"gcop1 then gcop2, then both at once: {[r.acceptance['headline'] for r in (first, second, *together)]}")
+
+
+@pytest.fixture
+def maint_reservation(slurm_cluster, operators) -> Iterator[str]:
+    """A ``flags=maint`` reservation over node1 and node2 (the ci profile's nodes) for both operators."""
+    name = f"gcop-maint-{uuid.uuid4().hex[:6]}"
+    slurm_cmd(
+        "scontrol", "create", "reservation", f"ReservationName={name}", "Users=gcop1,gcop2", "Nodes=node[1-2]",
+        "StartTime=now", "Duration=30", "Flags=MAINT",
+    )  # fmt: skip
+    try:
+        yield name
+    finally:
+        for user in NAMES:
+            slurm_cmd("scancel", "-u", user, check=False)
+        slurm_cmd("scontrol", "delete", f"ReservationName={name}", check=False)
+
+
+def test_inside_a_maint_reservation_two_operators_one_after_the_other_are_accepted(operators, drop, maint_reservation):
+    prof = thresholds(drop, "ci_maint", reservation=maint_reservation)
+    handover = (
+        "tests/acceptance",
+        "-m",
+        "multinode and not slow",
+        "--cluster=ci_maint",
+        f"--gpucluster-thresholds={prof}",
+    )
+    # gcop1 with its shell's sbatch defaults exported, and a drain it may not carry out.
+    env = {"SBATCH_TIMELIMIT": "1", "SBATCH_JOB_NAME": "x"}
+    run = run_suite(operators["gcop1"], drop, *handover, "--gpucluster-drain-failed", env=env)
+    acc, env = run.acceptance, run.results.get("environment", {})
+    print(f"gcop1 in {maint_reservation}: {acc.get('headline')}")
+    assert run.returncode == 0 and acc["verdict"] == "ACCEPTED", run.output[-6000:]
+    # The reservation's nodes are the tested ones; MAINTENANCE there is no fault.
+    assert run.results["nodes"] == ["node1", "node2"] and "excluded_nodes" not in env, env
+    assert env["reservation"] == maint_reservation and env["measuring_jobs_exclusive"] is True
+    # The caller's defaults were recorded, named, and changed no job.
+    assert env["caller_slurm_env"] == {"SBATCH_JOB_NAME": "x", "SBATCH_TIMELIMIT": "1"}
+    assert "[gpucluster] warning: the caller's SBATCH_JOB_NAME='x', SBATCH_TIMELIMIT='1' would have changed" in (
+        run.output
+    )
+    job = run.jobs()[0]
+    said = slurm_cmd("sacct", "-n", "-P", "-X", "-j", job["job_id"], "-o", "JobName,Timelimit,Reservation")
+    name, limit, reservation = said.strip().splitlines()[0].split("|")
+    assert name.startswith("gpucluster-") and limit == "00:05:00" and reservation == maint_reservation, said
+    # Measuring jobs take whole nodes, light ones share them; every job is in the reservation.
+    scripts = {j["name"]: next(Path(j["folder"]).glob("*_submission.sh")).read_text() for j in run.jobs()}
+    intra = next(text for job_name, text in scripts.items() if "nccl-intra" in job_name)
+    light = next(text for job_name, text in scripts.items() if job_name.endswith("-sharedfs"))
+    assert "#SBATCH --exclusive" in intra and "#SBATCH --exclusive" not in light
+    assert all(f"#SBATCH --reservation={maint_reservation}" in text for text in scripts.values())
+    # gcop1 may not drain: said before any job, and the verdict is the same.
+    assert env["drain_right"]["allowed"] is False
+    warning = "[gpucluster] warning: --gpucluster-drain-failed: gcop1 may not drain nodes: Slurm lets only root"
+    assert warning in run.output
+    assert run.output.index(warning) < run.output.index("PASSED")
+    # Then gcop2, on the same shared filesystem and nodes.
+    after = run_suite(operators["gcop2"], drop, *handover)
+    print(f"then gcop2: {after.acceptance.get('headline')}")
+    assert after.returncode == 0 and after.acceptance["verdict"] == "ACCEPTED", after.output[-6000:]
+    assert after.results["environment"]["shared_area"] == f"{SHARED}/.pytest-gpucluster/gcop2"
+
+
+def test_a_constraint_no_node_satisfies_stops_before_any_job(slurm_cluster, drop, run_acceptance):
+    prof = thresholds(drop, "ci_a100", constraint="a100&ib")
+    run = run_acceptance(*FEW, "--cluster=ci_a100", f"--gpucluster-thresholds={prof}")
+    assert run.returncode == 4, run.output[-3000:]
+    assert (
+        "profiles.ci_a100.constraint=a100&ib: partition 'debug' with features 'a100&ib' holds no node; "
+        "profile 'ci_a100' tests 2." in run.output
+    )
+    assert run.results == {"tests": []} and "[gpucluster] job" not in run.output  # refused before any job
