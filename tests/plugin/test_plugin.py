@@ -336,8 +336,9 @@ def test_findings_are_recorded_as_data_and_end_the_check_by_the_worst(gpc):
         ("gpu", 3, ["n1"], "fail"),
         ("gpu", 1, ["n1"], "warn"),
     ]
+    assert fault["warnings"] == ["n1:gpu1: warm"]  # said beside the failure too
     assert tests["test_warm_only"]["verdict"] == "warn" and tests["test_warm_only"]["warnings"] == ["n1:gpu1: warm"]
     config = tests["test_config"]
     assert config["verdict"] == "not_judged" and config["findings"][0]["setting"] == "env.NCCL_SOCKET_IFNAME"
     assert config["message"].endswith("could not judge: NCCL_SOCKET_IFNAME=ib9 matches no interface of n1")
-    result.stdout.fnmatch_lines(["*= 1 failed, 1 passed, 1 warning, 1 not judged in *"])
+    result.stdout.fnmatch_lines(["*= 1 failed, 1 passed, 2 warnings, 1 not judged in *"])
