@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pytest_gpucluster.checks.places import of_nodes, off_majority
 from pytest_gpucluster.config import METRICS
 from pytest_gpucluster.verdict import Finding, Measurement
 from pytest_gpucluster.workloads.gpu_health import NodeGpus
@@ -51,23 +52,15 @@ def version_findings(nodes: Sequence[NodeGpus], *, min_driver: str | None, min_c
             seen.setdefault(getattr(n, attr), []).append(n.node)
         if len(seen) > 1:
             spread = "; ".join(f"{v} on {', '.join(ns)}" for v, ns in seen.items())
-            common = max(seen.values(), key=len)
-            odd = [n.node for n in live if n.node not in common] if len(common) * 2 > len(live) else []
+            odd = off_majority({n.node: getattr(n, attr) for n in live})
             found.append(Finding.across([n.node for n in live], f"{label} versions differ: {spread}", culprits=odd))
-        if floor:
+        if floor:  # below the minimum: each node of it on its own account
             found += [
-                _of_each(ns, f"{', '.join(ns)}: {label} {v} is older than the profile's minimum {floor}")
+                of_nodes(ns, f"{', '.join(ns)}: {label} {v} is older than the profile's minimum {floor}", culprits=ns)
                 for v, ns in seen.items()
                 if _version(v) < _version(floor)
             ]
     return found
-
-
-def _of_each(nodes: Sequence[str], text: str) -> Finding:
-    """A finding true of every one of ``nodes`` on its own: each is a culprit."""
-    if len(nodes) == 1:
-        return Finding.on_node(nodes[0], text)
-    return Finding.across(nodes, text, culprits=nodes)
 
 
 def link_findings(n: NodeGpus) -> list[Finding]:
