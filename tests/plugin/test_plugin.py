@@ -9,13 +9,14 @@ import pytest
 
 PLACEMENT = """
 import pytest
-from pytest_gpucluster.checks.placement import placement_problems
+from pytest_gpucluster.checks.placement import placement_findings
 from pytest_gpucluster.workloads.placement import report_placement
 
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_placement(gpucluster, judge, tasks):
     results = gpucluster.run(report_placement, gpucluster.spec("p", tasks_per_node=tasks, gpus_per_node=0))
-    judge.problems(placement_problems([r.value for r in results], 1, tasks), "bad placement")
+    found = placement_findings([r.value for r in results], 1, tasks, on=[r.node for r in results])
+    judge.findings(found, "bad placement")
     assert {r.rank for r in results} == set(range(tasks))
 
 @pytest.mark.across_nodes
