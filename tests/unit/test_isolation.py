@@ -65,11 +65,17 @@ def test_a_setup_problem_on_few_nodes_is_theirs_on_many_the_setups():
     (found,) = iso_checks.view_findings([(v, 2) for v in (odd, *good)], device_cgroups=False)[:1]
     assert (found.scope, found.culprits) == ("node", ("node1",))  # 1 of 4 nodes: its own
     views = [(_view(0, f"node{i}", cvd=None), 2) for i in range(1, 3)] + [(v, 2) for v in good[1:]]
-    found = [f for f in iso_checks.view_findings(views, device_cgroups=True)]
+    found = iso_checks.view_findings(views, device_cgroups=True)
+    assert [(f.scope, f.culprits) for f in found] == [("node", ("node1",)), ("node", ("node2",))]  # 2 of 4: theirs
+    views = [(_view(0, f"node{i}", cvd=None), 2) for i in range(1, 4)] + [(good[-1], 2)]
+    found = iso_checks.view_findings(views, device_cgroups=True)
     assert [(f.scope, f.nodes, f.culprits) for f in found] == [
-        ("nodes", ("node1", "node2"), ()),  # 2 of 4 nodes: Slurm's setup, no culprit
-        ("nodes", ("node2", "node1"), ()),
+        ("nodes", ("node1", "node2", "node3"), ()),  # 3 of 4 nodes: Slurm's setup, no culprit
+        ("nodes", ("node2", "node1", "node3"), ()),
+        ("nodes", ("node3", "node1", "node2"), ()),
     ]
+    (alone,) = iso_checks.view_findings([(odd, 2)], device_cgroups=True)
+    assert (alone.scope, alone.culprits) == ("nodes", ())  # the only node: the setup cannot be told apart
     nvml = _view(0, "node3", nvml_error="NVML unavailable: Driver Not Loaded")
     (found,) = [f for f in iso_checks.view_findings([(nvml, 2)], device_cgroups=True) if "NVML" in f.text]
     assert (found.scope, found.culprits) == ("node", ("node3",))  # the node's driver, whatever the others do
@@ -116,7 +122,7 @@ def test_concurrent_jobs_recorded_on_the_test_cluster_are_disjoint():
     clash = [replace(b[0], job_gpus="1,2", step_gpus="1,2"), b[1]]
     (found,) = iso_checks.disjoint_findings(a, clash)
     assert found.text == "node1: jobs 10 and 11 ran at the same time on ['gres index 1']"
-    assert (found.scope, found.nodes, found.culprits) == ("nodes", ("node1",), ())  # 1 of 2 nodes: not told apart
+    assert (found.scope, found.culprits) == ("node", ("node1",))  # node2 was set up alike and shared nothing
     late = [replace(b[0], peer_seen=False), b[1]]
     (found,) = iso_checks.disjoint_findings(a, late)
     assert found.text == (

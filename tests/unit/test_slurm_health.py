@@ -87,12 +87,16 @@ def test_resources_against_the_profile():
     # every node advertises it so: Slurm's setup (or the profile), named together, no culprit
     assert {(f.scope, f.culprits) for f in found} == {("nodes", ())}
     odd = slurm.NodeInfo("node3", "IDLE", "", ("debug",), "gpu:3", 4, 4000)
-    (found,) = slurm.node_resource_findings([*nodes, odd], gpus=4)
+    (found,) = slurm.node_resource_findings([nodes[0], odd], gpus=4)
     assert (found.text, found.scope, found.culprits) == (
         "node3: advertises 3 GPU(s) (Gres=gpu:3), expected 4",
         "node",
         ("node3",),
-    )  # 1 of 3: that node's own
+    )  # 1 of 2, the other as expected: that node's own
+    found = slurm.node_resource_findings([*nodes, odd], gpus=3)
+    assert [(f.scope, set(f.nodes), f.culprits) for f in found] == [
+        ("nodes", {"node1", "node2"}, ())
+    ] * 2  # the setup's
 
 
 def test_node_spread_names_the_odd_node():

@@ -4,7 +4,7 @@ node get disjoint GPUs, each ``--gpus-per-task=1`` task gets its own, and no for
 holds memory on them. Missing device cgroups is a warning, never a silent pass.
 
 What a task was given is Slurm's setup (gres.conf, cgroup.conf, slurm.conf): a problem of one
-kind seen on fewer than half of the nodes is each such node's own, seen on more it names those
+kind seen on no more than half of the nodes is each such node's own, seen on more it names those
 nodes together with no culprit (``places.own_or_setup``). NVML unreadable on a node, and a
 foreign process on a GPU, are that node's and that GPU's; two jobs that never ran at once leave
 the overlap not judged (the queue, not the nodes).

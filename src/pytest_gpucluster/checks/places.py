@@ -40,9 +40,10 @@ def off_majority(seen: Mapping[str, Hashable]) -> tuple[str, ...]:
 
 def own_or_setup(seen: Sequence[tuple[str, str, str]], nodes: Sequence[str]) -> list[Finding]:
     """Problems of what Slurm set up, each (kind, node, sentence) as seen on one of ``nodes``.
-    A kind seen on fewer than half of ``nodes`` (a strict majority is free of it) is each such
-    node's own: the node is the culprit of its sentence. A kind seen on half of them or more is
-    the setup's: each of its sentences names the nodes it was seen on together, no culprit."""
+    A kind seen on no more than half of ``nodes`` (as many of them or more are free of it, set up
+    alike) is each such node's own: the node is the culprit of its sentence. A kind seen on more
+    than half of them, or on the only node, is the setup's: each of its sentences names the nodes
+    it was seen on together, no culprit."""
     on: dict[str, list[str]] = {}
     for kind, node, _ in seen:
         on.setdefault(kind, [])
@@ -50,6 +51,8 @@ def own_or_setup(seen: Sequence[tuple[str, str, str]], nodes: Sequence[str]) -> 
             on[kind].append(node)
     every = set(nodes) | {node for _, node, _ in seen}
     return [
-        Finding.on_node(node, text) if len(on[kind]) * 2 < len(every) else Finding.across([node, *on[kind]], text)
+        Finding.on_node(node, text)
+        if len(on[kind]) * 2 <= len(every) and len(on[kind]) < len(every)
+        else Finding.across([node, *on[kind]], text)
         for kind, node, text in seen
     ]

@@ -4,7 +4,7 @@ nodes' states and resources, accounting.
 Each problem is a finding of what it is about: slurmctld or slurmdbd not answering, and a
 partition that is not UP, are the controller's (scope controller: no node is convicted); a
 partition the profile names that does not exist is the profile's (scope config); a node that is
-not usable is its own; what nodes advertise is Slurm's setup, each node's own where fewer than
+not usable is its own; what nodes advertise is Slurm's setup, each node's own where no more than
 half of them differ (``checks.places.own_or_setup``).
 """
 
@@ -140,7 +140,7 @@ def node_resource_findings(
 ) -> list[Finding]:
     """Nodes advertising a GRES GPU count other than ``gpus``, fewer CPUs than ``min_cpus`` or
     less RealMemory than ``min_memory_mb`` (each bound skipped when None): each node's own where
-    fewer than half the nodes advertise it so, else Slurm's setup (the nodes together)."""
+    no more than half the nodes advertise it so, else Slurm's setup (the nodes together)."""
     seen: list[tuple[str, str, str]] = []
     for n in known:
         if gpus is not None and n.gpus != gpus:
