@@ -26,8 +26,8 @@ def test_each_gpu_is_measured_with_its_fraction_of_the_median():
 
 def test_one_gpu_has_no_median_and_a_cpu_rank_is_named_in_the_detail():
     (mm, cp) = compute.ceiling_measurements([_gpu(0, 1.0, label="cpu0")], "5", "cpu, fp32")
-    assert (mm.metric, mm.gpu, mm.where) == ("compute.matmul_bf16", None, "n1")
-    assert mm.detail == "cpu0: cpu, fp32; one GPU on the node: no node median to compare"
+    assert (mm.metric, mm.nodes, mm.gpu, mm.where) == ("compute.matmul_bf16", ("n1",), None, "n1:cpu0")
+    assert mm.detail == "cpu, fp32; one GPU on the node: no node median to compare"
     assert cp.metric == "compute.memcopy"
 
 

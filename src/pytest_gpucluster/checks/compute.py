@@ -6,6 +6,7 @@ for heat or power under the burn (``BurnResult``), each a finding of its GPU.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from pytest_gpucluster.checks.places import gpu_index
@@ -21,10 +22,11 @@ CEILINGS: dict[str, tuple[str, Callable[[GpuCeiling], float]]] = {
 
 
 def _at(metric: str, value: float, unit: str, g: GpuCeiling, detail: str, job: str) -> Measurement:
-    """A measurement of ``g``'s GPU; a CPU rank standing in for one is named in the detail."""
+    """A measurement of ``g``'s GPU; of its node for a CPU rank standing in for one, which the
+    sentence still names (``node1:cpu0``)."""
     gpu = gpu_index(g.gpu)
-    detail = detail if gpu is not None else f"{g.gpu}: {detail}"
-    return Measurement.at(metric, value, unit, g.node, gpu=gpu, detail=detail, job_id=job)
+    m = Measurement.at(metric, value, unit, g.node, gpu=gpu, detail=detail, job_id=job)
+    return m if gpu is not None else dataclasses.replace(m, where=g.where)
 
 
 def ceiling_measurements(gpus: Sequence[GpuCeiling], job: str, detail: str) -> list[Measurement]:
