@@ -144,21 +144,21 @@ class Judge:
             pytest.xfail("; ".join(v.sentence for v in expected))
 
     def findings(self, findings: Iterable[Finding], what: str) -> None:
-        """Record every finding on the test, then end it by the worst: fail naming every failure
-        (their sentences folded, then ``what``), else not judged (a finding outside the nodes
-        that kept the check from judging), else pass with each warning recorded."""
+        """Record every finding on the test and raise each warning (said beside a failure too),
+        then end it by the worst: fail naming every failure (their sentences folded, then
+        ``what``), else not judged (a finding that kept the check from judging), else pass."""
         found = list(findings)
         for f in found:
             self._session.record({"kind": "finding", **f.to_json()})
+        for f in found:
+            if f.severity == "warn":
+                warnings.warn(GpuClusterWarning(f.text), stacklevel=2)
         failed = [f.text for f in found if f.severity == "fail"]
         if failed:
             pytest.fail("; ".join(fold_lines(dict.fromkeys(failed))) + f" ({what})", pytrace=False)
         unjudged = [f.text for f in found if f.severity == "not_judged"]
         if unjudged:
             raise pytest.skip.Exception(COULD_NOT_JUDGE + "; ".join(dict.fromkeys(unjudged)), _use_item_location=True)
-        for f in found:
-            if f.severity == "warn":
-                warnings.warn(GpuClusterWarning(f.text), stacklevel=2)
 
     def problems(self, problems: list[str], what: str) -> None:
         """Fail on problems given as sentences alone (a site's check; the suite's own give

@@ -10,30 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster.checks import compute
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.verdict import Measurement
-from pytest_gpucluster.workloads.compute import fractions_of_median
-
-
-def _per_gpu(metric, unit, values, median_of, job, detail):
-    """Each GPU's value and its fraction of its node's median; a node of one GPU has no peer to
-    compare with, so only its value is judged, and the detail says so."""
-    if len(values) == 1:
-        return [
-            Measurement(metric, v, unit, where, f"{detail}; one GPU on the node: no node median to compare", job)
-            for where, v in values.items()
-        ]
-    ratios = fractions_of_median(median_of)
-    return [
-        m
-        for where, v in values.items()
-        for m in (
-            Measurement(metric, v, unit, where, detail, job),
-            Measurement(
-                "compute.fraction_of_node_median", ratios[where], "ratio", where, f"{metric} vs node median", job
-            ),
-        )
-    ]
 
 
 @pytest.mark.uses(jobs.CEILINGS)
@@ -52,14 +30,8 @@ def test_gpu_compute_and_memory(measured, judge, record, thresholds, node):
             threshold=getattr(thresholds.get(name), "fail_below", None),
             points=[[i, v] for i, v in enumerate(values.values())],
         )
-    judge.problems(
-        [f"{g.where}: GEMM result wrong (checked against fp32)" for g in gpus if not g.matmul_checked],
-        f"job {job}: wrong matrix products",
-    )
-    judge.all(
-        _per_gpu("compute.matmul_bf16", "TFLOP/s", mm, mm, job, detail)
-        + _per_gpu("compute.memcopy", "TB/s", cp, cp, job, detail)
-    )
+    judge.findings(compute.wrong_products(gpus), f"job {job}: wrong matrix products")
+    judge.all(compute.ceiling_measurements(gpus, job, detail))
 
 
 @pytest.mark.slow
@@ -78,12 +50,5 @@ def test_gpu_burn_without_throttling(measured, judge, record, node):
                 y_label=y,
                 points=[[round(s.t_s, 1), getattr(s, pick)] for s in g.samples],
             )
-    problems = [
-        f"{g.where}: {', '.join(sorted({r for _, rs in g.failing for r in rs}))} in {len(g.failing)} "
-        f"of {len(g.samples)} samples (first at {g.failing[0][0]:.0f} s)"
-        for g in gpus
-        if g.failing
-    ]
-    problems += [f"{g.where}: NVML read no sample ({'; '.join(g.nvml_errors)})" for g in gpus if not g.samples]
     load = f"{plan.config.burn_s} s of GEMM load"
-    judge.problems(problems, f"job {job}: GPUs slowed down for heat or power during {load}")
+    judge.findings(compute.burn_findings(gpus), f"job {job}: GPUs slowed down for heat or power during {load}")

@@ -31,4 +31,4 @@ def test_dcgm_diagnostics(measured, judge, node, profile):
             "(dcgm_required = true)",
             pytrace=False,
         )
-    judge.problems(dcgm_checks.diag_problems(run), f"{node}: dcgmi diag -r {run.level} found faults")
+    judge.findings(dcgm_checks.diag_findings(run), f"{node}: dcgmi diag -r {run.level} found faults")

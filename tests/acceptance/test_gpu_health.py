@@ -5,15 +5,10 @@ not only the first."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
 from pytest_gpucluster.checks import gpu_health, probe
-from pytest_gpucluster.config import METRICS
-from pytest_gpucluster.outcomes import ThresholdWarning
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.verdict import Measurement
 
 pytestmark = [pytest.mark.gpu, pytest.mark.uses(jobs.NODE_PROBE)]
 
@@ -32,28 +27,24 @@ def _of(nodes_gpus, node):
 
 
 def test_gpu_count_and_model(nodes_gpus, node, cluster, judge):
-    problems = gpu_health.inventory_problems(
+    found = gpu_health.inventory_findings(
         _of(nodes_gpus, node), count=cluster.gpus_per_node, model=cluster.profile.gpu_model
     )
-    judge.problems(problems, f"{node}: GPUs are not what the profile expects")
+    judge.findings(found, f"{node}: GPUs are not what the profile expects")
 
 
 def test_driver_and_cuda_versions_agree(nodes_gpus, profile, judge):
-    problems = gpu_health.version_problems(
+    found = gpu_health.version_findings(
         list(probe.good(nodes_gpus).values()), min_driver=profile.min_driver, min_cuda=profile.min_cuda
     )
-    judge.problems(problems, "driver / CUDA versions")
+    judge.findings(found, "driver / CUDA versions")
 
 
 def test_memory_errors_temperatures_and_memory_at_rest(nodes_gpus, node, judge):
     readings, unsupported = gpu_health.health_readings(_of(nodes_gpus, node))
-    for line in unsupported:
-        warnings.warn(ThresholdWarning(line), stacklevel=1)
-    judge.all(Measurement(metric, value, METRICS[metric].unit, where) for metric, where, value in readings)
+    judge.findings(unsupported, f"{node}: GPU readings NVML does not support")  # warnings: never fail
+    judge.all(readings)
 
 
 def test_nvlink_pcie_and_clocks(nodes_gpus, node, judge):
-    problems, warns = gpu_health.link_problems(_of(nodes_gpus, node))
-    for line in warns:
-        warnings.warn(ThresholdWarning(line), stacklevel=1)
-    judge.problems(problems, f"{node}: GPU links or clocks degraded")
+    judge.findings(gpu_health.link_findings(_of(nodes_gpus, node)), f"{node}: GPU links or clocks degraded")

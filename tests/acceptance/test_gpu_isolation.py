@@ -9,20 +9,12 @@ has an early job of its own (it holds every GPU too)."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
 from pytest_gpucluster.checks import isolation as isolation_checks
-from pytest_gpucluster.outcomes import ThresholdWarning
 from pytest_gpucluster.plan import jobs
 
 pytestmark = pytest.mark.slurm
-
-
-def _warn(lines):
-    for line in lines:
-        warnings.warn(ThresholdWarning(line), stacklevel=2)
 
 
 # The pair may start ahead only as the run's one early job that holds GPUs (plan/planner.py): beside
@@ -46,15 +38,8 @@ def half_node_views(cluster, measured):
 @PAIR
 def test_job_sees_exactly_its_gpus(half_node_views, profile, judge):
     holds, views = half_node_views
-    found = [
-        isolation_checks.view_problems(v, asked, device_cgroups=profile.device_cgroups, job_holds=holds)
-        for v, asked in views
-    ]
-    _warn([w for _, ws in found for w in ws])
-    judge.problems(
-        [p for ps, _ in found for p in ps],
-        f"tasks of jobs holding {holds} GPU(s) per node do not see exactly what they were given",
-    )
+    found = isolation_checks.view_findings(views, device_cgroups=profile.device_cgroups, job_holds=holds)
+    judge.findings(found, f"tasks of jobs holding {holds} GPU(s) per node do not see exactly what they were given")
 
 
 @pytest.mark.gpu
@@ -62,15 +47,15 @@ def test_job_sees_exactly_its_gpus(half_node_views, profile, judge):
 @pytest.mark.uses(jobs.ISOLATION_VIEW)
 def test_no_foreign_process_on_the_jobs_gpus(half_node_views, judge):
     _, views = half_node_views
-    problems = [p for v, _ in views for p in isolation_checks.foreign_process_problems(v)]
-    judge.problems(problems, "foreign processes hold the job's GPUs")
+    found = [f for v, _ in views for f in isolation_checks.foreign_process_findings(v)]
+    judge.findings(found, "foreign processes hold the job's GPUs")
 
 
 @pytest.mark.gpu(2, gres_only=True)
 @PAIR
 def test_concurrent_jobs_get_disjoint_gpus(measured, judge):
     _, first, second, _ = measured(jobs.ISOLATION_PAIR)
-    judge.problems(isolation_checks.disjoint_problems(first, second), "two jobs running at once share GPUs")
+    judge.findings(isolation_checks.disjoint_findings(first, second), "two jobs running at once share GPUs")
 
 
 @pytest.mark.gpu(2, gres_only=True)
@@ -78,6 +63,6 @@ def test_concurrent_jobs_get_disjoint_gpus(measured, judge):
 @pytest.mark.uses(jobs.ISOLATION_PER_TASK)
 def test_gpus_per_task_gives_each_task_its_own_gpu(measured, judge):
     n, views = measured(jobs.ISOLATION_PER_TASK)
-    judge.problems(
-        isolation_checks.per_task_problems(views), f"{n} tasks with --gpus-per-task=1 do not each get one GPU"
+    judge.findings(
+        isolation_checks.per_task_findings(views), f"{n} tasks with --gpus-per-task=1 do not each get one GPU"
     )

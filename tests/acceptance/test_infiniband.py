@@ -21,7 +21,7 @@ def test_infiniband_ports(measured, node, profile, judge):
     why = probe.missing(ib_nodes, node, "InfiniBand report")
     if why:
         pytest.fail(why, pytrace=False)
-    problems = infiniband_checks.problems(
+    found = infiniband_checks.findings(
         ib_nodes[node], hcas=profile.ib_hcas, rate_gbps=profile.ib_rate_gbps, link_layer=profile.ib_link_layer
     )
-    judge.problems(problems, f"{node}: InfiniBand not as the profile expects")
+    judge.findings(found, f"{node}: InfiniBand not as the profile expects")

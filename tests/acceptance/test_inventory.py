@@ -40,12 +40,12 @@ def _of(inventory, node):
 def test_node_matches_the_others(inventory, judge, node):
     _of(inventory, node)
     found = homogeneity.mismatches(probe.good(inventory))
-    judge.problems(homogeneity.sentences_for(found, node), f"{node} differs from the other nodes")
+    judge.findings(homogeneity.findings_for(found, node), f"{node} differs from the other nodes")
 
 
 @pytest.mark.quick
 def test_node_matches_the_profile(inventory, profile, judge, node):
-    problems = homogeneity.profile_problems(
+    found = homogeneity.profile_findings(
         node,
         _of(inventory, node),
         gpu_model=profile.gpu_model,
@@ -55,14 +55,14 @@ def test_node_matches_the_profile(inventory, profile, judge, node):
         min_cuda=profile.min_cuda,
         expect_kernel=profile.expect_kernel,
     )
-    judge.problems(problems, f"{node} is not what profile {profile.name!r} describes")
+    judge.findings(found, f"{node} is not what profile {profile.name!r} describes")
 
 
 def test_node_memory(inventory, profile, judge, node):
     deviation = homogeneity.memory_deviation(probe.good(inventory), profile.expect_memory_gib).get(node)
     if deviation is None:
         pytest.fail(f"{node}: RAM could not be read ({_of(inventory, node).get('memory_gib')})", pytrace=False)
-    judge(Measurement("inventory.memory_spread", deviation.percent, "%", where=node, detail=deviation.detail))
+    judge(Measurement.at("inventory.memory_spread", deviation.percent, "%", node, detail=deviation.detail))
 
 
 def test_cpus_and_memory_per_gpu(inventory, judge, node):
@@ -71,7 +71,7 @@ def test_cpus_and_memory_per_gpu(inventory, judge, node):
         not_applicable(f"{node} has no GPU visible to NVML: CPUs and RAM per GPU do not apply")
     judge.all(
         [
-            Measurement("inventory.cpus_per_gpu", sizing.cpus_per_gpu, "count", where=node),
-            Measurement("inventory.memory_per_gpu", sizing.memory_gib_per_gpu, "GiB", where=node),
+            Measurement.at("inventory.cpus_per_gpu", sizing.cpus_per_gpu, "count", node),
+            Measurement.at("inventory.memory_per_gpu", sizing.memory_gib_per_gpu, "GiB", node),
         ]
     )

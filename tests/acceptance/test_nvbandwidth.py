@@ -39,8 +39,8 @@ def _node(copies, node):
 @pytest.mark.gpu
 def test_host_device_copies_per_gpu(copies, judge, node):
     read = _node(copies, node)
-    h2d_d2h = [p for p in read.problems if judging.D2D not in p]
-    judge.problems(h2d_d2h, f"{node}: nvbandwidth did not measure the host-device copies")
+    unread = read.unread(judging.H2D, judging.D2H)
+    judge.findings(unread, f"{node}: nvbandwidth did not measure the host-device copies")
     judge.all(judging.host_device_measurements(read, copies[1]))
 
 
@@ -49,6 +49,5 @@ def test_gpu_pairs_copy_per_gpu(copies, judge, node):
     read = _node(copies, node)
     if read.gpus == 1 and not read.device_to_device:
         not_applicable(f"nvbandwidth sees one GPU on {node}: no pair to copy between")
-    problems = [p for p in read.problems if judging.H2D not in p and judging.D2H not in p]
-    judge.problems(problems, f"{node}: nvbandwidth did not measure the device-to-device copies")
+    judge.findings(read.unread(judging.D2D), f"{node}: nvbandwidth did not measure the device-to-device copies")
     judge.all(judging.device_to_device_measurements(read, copies[1]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster.checks.placement import placement_problems
+from pytest_gpucluster.checks.placement import placement_findings
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.areas.placement import EVERY_NODE, PER_GPU
 
@@ -27,7 +27,8 @@ SMALL = pytest.mark.uses(jobs.PLACEMENT)
 )
 def test_task_placement(measured, judge, nodes, tasks_per_node):
     placed = measured()
-    problems = placement_problems([r.value for r in placed.results], placed.nodes, placed.tasks_per_node)
+    on = [r.node for r in placed.results]  # the job's nodes: the layout is Slurm's, named on them together
+    found = placement_findings([r.value for r in placed.results], placed.nodes, placed.tasks_per_node, on=on)
     job = placed.results[0].job_id if placed.results else "?"
     layout = f"{placed.nodes} nodes × {placed.tasks_per_node} tasks"
-    judge.problems(problems, f"job {job} ({layout}): tasks are not where Slurm was asked to put them")
+    judge.findings(found, f"job {job} ({layout}): tasks are not where Slurm was asked to put them")

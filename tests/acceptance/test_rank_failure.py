@@ -9,21 +9,11 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.verdict import Measurement
 
 
 @pytest.mark.quick
 @pytest.mark.uses(jobs.RANK_FAILURE)  # measures no speed: may start ahead (plan/jobs.py)
 def test_a_dead_rank_ends_the_job(measured, judge):
     job_id, teardown = measured()
-    judge.problems(list(teardown.problems), f"job {job_id}: the rank failure was not injected as planned")
-    judge(
-        Measurement(
-            "robustness.rank_failure_teardown",
-            teardown.seconds,
-            "s",
-            where=teardown.where,
-            detail=teardown.detail,
-            job_id=job_id,
-        )
-    )
+    judge.findings(teardown.problems, f"job {job_id}: the rank failure was not injected as planned")
+    judge(teardown.measurement(job_id))  # the cluster's setup: of the job's nodes together

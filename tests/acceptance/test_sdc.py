@@ -38,5 +38,5 @@ def test_gpus_compute_bit_identical_results(measured, judge, record, node):
             f"{mine[0].where} is the run's only device and the chain is larger than a float64 "
             "reference is computed for: nothing to compare its bits with"
         )
-    problems = judging.about_node(judging.problems(results, reference=reference), node)
-    judge.problems(problems, f"job {job}: {node} computed a wrong or differing result")
+    found = judging.about_node(judging.findings(results, reference=reference), node)
+    judge.findings(found, f"job {job}: {node} computed a wrong or differing result")

@@ -10,7 +10,6 @@ import pytest
 
 from pytest_gpucluster.checks import telemetry
 from pytest_gpucluster.plan import facts, jobs
-from pytest_gpucluster.verdict import Measurement
 
 pytestmark = pytest.mark.uses(jobs.NCCL_INTRA)
 
@@ -43,20 +42,14 @@ def _of(found, node):
 
 @pytest.mark.quick
 def test_node_was_sampled(node_telemetry, judge, node):
-    nt = _of(node_telemetry, node)
-    problems = [
-        f"{node}: {len(s)} {name} samples in {nt.wall_s:.1f} s at {nt.interval_s} s intervals"
-        for name, s in nt.node_series.items()
-        if len(s) < 2
-    ]
-    judge.problems(problems, f"{node}: the telemetry sampler did not run")
+    judge.findings(telemetry.sampling_findings(_of(node_telemetry, node)), f"{node}: the telemetry sampler did not run")
 
 
 def _gpus_sampled(found, node, judge):
     """The node's telemetry; the check fails naming the node and the sampler's error when its GPU
     series are empty (these checks run only where the GPUs are devices)."""
     nt = _of(found, node)
-    judge.problems(telemetry.empty_gpu_series_problems([nt]), f"{node}: no GPU telemetry to judge")
+    judge.findings(telemetry.empty_gpu_series_findings([nt]), f"{node}: no GPU telemetry to judge")
     return nt
 
 
@@ -64,18 +57,12 @@ def _gpus_sampled(found, node, judge):
 def test_no_gpu_idles_while_its_peers_work(node_telemetry, judge, node):
     _gpus_sampled(node_telemetry, node, judge)
     fractions = telemetry.idle_fractions(telemetry.absolute_util(list(node_telemetry.values())))
-    mine = {w: f for w, f in fractions.items() if w.startswith(f"{node}:")}
-    judge.problems(telemetry.unjudged_idle(mine), f"{node}: GPU idleness not measured under the collective load")
-    judge.all(
-        [
-            Measurement("telemetry.gpu_idle_fraction", f.percent, "%", where=w, detail=f.detail)
-            for w, f in sorted(fractions.items())
-            if w.startswith(f"{node}:")
-        ]
-    )
+    mine = {gpu: f for gpu, f in sorted(fractions.items()) if gpu[0] == node}
+    judge.findings(telemetry.unjudged_idle(mine), f"{node}: GPU idleness not measured under the collective load")
+    judge.all([f.measurement() for f in mine.values()])
 
 
 @pytest.mark.gpu
 def test_no_gpu_throttles_for_heat_or_power_faults(node_telemetry, judge, node):
-    problems = telemetry.throttle_problems([_gpus_sampled(node_telemetry, node, judge)])
-    judge.problems(problems, f"{node}: GPU clocks slowed down for a reason that needs attention")
+    found = telemetry.throttle_findings([_gpus_sampled(node_telemetry, node, judge)])
+    judge.findings(found, f"{node}: GPU clocks slowed down for a reason that needs attention")

@@ -19,7 +19,6 @@ from pytest_gpucluster.errors import ClusterFault
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.areas.training import MODES
-from pytest_gpucluster.verdict import Measurement
 
 PER_NODE = pytest.mark.uses(jobs.TRAIN_PER_NODE)
 BASELINE = pytest.mark.uses(jobs.TRAIN_BASELINE)
@@ -58,7 +57,7 @@ def _judge_speed(judge, record, cluster, run, base, where, job, note):
     series = training_checks.scaling_series(run, base, where, getattr(bound, "fail_below", None))
     if series is not None:
         record("series", **series)
-    judge.all(training_checks.speed(run, base, where, job, tiny=bool(note)))
+    judge.all(training_checks.speed(run, base, job, tiny=bool(note)))
 
 
 @BASELINE
@@ -74,8 +73,12 @@ def test_training_one_gpu(measured, judge, record):
             or f"{base.n_params / 1e6:.0f} M parameters, {base.dtype} on {base.device_name}"
         },
     )
-    problems = [f"{node} (job {job}): {p}" for node, (b, job) in bases.by_node.items() for p in b.problems]
-    judge.problems(problems, f"training on one GPU of {', '.join(bases.by_node)} is not correct")
+    found = [
+        f
+        for node, (b, job) in bases.by_node.items()
+        for f in training_checks.correctness_findings(b, prefix=f"{node} (job {job}): ")
+    ]
+    judge.findings(found, f"training on one GPU of {', '.join(bases.by_node)} is not correct")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -84,7 +87,7 @@ def test_training_one_gpu(measured, judge, record):
 def test_training_on_node(cluster, measured, judge, record, node, mode, node_training):
     run, job = node_training.runs[mode], node_training.job_id
     _record(record, run, node)
-    judge.problems(list(run.problems), f"job {job}: {mode} training on {node} is not correct")
+    judge.findings(training_checks.correctness_findings(run), f"job {job}: {mode} training on {node} is not correct")
     bases = measured(jobs.TRAIN_BASELINE)
     base = training_checks.baseline_for(bases.by_node, bases.alone, node)
     _judge_speed(judge, record, cluster, run, base, node, job, node_training.note)
@@ -103,11 +106,11 @@ def test_training_mfu_on_node(judge, node, mode, node_training):
         )
     detail = training_checks.detail(run, tiny=bool(node_training.note))
     judge(
-        Measurement(
+        training_checks.measured(
             f"train.{mode}.mfu",
             run.mfu_percent,
             "%",
-            node,
+            run,
             f"{detail}, peak {run.peak_tflops:g} TFLOP/s",
             node_training.job_id,
         )
@@ -117,18 +120,15 @@ def test_training_mfu_on_node(judge, node, mode, node_training):
 @PER_NODE
 def test_node_was_watched_while_training(judge, record, node, node_training):
     nt, job = _training_telemetry(node, node_training, record)
-    problems = [
-        f"{node}: {len(s)} {name} samples in {nt.wall_s:.1f} s at {nt.interval_s} s intervals"
-        for name, s in nt.node_series.items()
-        if len(s) < 2
-    ]
-    judge.problems(problems, f"job {job}: the telemetry sampler did not run while {node} trained")
+    judge.findings(
+        telemetry.sampling_findings(nt), f"job {job}: the telemetry sampler did not run while {node} trained"
+    )
 
 
 def _gpus_sampled(nt, job, judge):
     """The check fails naming the node and the sampler's error when its GPU series are empty
     (these checks run only where the GPUs are devices)."""
-    judge.problems(telemetry.empty_gpu_series_problems([nt]), f"job {job}: no GPU telemetry to judge on {nt.node}")
+    judge.findings(telemetry.empty_gpu_series_findings([nt]), f"job {job}: no GPU telemetry to judge on {nt.node}")
 
 
 @pytest.mark.gpu(2)  # peers on the node: with one GPU there is nothing to idle beside
@@ -137,15 +137,8 @@ def test_no_gpu_idles_while_its_peers_train(judge, record, node, node_training):
     nt, job = _training_telemetry(node, node_training, record)
     _gpus_sampled(nt, job, judge)
     fractions = telemetry.idle_fractions(telemetry.absolute_util([nt]))
-    judge.problems(telemetry.unjudged_idle(fractions), f"job {job}: on {node}, idleness not measured while training")
-    judge.all(
-        [
-            Measurement(
-                "telemetry.gpu_idle_fraction", f.percent, "%", where=w, detail=f"training; {f.detail}", job_id=job
-            )
-            for w, f in sorted(fractions.items())
-        ]
-    )
+    judge.findings(telemetry.unjudged_idle(fractions), f"job {job}: on {node}, idleness not measured while training")
+    judge.all([f.measurement("training", job) for _, f in sorted(fractions.items())])
 
 
 @pytest.mark.gpu
@@ -153,14 +146,14 @@ def test_no_gpu_idles_while_its_peers_train(judge, record, node, node_training):
 def test_no_gpu_throttles_while_training(judge, record, node, node_training):
     nt, job = _training_telemetry(node, node_training, record)
     _gpus_sampled(nt, job, judge)
-    judge.problems(telemetry.throttle_problems([nt]), f"job {job}: on {node}, GPU clocks slowed down while training")
+    judge.findings(telemetry.throttle_findings([nt]), f"job {job}: on {node}, GPU clocks slowed down while training")
 
 
 @PER_NODE
 def test_ddp_and_fsdp_agree(judge, node, node_training):
-    problems = training_checks.disagreement(node_training.runs["ddp"], node_training.runs["fsdp"])
-    judge.problems(
-        problems, f"job {node_training.job_id}: on {node}, DDP and FSDP trained from the same weights and data disagree"
+    found = training_checks.disagreement(node_training.runs["ddp"], node_training.runs["fsdp"])
+    judge.findings(
+        found, f"job {node_training.job_id}: on {node}, DDP and FSDP trained from the same weights and data disagree"
     )
 
 
@@ -173,7 +166,8 @@ def test_training_across_nodes(cluster, measured, judge, record, mode):
     run, job = across.runs[mode], across.job_id
     where = f"{len(run.nodes)} nodes"
     _record(record, run, where)
-    judge.problems(list(run.problems), f"job {job}: {mode} training across {', '.join(run.nodes)} is not correct")
+    found = training_checks.correctness_findings(run)
+    judge.findings(found, f"job {job}: {mode} training across {', '.join(run.nodes)} is not correct")
     bases = measured(jobs.TRAIN_BASELINE)
     base = training_checks.baseline_for(bases.by_node, bases.alone)
     _judge_speed(judge, record, cluster, run, base, where, job, across.note)

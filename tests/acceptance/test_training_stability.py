@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster.checks import stability
+from pytest_gpucluster.checks import training as training_checks
 from pytest_gpucluster.errors import ClusterFault
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.areas.training import STABILITY_MODE as MODE
@@ -50,15 +51,16 @@ def test_loss_falls_and_stays_finite_over_a_long_run(long_runs, judge, record, n
         y_label="loss",
         points=[[i, v] for i, v in enumerate(summary.losses)],
     )
-    judge.problems(
-        list(summary.problems), f"job {job}: {len(summary.losses)} steps of {MODE} training on {node} went wrong"
+    judge.findings(
+        training_checks.correctness_findings(summary),
+        f"job {job}: {len(summary.losses)} steps of {MODE} training on {node} went wrong",
     )
 
 
 def test_step_time_is_steady_over_a_long_run(long_runs, judge, record, node, long_run):
     runs, job = long_run
     times = stability.node_step_times(runs)
-    judge.problems(stability.time_problems(times), f"job {job}: step times of {node} cannot be judged")
+    judge.findings(stability.time_findings(times), f"job {job}: step times of {node} cannot be judged")
     record(
         "series",
         name="train.stability.step_time",

@@ -107,7 +107,7 @@ def test_gpu_isolation_passes_with_gres_and_warns_without_cgroups(slurm_cluster)
     rc, out = acceptance(slurm_cluster, "--cluster=ci", "tests/acceptance/test_gpu_isolation.py")
     assert rc == 0, out
     assert "3 passed" in out and "1 n/a" in out
-    assert "ThresholdWarning: node1 (job" in out and "device cgroups are off on this cluster" in out
+    assert "GpuClusterWarning: node1 (job" in out and "device cgroups are off on this cluster" in out
     assert "has GRES-only GPUs (gpus_are_real = false); this check needs GPU devices" in out
 
 

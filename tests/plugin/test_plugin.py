@@ -9,13 +9,14 @@ import pytest
 
 PLACEMENT = """
 import pytest
-from pytest_gpucluster.checks.placement import placement_problems
+from pytest_gpucluster.checks.placement import placement_findings
 from pytest_gpucluster.workloads.placement import report_placement
 
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_placement(gpucluster, judge, tasks):
     results = gpucluster.run(report_placement, gpucluster.spec("p", tasks_per_node=tasks, gpus_per_node=0))
-    judge.problems(placement_problems([r.value for r in results], 1, tasks), "bad placement")
+    found = placement_findings([r.value for r in results], 1, tasks, on=[r.node for r in results])
+    judge.findings(found, "bad placement")
     assert {r.rank for r in results} == set(range(tasks))
 
 @pytest.mark.across_nodes
@@ -336,8 +337,9 @@ def test_findings_are_recorded_as_data_and_end_the_check_by_the_worst(gpc):
         ("gpu", 3, ["n1"], "fail"),
         ("gpu", 1, ["n1"], "warn"),
     ]
+    assert fault["warnings"] == ["n1:gpu1: warm"]  # said beside the failure too
     assert tests["test_warm_only"]["verdict"] == "warn" and tests["test_warm_only"]["warnings"] == ["n1:gpu1: warm"]
     config = tests["test_config"]
     assert config["verdict"] == "not_judged" and config["findings"][0]["setting"] == "env.NCCL_SOCKET_IFNAME"
     assert config["message"].endswith("could not judge: NCCL_SOCKET_IFNAME=ib9 matches no interface of n1")
-    result.stdout.fnmatch_lines(["*= 1 failed, 1 passed, 1 warning, 1 not judged in *"])
+    result.stdout.fnmatch_lines(["*= 1 failed, 1 passed, 2 warnings, 1 not judged in *"])

@@ -75,13 +75,19 @@ def test_a_slow_rise_of_a_rate_judged_counter_warns_with_its_rate():
     ]
     assert found[0].kind == "increase" and found[0].subject == "symbol_error" and not found[0].fails
     assert found[0].detail == ({"where": "mlx5_2 port 1", "counter": "symbol_error", "before": 0, "after": 37},)
-    assert fabric.problems(found) == [] and fabric.warnings(found) == [found[0].sentence]
+    (warned,) = fabric.judged(found)
+    assert (warned.severity, warned.text, warned.scope, warned.port) == ("warn", found[0].sentence, "port", "mlx5_2/1")
+    assert (warned.nodes, warned.culprits) == (("node1",), ("node1",))
 
 
 def test_the_same_rise_in_three_seconds_fails():
     found = fabric.compare(_snap(DATA / "before", 100.0), _snap(DATA / "after_symbol_errors", 103.0))
-    assert fabric.problems(found) == [
-        "node1: InfiniBand symbol_error 12.3/s on mlx5_2 port 1 over 3 s (warn > 0, fail ≥ 10/s per port)"
+    assert [(f.text, f.severity, f.port) for f in fabric.judged(found)] == [
+        (
+            "node1: InfiniBand symbol_error 12.3/s on mlx5_2 port 1 over 3 s (warn > 0, fail ≥ 10/s per port)",
+            "fail",
+            "mlx5_2/1",
+        )
     ]
 
 
@@ -91,7 +97,9 @@ def test_a_fatal_counter_fails_on_one_and_ports_fold(tmp_path):
         path = tree / hca / "ports" / "1" / "counters" / "link_downed"
         path.write_text(f"{int(path.read_text()) + 1}\n")
     found = fabric.compare(_snap(DATA / "before", 0.0), _snap(tree, 45.0))
-    assert fabric.problems(found) == ["node1: InfiniBand link_downed +3 on mlx5_0–1, 3 port 1 over 45 s (fail > 0)"]
+    (failed,) = fabric.judged(found)
+    assert failed.text == "node1: InfiniBand link_downed +3 on mlx5_0–1, 3 port 1 over 45 s (fail > 0)"
+    assert (failed.scope, failed.port, failed.culprits) == ("node", "", ("node1",))  # three ports: the node's
     assert [d["where"] for d in found[0].detail] == ["mlx5_0 port 1", "mlx5_1 port 1", "mlx5_3 port 1"]
 
 
@@ -105,6 +113,7 @@ def test_reset_is_not_an_increase(tmp_path):
         "so its increase during the run is unknown"
     )
     assert found[0].fails
+    assert (found[0].finding().scope, found[0].finding().port) == ("port", "mlx5_1/1")
 
 
 def test_missing_port_and_counter(tmp_path):
@@ -148,6 +157,10 @@ def test_node_missing_after():
     found = fabric.compare_nodes(before, [_snap(DATA / "after_symbol_errors", 60.0)])
     assert [(f.node, f.status) for f in found] == [("node1", "warn"), ("node2", "fail")]
     assert found[1].sentence.startswith("node2: fabric counters read before the run, none after")
+    assert [(f.scope, f.nodes, f.severity) for f in fabric.judged(found)] == [
+        ("port", ("node1",), "warn"),
+        ("node", ("node2",), "fail"),
+    ]
 
 
 # ----------------------------------------------------------------------------------------- NVLink
@@ -175,6 +188,12 @@ def test_nvlink_increase_missing_gpu_and_unsupported():
         ("unsupported", "warn", "node1: NVML does not report nvlink_ecc_data on gpu0; not checked"),
         ("missing", "fail", "node1: NVLink counters of gpu1 read before the run, GPU missing after"),
     ]
+    assert [(f.scope, f.gpu, f.port, f.severity) for f in fabric.judged(found)] == [
+        ("port", 0, "link 1", "fail"),
+        ("gpu", 0, "", "warn"),
+        ("gpu", 0, "", "warn"),
+        ("gpu", 1, "", "fail"),
+    ]
 
 
 def test_nvml_unsupported_warns_without_real_gpus_and_is_incomplete_with_them():
@@ -184,6 +203,13 @@ def test_nvml_unsupported_warns_without_real_gpus_and_is_incomplete_with_them():
     assert "NVML Shared Library Not Found" in found[0].sentence
     found = fabric.compare(_nv((), 0.0, status), _nv((), 10.0, status), nvlink_required=True)
     assert [(f.kind, f.status) for f in found] == [("unread", "incomplete")]
+    (unjudged,) = fabric.judged(found)
+    assert (unjudged.scope, unjudged.nodes, unjudged.severity, unjudged.convicts) == (
+        "node",
+        ("node1",),
+        "not_judged",
+        (),
+    )
     assert found[0].sentence == (
         "node1: NVLink error counters not read (NVML unusable (NVML Shared Library Not Found)) although the "
         "profile's GPUs are real; NVLink not judged"

@@ -77,7 +77,7 @@ def test_a_healthy_4x_h200_warns_once_per_family_never_per_link():
         ("warn", "node1: NVLink CRC 21.2–21.7/s on gpu0–3 over 5 min 21 s (warn > 0, fail ≥ 100/s per GPU)"),
         ("note", "node1: NVLink ECC 130–134/s on gpu0–3 over 5 min 21 s (recorded, not judged)"),
     ]
-    assert fabric.problems(found) == []
+    assert [(f.severity, f.scope, f.gpu) for f in fabric.judged(found)] == [("warn", "node", None)]  # four GPUs
     crc = found[0].detail
     assert len(crc) == 72 and {d["counter"] for d in crc} == {"nvlink_crc_data"}  # per link, in the record
     assert crc[0] == {"where": "gpu0 link 0", "counter": "nvlink_crc_data", "before": 91000, "after": 91267}
@@ -85,7 +85,10 @@ def test_a_healthy_4x_h200_warns_once_per_family_never_per_link():
 
 def test_one_replay_on_one_link_fails_naming_gpu_and_link_first():
     found = fabric.compare(h200("before"), h200("after_replay"), nvlink_required=True)
-    assert fabric.problems(found) == ["node1: NVLink replay +1 on gpu2 link 5 over 5 min 21 s (fail > 0)"]
+    failed = [f for f in fabric.judged(found) if f.severity == "fail"]
+    assert [(f.text, f.scope, f.gpu, f.port) for f in failed] == [
+        ("node1: NVLink replay +1 on gpu2 link 5 over 5 min 21 s (fail > 0)", "port", 2, "link 5")
+    ]
     assert found[0].detail == ({"where": "gpu2 link 5", "counter": "nvlink_replay", "before": 0, "after": 1},)
 
 
@@ -182,4 +185,6 @@ def test_a_counter_no_family_claims_fails_on_any_increase():
             "nvml_status": "ok",
         }
     )
-    assert fabric.problems(fabric.compare(before, after)) == ["n: new_err +2 on mlx5_0 port 1 over 9 s (fail > 0)"]
+    assert [(f.text, f.severity) for f in fabric.judged(fabric.compare(before, after))] == [
+        ("n: new_err +2 on mlx5_0 port 1 over 9 s (fail > 0)", "fail")
+    ]

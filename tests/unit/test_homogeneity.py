@@ -26,8 +26,13 @@ def test_one_odd_driver_is_named_against_the_majority(cluster):
     cluster["worker3"]["driver"] = "550.54.15"
     found = h.mismatches(cluster)
     assert [m.sentence for m in found] == ["worker3: driver 550.54.15 vs 560.35.03 on 15 others"]
-    assert h.sentences_for(found, "worker3") == ["worker3: driver 550.54.15 vs 560.35.03 on 15 others"]
-    assert h.sentences_for(found, "worker4") == []
+    (mine,) = h.findings_for(found, "worker3")
+    assert (mine.text, mine.scope, mine.culprits) == (
+        "worker3: driver 550.54.15 vs 560.35.03 on 15 others",
+        "node",
+        ("worker3",),
+    )
+    assert h.findings_for(found, "worker4") == []
 
 
 def test_every_differing_fact_of_a_node_is_listed_in_fact_order(cluster):
@@ -44,18 +49,37 @@ def test_every_differing_fact_of_a_node_is_listed_in_fact_order(cluster):
 def test_two_nodes_that_differ_have_no_majority():
     a = {"kernel": "6.1.0-18-amd64"}
     b = {"kernel": "6.1.0-21-amd64"}
-    assert [m.sentence for m in h.mismatches({"node1": a, "node2": b})] == [
+    found = h.mismatches({"node1": a, "node2": b})
+    assert [m.sentence for m in found] == [
         "node1: kernel 6.1.0-18-amd64 vs 6.1.0-21-amd64 on 1 other (no majority)",
         "node2: kernel 6.1.0-21-amd64 vs 6.1.0-18-amd64 on 1 other (no majority)",
     ]
+    (mine,) = h.findings_for(found, "node2")
+    assert (mine.scope, mine.nodes, mine.culprits) == ("nodes", ("node2", "node1"), ())  # neither is convicted
 
 
 def test_three_way_split_names_the_minorities(cluster):
     cluster["worker0"]["nccl"] = "2.20.5"
     cluster["worker1"]["nccl"] = "2.23.4"
-    assert [m.sentence for m in h.mismatches(cluster)] == [
+    found = h.mismatches(cluster)
+    assert [m.sentence for m in found] == [
         "worker0: NCCL 2.20.5 vs 2.21.5 on 14 others",
         "worker1: NCCL 2.23.4 vs 2.21.5 on 14 others",
+    ]
+    assert [m.finding().culprits for m in found] == [("worker0",), ("worker1",)]
+
+
+def test_a_reference_of_no_strict_majority_convicts_no_node():
+    nodes = {f"n{i}": {"nccl": v} for i, v in enumerate(["2.21.5", "2.21.5", "2.20.5", "2.23.4"])}
+    found = h.mismatches(nodes)
+    assert [m.sentence for m in found] == [
+        "n2: NCCL 2.20.5 vs 2.21.5 on 2 others",
+        "n3: NCCL 2.23.4 vs 2.21.5 on 2 others",
+    ]
+    # 2 of 4 is the most common value but no strict majority: the difference names the nodes together
+    assert [(f.scope, f.nodes, f.culprits) for f in (m.finding() for m in found)] == [
+        ("nodes", ("n2", "n0", "n1", "n3"), ()),
+        ("nodes", ("n3", "n0", "n1", "n2"), ()),
     ]
 
 
@@ -68,7 +92,7 @@ def test_profile_expectations():
         "min_cuda": "12.4",
         "expect_kernel": "5.15.0-119-generic",
     }
-    assert h.profile_problems("worker0", node, **good) == []
+    assert h.profile_findings("worker0", node, **good) == []
     bad = {
         "gpu_model": "NVIDIA H200",
         "gpus_per_node": 4,
@@ -76,7 +100,9 @@ def test_profile_expectations():
         "min_cuda": "12.8",
         "expect_kernel": "6.8.0-45-generic",
     }
-    assert h.profile_problems("worker0", node, **bad) == [
+    found = h.profile_findings("worker0", node, **bad)
+    assert {(f.scope, f.culprits) for f in found} == {("node", ("worker0",))}
+    assert [f.text for f in found] == [
         "worker0: GPU model NVIDIA H100 80GB HBM3, profile expects NVIDIA H200",
         "worker0: 8 GPUs visible to NVML, profile expects 4",
         "worker0: driver 560.35.03 is older than the profile's min_driver 565.57.01",
@@ -87,8 +113,8 @@ def test_profile_expectations():
 
 def test_gres_only_gpus_are_not_checked_against_nvml():
     cpu_node = {"gpu_model": "none", "gpu_count": 0, "driver": "n/a", "kernel": "6.1.0"}
-    assert h.profile_problems("node1", cpu_node, gpus_per_node=4, gpus_are_real=False, min_driver="550") == []
-    assert h.profile_problems("node1", cpu_node, gpus_per_node=4, min_driver="550") == [
+    assert h.profile_findings("node1", cpu_node, gpus_per_node=4, gpus_are_real=False, min_driver="550") == []
+    assert [f.text for f in h.profile_findings("node1", cpu_node, gpus_per_node=4, min_driver="550")] == [
         "node1: 0 GPUs visible to NVML, profile expects 4",
         "node1: driver n/a is older than the profile's min_driver 550",
     ]

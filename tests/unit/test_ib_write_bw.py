@@ -67,12 +67,12 @@ def test_every_pair_writes_both_ways_and_meets_on_ports_of_its_own():
 def test_a_port_active_on_one_node_only_is_reported_against_the_other():
     plan = judging.plan_steps([("n1", "n2")], {"n1": TWO_PORTS, "n2": TWO_PORTS[:1]})
     assert [h.device for h in plan.steps["n1"][0].hcas] == ["mlx5_0"]
-    assert plan.unmatched == {
-        "n2": [
-            "n2:mlx5_1/1 is not an active InfiniBand port there, "
-            "so ib_write_bw could not measure it against n1:mlx5_1/1"
-        ]
-    }
+    assert list(plan.unmatched) == ["n2"]
+    (found,) = plan.unmatched["n2"]
+    assert found.text == (
+        "n2:mlx5_1/1 is not an active InfiniBand port there, so ib_write_bw could not measure it against n1:mlx5_1/1"
+    )
+    assert (found.scope, found.port, found.culprits) == ("port", "mlx5_1/1", ("n2",))
 
 
 def _result(role, node, peer, out="", err="", code=0, **kw):
@@ -100,25 +100,48 @@ def test_healthy_pair_is_within_the_h100_line_for_both_nodes(h100):
         found = judging.judge_node(node, PLAN, _writes(HEALTHY), job_id="77")
         assert found.problems == () and found.not_applicable == ""
         (m,) = found.measurements
-        assert (m.where, m.value, m.unit, m.job_id) == (f"{node}:mlx5_0/1", 392.37, "Gb/s", "77")
-        assert m.detail == f"ib_write_bw {way}, 8 MiB messages"
+        peer = "n2" if node == "n1" else "n1"
+        assert (m.nodes, m.culprits, m.value, m.unit, m.job_id) == ((node, peer), (), 392.37, "Gb/s", "77")
+        assert m.detail == f"{node}:mlx5_0/1 ib_write_bw {way}, 8 MiB messages"
         assert judge(m, h100[m.metric]).status == "pass"
 
 
 def test_slow_hca_fails_naming_node_hca_peer_value_and_line(h100):
-    (m,) = judging.judge_node("n2", PLAN, _writes(HALF)).measurements
-    sentence = judge(m, h100[m.metric]).sentence
-    assert sentence.startswith(
-        "n2:mlx5_0/1: ib_write_bw.per_hca (ib_write_bw to n1:mlx5_0/1, 8 MiB messages) = 187.5 Gb/s "
+    line = h100[judging.METRIC].fail_below
+    (m,) = judging.judge_node("n2", PLAN, _writes(HALF), fail_below=line).measurements
+    verdict = judge(m, h100[m.metric])
+    assert verdict.sentence.startswith(
+        "n2+n1: ib_write_bw.per_hca (n2:mlx5_0/1 ib_write_bw to n1:mlx5_0/1, 8 MiB messages) = 187.5 Gb/s "
         "is below the fail line 380 Gb/s"
     )
+    found = verdict.finding()
+    # one pair alone cannot tell which HCA is slow: the pair together, no culprit
+    assert found is not None and (found.scope, found.nodes, found.culprits) == ("nodes", ("n2", "n1"), ())
+
+
+def test_the_odd_node_out_isolates_a_slow_hca_with_its_second_peer():
+    # n1 meets n2 and n3; n1's mlx5_0 is fast with n2 and slow with n3: n3's mlx5_0 is the culprit.
+    def client(node, peer, out):
+        return _result("client", node, peer, out)
+
+    writes = {
+        "n1": NodeWrites("n1", True, results=(client("n1", "n2", HEALTHY), client("n1", "n3", HALF))),
+        "n2": NodeWrites("n2", True, results=(client("n2", "n1", HEALTHY),)),
+        "n3": NodeWrites("n3", True, results=(client("n3", "n1", HALF),)),
+    }
+    assert judging.isolated(writes, 380.0) == {"mlx5_0/1": ("n3",)}
+    assert judging.isolated(writes, None) == {}
+    plan = judging.plan_steps(judging.pairs_for(["n1", "n2", "n3"]), {n: TWO_PORTS[:1] for n in ("n1", "n2", "n3")})
+    slow = [m for m in judging.judge_node("n1", plan, writes, fail_below=380.0).measurements if m.value < 380]
+    assert [(m.nodes, m.culprits) for m in slow] == [(("n1", "n3"), ("n3",)), (("n1", "n3"), ("n3",))]
 
 
 def test_a_client_that_never_reached_its_server_is_a_problem_naming_both():
     found = judging.judge_node("n1", PLAN, _writes("", NO_SERVER, code=1, attempts=60))
     assert found.measurements == ()
     (problem,) = found.problems
-    assert problem.startswith(
+    assert (problem.scope, problem.nodes, problem.culprits) == ("nodes", ("n2", "n1"), ())
+    assert problem.text.startswith(
         "n2:mlx5_0/1: ib_write_bw to n1:mlx5_0/1: exited 1 after 60 attempts in 1 s without a bandwidth "
         "(Couldn't connect"
     )
@@ -176,9 +199,10 @@ def test_a_server_whose_client_never_comes_is_killed(tmp_path):
     plan = judging.PairPlan(((node, "n2"),), steps)
     (problem,) = judging.judge_node(node, plan, {node: writes}).problems
     assert (
-        problem
+        problem.text
         == f"{node}:mlx5_0/1: ib_write_bw server for n2: no client connected within 0.5 s; the server was killed"
     )
+    assert (problem.nodes, problem.culprits) == ((node, "n2"), ())
 
 
 def test_a_client_past_its_timeout_is_killed_and_named(tmp_path):
@@ -189,4 +213,4 @@ def test_a_client_past_its_timeout_is_killed_and_named(tmp_path):
     assert writes is not None
     plan = judging.PairPlan(((node, "n1"),), steps)
     (problem,) = judging.judge_node(node, plan, {node: writes}).problems
-    assert problem == f"{node}:mlx5_0/1: ib_write_bw to n1:mlx5_0/1: still running at its timeout; killed"
+    assert problem.text == f"{node}:mlx5_0/1: ib_write_bw to n1:mlx5_0/1: still running at its timeout; killed"

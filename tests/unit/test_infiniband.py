@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_gpucluster.checks import infiniband as infiniband_checks
+from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads import infiniband
 from pytest_gpucluster.workloads.context import local_context
 
@@ -25,9 +26,13 @@ def _healthy(n: int = 8) -> dict[str, tuple[str, str, str, str]]:
     return {f"mlx5_{i}": ("4: ACTIVE", "5: LinkUp", NDR, "InfiniBand") for i in range(n)}
 
 
-def _check(root: str) -> list[str]:
+def _found(root: str) -> list[Finding]:
     node = infiniband.read_node(local_context(), root=root)
-    return infiniband_checks.problems(node, hcas=8, rate_gbps=400, link_layer="InfiniBand")
+    return infiniband_checks.findings(node, hcas=8, rate_gbps=400, link_layer="InfiniBand")
+
+
+def _check(root: str) -> list[str]:
+    return [f.text for f in _found(root)]
 
 
 def _host() -> str:
@@ -46,15 +51,17 @@ def test_healthy_node(tmp_path):
 def test_one_port_down(tmp_path):
     devices = _healthy()
     devices["mlx5_3"] = ("1: DOWN", "3: Disabled", "10 Gb/sec (4X SDR)", "InfiniBand")
-    assert _check(_tree(tmp_path, devices)) == [
-        f"{_host()}:mlx5_3/1: state '1: DOWN', phys_state '3: Disabled'; expected ACTIVE / LinkUp"
-    ]
+    (found,) = _found(_tree(tmp_path, devices))
+    assert found.text == f"{_host()}:mlx5_3/1: state '1: DOWN', phys_state '3: Disabled'; expected ACTIVE / LinkUp"
+    assert (found.scope, found.nodes, found.culprits, found.port) == ("port", (_host(),), (_host(),), "mlx5_3/1")
 
 
 def test_wrong_rate(tmp_path):
     devices = _healthy()
     devices["mlx5_5"] = ("4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)", "InfiniBand")
-    assert _check(_tree(tmp_path, devices)) == [f"{_host()}:mlx5_5/1: rate '200 Gb/sec (4X HDR)', expected 400 Gb/s"]
+    (found,) = _found(_tree(tmp_path, devices))
+    assert found.text == f"{_host()}:mlx5_5/1: rate '200 Gb/sec (4X HDR)', expected 400 Gb/s"
+    assert (found.scope, found.port, found.place) == ("port", "mlx5_5/1", f"{_host()} mlx5_5/1")
 
 
 def test_missing_hca_and_wrong_link_layer(tmp_path):
@@ -68,8 +75,10 @@ def test_missing_hca_and_wrong_link_layer(tmp_path):
 
 def test_no_infiniband_at_all(tmp_path):
     absent = str(tmp_path / "absent")
-    assert _check(absent) == [
-        f"{_host()}: no RDMA device under {absent} (is the HCA driver, e.g. mlx5_ib, loaded?), expected 8"
-    ]
+    (found,) = _found(absent)
+    assert (
+        found.text == f"{_host()}: no RDMA device under {absent} (is the HCA driver, e.g. mlx5_ib, loaded?), expected 8"
+    )
+    assert (found.scope, found.culprits, found.port) == ("node", (_host(),), "")
     node = infiniband.read_node(local_context(), root=absent)
-    assert infiniband_checks.problems(node, hcas=0, rate_gbps=400, link_layer="InfiniBand") == []
+    assert infiniband_checks.findings(node, hcas=0, rate_gbps=400, link_layer="InfiniBand") == []

@@ -23,12 +23,25 @@ def _view(rank=0, node="node1", job="10", cvd="0,1", job_gpus="0,1", step=None, 
     )
 
 
+def _judged(view, asked, **kw):
+    """(failures, warnings) of one task's view, as sentences."""
+    found = iso_checks.view_findings([(view, asked)], **kw)
+    return [f.text for f in found if f.severity == "fail"], [f.text for f in found if f.severity == "warn"]
+
+
 def _devices(minors, procs=None) -> tuple[iso.Device, ...]:
     return tuple(iso.Device(i, f"GPU-{m}aaa", m, (procs or {}).get(m, ())) for i, m in enumerate(minors))
 
 
 def test_gres_only_view_passes_with_a_warning_when_cgroups_are_off():
-    problems, warns = iso_checks.view_problems(_view(), 2, device_cgroups=False)
+    (warned,) = iso_checks.view_findings([(_view(), 2)], device_cgroups=False)
+    assert (warned.scope, warned.setting, warned.nodes, warned.severity) == (
+        "config",
+        "device_cgroups",
+        ("node1",),
+        "warn",
+    )
+    problems, warns = _judged(_view(), 2, device_cgroups=False)
     assert problems == []
     assert warns == [
         "node1 (job 10, task 0): device cgroups are off on this cluster (profile device_cgroups = false): a job "
@@ -37,18 +50,40 @@ def test_gres_only_view_passes_with_a_warning_when_cgroups_are_off():
 
 
 def test_wrong_counts_are_named():
-    problems, _ = iso_checks.view_problems(_view(cvd="0,1,2", job_gpus="0"), 2, device_cgroups=False)
+    problems, _ = _judged(_view(cvd="0,1,2", job_gpus="0"), 2, device_cgroups=False)
     assert problems == [
         "node1 (job 10, task 0): CUDA_VISIBLE_DEVICES='0,1,2' lists 3 GPU(s), the job asked for 2",
         "node1 (job 10, task 0): Slurm allotted GPU(s) ['0'] (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for 2",
     ]
-    problems, _ = iso_checks.view_problems(_view(cvd=None), 2, device_cgroups=True)
+    problems, _ = _judged(_view(cvd=None), 2, device_cgroups=True)
     assert problems[0] == "node1 (job 10, task 0): CUDA_VISIBLE_DEVICES is not set; Slurm did not bind the job's GPUs"
+
+
+def test_a_setup_problem_on_few_nodes_is_theirs_on_many_the_setups():
+    good = [_view(0, f"node{i}") for i in range(2, 5)]
+    odd = _view(0, "node1", cvd=None)
+    (found,) = iso_checks.view_findings([(v, 2) for v in (odd, *good)], device_cgroups=False)[:1]
+    assert (found.scope, found.culprits) == ("node", ("node1",))  # 1 of 4 nodes: its own
+    views = [(_view(0, f"node{i}", cvd=None), 2) for i in range(1, 3)] + [(v, 2) for v in good[1:]]
+    found = iso_checks.view_findings(views, device_cgroups=True)
+    assert [(f.scope, f.culprits) for f in found] == [("node", ("node1",)), ("node", ("node2",))]  # 2 of 4: theirs
+    views = [(_view(0, f"node{i}", cvd=None), 2) for i in range(1, 4)] + [(good[-1], 2)]
+    found = iso_checks.view_findings(views, device_cgroups=True)
+    assert [(f.scope, f.nodes, f.culprits) for f in found] == [
+        ("nodes", ("node1", "node2", "node3"), ()),  # 3 of 4 nodes: Slurm's setup, no culprit
+        ("nodes", ("node2", "node1", "node3"), ()),
+        ("nodes", ("node3", "node1", "node2"), ()),
+    ]
+    (alone,) = iso_checks.view_findings([(odd, 2)], device_cgroups=True)
+    assert (alone.scope, alone.culprits) == ("nodes", ())  # the only node: the setup cannot be told apart
+    nvml = _view(0, "node3", nvml_error="NVML unavailable: Driver Not Loaded")
+    (found,) = [f for f in iso_checks.view_findings([(nvml, 2)], device_cgroups=True) if "NVML" in f.text]
+    assert (found.scope, found.culprits) == ("node", ("node3",))  # the node's driver, whatever the others do
 
 
 def test_real_gpus_with_device_cgroups():
     view = _view(job_gpus="2,3", nvml=_devices([2, 3]), torch_count=2, torch_uuids=("2aaa", "3aaa"))
-    assert iso_checks.view_problems(view, 2, device_cgroups=True) == ([], [])
+    assert _judged(view, 2, device_cgroups=True) == ([], [])
 
 
 def test_nvml_seeing_every_gpu_is_a_failure_or_a_warning():
@@ -57,22 +92,23 @@ def test_nvml_seeing_every_gpu_is_a_failure_or_a_warning():
         "node1 (job 10, task 0): NVML inside the job sees 4 GPUs, the job was allotted 2: devices are not "
         "constrained (ConstrainDevices=yes in cgroup.conf)"
     )
-    assert iso_checks.view_problems(view, 2, device_cgroups=True) == ([text], [])
-    assert iso_checks.view_problems(view, 2, device_cgroups=False) == ([], [text])
+    assert _judged(view, 2, device_cgroups=True) == ([text], [])
+    assert _judged(view, 2, device_cgroups=False) == ([], [text])
+    (warned,) = iso_checks.view_findings([(view, 2)], device_cgroups=False)
+    assert (warned.scope, warned.severity) == ("config", "warn")  # the profile says devices are not constrained
     wrong = replace(view, torch_uuids=("0aaa", "3aaa"))  # CUDA's index 0 is not a GPU Slurm gave
-    assert iso_checks.view_problems(wrong, 2, device_cgroups=False)[0] == [
+    assert _judged(wrong, 2, device_cgroups=False)[0] == [
         "node1 (job 10, task 0): CUDA sees GPU(s) ['0aaa'] outside the allotment ['2aaa', '3aaa']"
     ]
 
 
 def test_foreign_process():
     view = _view(job_gpus="0,1", nvml=_devices([0, 1], {1: ((4242, 30000), (100, 500))}))
-    assert iso_checks.foreign_process_problems(view) == [
-        "node1:gpu1 (GPU-1aaa): process 4242 holds 30000 MiB (job 10 was given this GPU)"
-    ]
-    assert iso_checks.foreign_process_problems(_view()) == [
-        "node1 (job 10, task 0): NVML could not be read (not measured)"
-    ]
+    (found,) = iso_checks.foreign_process_findings(view)
+    assert found.text == "node1:gpu1 (GPU-1aaa): process 4242 holds 30000 MiB (job 10 was given this GPU)"
+    assert (found.scope, found.gpu, found.culprits) == ("gpu", 1, ("node1",))
+    (found,) = iso_checks.foreign_process_findings(_view())
+    assert (found.text, found.scope) == ("node1 (job 10, task 0): NVML could not be read (not measured)", "node")
 
 
 def test_concurrent_jobs_recorded_on_the_test_cluster_are_disjoint():
@@ -82,23 +118,27 @@ def test_concurrent_jobs_recorded_on_the_test_cluster_are_disjoint():
         _view(0, "node1", "11", cvd="2,3", job_gpus="2,3", peer_seen=True),
         _view(1, "node2", "11", cvd="2,3", job_gpus="2,3", peer_seen=True),
     ]
-    assert iso_checks.disjoint_problems(a, b) == []
+    assert iso_checks.disjoint_findings(a, b) == []
     clash = [replace(b[0], job_gpus="1,2", step_gpus="1,2"), b[1]]
-    assert iso_checks.disjoint_problems(a, clash) == ["node1: jobs 10 and 11 ran at the same time on ['gres index 1']"]
+    (found,) = iso_checks.disjoint_findings(a, clash)
+    assert found.text == "node1: jobs 10 and 11 ran at the same time on ['gres index 1']"
+    assert (found.scope, found.culprits) == ("node", ("node1",))  # node2 was set up alike and shared nothing
     late = [replace(b[0], peer_seen=False), b[1]]
-    assert iso_checks.disjoint_problems(a, late) == [
+    (found,) = iso_checks.disjoint_findings(a, late)
+    assert found.text == (
         "node1 (job 11, task 0): the other job never ran alongside it (it waited in the queue?); overlap not tested"
-    ]
+    )
+    assert (found.scope, found.severity, found.nodes, found.convicts) == ("queue", "not_judged", ("node1",), ())
 
 
 def test_gpus_per_task_recorded_on_the_test_cluster():
     # --gpus-per-task=1, 4 tasks: CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS 0..3, SLURM_JOB_GPUS 0,1,2,3.
     views = [_view(r, cvd=str(r), job_gpus="0,1,2,3", step=str(r)) for r in range(4)]
-    assert iso_checks.per_task_problems(views) == []
+    assert iso_checks.per_task_findings(views) == []
     views[3] = _view(3, cvd="2", job_gpus="0,1,2,3", step="2")
-    assert iso_checks.per_task_problems(views) == ["node1: tasks [2, 3] share gres index 2"]
+    assert [f.text for f in iso_checks.per_task_findings(views)] == ["node1: tasks [2, 3] share gres index 2"]
     views[3] = _view(3, cvd="2,3", job_gpus="0,1,2,3", step="2,3")
-    assert iso_checks.per_task_problems(views)[0] == (
+    assert iso_checks.per_task_findings(views)[0].text == (
         "node1 (job 10, task 3): sees 2 GPU(s) ['gres index 2', 'gres index 3'] (CUDA_VISIBLE_DEVICES='2,3'), "
         "expected exactly 1"
     )
@@ -124,20 +164,19 @@ def test_a_task_of_a_gpus_per_task_job_is_judged_against_its_one_gpu_and_its_job
     )
     task_cgroup = replace(step_cgroup, nvml=_devices([3]))
     for view in (step_cgroup, task_cgroup):
-        assert iso_checks.view_problems(view, 1, device_cgroups=True, job_holds=2) == ([], [])
+        assert _judged(view, 1, device_cgroups=True, job_holds=2) == ([], [])
     loose = replace(step_cgroup, nvml=_devices([0, 1, 2, 3]))
-    assert iso_checks.view_problems(loose, 1, device_cgroups=True, job_holds=2)[0] == [
+    assert _judged(loose, 1, device_cgroups=True, job_holds=2)[0] == [
         "node1 (job 10, task 1): NVML inside the job sees 4 GPUs, the job was allotted 2: devices are not "
         "constrained (ConstrainDevices=yes in cgroup.conf)"
     ]
     two = replace(step_cgroup, cuda_visible_devices="2,3", torch_count=2, torch_uuids=("2aaa", "3aaa"))
-    assert iso_checks.view_problems(two, 1, device_cgroups=True, job_holds=2)[0][0] == (
+    assert _judged(two, 1, device_cgroups=True, job_holds=2)[0][0] == (
         "node1 (job 10, task 1): CUDA_VISIBLE_DEVICES='2,3' lists 2 GPU(s), the job asked for 1"
     )
-    assert iso_checks.foreign_process_problems(replace(step_cgroup, nvml=_devices([2, 3], {2: ((77, 900),)}))) == []
-    assert iso_checks.foreign_process_problems(replace(step_cgroup, nvml=_devices([2, 3], {3: ((77, 900),)}))) == [
-        "node1:gpu3 (GPU-3aaa): process 77 holds 900 MiB (job 10 was given this GPU)"
-    ]
+    assert iso_checks.foreign_process_findings(replace(step_cgroup, nvml=_devices([2, 3], {2: ((77, 900),)}))) == []
+    (found,) = iso_checks.foreign_process_findings(replace(step_cgroup, nvml=_devices([2, 3], {3: ((77, 900),)})))
+    assert (found.text, found.gpu) == ("node1:gpu3 (GPU-3aaa): process 77 holds 900 MiB (job 10 was given this GPU)", 3)
 
 
 def test_the_hold_barrier_meets_any_task_of_the_other_job_on_the_node(tmp_path):
@@ -175,24 +214,24 @@ def test_per_task_views_as_the_4xh200_machine_gave_them():
     )
     t1 = replace(t0, rank=1, nvml=_devices([3]), torch_uuids=("3aaa",))
     for task in (t0, t1):
-        assert iso_checks.view_problems(task, 1, device_cgroups=True, job_holds=2) == ([], [])
-    assert iso_checks.per_task_problems([t0, t1]) == []
+        assert _judged(task, 1, device_cgroups=True, job_holds=2) == ([], [])
+    assert iso_checks.per_task_findings([t0, t1]) == []
     # The same with device cgroups per step: NVML shows both GPUs, and a process of task 0 on GPU 2
     # is not foreign to task 1, whose GPU is 3.
     step_wide = [replace(t, nvml=_devices([2, 3], {2: ((t0.pid + 1, 500),)})) for t in (t0, t1)]
     for task in step_wide:
-        assert iso_checks.view_problems(task, 1, device_cgroups=True, job_holds=2) == ([], [])
-    assert iso_checks.per_task_problems(step_wide) == []
-    assert iso_checks.foreign_process_problems(step_wide[1]) == []
+        assert _judged(task, 1, device_cgroups=True, job_holds=2) == ([], [])
+    assert iso_checks.per_task_findings(step_wide) == []
+    assert iso_checks.foreign_process_findings(step_wide[1]) == []
     outside = replace(t1, nvml=_devices([0, 1, 2, 3]), torch_uuids=("1aaa",))  # GPU 1 is not the job's
-    assert iso_checks.view_problems(outside, 1, device_cgroups=False, job_holds=2)[0] == [
+    assert _judged(outside, 1, device_cgroups=False, job_holds=2)[0] == [
         "node1 (job 10, task 1): CUDA sees GPU(s) ['1aaa'] outside the allotment ['2aaa', '3aaa']"
     ]
     shared = [step_wide[0], replace(step_wide[1], torch_uuids=("2aaa",))]  # CUDA gives both tasks GPU 2
-    assert iso_checks.per_task_problems(shared) == ["node1: tasks [0, 1] share GPU-2aaa"]
+    assert [f.text for f in iso_checks.per_task_findings(shared)] == ["node1: tasks [0, 1] share GPU-2aaa"]
     # SLURM_STEP_GPUS as Slurm documents it (the step's GPUs) is no fault either; three are.
-    assert iso_checks.view_problems(replace(t1, step_gpus="2,3"), 1, device_cgroups=True, job_holds=2) == ([], [])
-    assert iso_checks.view_problems(replace(t1, step_gpus="1,2,3"), 1, device_cgroups=True, job_holds=2)[0] == [
+    assert _judged(replace(t1, step_gpus="2,3"), 1, device_cgroups=True, job_holds=2) == ([], [])
+    assert _judged(replace(t1, step_gpus="1,2,3"), 1, device_cgroups=True, job_holds=2)[0] == [
         "node1 (job 10, task 1): Slurm allotted GPU(s) ['1', '2', '3'] (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job "
         "asked for 1"
     ]

@@ -66,11 +66,14 @@ def test_healthy_node_is_within_the_h100_lines(h100):
 
 def test_failing_gpu_and_pair_are_named_with_testcase_value_and_line(h100):
     read = judging.node_copies(_run(FAILING))
-    failed = [
-        v.sentence
+    verdicts = [
+        v
         for m in judging.host_device_measurements(read) + judging.device_to_device_measurements(read)
         if (v := judge(m, h100[m.metric])).status == "fail"
     ]
+    failed = [v.sentence for v in verdicts]
+    found = verdicts[0].finding()
+    assert found is not None and (found.scope, found.nodes, found.gpu) == ("gpu", ("gpu-01",), 5)
     assert failed[0].startswith(
         "gpu-01:gpu5: nvbandwidth.host_to_device (host_to_device_memcpy_ce) = 27.23 GB/s is below the fail line 48 GB/s"
     )
@@ -101,17 +104,24 @@ def test_a_run_past_its_timeout_is_a_problem_naming_the_node():
     run = nvbandwidth.NvbandwidthRun(
         "gpu-01", True, argv=("/opt/nvbandwidth", "-t", "host_to_device_memcpy_ce"), timed_out=True, timeout_s=600
     )
-    (problem,) = judging.node_copies(run).problems
-    assert problem.startswith("gpu-01: nvbandwidth did not finish within its timeout of 600 s (/opt/nvbandwidth -t ")
+    read = judging.node_copies(run)
+    (problem,) = read.problems
+    assert problem.finding.text.startswith(
+        "gpu-01: nvbandwidth did not finish within its timeout of 600 s (/opt/nvbandwidth -t "
+    )
+    assert (problem.testcase, problem.finding.scope, problem.finding.culprits) == (None, "node", ("gpu-01",))
+    assert read.unread(judging.D2D) == read.unread(judging.H2D) == [problem.finding]  # the whole run
 
 
 def test_an_exit_without_output_names_the_node_and_the_tail():
     run = nvbandwidth.NvbandwidthRun("gpu-01", True, returncode=1, stderr="cuInit failed: CUDA_ERROR_NO_DEVICE\n")
-    problems = judging.node_copies(run).problems
-    assert len(problems) == 3
-    assert problems[0] == (
+    read = judging.node_copies(run)
+    assert len(read.problems) == 3
+    assert read.problems[0].finding.text == (
         "gpu-01: nvbandwidth gave no result for host_to_device_memcpy_ce (exit 1: cuInit failed: CUDA_ERROR_NO_DEVICE)"
     )
+    assert [u.testcase for u in read.problems] == list(nvbandwidth.TESTCASES)
+    assert [f.text.split(" for ")[1].split(" ")[0] for f in read.unread(judging.D2D)] == [judging.D2D]
 
 
 def test_absent_binary_is_an_answer_not_an_error(tmp_path, monkeypatch):
@@ -135,7 +145,7 @@ def test_the_workload_kills_a_run_past_its_timeout(tmp_path):
     run = nvbandwidth.run_nvbandwidth(local_context(), path=_stand_in(tmp_path, "exec sleep 30"), timeout_s=0.5)
     assert run is not None and run.found and run.timed_out and run.json_output
     assert run.argv[1:] == ("-t", *nvbandwidth.TESTCASES, "-j")
-    assert "did not finish within its timeout of 0.5 s" in judging.node_copies(run).problems[0]
+    assert "did not finish within its timeout of 0.5 s" in judging.node_copies(run).problems[0].finding.text
 
 
 def test_the_workload_brings_back_what_the_tool_printed(tmp_path):

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from pytest_gpucluster.checks.placement import placement_problems
+from pytest_gpucluster.checks.placement import placement_findings
 from pytest_gpucluster.workloads.placement import Placement
+
+
+def placement_problems(placements, nodes, tasks_per_node) -> list[str]:
+    """The findings' sentences."""
+    return [f.text for f in placement_findings(placements, nodes, tasks_per_node)]
 
 
 def p(procid: int, host: str, nodeid: int, localid: int, ntasks: int = 2) -> Placement:
@@ -59,3 +64,10 @@ def test_at_scale_missing_repeated_and_wrongly_told_ranks_are_grouped():
     problems = placement_problems(placements, 4, 8)
     assert problems[0] == "ranks are not 0..31 once each: missing 5; repeated 6"
     assert problems[1] == "8 ranks were told ntasks=8, expected 32 (ranks 24, 25, 26, 27, 28, 29, 30, 31)"
+
+
+def test_findings_name_the_jobs_nodes_together_without_a_culprit():
+    assert placement_findings([p(0, "a", 0, 0), p(1, "b", 1, 0)], 2, 1, on=["n1", "n2"]) == []
+    found = placement_findings([p(0, "a", 0, 0), p(1, "a", 1, 0)], 2, 1, on=["n1", "n2", "n1"])
+    assert [f.text for f in found] == placement_problems([p(0, "a", 0, 0), p(1, "a", 1, 0)], 2, 1)
+    assert {(f.scope, f.nodes, f.culprits, f.severity) for f in found} == {("nodes", ("n1", "n2"), (), "fail")}

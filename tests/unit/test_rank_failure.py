@@ -44,6 +44,14 @@ def test_survivor_that_noticed_through_the_collective(tmp_path):
     assert td.problems == ()
     assert td.seconds == pytest.approx(0.1)
     assert td.where == "node1"
+    m = td.measurement("41")
+    # the cluster's setup is measured: the job's nodes together, the slowest one named in the detail
+    assert (m.metric, m.nodes, m.culprits, m.job_id) == (
+        "robustness.rank_failure_teardown",
+        ("node1", "node2"),
+        (),
+        "41",
+    )
     assert td.detail == (
         "rank 1 on node2 exited with 17; rank 0 on node1: stopped 0.1 s after the victim's exit, "
         "noticed (RuntimeError: Connection closed by peer)"
@@ -109,20 +117,23 @@ def test_fault_never_injected(tmp_path):
     _stamp(tmp_path, 0, "node1", {"joined": 0})
     td = rf_checks.teardown_from_stamps(tmp_path)
     assert math.isnan(td.seconds)
-    assert td.problems == (
+    (found,) = td.problems
+    assert found.text == (
         "no rank reached the point of failure (victim_exit); the job failed before the fault "
-        "could be injected. Stamps: rank 0 on node1: joined",
+        "could be injected. Stamps: rank 0 on node1: joined"
     )
+    assert (found.scope, found.nodes, found.culprits) == ("nodes", ("node1",), ())
 
 
 def test_impossible_collective_and_missing_ranks_are_problems(tmp_path):
     _stamp(tmp_path, 0, "node1", {"collective_returned": 1.2, "done": 1.3}, world=3)
     _stamp(tmp_path, 2, "node2", {"victim_exit": 1.0}, world=3)
     td = rf_checks.teardown_from_stamps(tmp_path)
-    assert td.problems == (
-        "rank 0 on node1: all_reduce completed although rank 2 was dead",
-        f"only 2 of 3 ranks wrote stamps to {tmp_path}",
-    )
+    # the rank that misbehaved is its node's; the missing stamps are the job's nodes' together
+    assert [(f.text, f.nodes, f.culprits) for f in td.problems] == [
+        ("rank 0 on node1: all_reduce completed although rank 2 was dead", ("node1", "node2"), ("node1",)),
+        (f"only 2 of 3 ranks wrote stamps to {tmp_path}", ("node1", "node2"), ()),
+    ]
 
 
 def test_job_shape_and_time_limit():
@@ -147,11 +158,13 @@ def test_the_backend_of_the_ranks_is_in_the_detail(tmp_path):
 
 
 def test_a_job_that_never_started_says_so_with_slurms_reason_and_its_nodes():
-    assert rf_checks.never_started("41", "Slurm says CANCELLED, reason ReqNodeNotAvail", ("node1", "node2")) == (
+    found = rf_checks.never_started("41", "Slurm says CANCELLED, reason ReqNodeNotAvail", ("node1", "node2"))
+    assert found.text == (
         "job 41 never started (Slurm says CANCELLED, reason ReqNodeNotAvail); it was to run on node1, node2, so no "
         "rank failed and no teardown was measured"
     )
-    assert "it was to run on any node of the partition" in rf_checks.never_started("7", "Slurm says CANCELLED", ())
+    assert (found.scope, found.nodes, found.culprits) == ("nodes", ("node1", "node2"), ())
+    assert "it was to run on any node of the partition" in rf_checks.never_started("7", "Slurm says CANCELLED", ()).text
 
 
 def test_the_launcher_tells_a_job_that_never_started():

@@ -80,7 +80,7 @@ def test_inside_its_reservation_the_run_tests_its_nodes_and_maintenance_is_no_fa
     assert ["scontrol", "-o", "show", "reservation", "gcmaint"] in calls
     found = slurm.nodes()
     assert (
-        slurm.node_state_problems(found, partition="debug", expected=2, nodelist=ns.candidates, reserved=ns.reserved)
+        slurm.node_state_findings(found, partition="debug", expected=2, nodelist=ns.candidates, reserved=ns.reserved)
         == []
     )
 

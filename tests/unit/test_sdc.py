@@ -38,7 +38,7 @@ def test_cpu_path_is_bit_identical_twice():
     assert first.digest == second.digest and first.block_s1 == second.block_s1
     assert len(first.block_sums) == 256 * 256 // 4096
     # Whatever this CPU's GEMM kernels are, the result is within the float32 tolerance of float64.
-    assert judge.problems([first], reference=_load("reference_float64.json")) == []
+    assert judge.findings([first], reference=_load("reference_float64.json")) == []
 
 
 def test_workload_entry_on_the_cpu_pickles():
@@ -58,16 +58,17 @@ def test_recorded_outputs_round_trip():
 
 def test_identical_gpus_pass():
     results = _gpus(CLEAN, CLEAN, CLEAN, CLEAN)
-    assert judge.problems(results) == []
-    assert judge.problems(results, reference=_load("reference_float64.json")) == []
+    assert judge.findings(results) == []
+    assert judge.findings(results, reference=_load("reference_float64.json")) == []
 
 
 def test_low_bit_flip_names_gpu_block_and_element():
     results = _gpus(CLEAN, CLEAN, "cpu_tiny_flip_low_mantissa.json", CLEAN)
-    found = judge.problems(results, reference=_load("reference_float64.json"))
+    found = judge.findings(results, reference=_load("reference_float64.json"))
     assert len(found) == 1, found  # within tolerance of float64: only bit identity catches it
     clean, bad = results[0], results[2]
-    assert found[0].startswith(
+    assert (found[0].scope, found[0].nodes, found[0].gpu, found[0].culprits) == ("gpu", ("node1",), 2, ("node1",))
+    assert found[0].text.startswith(
         f"node1:gpu2 ({H100}): result differs from the 3 other GPU(s) of its model "
         f"(digest {bad.digest[:12]} vs {clean.digest[:12]}); first differing block 3 of 16 (elements 12288–16383), "
         f"element {FLIPPED} (row 52, col 210) the only one differing in it; 1 block(s) differ in all; "
@@ -77,39 +78,52 @@ def test_low_bit_flip_names_gpu_block_and_element():
 
 def test_exponent_flip_also_breaks_the_tolerance():
     results = _gpus(CLEAN, "cpu_tiny_flip_exponent.json", CLEAN, CLEAN)
-    found = judge.problems(results, reference=_load("reference_float64.json"))
-    assert [s.split(":")[0] + ":" + s.split(":")[1].split(" ")[0] for s in found] == ["node1:gpu1", "node1:gpu1"]
-    assert f"element {FLIPPED} (row 52, col 210)" in found[0]
-    assert "block 3 (elements 12288–16383) sums to" in found[1]
-    assert "the float64 reference on cpu" in found[1] and "1 of 16 block(s) out of tolerance" in found[1]
+    found = judge.findings(results, reference=_load("reference_float64.json"))
+    assert [f.place for f in found] == ["node1:gpu1", "node1:gpu1"]
+    assert [f.text.split(" ")[0] for f in found] == ["node1:gpu1", "node1:gpu1"]
+    assert f"element {FLIPPED} (row 52, col 210)" in found[0].text
+    assert "block 3 (elements 12288–16383) sums to" in found[1].text
+    assert "the float64 reference on cpu" in found[1].text and "1 of 16 block(s) out of tolerance" in found[1].text
 
 
 def test_no_majority_names_every_gpu():
     results = _gpus(CLEAN, "cpu_tiny_flip_low_mantissa.json")
-    found = judge.problems(results)
+    found = judge.findings(results)
     assert len(found) == 1
-    assert found[0].startswith(f"2 GPUs of {H100} (float32) disagree with no majority: ")
-    assert "node1:gpu0" in found[0] and "node1:gpu1" in found[0]
+    assert found[0].text.startswith(f"2 GPUs of {H100} (float32) disagree with no majority: ")
+    assert "node1:gpu0" in found[0].text and "node1:gpu1" in found[0].text
+    assert (found[0].scope, found[0].culprits) == ("node", ("node1",))  # neither GPU told apart: their node's
+    across = [*_gpus(CLEAN), *_gpus("cpu_tiny_flip_low_mantissa.json", node="node2")]
+    (found,) = judge.findings(across)
+    assert (found.nodes, found.culprits) == (("node1", "node2"), ())
+    assert judge.about_node([found], "node2") == [found] and judge.about_node([found], "node3") == []
 
 
 def test_other_model_judged_against_the_largest_within_tolerance():
     h100 = _gpus(CLEAN, CLEAN, CLEAN)
     # Another model may round differently (here: the float64 chain) but must agree within tolerance.
     other = replace(_load("reference_float64.json"), node="node2", gpu="gpu0", device_name="NVIDIA H200")
-    assert judge.problems([*h100, other]) == []
+    assert judge.findings([*h100, other]) == []
     corrupt = replace(_load("cpu_tiny_flip_exponent.json"), node="node2", gpu="gpu1", device_name="NVIDIA H200")
-    found = judge.problems([*h100, corrupt])
-    assert len(found) == 1 and found[0].startswith("node2:gpu1 (NVIDIA H200): block 3")
-    assert "the answer of the 3 NVIDIA H100 80GB HBM3 GPU(s)" in found[0]
+    found = judge.findings([*h100, corrupt])
+    assert len(found) == 1 and found[0].text.startswith("node2:gpu1 (NVIDIA H200): block 3")
+    assert "the answer of the 3 NVIDIA H100 80GB HBM3 GPU(s)" in found[0].text
+    assert (found[0].scope, found[0].gpu, found[0].culprits) == ("gpu", 1, ("node2",))
+    assert judge.about_node(found, "node1") == [] and judge.about_node(found, "node2") == found
 
 
 def test_different_sizes_are_not_compared():
     results = _gpus(CLEAN, CLEAN, CLEAN)
     results[1] = replace(results[1], config=replace(results[1].config, chain=9))
-    assert judge.problems(results) == [
+    (found,) = judge.findings(results)
+    assert found.text == (
         "node1:gpu1: computed n=256, chain=9, seed=20240601, block_elements=4096, the others n=256, chain=8, "
         "seed=20240601, block_elements=4096; not comparable"
-    ]
+    )
+    assert (found.scope, found.gpu) == ("gpu", 1)
+    reference = replace(_load("reference_float64.json"), config=replace(results[0].config, chain=9))
+    (found,) = judge.findings(_gpus(CLEAN, CLEAN), reference=reference)
+    assert (found.scope, found.severity, found.convicts) == ("harness", "not_judged", ())
 
 
 def test_first_difference_of_identical_is_none():

@@ -30,22 +30,27 @@ def test_drained_node_is_named_with_state_and_reason():
     nodes = _nodes("sinfo-22.05-node2-drained.json")
     assert nodes[1].state == "IDLE+DRAIN"
     assert not nodes[1].usable
-    problems = slurm.node_state_problems(nodes, partition="debug", expected=2)
-    assert problems == [
-        "node2: state IDLE+DRAIN, reason: 'integration test'",
-        "partition 'debug' has 1 usable node(s) of 2 expected",
+    found = slurm.node_state_findings(nodes, partition="debug", expected=2)
+    assert [(f.text, f.scope, f.nodes, f.culprits) for f in found] == [
+        ("node2: state IDLE+DRAIN, reason: 'integration test'", "node", ("node2",), ("node2",)),
+        # the shortfall names the partition's nodes together: it falls on the one not usable
+        ("partition 'debug' has 1 usable node(s) of 2 expected", "nodes", ("node1", "node2"), ()),
     ]
 
 
 def test_healthy_partition_has_no_problems():
-    assert slurm.node_state_problems(_nodes("sinfo-22.05-healthy.json"), partition="debug", expected=2) == []
+    assert slurm.node_state_findings(_nodes("sinfo-22.05-healthy.json"), partition="debug", expected=2) == []
 
 
 def test_nodelist_names_missing_nodes():
-    problems = slurm.node_state_problems(
+    found = slurm.node_state_findings(
         _nodes("sinfo-22.05-healthy.json"), partition="debug", expected=2, nodelist=("node1", "node9")
     )
-    assert problems == ["node9: not in partition 'debug'", "partition 'debug' has 1 usable node(s) of 2 expected"]
+    assert [f.text for f in found] == [
+        "node9: not in partition 'debug'",
+        "partition 'debug' has 1 usable node(s) of 2 expected",
+    ]
+    assert (found[0].culprits, found[1].nodes) == (("node9",), ("node1", "node9"))
 
 
 def test_parse_nodes_reads_the_23_02_shape():
@@ -65,49 +70,77 @@ def test_parse_nodes_reads_the_23_02_shape():
     }
     (n,) = slurm.parse_nodes(data)
     assert (n.state, n.gpus, n.real_memory_mb, n.usable) == ("DOWN+NOT_RESPONDING", 8, 1600000, False)
-    assert slurm.node_state_problems([n], partition="gpu", expected=1)[0] == (
+    assert slurm.node_state_findings([n], partition="gpu", expected=1)[0].text == (
         "gpu-7: state DOWN+NOT_RESPONDING, reason: 'Not responding'"
     )
 
 
 def test_resources_against_the_profile():
     nodes = _nodes("sinfo-22.05-healthy.json")
-    assert slurm.node_resource_problems(nodes, gpus=4, min_cpus=4, min_memory_mb=4000) == []
-    problems = slurm.node_resource_problems(nodes[:1], gpus=8, min_cpus=16, min_memory_mb=8192)
-    assert problems == [
+    assert slurm.node_resource_findings(nodes, gpus=4, min_cpus=4, min_memory_mb=4000) == []
+    found = slurm.node_resource_findings(nodes[:1], gpus=8, min_cpus=16, min_memory_mb=8192)
+    assert [f.text for f in found] == [
         "node1: advertises 4 GPU(s) (Gres=gpu:4), expected 8",
         "node1: advertises 4 CPUs, the profile's jobs need 16",
         "node1: advertises RealMemory=4000 MB, the profile's jobs need 8192 MB",
     ]
+    # every node advertises it so: Slurm's setup (or the profile), named together, no culprit
+    assert {(f.scope, f.culprits) for f in found} == {("nodes", ())}
+    odd = slurm.NodeInfo("node3", "IDLE", "", ("debug",), "gpu:3", 4, 4000)
+    (found,) = slurm.node_resource_findings([nodes[0], odd], gpus=4)
+    assert (found.text, found.scope, found.culprits) == (
+        "node3: advertises 3 GPU(s) (Gres=gpu:3), expected 4",
+        "node",
+        ("node3",),
+    )  # 1 of 2, the other as expected: that node's own
+    found = slurm.node_resource_findings([*nodes, odd], gpus=3)
+    assert [(f.scope, set(f.nodes), f.culprits) for f in found] == [
+        ("nodes", {"node1", "node2"}, ())
+    ] * 2  # the setup's
 
 
 def test_node_spread_names_the_odd_node():
     a, b = _nodes("sinfo-22.05-healthy.json")
     odd = slurm.NodeInfo("node3", "IDLE", "", ("debug",), "gpu:3", 4, 4000)
     assert slurm.node_spread([a, b]) == []
-    assert slurm.node_spread([a, b, odd]) == [
-        "node3: CPUs=4 RealMemory=4000 MB GPUs=3, most nodes have CPUs=4 RealMemory=4000 MB GPUs=4"
-    ]
+    (warned,) = slurm.node_spread([a, b, odd])
+    assert warned.text == "node3: CPUs=4 RealMemory=4000 MB GPUs=3, most nodes have CPUs=4 RealMemory=4000 MB GPUs=4"
+    assert (warned.severity, warned.nodes) == ("warn", ("node3",))
 
 
 def test_partition_state_from_scontrol_text():
     found = slurm.parse_partitions((DATA / "scontrol-show-partition-debug.txt").read_text())
     assert found == [slurm.PartitionInfo("debug", "UP", True, "node[1-2]", 2)]
-    assert slurm.partition_problems("debug", found) == []
-    assert slurm.partition_problems(None, found) == []
+    assert slurm.partition_findings("debug", found) == []
+    assert slurm.partition_findings(None, found) == []
     assert slurm.default_partition(found) == "debug"
-    assert slurm.partition_problems("gpu", found) == ["partition 'gpu' does not exist (partitions: debug)"]
+    (missing,) = slurm.partition_findings("gpu", found)
+    assert (missing.text, missing.scope, missing.setting) == (
+        "partition 'gpu' does not exist (partitions: debug)",
+        "config",
+        "partition",
+    )
     down = [slurm.PartitionInfo("debug", "DOWN", True, "node[1-2]", 2)]
-    assert slurm.partition_problems("debug", down) == [
-        "partition 'debug' is DOWN, not UP (scontrol update partitionname=debug state=up)"
-    ]
+    (found_down,) = slurm.partition_findings("debug", down)
+    assert found_down.text == "partition 'debug' is DOWN, not UP (scontrol update partitionname=debug state=up)"
+    assert (found_down.scope, found_down.severity, found_down.convicts) == ("controller", "fail", ())
 
 
 def test_ping_output():
     assert slurm.parse_ping((DATA / "scontrol-ping-up.txt").read_text()) == []
     text = "Slurmctld(primary) at ctl1 is UP\nSlurmctld(backup) at ctl2 is DOWN\n"
-    assert slurm.parse_ping(text) == ["Slurmctld(backup) at ctl2 is DOWN (scontrol ping)"]
-    assert slurm.parse_ping("") == ["`scontrol ping` printed nothing; is slurmctld configured (SlurmctldHost)?"]
+    (down,) = slurm.parse_ping(text)
+    # the controller's: a failure that convicts no node
+    assert (down.text, down.scope, down.severity, down.nodes, down.convicts) == (
+        "Slurmctld(backup) at ctl2 is DOWN (scontrol ping)",
+        "controller",
+        "fail",
+        (),
+        (),
+    )
+    assert [f.text for f in slurm.parse_ping("")] == [
+        "`scontrol ping` printed nothing; is slurmctld configured (SlurmctldHost)?"
+    ]
 
 
 def test_controller_job_record_says_how_an_ended_job_ended():

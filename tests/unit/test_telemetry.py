@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -61,23 +62,34 @@ def test_select_gpus(uuids, visible, picked):
 
 def test_gpu_idle_while_peers_work_is_found():
     fractions = tm_checks.idle_fractions(tm_checks.absolute_util(_recorded()))
-    odd = fractions["node2:gpu1"]
+    odd = fractions[("node2", 1)]
     assert odd.percent == pytest.approx(56.6, abs=0.1)  # idle 10 s..25 s of the 2 s..28 s load
     assert odd.detail == "idle in 30 of 53 samples while its peers were busy"
-    others = {w: f.percent for w, f in fractions.items() if w != "node2:gpu1"}
+    others = {w: f.percent for w, f in fractions.items() if w != ("node2", 1)}
     assert set(others.values()) == {0.0}
+    m = odd.measurement("training", "77")
+    assert (m.metric, m.nodes, m.gpu, m.where, m.job_id) == (
+        "telemetry.gpu_idle_fraction",
+        ("node2",),
+        1,
+        "node2:gpu1",
+        "77",
+    )
+    assert m.detail == "training; idle in 30 of 53 samples while its peers were busy"
 
 
 def test_peers_that_never_work_do_not_count_as_idle():
-    flat = {"n:gpu0": [(float(t), 0.0) for t in range(10)], "n:gpu1": [(float(t), 0.0) for t in range(10)]}
+    flat = {("n", 0): [(float(t), 0.0) for t in range(10)], ("n", 1): [(float(t), 0.0) for t in range(10)]}
     assert {w: (f.percent, f.peer_busy_samples) for w, f in tm_checks.idle_fractions(flat).items()} == {
-        "n:gpu0": (0.0, 0),
-        "n:gpu1": (0.0, 0),
+        ("n", 0): (0.0, 0),
+        ("n", 1): (0.0, 0),
     }
 
 
-def test_throttle_problems_ignore_power_cap_and_idle():
-    assert tm_checks.throttle_problems(_recorded()) == ["node1:gpu2: HW thermal slowdown in 6 of 61 samples (~3 s)"]
+def test_throttle_findings_ignore_power_cap_and_idle():
+    (found,) = tm_checks.throttle_findings(_recorded())
+    assert found.text == "node1:gpu2: HW thermal slowdown in 6 of 61 samples (~3 s)"
+    assert (found.scope, found.nodes, found.gpu, found.culprits) == ("gpu", ("node1",), 2, ("node1",))
 
 
 def test_series_records_share_one_time_axis():
@@ -126,21 +138,26 @@ def _empty(gpus=None, **kw) -> tm.NodeTelemetry:
 
 
 def test_empty_gpu_series_name_the_node_and_the_samplers_error():
-    assert tm_checks.empty_gpu_series_problems(_recorded()) == []
+    assert tm_checks.empty_gpu_series_findings(_recorded()) == []
     failed = _empty(
         gpu_error="NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded",
         errors=("NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded; GPU series not sampled",),
     )
-    assert tm_checks.empty_gpu_series_problems([failed]) == [
+    (found,) = tm_checks.empty_gpu_series_findings([failed])
+    assert found.text == (
         "node2: the telemetry sampler read no GPU (NVML unavailable: NVMLError_DriverNotLoaded: Driver Not Loaded)"
-    ]
+    )
+    assert (found.scope, found.culprits) == ("node", ("node2",))
     unsampled = _empty({"gpu0": {m: [] for m in tm.GPU_METRICS}}, errors=("node2:gpu0: util not available (X)",))
-    assert tm_checks.empty_gpu_series_problems([unsampled]) == [
+    assert [f.text for f in tm_checks.empty_gpu_series_findings([unsampled])] == [
         "node2: the telemetry sampler read no sample of its 1 GPU(s) (node2:gpu0: util not available (X))"
     ]
     # On empty series the idle and throttle analyses find nothing: the check must not pass on that.
     assert tm_checks.idle_fractions(tm_checks.absolute_util([failed])) == {}
-    assert tm_checks.throttle_problems([failed]) == []
+    assert tm_checks.throttle_findings([failed]) == []
+    # the node's own series: fewer than 2 samples means the sampler did not run
+    (found,) = tm_checks.sampling_findings(replace(failed, node_series={"cpu_util": [(0.0, 3.0)]}))
+    assert (found.text, found.scope) == ("node2: 1 cpu_util samples in 5.0 s at 0.5 s intervals", "node")
 
 
 class _BrokenNvml:
@@ -181,7 +198,9 @@ def test_the_sampler_carries_nvmls_error_back(monkeypatch, nvml, error):
         time.sleep(0.12)
     result = sampler.result()
     assert result.gpu_error == error and result.gpus == {}
-    assert tm_checks.empty_gpu_series_problems([result]) == [f"node2: the telemetry sampler read no GPU ({error})"]
+    assert [f.text for f in tm_checks.empty_gpu_series_findings([result])] == [
+        f"node2: the telemetry sampler read no GPU ({error})"
+    ]
     assert result.node_series["mem_used_pct"]  # the node itself is still sampled
 
 
@@ -189,9 +208,9 @@ def test_a_gpu_whose_peers_never_worked_is_not_judged_idle_free():
     from pytest_gpucluster.checks.telemetry import IdleFraction, unjudged_idle
 
     fractions = {
-        "node1:gpu0": IdleFraction("node1:gpu0", 0.0, 0, 0),
-        "node1:gpu1": IdleFraction("node1:gpu1", 0.0, 0, 12),
+        ("node1", 0): IdleFraction(("node1", 0), 0.0, 0, 0),
+        ("node1", 1): IdleFraction(("node1", 1), 0.0, 0, 12),
     }
-    assert unjudged_idle(fractions) == [
-        "node1:gpu0: no sample came while its peers were busy: its idleness cannot be judged"
-    ]
+    (found,) = unjudged_idle(fractions)
+    assert found.text == "node1:gpu0: no sample came while its peers were busy: its idleness cannot be judged"
+    assert (found.scope, found.gpu, found.severity) == ("gpu", 0, "fail")  # not measured: never a pass

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gpucluster.checks import training as training_checks
 from pytest_gpucluster.workloads.context import local_context
 from pytest_gpucluster.workloads.training import (
     CPU_RANKS_PER_NODE,
@@ -99,13 +100,51 @@ def test_summary_names_rank_and_gpu_of_a_nan_and_a_diverged_replica():
         ],
         TrainConfig(),
     )
-    assert any("rank 1 (n2:gpu1): loss is nan at step 1" in p for p in s.problems)
-    assert any("rank 1 (n2:gpu1): 3 parameter tensor(s) differ from rank 0 (n1:gpu0)" in p for p in s.problems)
+    nan, diverged = s.problems
+    assert (nan.text, nan.ranks, nan.step) == ("rank 1 (n2:gpu1): loss is nan at step 1", (("n2", "gpu1"),), 1)
+    assert diverged.text.startswith("rank 1 (n2:gpu1): 3 parameter tensor(s) differ from rank 0 (n1:gpu0)")
+    assert diverged.ranks == (("n2", "gpu1"), ("n1", "gpu0"))
+    # as findings: the rank that went wrong first is its GPU's; the replicas of two nodes are theirs together
+    found = training_checks.correctness_findings(s)
+    assert [(f.scope, f.nodes, f.culprits, f.gpu) for f in found] == [
+        ("gpu", ("n2",), ("n2",), 1),
+        ("nodes", ("n2", "n1"), (), None),
+    ]
+
+
+def test_a_loss_spread_by_the_all_reduce_convicts_the_rank_that_went_wrong_first():
+    runs = [
+        _stats(0, [10.8, 9.0, math.nan]),
+        _stats(1, [10.8, math.nan, math.nan], node="n2"),
+        _stats(2, [10.8, 9.0, math.nan], node="n3"),
+    ]
+    runs = [replace(r, world_size=3) for r in runs]
+    found = training_checks.correctness_findings(summarise(runs, TrainConfig()))
+    assert [(f.text, f.scope, f.nodes, f.culprits, f.gpu) for f in found] == [
+        ("rank 0 (n1:gpu0): loss is nan at step 2", "nodes", ("n1", "n2", "n3"), ("n2",), None),
+        ("rank 1 (n2:gpu1): loss is nan at step 1", "gpu", ("n2",), ("n2",), 1),
+        ("rank 2 (n3:gpu2): loss is nan at step 2", "nodes", ("n1", "n2", "n3"), ("n2",), None),
+    ]
+    # every rank wrong at one step: none is told apart, the nodes are named together
+    same = [_stats(r, [10.8, math.nan], node=f"n{r}") for r in range(2)]
+    found = training_checks.correctness_findings(summarise(same, TrainConfig()), prefix="x: ")
+    assert [(f.text, f.scope, f.culprits) for f in found] == [
+        ("x: rank 0 (n0:gpu0): loss is nan at step 1", "nodes", ()),
+        ("x: rank 1 (n1:gpu1): loss is nan at step 1", "nodes", ()),
+    ]
+    # on one node, whatever went wrong is that node's
+    one = [_stats(r, [10.8, math.nan]) for r in range(2)]
+    assert {(f.scope, f.culprits) for f in training_checks.correctness_findings(summarise(one, TrainConfig()))} == {
+        ("node", ("n1",))
+    }
 
 
 def test_flat_loss_is_a_problem():
     s = summarise([_stats(0, [10.4, 10.4, 10.39, 10.4])], TrainConfig())
-    assert any("loss did not fall" in p for p in s.problems)
+    (flat,) = s.problems
+    assert "loss did not fall" in flat.text and flat.ranks == ()
+    (found,) = training_checks.correctness_findings(s)
+    assert (found.scope, found.culprits) == ("node", ("n1",))  # the run's one node
 
 
 def test_unknown_gpu_has_no_mfu():

@@ -75,6 +75,11 @@ def test_a_stall_fails_naming_the_node_and_the_step():
     assert slowest.status == "fail" and got.slowest_ratio == 8.0
     assert slowest.sentence.startswith("gpu-07: train.stability.slowest_step_ratio (100 steps, median 10 ms; ddp on 8")
     assert "slowest is step 57" in slowest.sentence and "above the fail line 3 ratio" in slowest.sentence
+    assert (slowest.measurement.nodes, slowest.measurement.gpu, slowest.measurement.job_id) == (
+        ("gpu-07",),
+        None,
+        "4711",
+    )
     assert verdicts[stability.CV_METRIC].status == "fail"  # 65 %: one step of 8 × the median spreads them too
 
 
@@ -86,12 +91,15 @@ def test_a_spread_of_steps_fails_the_cv():
 
 
 def test_times_that_are_not_times_are_named():
-    problems = stability.time_problems({"n1": (0.01, math.nan), "n2": (0.01,), "n3": (0.01, 0.02)})
-    assert problems == ["n1: step 1 took nan s, not a time", "n2: 1 timed step(s); the spread needs at least 2"]
+    found = stability.time_findings({"n1": (0.01, math.nan), "n2": (0.01,), "n3": (0.01, 0.02)})
+    assert [(f.text, f.scope, f.culprits) for f in found] == [
+        ("n1: step 1 took nan s, not a time", "node", ("n1",)),
+        ("n2: 1 timed step(s); the spread needs at least 2", "node", ("n2",)),
+    ]
 
 
 def test_the_long_run_is_the_profile_sizes_run_longer():
     config = stability_config(TINY)
     assert config.steps == TINY.stability_steps == 120 and config.d_model == TINY.d_model
     nan = summarise([_run(0, [0.01, 0.01], losses=(2.0, math.nan))], config)
-    assert nan.problems == ("rank 0 (n1:gpu0): loss is nan at step 1",)
+    assert [p.text for p in nan.problems] == ["rank 0 (n1:gpu0): loss is nan at step 1"]

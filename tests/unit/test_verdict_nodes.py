@@ -78,6 +78,30 @@ def test_a_check_across_nodes_failing_beside_a_bad_node_names_it_and_not_its_par
     )
 
 
+def test_a_culprit_of_a_failure_of_several_nodes_is_bad_already_for_the_next_one():
+    """node3 is the culprit of a difference from the majority; a failure of node2 and node3
+    together with no culprit of its own then names node3, not the cluster."""
+    tests = [
+        _t(
+            "a::test_versions",
+            "fail",
+            findings=[_f("driver differs", nodes=["node1", "node2", "node3"], culprits=["node3"])],
+        ),
+        _t("a::test_pair", "fail", findings=[_f("pair slow", nodes=["node2", "node3"])]),
+    ]
+    nodes = verdict.node_verdicts(_doc(tests, nodes=("node1", "node2", "node3")))
+    assert {v.node: v.verdict for v in nodes.verdicts} == {
+        "node1": "ACCEPTED",
+        "node2": "ACCEPTED",
+        "node3": "REJECTED",
+    }
+    assert nodes.cluster_wide == ()
+    assert {v.node: v.reasons for v in nodes.verdicts}["node3"] == (
+        "driver differs (test_versions)",
+        "pair slow (test_pair)",
+    )
+
+
 def test_a_lost_node_names_the_checks_across_nodes_and_leaves_per_node_partners_not_judged():
     """node2 was lost: the across-node check that failed with it is put on node2; node1's per-node
     check that read a job over both and failed on node2's account leaves node1 not judged."""

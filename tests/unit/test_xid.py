@@ -183,33 +183,42 @@ def test_without_nvml_the_watch_says_so():
 # --------------------------------------------------------------------------- judging
 
 
+def _texts(found: xid.NodeXids, severity: str) -> list[str]:
+    return [f.text for f in found.found if f.severity == severity]
+
+
 def test_during_the_run_a_reset_or_reboot_xid_fails_and_before_it_warns():
     found = xid.judge_node("node1", [], _log(), STARTED)
-    assert found.not_judged is None
-    assert found.problems == [
+    assert _texts(found, "not_judged") == []
+    assert _texts(found, "fail") == [
         "node1:gpu4 Xid 48 (Double Bit ECC Error) during the run, 1 event (kernel log); reset the GPU",
         "node1:gpu0 Xid 79 (GPU has fallen off the bus) during the run, 1 event (kernel log); reboot the node",
         "node1:gpu4 Xid 154 (GPU Recovery Action Changed) during the run, 1 event (kernel log); "
         "do what the driver's recovery action says",
     ]
-    assert found.warnings[0] == (
+    warned = _texts(found, "warn")
+    assert warned[0] == (
         "node1:gpu4 Xid 94 (Contained ECC error) during the run, 1 event (kernel log); the application it hit ended"
     )
-    before = found.warnings[1:]
+    before = warned[1:]
     assert before[0].startswith("node1:gpu2 Xid 13 (Graphics Engine Exception) logged since boot, before the run (")
     assert before[0].endswith("), 2 events (kernel log); the application it hit ended")
     assert before[1].startswith("node1:gpu1 Xid 63 (ECC page retirement or row remapping recording event) logged")
-    assert len(found.warnings) == 3
+    assert len(warned) == 3
     assert found.sources["kernel log"] == "7 Xid line(s) since boot"
+    # each Xid of one GPU is that GPU's, the node its culprit
+    assert [(f.scope, f.gpu, f.culprits) for f in found.found][:2] == [("gpu", 4, ("node1",)), ("gpu", 0, ("node1",))]
 
 
 def test_the_same_xid_on_several_gpus_is_one_sentence_with_the_count():
     events = [XidEvent(_gpu(i), 48, STARTED + 20 + i * 5) for i in range(4)] + [XidEvent(_gpu(2), 48, STARTED + 60)]
     # Two tasks of one job watched every GPU (no device cgroups): each saw every event.
     found = xid.judge_node("node1", [_watch(*events, rank=0), _watch(*events, rank=1)], None, STARTED)
-    assert found.problems == [
+    (failed,) = found.found
+    assert failed.text == (
         "node1:gpu[0-3] Xid 48 (Double Bit ECC Error) during the run, on 4 GPUs, 5 events (NVML); reset the GPU"
-    ]
+    )
+    assert (failed.scope, failed.gpu, failed.culprits, failed.severity) == ("node", None, ("node1",), "fail")
     assert found.sources["NVML"] == "gpu[0-7] watched in 1 job(s): 41"
     assert found.sources["kernel log"] == "not readable: not read"
 
@@ -219,9 +228,9 @@ def test_the_kernel_log_counts_where_it_has_the_xid_and_nvml_adds_what_it_lacks(
     found = xid.judge_node("node1", [nvml], _log(), STARTED)
     assert (
         "node1:gpu0 Xid 79 (GPU has fallen off the bus) during the run, 1 event (NVML, kernel log); reboot the node"
-        in (found.problems)
+        in _texts(found, "fail")
     )
-    assert "node1:gpu6 Xid 74 (NVLink Error) during the run, 1 event (NVML); reset the GPU" in found.problems
+    assert "node1:gpu6 Xid 74 (NVLink Error) during the run, 1 event (NVML); reset the GPU" in _texts(found, "fail")
 
 
 def test_an_xid_the_table_lacks_warns_and_154_back_to_none_asks_nothing():
@@ -229,10 +238,11 @@ def test_an_xid_the_table_lacks_warns_and_154_back_to_none_asks_nothing():
     assert not xid.kind_of(154, "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)").fails
     assert xid.kind_of(154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)").fails
     found = xid.judge_node("node1", [_watch(XidEvent(_gpu(5), 999, STARTED + 5))], None, STARTED)
-    assert found.problems == []
-    assert found.warnings[0] == (
+    assert _texts(found, "fail") == []
+    assert _texts(found, "warn")[0] == (
         "node1:gpu5 Xid 999 (not in the suite's Xid table) during the run, 1 event (NVML); see NVIDIA's Xid catalog"
     )
+    assert (found.found[0].scope, found.found[0].gpu) == ("gpu", 5)
 
 
 def test_the_azure_health_checks_xids_all_fail():
@@ -246,23 +256,39 @@ def test_neither_source_is_not_judged_never_a_pass():
     no_nvml = XidWatch(
         "node1", "41", 0, error="NVML unavailable: NVMLError_LibraryNotFound: NVML Shared Library Not Found"
     )
-    found = xid.judge_node("node1", [no_nvml, no_nvml], unreadable, STARTED)
-    assert found.not_judged == (
+    (unjudged,) = xid.judge_node("node1", [no_nvml, no_nvml], unreadable, STARTED).found
+    assert unjudged.text == (
         f"node1: Xids not judged: kernel log not readable ({restricted}) and no NVML watch (NVML unavailable: "
         "NVMLError_LibraryNotFound: NVML Shared Library Not Found (2 tasks))"
     )
-    assert xid.judge_node("node1", [], None, STARTED, log_missing="job 52 has no reading from node1").not_judged == (
+    assert (unjudged.scope, unjudged.nodes, unjudged.severity, unjudged.convicts) == (
+        "node",
+        ("node1",),
+        "not_judged",
+        (),
+    )
+    found = xid.judge_node("node1", [], None, STARTED, log_missing="job 52 has no reading from node1")
+    assert _texts(found, "not_judged") == [
         "node1: Xids not judged: kernel log not readable (job 52 has no reading from node1) and no NVML watch "
         "(no GPU job of the run ran a task there)"
-    )
+    ]
 
 
 def test_gpus_no_task_watched_are_named_where_the_kernel_log_cannot_stand_in():
     unreadable = KernelLog("node1", False, "/dev/kmsg: Operation not permitted", gpus=node_xid.node_gpus(PROC))
     found = xid.judge_node("node1", [_watch(gpus=6)], unreadable, STARTED)
-    assert found.problems == []
-    assert found.warnings == [
-        "node1:gpu[6-7] not watched for Xids: no task of the run opened it through NVML and the kernel log is "
-        "not readable"
+    assert [(f.text, f.scope, f.severity) for f in found.found] == [
+        (
+            "node1:gpu[6-7] not watched for Xids: no task of the run opened it through NVML and the kernel log is "
+            "not readable",
+            "node",
+            "warn",
+        )
     ]
-    assert xid.judge_node("node1", [_watch(gpus=6)], _log(), STARTED).warnings[-1].startswith("node1:gpu1 Xid 63")
+    assert _texts(xid.judge_node("node1", [_watch(gpus=7)], unreadable, STARTED), "warn") == [
+        "node1:gpu7 not watched for Xids: no task of the run opened it through NVML and the kernel log is not readable"
+    ]
+    assert xid.judge_node("node1", [_watch(gpus=7)], unreadable, STARTED).found[0].gpu == 7
+    assert _texts(xid.judge_node("node1", [_watch(gpus=6)], _log(), STARTED), "warn")[-1].startswith(
+        "node1:gpu1 Xid 63"
+    )

@@ -8,7 +8,7 @@ import site_nvbandwidth
 
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.plan import JobRequest, Shape
-from pytest_gpucluster.verdict import Measurement
+from pytest_gpucluster.verdict import Finding, Measurement
 
 # The declaration: the workload, one task on every node holding all its GPUs; it measures, so it
 # never starts ahead.
@@ -31,5 +31,9 @@ def test_gpu_pairs_copy_at_the_site_floor(measured, judge, node):
         pytest.fail(f"{node}: no nvbandwidth result came back (answered: {', '.join(bandwidth)})", pytrace=False)
     if not found.found:
         not_applicable(f"nvbandwidth is not installed on {node}")
-    judge.problems([f"{node}: {found.error}"] if found.error else [], f"{node}: nvbandwidth did not run")
-    judge.all(Measurement(METRIC, gbps, "GB/s", where=f"{node}:{pair}") for pair, gbps in found.matrix.items())
+    # A fault without a number is a finding of its place: here the node (``gpu=i`` for one GPU).
+    judge.findings(
+        [Finding.on_node(node, f"{node}: {found.error}")] if found.error else [], f"{node}: nvbandwidth did not run"
+    )
+    # A number is a measurement of its place, judged against thresholds.toml.
+    judge.all(Measurement.at(METRIC, gbps, "GB/s", node, detail=pair) for pair, gbps in found.matrix.items())

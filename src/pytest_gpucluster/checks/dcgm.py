@@ -1,11 +1,11 @@
 """NVIDIA DCGM diagnostics, judged on the login node: the ``dcgmi diag -r LEVEL -j`` output a
-node brought back (``workloads.dcgm.run_diag``), parsed and turned into problems.
+node brought back (``workloads.dcgm.run_diag``), parsed and turned into findings.
 
 The parser reads DCGM 3.x documents (everything under ``"DCGM GPU Diagnostic"``, tests grouped
 into categories, one result per GPU with ``gpu_ids``/``gpu_id``, ``warnings`` as strings or as
 ``{"warning": ..., "error_id": ...}``) and the 4.x shape (``"DCGM Diagnostic"``, results by
-``entity_id``, lower-case statuses). Pass and Skip are fine; Fail and Warn are named with the GPU
-and DCGM's own words.
+``entity_id``, lower-case statuses). Pass and Skip are fine; Fail and Warn fail, each a finding
+of its GPU (of the node for a test of all GPUs) with DCGM's own words.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.dcgm import DIAG_TIMEOUT_S, DiagRun
 
 _OK = {"pass", "skip", "skipped", "not run"}
@@ -104,28 +105,29 @@ def parse_diag(text: str) -> tuple[list[DiagResult], dict[str, Any]]:
     return results, facts
 
 
-def diag_problems(run: DiagRun) -> list[str]:
-    """Sentences for every Fail/Warn of one node's run, naming the GPU and DCGM's message; a run
-    that timed out or produced no readable document is a problem too."""
+def diag_findings(run: DiagRun) -> list[Finding]:
+    """A failure for every Fail/Warn of one node's run, of the GPU it names (of the node for all
+    GPUs) with DCGM's message; a run that timed out or produced no readable document is a
+    failure of the node."""
     where = run.node
     if run.timed_out:
-        return [
+        text = (
             f"{where}: dcgmi diag -r {run.level} did not finish within its time limit "
             f"({run.seconds:.0f} s); the GPUs may be hung"
-        ]
+        )
+        return [Finding.on_node(where, text)]
     try:
         results, _ = parse_diag(run.stdout)
     except ValueError as exc:
         tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
-        return [
-            f"{where}: dcgmi diag -r {run.level} exited {run.returncode} without a readable result ({exc})"
-            + (": " + " | ".join(tail) if tail else "")
-        ]
-    problems = []
+        text = f"{where}: dcgmi diag -r {run.level} exited {run.returncode} without a readable result ({exc})"
+        return [Finding.on_node(where, text + (": " + " | ".join(tail) if tail else ""))]
+    found = []
     for r in results:
         if r.status in _OK:
             continue
         gpu = f"{where}:gpu{r.gpu}" if r.gpu != "all" else f"{where} (all GPUs)"
         words = "; ".join(r.messages) or "no message"
-        problems.append(f"{gpu}: DCGM {r.category} test '{r.test}' {r.status.upper()}: {words}")
-    return problems
+        text = f"{gpu}: DCGM {r.category} test '{r.test}' {r.status.upper()}: {words}"
+        found.append(Finding.on_node(where, text, gpu=int(r.gpu) if r.gpu.isdigit() else None))
+    return found

@@ -14,10 +14,15 @@ to say, each one sentence naming the node and the GPUs, links or ports it covers
 - ``unsupported``: NVML does not report some NVLink counters on the node's GPUs (warns);
 - ``unread``: NVLink was not read on the node. Where the node's GPUs are real
   (``nvlink_required``) the check cannot judge NVLink: ``incomplete``; elsewhere it warns.
+
+Each finding keeps the places it covers; ``FabricFinding.finding`` makes it the verdict's
+finding of the one port (``mlx5_0/1``), NVLink (``link 5`` of its GPU) or GPU it names, else of
+the node.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,9 +30,13 @@ from typing import Any, Literal
 from pytest_gpucluster.checks import fabric_text as text
 from pytest_gpucluster.checks.fabric_text import Place
 from pytest_gpucluster.config.fabric_rules import DEFAULT_RULES, FAMILY_OF, FabricRule, Scope
+from pytest_gpucluster.verdict import Finding, Severity
 from pytest_gpucluster.workloads.fabric_counters import IB_ERROR_COUNTERS, FabricSnapshot, GpuNvLinks
 
 Status = Literal["fail", "incomplete", "warn", "note"]
+# A status's severity as a verdict's finding; a note is said, never judged.
+SEVERITY: Mapping[Status, Severity] = {"fail": "fail", "incomplete": "not_judged", "warn": "warn"}
+_GPU = re.compile(r"gpu(\d+)")
 
 
 @dataclass(frozen=True)
@@ -41,11 +50,19 @@ class FabricFinding:
     subject: str
     sentence: str
     detail: tuple[Mapping[str, Any], ...] = ()
+    places: tuple[Place, ...] = ()  # the ports, links or GPUs it covers; none: the node
 
     @property
     def fails(self) -> bool:
         """Whether this finding fails the check."""
         return self.status == "fail"
+
+    def finding(self) -> Finding | None:
+        """The verdict's finding (None for a note): of the one IB port, NVLink or GPU it covers,
+        else of its node."""
+        if self.status not in SEVERITY:
+            return None
+        return Finding.on_node(self.node, self.sentence, severity=SEVERITY[self.status], **_place_fields(self.places))
 
     def to_json(self) -> dict[str, Any]:
         """For the results record."""
@@ -71,6 +88,26 @@ class _Rise:
     after: int
 
 
+def _place_fields(places: Iterable[Place]) -> dict[str, Any]:
+    """``port`` and ``gpu`` of a finding covering ``places``: one IB port (``mlx5_0/1``), one
+    NVLink (``link 5`` of its GPU), links of one GPU (the GPU); nothing for more or none."""
+    covered = set(places)
+    units = {p.unit for p in covered}
+    if len(units) != 1:
+        return {}
+    (unit,) = units
+    hca, space, port = unit.partition(" port ")
+    if space:
+        return {"port": f"{hca}/{port}"}
+    gpu = _GPU.fullmatch(unit)
+    if gpu is None:
+        return {}
+    links = {p.link for p in covered}
+    if len(links) == 1 and None not in links:
+        return {"gpu": int(gpu.group(1)), "port": f"link {links.pop()}"}
+    return {"gpu": int(gpu.group(1))}
+
+
 def _where(place: Place) -> str:
     return place.unit + (f" link {place.link}" if place.link is not None else "")
 
@@ -87,8 +124,13 @@ class _Diff:
         self.links_of: dict[str, int] = {}
         self.found: list[FabricFinding] = []
 
-    def say(self, kind: str, status: Status, subject: str, sentence: str, detail: Any = ()) -> None:
-        self.found.append(FabricFinding(kind, status, self.node, subject, f"{self.node}: {sentence}", tuple(detail)))
+    def say(
+        self, kind: str, status: Status, subject: str, sentence: str, detail: Any = (), places: Iterable[Place] = ()
+    ) -> None:
+        found = FabricFinding(
+            kind, status, self.node, subject, f"{self.node}: {sentence}", tuple(detail), tuple(places)
+        )
+        self.found.append(found)
 
     def counters(self, place: Place, before: Mapping[str, int], after: Mapping[str, int]) -> None:
         for name, old in before.items():
@@ -152,7 +194,7 @@ class _Diff:
                 self.events.add("gpu-missing", "", Place(unit))
             return
         for error in dict.fromkeys((*gpu.errors, *now.errors)):
-            self.say("unreadable", "fail", "", f"{unit} NVLink counters: {error}; not judged")
+            self.say("unreadable", "fail", "", f"{unit} NVLink counters: {error}; not judged", places=[Place(unit)])
         later = {link.link: link for link in now.links}
         for link in gpu.links:
             place = Place(unit, link.link)
@@ -215,11 +257,12 @@ class _Diff:
                     "so the true increase may be larger"
                 )
         detail = [{"where": _where(r.place), "counter": r.counter, "before": r.before, "after": r.after} for r in rises]
-        self.say("increase", status, rule.family, sentence, detail)
+        self.say("increase", status, rule.family, sentence, detail, [r.place for r in rises])
 
     def _other(self, kind: str, counter: str, items: list[tuple[Place, int | None, int | None]]) -> None:
         where = text.places((p for p, _, _ in items), self.links_of if kind != "link-missing" else None)
         detail = [{"where": _where(p), "counter": counter, "before": b, "after": a} for p, b, a in items]
+        places = [p for p, _, _ in items]
         if kind == "reset":
             (_, old, new), many = items[0], len(items) > 1
             values = f"(e.g. {old} → {new})" if many else f"{old} → {new}"
@@ -227,28 +270,33 @@ class _Diff:
                 f"{counter} went down {values} on {where} over {self.span}: the counter was reset or wrapped, "
                 "so its increase during the run is unknown"
             )
-            self.say("reset", "fail", counter, sentence, detail)
+            self.say("reset", "fail", counter, sentence, detail, places)
         elif kind == "missing":
-            self.say("missing", "fail", counter, f"{counter} on {where} read before the run, missing after", detail)
+            self.say(
+                "missing", "fail", counter, f"{counter} on {where} read before the run, missing after", detail, places
+            )
         elif kind == "link-missing":
-            self.say("missing", "fail", "", f"NVLink {where} read before the run, missing after", detail)
+            self.say("missing", "fail", "", f"NVLink {where} read before the run, missing after", detail, places)
         elif kind == "port-missing":
             why = "HCA gone or its driver reset"
-            self.say("missing", "fail", "", f"{where} read before the run, missing after ({why})", detail)
+            self.say("missing", "fail", "", f"{where} read before the run, missing after ({why})", detail, places)
         elif kind == "gpu-missing":
-            self.say("missing", "fail", "", f"NVLink counters of {where} read before the run, GPU missing after")
+            sentence = f"NVLink counters of {where} read before the run, GPU missing after"
+            self.say("missing", "fail", "", sentence, places=places)
         elif kind == "unreadable":
-            self.say("unreadable", "fail", counter, f"{counter} on {where} is not a number in sysfs; not judged")
+            sentence = f"{counter} on {where} is not a number in sysfs; not judged"
+            self.say("unreadable", "fail", counter, sentence, places=places)
         elif kind == "saturated":
             width = IB_ERROR_COUNTERS[counter]
             sentence = (
                 f"{counter} on {where} was at its {width}-bit maximum {2**width - 1} before the run and cannot "
                 "show an increase; clear the port's counters to judge it"
             )
-            self.say("saturated", "warn", counter, sentence, detail)
+            self.say("saturated", "warn", counter, sentence, detail, places)
         elif kind == "unsupported":
             gpus = text.labels(sorted({p.unit for p, _, _ in items}, key=text.unit_order))
-            self.say("unsupported", "warn", counter, f"NVML does not report {counter} on {gpus}; not checked")
+            sentence = f"NVML does not report {counter} on {gpus}; not checked"
+            self.say("unsupported", "warn", counter, sentence, places=places)
 
 
 def compare(
@@ -293,15 +341,11 @@ def compare_nodes(
 
 
 def sentences(findings: Iterable[FabricFinding], status: Status) -> list[str]:
-    """The sentences of the findings of one status, fails first in the order found."""
+    """The sentences of the findings of one status, in the order found."""
     return [f.sentence for f in findings if f.status == status]
 
 
-def problems(findings: Iterable[FabricFinding]) -> list[str]:
-    """The sentences of the findings that fail."""
-    return sentences(findings, "fail")
-
-
-def warnings(findings: Iterable[FabricFinding]) -> list[str]:
-    """The sentences of the findings that only warn."""
-    return sentences(findings, "warn")
+def judged(findings: Iterable[FabricFinding]) -> list[Finding]:
+    """The verdict's findings: every one that fails, warns or leaves the check not judged, in the
+    order found (notes are said, not judged)."""
+    return [v for v in (f.finding() for f in findings) if v is not None]

@@ -1,7 +1,7 @@
 """One node's pair of fabric snapshots judged (``checks.fabric``) into what its check does:
-``problems`` fail it, ``warnings`` warn, ``notes`` are said live, ``incomplete`` (NVLink left
-unread on real GPUs) makes it a skip, never a pass, and ``record`` keeps every family that rose,
-per port and link, with the rule it was judged by, in the results."""
+``judged`` are the verdict's findings (failures, warnings, and NVLink left unread on real GPUs,
+which leaves the check not judged, never passed), ``notes`` are said live, and ``record`` keeps
+every family that rose, per port and link, with the rule it was judged by, in the results."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from pytest_gpucluster.checks import fabric
 from pytest_gpucluster.config.fabric_rules import FabricRule
+from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot
 
 
@@ -21,10 +22,8 @@ class NodeFabric:
     findings: tuple[fabric.FabricFinding, ...]
     record: dict[str, Any]  # the results' ``fabric`` entry
     notes: tuple[str, ...]
-    warnings: tuple[str, ...]
-    problems: tuple[str, ...]
+    judged: tuple[Finding, ...]  # each of its port, link, GPU or node
     what: str  # the failure's context: the jobs and the node
-    incomplete: str  # why the check could not judge everything, or ""
 
 
 def _rule_json(rule: FabricRule) -> dict[str, Any]:
@@ -65,8 +64,6 @@ def judge_node(
         findings=tuple(found),
         record=record,
         notes=tuple(fabric.sentences(found, "note")),
-        warnings=tuple(fabric.warnings(found)),
-        problems=tuple(fabric.problems(found)),
+        judged=tuple(fabric.judged(found)),
         what=f"jobs {' → '.join(job_ids)}: fabric error counters of {node}",
-        incomplete="; ".join(fabric.sentences(found, "incomplete")),
     )

@@ -4,8 +4,11 @@ returned (``workloads.inventory.summarise`` output).
 "Workers are identical" is checked fact by fact: the value most nodes share is the
 reference and every other node is named with its value, e.g.
 ``worker3: driver 550.54 vs 560.35 on 15 others``. Where no value has a majority (one node
-against one), every node is named and the sentence says so. The profile's own expectations
-(GPU model and count, minimum driver/CUDA, kernel, RAM) are checked per node as well.
+against one), every node is named and the sentence says so. A node is the culprit of its
+difference only where the reference is held by a strict majority of the nodes; otherwise the
+difference names every compared node together, with no culprit. The profile's own expectations
+(GPU model and count, minimum driver/CUDA, kernel, RAM) are checked per node as well: each is
+its node's.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from pytest_gpucluster.verdict import Finding
 
 NA = "n/a"
 
@@ -50,6 +55,15 @@ class Mismatch:
     value: Any
     reference: Any  # the majority's value (None when there is no majority)
     sentence: str
+    compared: tuple[str, ...] = ()  # every node compared
+    strict: bool = False  # the reference is held by more than half of the compared nodes
+
+    def finding(self) -> Finding:
+        """Of the node where a strict majority holds the reference; else of every compared node
+        together, with no culprit."""
+        if self.strict:
+            return Finding.on_node(self.node, self.sentence)
+        return Finding.across([self.node, *self.compared], self.sentence)
 
 
 def _others(n: int) -> str:
@@ -70,6 +84,7 @@ def mismatches(
         ranked = groups.most_common()
         top_value, top_count = ranked[0]
         tie = len(ranked) > 1 and ranked[1][1] == top_count
+        strict = top_count * 2 > len(nodes)
         for node in nodes:
             mine = str(values[node])
             if not tie and mine == top_value:
@@ -77,16 +92,16 @@ def mismatches(
             if tie:
                 rest = ", ".join(f"{v} on {_others(c)}" for v, c in ranked if v != mine)
                 sentence = f"{node}: {label} {mine} vs {rest} (no majority)"
-                out.append(Mismatch(node, key, values[node], None, sentence))
+                out.append(Mismatch(node, key, values[node], None, sentence, tuple(nodes)))
             else:
                 sentence = f"{node}: {label} {mine} vs {top_value} on {_others(top_count)}"
-                out.append(Mismatch(node, key, values[node], top_value, sentence))
+                out.append(Mismatch(node, key, values[node], top_value, sentence, tuple(nodes), strict))
     return sorted(out, key=lambda m: (m.node, [k for k, _ in facts].index(m.fact)))
 
 
-def sentences_for(found: Sequence[Mismatch], node: str) -> list[str]:
-    """The sentences about ``node``, for its per-node test."""
-    return [m.sentence for m in found if m.node == node]
+def findings_for(found: Sequence[Mismatch], node: str) -> list[Finding]:
+    """The findings about ``node``, for its per-node test (``Mismatch.finding``)."""
+    return [m.finding() for m in found if m.node == node]
 
 
 # --------------------------------------------------------------------------- the profile's expectations
@@ -98,7 +113,7 @@ def version_tuple(text: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts) if parts else None
 
 
-def profile_problems(
+def profile_findings(
     node: str,
     summary: Mapping[str, Any],
     *,
@@ -108,9 +123,10 @@ def profile_problems(
     min_driver: str | None = None,
     min_cuda: str | None = None,
     expect_kernel: str | None = None,
-) -> list[str]:
-    """Where ``node`` differs from what the profile says it is. GPU facts are only checked when
-    the profile's GPUs are real devices (GRES-only test nodes have none for NVML to see)."""
+) -> list[Finding]:
+    """Where ``node`` differs from what the profile says it is, each a failure of the node. GPU
+    facts are only checked when the profile's GPUs are real devices (GRES-only test nodes have
+    none for NVML to see)."""
     problems: list[str] = []
     if gpus_are_real:
         model = str(summary.get("gpu_model", NA))
@@ -129,7 +145,7 @@ def profile_problems(
     kernel = str(summary.get("kernel", NA))
     if expect_kernel and kernel != expect_kernel:
         problems.append(f"{node}: kernel {kernel}, profile expects {expect_kernel}")
-    return problems
+    return [Finding.on_node(node, p) for p in problems]
 
 
 # --------------------------------------------------------------------------- RAM and sizing

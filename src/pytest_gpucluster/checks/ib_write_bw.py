@@ -7,6 +7,11 @@ node probe's reading), all ports at once. Every (pair, direction, port) meets on
 own, so no client can reach a server meant for another. Each run's Gb/s is judged per HCA,
 naming the node, the HCA and the peer; a node's check reads every run its HCAs took part in,
 writing or written to.
+
+A run measures a pair: its Gb/s, and a run that measured nothing, name both nodes together. The
+pairing rule (``checks.pairing``) isolates a node per HCA where the runs allow it: an HCA that is
+slow with a peer whose same HCA is fast with another node is its node's (the odd node out meets
+two peers), and the measurement names it as the culprit.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pytest_gpucluster.checks.pairing import Pair, Pairing
-from pytest_gpucluster.verdict import Measurement
+from pytest_gpucluster.verdict import Finding, Measurement
 from pytest_gpucluster.workloads.ib_write_bw import SIZE, Hca, NodeWrites, Step, WriteResult
 from pytest_gpucluster.workloads.infiniband import IbNode
 
@@ -46,7 +51,7 @@ class PairPlan:
 
     pairs: tuple[Pair, ...]
     steps: dict[str, list[Step]] = field(default_factory=dict)
-    unmatched: dict[str, list[str]] = field(default_factory=dict)
+    unmatched: dict[str, list[Finding]] = field(default_factory=dict)  # each of the port not active
 
     @property
     def longest(self) -> int:
@@ -59,20 +64,21 @@ def plan_steps(
 ) -> PairPlan:
     """For every pair, two steps on each of its nodes (a serves while b writes, then the other
     way round) over the ports active on both. A port active on one node only is reported against
-    the node where it is not active."""
+    the node where it is not active (a finding of that port)."""
     pairs = list(pairs)
     stride = max((len(p) for p in ports.values()), default=0) or 1
     steps: dict[str, list[Step]] = {}
-    unmatched: dict[str, list[str]] = {}
+    unmatched: dict[str, list[Finding]] = {}
     for index, (a, b) in enumerate(pairs):
         mine, theirs = set(ports.get(a, ())), set(ports.get(b, ()))
         common = sorted(mine & theirs)
         for node, peer, missing in ((a, b, theirs - mine), (b, a, mine - theirs)):
             for device, port in sorted(missing):
-                unmatched.setdefault(node, []).append(
+                text = (
                     f"{node}:{device}/{port} is not an active InfiniBand port there, so ib_write_bw could not "
                     f"measure it against {peer}:{device}/{port}"
                 )
+                unmatched.setdefault(node, []).append(Finding.on_node(node, text, port=f"{device}/{port}"))
         if not common:
             continue
         for direction, (server, client) in enumerate(((a, b), (b, a))):
@@ -119,8 +125,40 @@ class NodeJudgement:
     """What one node's check judges: its measurements, its problems, or why it does not apply."""
 
     measurements: tuple[Measurement, ...] = ()
-    problems: tuple[str, ...] = ()
+    problems: tuple[Finding, ...] = ()
     not_applicable: str = ""
+
+
+def _measured(writes: Mapping[str, NodeWrites]) -> list[tuple[WriteResult, float]]:
+    """Every client run that reported its bandwidth, with its Gb/s."""
+    return [
+        (r, gbps)
+        for w in writes.values()
+        if w.found
+        for r in w.results
+        if r.role == "client" and (gbps := parse_bw(r.stdout)) is not None
+    ]
+
+
+def isolated(writes: Mapping[str, NodeWrites], fail_below: float | None) -> dict[str, tuple[str, ...]]:
+    """HCA (``mlx5_0/1``) → the nodes the pairing rule convicts on it: a pair of nodes passes
+    on an HCA when every run between them on it is at ``fail_below`` or above; a node that fails
+    with a partner that passed with another node is bad. Nothing without a line."""
+    if fail_below is None:
+        return {}
+    runs: dict[str, dict[Pair, bool]] = {}
+    for r, gbps in _measured(writes):
+        a, b = sorted((r.node, r.peer))
+        by_pair = runs.setdefault(f"{r.device}/{r.port}", {})
+        by_pair[(a, b)] = by_pair.get((a, b), True) and gbps >= fail_below
+    out: dict[str, tuple[str, ...]] = {}
+    for hca, outcomes in runs.items():
+        nodes = sorted({n for pair in outcomes for n in pair})
+        state = Pairing(nodes)
+        state.record(outcomes.items())
+        if state.bad:
+            out[hca] = tuple(n for n in nodes if n in state.bad)
+    return out
 
 
 def judge_node(
@@ -130,9 +168,11 @@ def judge_node(
     *,
     job_id: str | None = None,
     size: int = SIZE,
+    fail_below: float | None = None,
 ) -> NodeJudgement:
-    """Every run ``node``'s HCAs took part in: a measurement per run that reported its bandwidth,
-    a problem per run that did not and per port that could not be measured."""
+    """Every run ``node``'s HCAs took part in: a measurement of the pair per run that reported
+    its bandwidth (with the culprits ``isolated`` finds by ``fail_below``), a finding of the pair
+    per run that did not, one of the port per port that could not be measured."""
     if node not in plan.steps:
         if plan.unmatched.get(node):
             return NodeJudgement(problems=tuple(plan.unmatched[node]))
@@ -145,13 +185,16 @@ def judge_node(
     mine = writes.get(node)
     if mine is None:
         answered = ", ".join(sorted(writes)) or "none"
-        return NodeJudgement(problems=(f"{node}: no ib_write_bw result came back (answered: {answered})",))
+        return NodeJudgement(
+            problems=(Finding.on_node(node, f"{node}: no ib_write_bw result came back (answered: {answered})"),)
+        )
     if not mine.found:
         return NodeJudgement(not_applicable=f"ib_write_bw (perftest) is not installed on {node}: {mine.absent}")
     peers = sorted({s.peer for s in plan.steps.get(node, ())})
     absent = [p for p in peers if p in writes and not writes[p].found]
     problems = list(plan.unmatched.get(node, ()))
     measurements: list[Measurement] = []
+    bad = isolated(writes, fail_below)
     for run in (r for w in writes.values() if w.found for r in w.results):
         if node not in (run.node, run.peer) or run.peer in absent or run.node in absent:
             continue
@@ -160,15 +203,20 @@ def judge_node(
         connect_wait_s = writes[run.node].connect_wait_s
         if run.role == "server":
             if run.timed_out or run.returncode not in (0, None):
-                problems.append(f"{run.node}:{hca}: ib_write_bw server for {run.peer}: {_why(run, connect_wait_s)}")
+                text = f"{run.node}:{hca}: ib_write_bw server for {run.peer}: {_why(run, connect_wait_s)}"
+                problems.append(Finding.across([run.node, run.peer], text))
             continue
         gbps = parse_bw(run.stdout)
         if gbps is None:
-            problems.append(f"{run.node}:{hca}: ib_write_bw to {run.peer}:{hca}: {_why(run, connect_wait_s)}")
+            text = f"{run.node}:{hca}: ib_write_bw to {run.peer}:{hca}: {_why(run, connect_wait_s)}"
+            problems.append(Finding.across([run.node, run.peer], text))
             continue
         way = f"to {other}:{hca}" if run.node == node else f"from {other}:{hca}"
-        detail = f"ib_write_bw {way}, {size // 2**20} MiB messages"
-        measurements.append(Measurement(METRIC, gbps, "Gb/s", f"{node}:{hca}", detail, job_id=job_id))
+        detail = f"{node}:{hca} ib_write_bw {way}, {size // 2**20} MiB messages"
+        culprits = [n for n in bad.get(hca, ()) if n in (node, other)]
+        measurements.append(
+            Measurement.across(METRIC, gbps, "Gb/s", (node, other), culprits=culprits, detail=detail, job_id=job_id)
+        )
     if not measurements and not problems and absent:
         return NodeJudgement(not_applicable=f"ib_write_bw is not installed on {node}'s peer {', '.join(absent)}")
     return NodeJudgement(tuple(measurements), tuple(problems))

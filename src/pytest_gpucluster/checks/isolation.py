@@ -1,14 +1,21 @@
 """GPU isolation, judged on the login node: from the ``GpuView`` each task of a job read
 (``workloads.isolation.gpu_view``), a job sees exactly the GPUs it was allotted, two jobs on one
 node get disjoint GPUs, each ``--gpus-per-task=1`` task gets its own, and no foreign process
-holds memory on them. The ``*_problems`` functions return problems, and ``view_problems``
-(problems, warnings): missing device cgroups is a warning, never a silent pass.
+holds memory on them. Missing device cgroups is a warning, never a silent pass.
+
+What a task was given is Slurm's setup (gres.conf, cgroup.conf, slurm.conf): a problem of one
+kind seen on no more than half of the nodes is each such node's own, seen on more it names those
+nodes together with no culprit (``places.own_or_setup``). NVML unreadable on a node, and a
+foreign process on a GPU, are that node's and that GPU's; two jobs that never ran at once leave
+the overlap not judged (the queue, not the nodes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pytest_gpucluster.checks.places import own_or_setup
+from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.isolation import Device, GpuView
 
 
@@ -48,40 +55,58 @@ def _of(view: GpuView, indices: tuple[str, ...]) -> tuple[Device, ...]:
     return tuple(d for d in nvml if str(d.minor) in indices)
 
 
-def view_problems(
-    view: GpuView, asked: int, *, device_cgroups: bool, job_holds: int | None = None
-) -> tuple[list[str], list[str]]:
-    """(problems, warnings) for one task that asked for ``asked`` GPUs. ``job_holds``: what the
-    task's job holds on its node, when that is more (a task of a ``--gpus-per-task=1`` job): the
-    device cgroup may be the job's or the step's, so NVML may show that many, not more."""
-    problems: list[str] = []
-    warns: list[str] = []
+def view_findings(
+    views: Sequence[tuple[GpuView, int]], *, device_cgroups: bool, job_holds: int | None = None
+) -> list[Finding]:
+    """Every task's view against the ``asked`` GPUs it asked for (``(view, asked)``): failures of
+    Slurm's setup or of a node (see the module), and warnings. ``job_holds``: what a task's job
+    holds on its node, when that is more (a task of a ``--gpus-per-task=1`` job): the device
+    cgroup may be the job's or the step's, so NVML may show that many, not more."""
+    seen: list[tuple[str, str, str]] = []
+    found: list[Finding] = []
+    for view, asked in views:
+        issues, more = _view(view, asked, device_cgroups=device_cgroups, job_holds=job_holds)
+        seen += [(kind, view.node, text) for kind, text in issues]
+        found += more
+    return own_or_setup(seen, [v.node for v, _ in views]) + found
+
+
+def _view(
+    view: GpuView, asked: int, *, device_cgroups: bool, job_holds: int | None
+) -> tuple[list[tuple[str, str]], list[Finding]]:
+    """One task's view: (setup problems as (kind, sentence), its node's failures and warnings)."""
+    problems: list[tuple[str, str]] = []
+    found: list[Finding] = []
     w = view.where
     cvd = view.cuda_visible_devices
     if cvd is None:
-        problems.append(f"{w}: CUDA_VISIBLE_DEVICES is not set; Slurm did not bind the job's GPUs")
+        problems.append(("cvd", f"{w}: CUDA_VISIBLE_DEVICES is not set; Slurm did not bind the job's GPUs"))
     elif len(parse_list(cvd)) != asked:
         problems.append(
-            f"{w}: CUDA_VISIBLE_DEVICES={cvd!r} lists {len(parse_list(cvd))} GPU(s), the job asked for {asked}"
+            ("cvd", f"{w}: CUDA_VISIBLE_DEVICES={cvd!r} lists {len(parse_list(cvd))} GPU(s), the job asked for {asked}")
         )
     slurm = parse_list(view.step_gpus) or parse_list(view.job_gpus)
     # A per-task task's SLURM_STEP_GPUS may name its own GPU or the whole step's (the variable is
     # the step's in Slurm's documentation); either count is Slurm's allotment, not a fault.
     if len(slurm) != asked and not (view.gpus_per_task and len(slurm) == max(asked, job_holds or 0)):
         problems.append(
-            f"{w}: Slurm allotted GPU(s) {list(slurm)} (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for {asked}"
+            (
+                "slurm",
+                f"{w}: Slurm allotted GPU(s) {list(slurm)} (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for {asked}",
+            )
         )
     if view.torch_count is not None and view.torch_count != asked:
-        problems.append(f"{w}: torch.cuda.device_count() = {view.torch_count}, the job asked for {asked}")
+        problems.append(("torch", f"{w}: torch.cuda.device_count() = {view.torch_count}, the job asked for {asked}"))
     if view.nvml is None:
         if view.nvml_error:
-            problems.append(f"{w}: NVML could not be read ({view.nvml_error})")
+            found.append(Finding.on_node(view.node, f"{w}: NVML could not be read ({view.nvml_error})"))
         elif not device_cgroups:
-            warns.append(
+            text = (
                 f"{w}: device cgroups are off on this cluster (profile device_cgroups = false): a job can "
                 "open GPUs it was not given; only Slurm's view was checked"
             )
-        return problems, warns
+            found.append(_cgroups_off(view, text))
+        return problems, found
     mine = allotted(view)
     holds = max(asked, job_holds or 0)
     if len(view.nvml) > holds:
@@ -89,14 +114,18 @@ def view_problems(
             f"{w}: NVML inside the job sees {len(view.nvml)} GPUs, the job was allotted {holds}: devices are not "
             "constrained (ConstrainDevices=yes in cgroup.conf)"
         )
-        (problems if device_cgroups else warns).append(text)
+        if device_cgroups:
+            problems.append(("cgroup", text))
+        else:
+            found.append(_cgroups_off(view, text))
     elif not view.gpus_per_task:  # a per-task SLURM_STEP_GPUS may not name the task's GPU (``allotted``)
         minors = sorted(str(d.minor) for d in mine)
         if slurm and all(s.isdigit() for s in slurm) and minors != sorted(slurm):
-            warns.append(
+            text = (
                 f"{w}: the job holds /dev/nvidia{{{','.join(minors)}}} but Slurm names GRES indices "
                 f"{list(slurm)}; gres.conf may not list devices in minor-number order"
             )
+            found.append(Finding.on_node(view.node, text, severity="warn"))
     if view.torch_uuids:
         seen = {_norm(u) for u in view.torch_uuids}
         if view.gpus_per_task:  # the task's own GPU is the one CUDA gives it: one of its job's
@@ -106,22 +135,32 @@ def view_problems(
             given = {_norm(d.uuid) for d in mine}
             wrong = seen != given
         if wrong:
-            problems.append(
-                f"{w}: CUDA sees GPU(s) {sorted(seen - given) or sorted(seen)} outside the allotment {sorted(given)}"
-            )
-    return problems, warns
+            outside = sorted(seen - given) or sorted(seen)
+            problems.append(("cuda", f"{w}: CUDA sees GPU(s) {outside} outside the allotment {sorted(given)}"))
+    return problems, found
 
 
-def foreign_process_problems(view: GpuView) -> list[str]:
-    """Processes other than the task itself holding memory on the task's GPUs."""
+def _cgroups_off(view: GpuView, text: str) -> Finding:
+    """A warning of the profile's word that devices are not constrained (``device_cgroups``)."""
+    return Finding.outside("config", text, nodes=[view.node], setting="device_cgroups", severity="warn")
+
+
+def foreign_process_findings(view: GpuView) -> list[Finding]:
+    """Processes other than the task itself holding memory on the task's GPUs: each of its GPU
+    (``node:gpuN``, N the device's minor number); NVML unreadable is the node's."""
     if view.nvml is None:
-        return [f"{view.where}: NVML could not be read ({view.nvml_error or 'not measured'})"]
-    return [
-        f"{view.node}:gpu{d.minor} ({d.uuid}): process {pid} holds {mib} MiB (job {view.job_id} was given this GPU)"
-        for d in allotted(view)
-        for pid, mib in d.processes
-        if pid != view.pid
-    ]
+        return [
+            Finding.on_node(view.node, f"{view.where}: NVML could not be read ({view.nvml_error or 'not measured'})")
+        ]
+    found = []
+    for d in allotted(view):
+        for pid, mib in d.processes:
+            if pid != view.pid:
+                text = (
+                    f"{view.node}:gpu{d.minor} ({d.uuid}): process {pid} holds {mib} MiB (job {view.job_id} was given"
+                )
+                found.append(Finding.on_node(view.node, f"{text} this GPU)", gpu=d.minor))
+    return found
 
 
 def _identities(view: GpuView) -> set[str]:
@@ -130,38 +169,50 @@ def _identities(view: GpuView) -> set[str]:
     return {f"gres index {i}" for i in parse_list(view.step_gpus) or parse_list(view.job_gpus)}
 
 
-def disjoint_problems(first: Sequence[GpuView], second: Sequence[GpuView]) -> list[str]:
-    """Two jobs that ran at the same time share no GPU on any node."""
-    problems = [
-        f"{v.where}: the other job never ran alongside it (it waited in the queue?); overlap not tested"
+def disjoint_findings(first: Sequence[GpuView], second: Sequence[GpuView]) -> list[Finding]:
+    """Two jobs that ran at the same time share no GPU on any node (Slurm's setup, see the
+    module); where the other job never ran alongside a task, the overlap is not judged there."""
+    found = [
+        Finding.outside(
+            "queue",
+            f"{v.where}: the other job never ran alongside it (it waited in the queue?); overlap not tested",
+            nodes=[v.node],
+            severity="not_judged",
+        )
         for v in (*first, *second)
         if v.peer_seen is False
     ]
-    for a in first:
-        for b in second:
-            if a.node == b.node and (shared := _identities(a) & _identities(b)):
-                problems.append(f"{a.node}: jobs {a.job_id} and {b.job_id} ran at the same time on {sorted(shared)}")
-    return problems
+    seen = [
+        ("shared", a.node, f"{a.node}: jobs {a.job_id} and {b.job_id} ran at the same time on {sorted(shared)}")
+        for a in first
+        for b in second
+        if a.node == b.node and (shared := _identities(a) & _identities(b))
+    ]
+    return own_or_setup(seen, [v.node for v in (*first, *second)]) + found
 
 
-def per_task_problems(views: Sequence[GpuView]) -> list[str]:
-    """With ``--gpus-per-task=1``: each task sees exactly one GPU, and tasks of a node differ.
-    A task's GPU is the one CUDA gives it (its UUID) where it read one (see ``allotted``)."""
-    problems: list[str] = []
+def per_task_findings(views: Sequence[GpuView]) -> list[Finding]:
+    """With ``--gpus-per-task=1``: each task sees exactly one GPU, and tasks of a node differ
+    (Slurm's setup, see the module). A task's GPU is the one CUDA gives it (its UUID) where it
+    read one (see ``allotted``)."""
+    seen: list[tuple[str, str, str]] = []
     by_node: dict[str, list[tuple[GpuView, set[str]]]] = {}
     for v in views:
         ids = _identities(v)
         visible = len(v.nvml) if v.nvml is not None and len(v.nvml) <= 1 else len(parse_list(v.cuda_visible_devices))
         if len(ids) != 1 or visible != 1:
-            problems.append(
+            text = (
                 f"{v.where}: sees {visible} GPU(s) {sorted(ids)} (CUDA_VISIBLE_DEVICES="
                 f"{v.cuda_visible_devices!r}), expected exactly 1"
             )
+            seen.append(("count", v.node, text))
         by_node.setdefault(v.node, []).append((v, ids))
     for node, entries in by_node.items():
         owners: dict[str, list[int]] = {}
         for v, ids in entries:
             for i in ids:
                 owners.setdefault(i, []).append(v.rank)
-        problems += [f"{node}: tasks {ranks} share {gpu}" for gpu, ranks in owners.items() if len(ranks) > 1]
-    return problems
+        seen += [
+            ("shared", node, f"{node}: tasks {ranks} share {gpu}") for gpu, ranks in owners.items() if len(ranks) > 1
+        ]
+    return own_or_setup(seen, [v.node for v in views])

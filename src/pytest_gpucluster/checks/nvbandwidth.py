@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpucluster.verdict import Measurement
+from pytest_gpucluster.verdict import Finding, Measurement
 from pytest_gpucluster.workloads.nvbandwidth import TESTCASES, NvbandwidthRun
 
 H2D, D2H, D2D = TESTCASES
@@ -131,6 +131,15 @@ def parse(run: NvbandwidthRun) -> tuple[dict[str, Matrix], dict[str, str]]:
 
 
 @dataclass(frozen=True)
+class Unread:
+    """What kept a reading from being taken on a node: a failure of the node, and the testcase it
+    is about (None: the whole run)."""
+
+    finding: Finding
+    testcase: str | None = None
+
+
+@dataclass(frozen=True)
 class NodeCopies:
     """One node's judged readings: GB/s per GPU for each direction; for device↔device each GPU's
     worst pair (value, the pair as ``gpuA <- gpuB``)."""
@@ -140,8 +149,12 @@ class NodeCopies:
     host_to_device: dict[int, float] = field(default_factory=dict)
     device_to_host: dict[int, float] = field(default_factory=dict)
     device_to_device: dict[int, tuple[float, str]] = field(default_factory=dict)
-    problems: tuple[str, ...] = ()
+    problems: tuple[Unread, ...] = ()
     facts: Mapping[str, str] = field(default_factory=dict)
+
+    def unread(self, *testcases: str) -> list[Finding]:
+        """The failures that kept ``testcases`` (or the whole run) from being read."""
+        return [u.finding for u in self.problems if u.testcase is None or u.testcase in testcases]
 
 
 def per_gpu(matrix: Matrix) -> dict[int, float]:
@@ -175,37 +188,38 @@ def _tail(run: NvbandwidthRun) -> str:
 
 
 def node_copies(run: NvbandwidthRun) -> NodeCopies:
-    """The node's readings, and a problem for everything that kept one from being read: a run
-    past its timeout, an exit without a readable result, a testcase that did not pass."""
+    """The node's readings, and a failure of the node for everything that kept one from being
+    read: a run past its timeout, an exit without a readable result, a testcase that did not pass."""
     where = run.node
+
+    def unread(text: str, testcase: str | None = None) -> Unread:
+        return Unread(Finding.on_node(where, text), testcase)
+
     if run.timed_out:
-        return NodeCopies(
-            where,
-            0,
-            problems=(
-                f"{where}: nvbandwidth did not finish within its timeout of {run.timeout_s:g} s "
-                f"({' '.join(run.argv)}); the GPUs or their links may be hung",
-            ),
+        text = (
+            f"{where}: nvbandwidth did not finish within its timeout of {run.timeout_s:g} s "
+            f"({' '.join(run.argv)}); the GPUs or their links may be hung"
         )
+        return NodeCopies(where, 0, problems=(unread(text),))
     try:
         cases, facts = parse(run)
     except ValueError as exc:
-        return NodeCopies(
-            where, 0, problems=(f"{where}: nvbandwidth exited {run.returncode} without a readable result ({exc})",)
-        )
-    problems: list[str] = []
+        text = f"{where}: nvbandwidth exited {run.returncode} without a readable result ({exc})"
+        return NodeCopies(where, 0, problems=(unread(text),))
+    problems: list[Unread] = []
     if "error" in facts:
-        problems.append(f"{where}: nvbandwidth reported an error: {facts['error']}")
+        problems.append(unread(f"{where}: nvbandwidth reported an error: {facts['error']}"))
     found: dict[str, Matrix] = {}
     for name in TESTCASES:
         case = cases.get(name)
         if case is None:
-            problems.append(f"{where}: nvbandwidth gave no result for {name} (exit {run.returncode}: {_tail(run)})")
+            text = f"{where}: nvbandwidth gave no result for {name} (exit {run.returncode}: {_tail(run)})"
+            problems.append(unread(text, name))
         elif case.status.lower() != "passed" or not case.rows:
             # A node of one GPU has no pair: nvbandwidth waives the device-to-device testcase.
             if not (name == D2D and case.status.lower() == "waived"):
                 why = case.error or case.status or "no matrix"
-                problems.append(f"{where}: nvbandwidth {name} did not pass: {why}")
+                problems.append(unread(f"{where}: nvbandwidth {name} did not pass: {why}", name))
         else:
             found[name] = case
     h2d = per_gpu(found[H2D]) if H2D in found else {}
@@ -216,19 +230,19 @@ def node_copies(run: NvbandwidthRun) -> NodeCopies:
 
 
 def host_device_measurements(copies: NodeCopies, job_id: str | None = None) -> list[Measurement]:
-    """Host→device and device→host GB/s, one measurement per GPU and direction."""
-    out = []
-    for testcase, values in ((H2D, copies.host_to_device), (D2H, copies.device_to_host)):
-        for gpu, value in sorted(values.items()):
-            out.append(
-                Measurement(METRICS[testcase], value, "GB/s", f"{copies.node}:gpu{gpu}", testcase, job_id=job_id)
-            )
-    return out
+    """Host→device and device→host GB/s, one measurement of each GPU per direction."""
+    return [
+        Measurement.at(METRICS[testcase], value, "GB/s", copies.node, gpu=gpu, detail=testcase, job_id=job_id)
+        for testcase, values in ((H2D, copies.host_to_device), (D2H, copies.device_to_host))
+        for gpu, value in sorted(values.items())
+    ]
 
 
 def device_to_device_measurements(copies: NodeCopies, job_id: str | None = None) -> list[Measurement]:
-    """Device↔device GB/s: one measurement per GPU, its worst pair named with both GPUs."""
+    """Device↔device GB/s: one measurement of each GPU, its worst pair named with both GPUs."""
     return [
-        Measurement(METRICS[D2D], value, "GB/s", f"{copies.node}:gpu{gpu}", f"{D2D}, worst pair {pair}", job_id=job_id)
+        Measurement.at(
+            METRICS[D2D], value, "GB/s", copies.node, gpu=gpu, detail=f"{D2D}, worst pair {pair}", job_id=job_id
+        )
         for gpu, (value, pair) in sorted(copies.device_to_device.items())
     ]

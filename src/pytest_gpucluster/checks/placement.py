@@ -1,5 +1,8 @@
 """Task placement, judged on the login node: the ids every task read from its environment
 (``workloads.placement.report_placement``) against the job's nodes × tasks per node.
+
+Where tasks land and what ids they read is Slurm's setup, not a node's: each finding names the
+job's nodes together, with no culprit.
 """
 
 from __future__ import annotations
@@ -7,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.placement import Placement
 
 # A layout of more tasks than this is summarised: at 64 nodes × 8 tasks a rank-by-rank listing
@@ -20,8 +24,16 @@ def _few(items: Sequence[object], limit: int = 8) -> str:
     return shown + (f", … ({len(items) - limit} more)" if len(items) > limit else "")
 
 
-def placement_problems(placements: Sequence[Placement], nodes: int, tasks_per_node: int) -> list[str]:
-    """Every way ``placements`` differs from ``nodes`` × ``tasks_per_node``; empty when exact.
+def placement_findings(
+    placements: Sequence[Placement], nodes: int, tasks_per_node: int, *, on: Sequence[str] = ()
+) -> list[Finding]:
+    """Every way ``placements`` differs from ``nodes`` × ``tasks_per_node``, each a finding of
+    ``on`` (the Slurm nodes the job's tasks ran on) together; empty when exact."""
+    return [Finding.across(on, p) for p in _sentences(placements, nodes, tasks_per_node)]
+
+
+def _sentences(placements: Sequence[Placement], nodes: int, tasks_per_node: int) -> list[str]:
+    """Every way ``placements`` differs from ``nodes`` × ``tasks_per_node``, one sentence each.
 
     Checks: every rank 0..N-1 exactly once; each node id holds exactly ``tasks_per_node`` tasks on
     one host with local ids 0..T-1; distinct node ids are distinct hosts. Past ``SHOWN`` tasks the

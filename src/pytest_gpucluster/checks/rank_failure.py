@@ -2,6 +2,11 @@
 teardown time read from the stamp files every rank of ``workloads.rank_failure.rank_failure``
 wrote, whatever killed whom. A survivor killed before it could say "done" stopped within one
 heartbeat of its last one; the upper bound is used so a verdict never flatters the cluster.
+
+What is measured is the cluster's setup (Slurm's KillOnBadExit, the collective library's error
+handling), so the teardown and the problems of the injection name the job's nodes together, with
+no culprit; a rank that misbehaved on its own (a collective that returned past a dead rank, no
+heartbeat) makes its node the culprit.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_gpucluster.verdict import Finding, Measurement
 from pytest_gpucluster.workloads.rank_failure import EXIT_CODE, HEARTBEAT_S, PG_TIMEOUT_S
 
 
@@ -49,11 +55,13 @@ def plan(available_nodes: int, *, gpus_per_node: int, real_gpus: bool) -> Plan:
     )
 
 
-def never_started(job_id: str, why: str, nodes: tuple[str, ...]) -> str:
-    """The problem of a rank-failure job that ended before it ran: the fault was never injected."""
+def never_started(job_id: str, why: str, nodes: tuple[str, ...]) -> Finding:
+    """The problem of a rank-failure job that ended before it ran: the fault was never injected.
+    Of the nodes it was to run on together, no culprit."""
     where = ", ".join(nodes) if nodes else "any node of the partition"
-    return (
-        f"job {job_id} never started ({why}); it was to run on {where}, so no rank failed and no teardown was measured"
+    return Finding.across(
+        nodes,
+        f"job {job_id} never started ({why}); it was to run on {where}, so no rank failed and no teardown was measured",
     )
 
 
@@ -70,12 +78,18 @@ class Teardown:
     where: str
     detail: str
     survivors: tuple[str, ...]  # one line per survivor
-    problems: tuple[str, ...]  # the injection did not happen as planned
+    problems: tuple[Finding, ...]  # the injection did not happen as planned
     # When the workload ran (epoch s): the first rank's start to the last stop seen. The job
     # returns no result by design, so this is where its run time comes from.
     ran_from: float = 0.0
     ran_to: float = 0.0
     process_from: float = 0.0  # the first rank's process start (epoch s; 0 when not known)
+    nodes: tuple[str, ...] = ()  # the nodes whose ranks wrote stamps
+
+    def measurement(self, job_id: str) -> Measurement:
+        """The teardown time, of the job's nodes together (the setup's, no culprit)."""
+        metric = "robustness.rank_failure_teardown"
+        return Measurement.across(metric, self.seconds, "s", self.nodes, detail=self.detail, job_id=job_id)
 
 
 def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Teardown:
@@ -88,15 +102,16 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
             ranks.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             continue  # a file being replaced right now; the other ranks still tell the story
-    problems: list[str] = []
+    nodes = tuple(dict.fromkeys(str(r["node"]) for r in ranks))
+    problems: list[Finding] = []
     victims = [r for r in ranks if "victim_exit" in r["events"]]
     if not victims:
         joined = ", ".join(f"rank {r['rank']} on {r['node']}: {', '.join(r['events']) or 'no event'}" for r in ranks)
-        problems.append(
+        text = (
             "no rank reached the point of failure (victim_exit); the job failed before the fault "
             f"could be injected. Stamps: {joined or 'none written'}"
         )
-        return Teardown(float("nan"), "", "", (), tuple(problems))
+        return Teardown(float("nan"), "", "", (), (Finding.across(nodes, text),), nodes=nodes)
     victim = victims[0]
     exit_t = victim["events"]["victim_exit"]
     lines: list[str] = []
@@ -107,7 +122,8 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
         ev = r["events"]
         where = f"rank {r['rank']} on {r['node']}"
         if "collective_returned" in ev:
-            problems.append(f"{where}: all_reduce completed although rank {victim['rank']} was dead")
+            text = f"{where}: all_reduce completed although rank {victim['rank']} was dead"
+            problems.append(Finding.across(nodes, text, culprits=[r["node"]]))
         if "done" in ev:
             stop = ev["done"]
             how = f"noticed ({str(r.get('error') or 'no error text')[:120]})" if "noticed" in ev else "finished"
@@ -118,7 +134,7 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
                 "after the collective timeout); stopped within one heartbeat of its last"
             )
         else:
-            problems.append(f"{where}: wrote no heartbeat")
+            problems.append(Finding.across(nodes, f"{where}: wrote no heartbeat", culprits=[r["node"]]))
             continue
         delay = max(0.0, stop - exit_t)
         lines.append(f"{where}: stopped {delay:.1f} s after the victim's exit, {how}")
@@ -126,9 +142,9 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
             worst, worst_where = delay, r["node"]
     world = max(int(r.get("world_size", 0)) for r in ranks)
     if len(ranks) < world:
-        problems.append(f"only {len(ranks)} of {world} ranks wrote stamps to {folder}")
+        problems.append(Finding.across(nodes, f"only {len(ranks)} of {world} ranks wrote stamps to {folder}"))
     if not lines:
-        problems.append("no survivor left a stop time")
+        problems.append(Finding.across(nodes, "no survivor left a stop time"))
     backend = f" ({victim['backend']} ranks)" if victim.get("backend") else ""
     detail = f"rank {victim['rank']} on {victim['node']} exited with {EXIT_CODE}{backend}; " + "; ".join(lines)
     starts = [float(r["started"]) for r in ranks if r.get("started")]
@@ -143,4 +159,5 @@ def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Tear
         min(starts) if starts else 0.0,
         max(stops),
         min(processes) if processes else 0.0,
+        nodes,
     )

@@ -13,6 +13,10 @@ Two rules, each naming the GPU (``node:gpuN``) that breaks it:
 
 Results computed at different sizes are not compared: each is named instead. Results of one
 model in different dtypes are judged as different models.
+
+A GPU that breaks a rule is the culprit of its finding (scope gpu, or its node for a CPU rank);
+GPUs of one model with no majority are their node's where they are one node's, else named
+together with no culprit.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_gpucluster.checks.places import gpu_index, of_nodes
+from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.sdc import SdcResult, scramble
 
 # Relative tolerance of a block sum against a reference, by the dtype the GPUs computed in.
@@ -100,14 +106,25 @@ def _shape(r: SdcResult) -> str:
     return f"n={c.n}, chain={c.chain}, seed={c.seed}, block_elements={c.block_elements}"
 
 
-def _comparable(results: Sequence[SdcResult], reference: SdcResult | None) -> list[str]:
-    """One sentence per result (and the reference) computed at other sizes than most."""
-    common = Counter(_shape(r) for r in results).most_common(1)[0][0]
-    out = [
-        f"{r.where}: computed {_shape(r)}, the others {common}; not comparable" for r in results if _shape(r) != common
-    ]
+def _of(result: SdcResult, text: str) -> Finding:
+    """A finding of ``result``'s GPU (of its node for a CPU rank)."""
+    return Finding.on_node(result.node, text, gpu=gpu_index(result.gpu))
+
+
+def _comparable(results: Sequence[SdcResult], reference: SdcResult | None) -> list[Finding]:
+    """One finding per result computed at other sizes than most: its GPU's where a strict
+    majority computed the common size, else of the nodes together; a reference of another size
+    is the suite's own, and leaves the check not judged."""
+    shapes = Counter(_shape(r) for r in results)
+    common, count = shapes.most_common(1)[0]
+    strict = count * 2 > len(results)
+    out = []
+    for r in (r for r in results if _shape(r) != common):
+        text = f"{r.where}: computed {_shape(r)}, the others {common}; not comparable"
+        out.append(_of(r, text) if strict else of_nodes([r.node for r in results], text))
     if reference is not None and _shape(reference) != common:
-        out.append(f"reference: computed {_shape(reference)}, the GPUs {common}; not comparable")
+        text = f"reference: computed {_shape(reference)}, the GPUs {common}; not comparable"
+        out.append(Finding.outside("harness", text, severity="not_judged"))
     return out
 
 
@@ -131,14 +148,14 @@ def _tolerance_sentence(result: SdcResult, reference: SdcResult, label: str, rto
     )
 
 
-def problems(
+def findings(
     results: Sequence[SdcResult], *, reference: SdcResult | None = None, rtol: float | None = None
-) -> list[str]:
-    """One sentence per GPU that breaks either rule (module docstring); empty when all agree.
+) -> list[Finding]:
+    """One finding per GPU that breaks either rule (module docstring); empty when all agree.
 
     ``rtol`` defaults to ``RTOL`` for the dtype the GPUs computed in."""
     if not results:
-        return ["no GPU returned an SDC result"]
+        return [Finding.across((), "no GPU returned an SDC result")]
     out = _comparable(results, reference)
     if out:
         return out
@@ -152,10 +169,11 @@ def problems(
         if count * 2 > len(group):
             answer = next(r for r in group if r.digest == digest)
             answers[(model, dtype)] = answer
-            out += [_bit_sentence(r, answer, len(group) - 1) for r in group if r.digest != digest]
+            out += [_of(r, _bit_sentence(r, answer, len(group) - 1)) for r in group if r.digest != digest]
         else:
             spread = "; ".join(f"{_short(d)} on {', '.join(r.where for r in group if r.digest == d)}" for d in digests)
-            out.append(f"{len(group)} GPUs of {model} ({dtype}) disagree with no majority: {spread}")
+            text = f"{len(group)} GPUs of {model} ({dtype}) disagree with no majority: {spread}"
+            out.append(of_nodes([r.node for r in group], text))  # one node's GPUs: that node's
     if reference is not None:
         label = f"the {reference.config.dtype} reference on {reference.device_name}"
         judged = results
@@ -171,10 +189,10 @@ def problems(
         tolerance = rtol if rtol is not None else max(RTOL[r.config.dtype], RTOL[reference.config.dtype])
         sentence = _tolerance_sentence(r, reference, label, tolerance)
         if sentence:
-            out.append(sentence)
+            out.append(_of(r, sentence))
     return out
 
 
-def about_node(problems: Sequence[str], node: str) -> list[str]:
-    """The problem sentences that name ``node`` (as ``node:gpuN``), and those that name no device."""
-    return [p for p in problems if f"{node}:" in p or (":gpu" not in p and ":cpu" not in p)]
+def about_node(found: Sequence[Finding], node: str) -> list[Finding]:
+    """The findings that name ``node``, and those that name no node (about the run as a whole)."""
+    return [f for f in found if node in f.nodes or not f.nodes]

@@ -6,9 +6,9 @@ that wrote nothing at all into the job's folder there (``silent``), since that f
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
+from pytest_gpucluster.checks.places import off_majority
 from pytest_gpucluster.verdict import Finding, Measurement
 from pytest_gpucluster.workloads.sharedfs import APPEND_FILE, MARKER, GiB, NodeReport, Prepared
 
@@ -90,9 +90,9 @@ def _odd_ones_out(seen: Mapping[str, Hashable], say: Callable[[str], str]) -> li
     culprits, one finding each; with no majority every node is named together, no culprit."""
     if len(set(seen.values())) < 2:
         return []
-    common, count = Counter(seen.values()).most_common(1)[0]
-    if count * 2 > len(seen):
-        return [Finding.on_node(n, say(n)) for n, v in seen.items() if v != common]
+    odd = off_majority(seen)
+    if odd:
+        return [Finding.on_node(n, say(n)) for n in odd]
     return [Finding.across(list(seen), "; ".join(say(n) for n in seen))]
 
 

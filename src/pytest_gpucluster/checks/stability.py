@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_gpucluster.verdict import Measurement
+from pytest_gpucluster.verdict import Finding, Measurement
 from pytest_gpucluster.workloads.training import RunStats
 
 CV_METRIC = "train.stability.step_time_cv"
@@ -35,18 +35,12 @@ class StepStability:
     slowest_step: int  # index among the timed steps
 
     def measurements(self, detail: str = "", job_id: str | None = None) -> list[Measurement]:
-        """The two judged numbers, each with the steps behind it in the detail."""
+        """The two judged numbers of the node, each with the steps behind it in the detail."""
         base = f"{self.steps} steps, median {self.median_s * 1e3:.3g} ms" + (f"; {detail}" if detail else "")
+        slowest = f"{base}; slowest is step {self.slowest_step}"
         return [
-            Measurement(CV_METRIC, self.cv_percent, "%", self.node, base, job_id),
-            Measurement(
-                SLOWEST_METRIC,
-                self.slowest_ratio,
-                "ratio",
-                self.node,
-                f"{base}; slowest is step {self.slowest_step}",
-                job_id,
-            ),
+            Measurement.at(CV_METRIC, self.cv_percent, "%", self.node, detail=base, job_id=job_id),
+            Measurement.at(SLOWEST_METRIC, self.slowest_ratio, "ratio", self.node, detail=slowest, job_id=job_id),
         ]
 
 
@@ -62,20 +56,21 @@ def node_step_times(runs: Sequence[RunStats]) -> dict[str, tuple[float, ...]]:
     return out
 
 
-def time_problems(times: dict[str, tuple[float, ...]]) -> list[str]:
-    """A node with too few step times to judge, or one that is not a finite positive number."""
-    problems = []
+def time_findings(times: dict[str, tuple[float, ...]]) -> list[Finding]:
+    """A node with too few step times to judge, or one that is not a finite positive number:
+    each a failure of its node."""
+    found = []
     for node, ts in sorted(times.items()):
         bad = [i for i, t in enumerate(ts) if not (math.isfinite(t) and t > 0)]
         if bad:
-            problems.append(f"{node}: step {bad[0]} took {ts[bad[0]]!r} s, not a time")
+            found.append(Finding.on_node(node, f"{node}: step {bad[0]} took {ts[bad[0]]!r} s, not a time"))
         elif len(ts) < 2:
-            problems.append(f"{node}: {len(ts)} timed step(s); the spread needs at least 2")
-    return problems
+            found.append(Finding.on_node(node, f"{node}: {len(ts)} timed step(s); the spread needs at least 2"))
+    return found
 
 
 def stability(node: str, times: Sequence[float]) -> StepStability:
-    """The spread of ``times`` (at least 2 finite positive step times, see ``time_problems``)."""
+    """The spread of ``times`` (at least 2 finite positive step times, see ``time_findings``)."""
     mean = statistics.fmean(times)
     median = statistics.median(times)
     slowest = max(range(len(times)), key=lambda i: times[i])

@@ -1,7 +1,8 @@
 """Telemetry, analysed on the login node: what the sampler of ``workloads.telemetry`` recorded
-on each node (``NodeTelemetry``) turned into problems and report series. Pure, and tested on
+on each node (``NodeTelemetry``) turned into findings and report series. Pure, and tested on
 recorded series: a GPU idling while its peers work, clock throttling for reasons an operator
-must act on, and GPU series that came back empty.
+must act on (each of its GPU), and a sampler that did not run or GPU series that came back empty
+(each of its node).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpucluster.checks.places import gpu_index
+from pytest_gpucluster.verdict import Finding, Measurement
 from pytest_gpucluster.workloads.telemetry import DEFAULT_INTERVAL_S, GPU_METRICS, NodeTelemetry
 
 MAX_POINTS = 600  # per recorded series; longer runs are thinned so the results file stays small
@@ -38,27 +41,48 @@ IDLE_BELOW_PCT = 10.0
 BUSY_FROM_PCT = 50.0
 
 
+Gpu = tuple[str, int]  # (node, GPU index)
+
+
 @dataclass(frozen=True)
 class IdleFraction:
     """How often one GPU idled while the median of its peers was busy."""
 
-    where: str
+    gpu: Gpu
     percent: float
     idle_samples: int
     peer_busy_samples: int
+
+    @property
+    def where(self) -> str:
+        """``node:gpuN``."""
+        return f"{self.gpu[0]}:gpu{self.gpu[1]}"
 
     @property
     def detail(self) -> str:
         """Words for the measurement's detail field."""
         return f"idle in {self.idle_samples} of {self.peer_busy_samples} samples while its peers were busy"
 
+    def measurement(self, what: str = "", job_id: str | None = None) -> Measurement:
+        """The fraction as the measurement of its GPU; ``what``: the load, before the detail."""
+        detail = f"{what}; {self.detail}" if what else self.detail
+        node, gpu = self.gpu
+        return Measurement.at(
+            "telemetry.gpu_idle_fraction", self.percent, "%", node, gpu=gpu, detail=detail, job_id=job_id
+        )
 
-def absolute_util(telemetry: Sequence[NodeTelemetry]) -> dict[str, list[tuple[float, float]]]:
-    """Every GPU's utilisation series on one clock (Unix time), keyed ``node:gpuN``."""
-    out: dict[str, list[tuple[float, float]]] = {}
+
+def _gpus(nt: NodeTelemetry) -> list[tuple[int, str]]:
+    """The node's sampled GPUs as (index, the sampler's label), by index."""
+    return sorted((i, label) for label in nt.gpus if (i := gpu_index(label)) is not None)
+
+
+def absolute_util(telemetry: Sequence[NodeTelemetry]) -> dict[Gpu, list[tuple[float, float]]]:
+    """Every GPU's utilisation series on one clock (Unix time), keyed (node, GPU index)."""
+    out: dict[Gpu, list[tuple[float, float]]] = {}
     for nt in telemetry:
-        for gpu, series in nt.gpus.items():
-            out[f"{nt.node}:{gpu}"] = [(nt.t0 + t, v) for t, v in series.get("util", [])]
+        for i, label in _gpus(nt):
+            out[(nt.node, i)] = [(nt.t0 + t, v) for t, v in nt.gpus[label].get("util", [])]
     return out
 
 
@@ -72,19 +96,19 @@ def _nearest(series: Sequence[tuple[float, float]], times: Sequence[float], t: f
 
 
 def idle_fractions(
-    util: Mapping[str, Sequence[tuple[float, float]]],
+    util: Mapping[Gpu, Sequence[tuple[float, float]]],
     *,
     interval_s: float = DEFAULT_INTERVAL_S,
     idle_below: float = IDLE_BELOW_PCT,
     busy_from: float = BUSY_FROM_PCT,
-) -> dict[str, IdleFraction]:
+) -> dict[Gpu, IdleFraction]:
     """Per GPU: of the samples in which its peers' median utilisation was ≥ ``busy_from``, the %
     in which it was itself below ``idle_below``. Peers' samples are matched to the nearest within
     1.5 intervals (clocks of different nodes are not in step). 0 % when the peers never worked."""
-    times = {w: [t for t, _ in s] for w, s in util.items()}
-    out: dict[str, IdleFraction] = {}
-    for where, series in util.items():
-        peers = [p for p in util if p != where]
+    times = {g: [t for t, _ in s] for g, s in util.items()}
+    out: dict[Gpu, IdleFraction] = {}
+    for gpu, series in util.items():
+        peers = [p for p in util if p != gpu]
         busy = idle = 0
         for t, v in series:
             values = [x for p in peers if (x := _nearest(util[p], times[p], t, 1.5 * interval_s)) is not None]
@@ -92,47 +116,63 @@ def idle_fractions(
                 continue
             busy += 1
             idle += v < idle_below
-        out[where] = IdleFraction(where, round(100.0 * idle / busy, 1) if busy else 0.0, idle, busy)
+        out[gpu] = IdleFraction(gpu, round(100.0 * idle / busy, 1) if busy else 0.0, idle, busy)
     return out
 
 
-def unjudged_idle(fractions: Mapping[str, IdleFraction]) -> list[str]:
-    """GPUs whose idleness could not be judged: no sample came while their peers were busy (the
-    fraction would read 0 % on nothing)."""
+def unjudged_idle(fractions: Mapping[Gpu, IdleFraction]) -> list[Finding]:
+    """GPUs whose idleness could not be measured, each a failure of its GPU (never a pass): no
+    sample came while their peers were busy (the fraction would read 0 % on nothing)."""
     return [
-        f"{w}: no sample came while its peers were busy: its idleness cannot be judged"
-        for w, f in sorted(fractions.items())
+        Finding.on_node(
+            f.gpu[0],
+            f"{f.where}: no sample came while its peers were busy: its idleness cannot be judged",
+            gpu=f.gpu[1],
+        )
+        for _, f in sorted(fractions.items())
         if not f.peer_busy_samples
     ]
 
 
-def empty_gpu_series_problems(telemetry: Sequence[NodeTelemetry]) -> list[str]:
-    """One sentence per node whose GPU series are empty (no GPU, or not one sample of any GPU),
+def sampling_findings(nt: NodeTelemetry) -> list[Finding]:
+    """The node's own series (CPU, memory) with fewer than 2 samples: the sampler did not run."""
+    return [
+        Finding.on_node(
+            nt.node, f"{nt.node}: {len(s)} {name} samples in {nt.wall_s:.1f} s at {nt.interval_s} s intervals"
+        )
+        for name, s in nt.node_series.items()
+        if len(s) < 2
+    ]
+
+
+def empty_gpu_series_findings(telemetry: Sequence[NodeTelemetry]) -> list[Finding]:
+    """One finding per node whose GPU series are empty (no GPU, or not one sample of any GPU),
     naming the node and the sampler's error: on nodes with GPU devices, an idle or throttle check
     over such series would pass on nothing."""
-    problems = []
+    found = []
     for nt in telemetry:
         if any(points for series in nt.gpus.values() for points in series.values()):
             continue
         why = nt.gpu_error or "; ".join(nt.errors) or "the sampler recorded no error"
         what = "no GPU" if not nt.gpus else f"no sample of its {len(nt.gpus)} GPU(s)"
-        problems.append(f"{nt.node}: the telemetry sampler read {what} ({why})")
-    return problems
+        found.append(Finding.on_node(nt.node, f"{nt.node}: the telemetry sampler read {what} ({why})"))
+    return found
 
 
-def throttle_problems(telemetry: Sequence[NodeTelemetry]) -> list[str]:
-    """One sentence per GPU and bad clock-event reason seen, with how long it lasted."""
-    problems = []
+def throttle_findings(telemetry: Sequence[NodeTelemetry]) -> list[Finding]:
+    """One finding of its GPU per GPU and bad clock-event reason seen, with how long it lasted."""
+    found = []
     for nt in telemetry:
-        for gpu, series in sorted(nt.gpus.items()):
-            samples = series.get("throttle", [])
+        for i, label in _gpus(nt):
+            samples = nt.gpus[label].get("throttle", [])
             for bit, words in BAD_THROTTLE.items():
                 hits = sum(1 for _, mask in samples if int(mask) & bit)
                 if hits:
-                    problems.append(
-                        f"{nt.node}:{gpu}: {words} in {hits} of {len(samples)} samples (~{hits * nt.interval_s:g} s)"
+                    text = (
+                        f"{nt.node}:{label}: {words} in {hits} of {len(samples)} samples (~{hits * nt.interval_s:g} s)"
                     )
-    return problems
+                    found.append(Finding.on_node(nt.node, text, gpu=i))
+    return found
 
 
 def _thin(points: Sequence[tuple[float, float]], limit: int = MAX_POINTS) -> list[list[float]]:

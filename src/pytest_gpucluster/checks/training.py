@@ -1,6 +1,7 @@
 """Training, judged on the login node: from the runs ``workloads.training.summarise`` made of the
 tasks' results, the one-GPU baseline a scaling efficiency divides by, the measurements of a run's
-speed, what is recorded of a run, and whether DDP and FSDP agree.
+speed, what is recorded of a run, and its problems as findings: whether it trained correctly and
+whether DDP and FSDP agree.
 
 Scaling efficiency is a run's tokens/s per GPU over one GPU's alone, in percent. The one GPU is
 the node's own GPUs trained alone where they were (each per-node job first trains every GPU of its
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from pytest_gpucluster.verdict import Measurement
+from pytest_gpucluster.checks.places import gpu_index, of_nodes
+from pytest_gpucluster.verdict import Finding, Measurement
 from pytest_gpucluster.workloads.training import TrainingSummary, loss_agreement
 
 TINY_NOTE = " (tiny CPU model: no GPUs)"
@@ -86,35 +88,72 @@ def scaling_series(run: TrainingSummary, base: Baseline, where: str, fail_below:
     }
 
 
-def speed(run: TrainingSummary, base: Baseline, where: str, job: str, *, tiny: bool) -> list[Measurement]:
-    """tokens/s per GPU and scaling efficiency of ``run``. A run of one GPU has no scaling: only
-    its tokens/s are measured, and the detail says why."""
+def measured(metric: str, value: float, unit: str, run: TrainingSummary, detail: str, job: str) -> Measurement:
+    """A measurement of ``run``: of its node, or of its nodes together."""
+    if len(run.nodes) == 1:
+        return Measurement.at(metric, value, unit, run.nodes[0], detail=detail, job_id=job)
+    return Measurement.across(metric, value, unit, run.nodes, detail=detail, job_id=job)
+
+
+def speed(run: TrainingSummary, base: Baseline, job: str, *, tiny: bool) -> list[Measurement]:
+    """tokens/s per GPU and scaling efficiency of ``run``, each of its node or its nodes together.
+    A run of one GPU has no scaling: only its tokens/s are measured, and the detail says why."""
     what = detail(run, tiny=tiny)
     metric = f"train.{run.mode}.tokens_per_s_per_gpu"
     if run.world_size < 2:
         note = f"{what}; scaling efficiency not judged: 1 GPU in the run, nothing to scale to"
-        return [Measurement(metric, run.tokens_per_s_per_gpu, "tokens/s", where, note, job)]
+        return [measured(metric, run.tokens_per_s_per_gpu, "tokens/s", run, note, job)]
     one = base.summary.tokens_per_s_per_gpu
     return [
-        Measurement(metric, run.tokens_per_s_per_gpu, "tokens/s", where, what, job),
-        Measurement(
+        measured(metric, run.tokens_per_s_per_gpu, "tokens/s", run, what, job),
+        measured(
             f"train.{run.mode}.scaling_efficiency",
             100.0 * run.tokens_per_s_per_gpu / one,
             "%",
-            where,
+            run,
             f"{what}; one GPU ({base.what}): {one:.0f} tokens/s",
             job,
         ),
     ]
 
 
-def disagreement(ddp: TrainingSummary, fsdp: TrainingSummary) -> list[str]:
-    """The problem when DDP and FSDP, trained from the same weights and data, end at final losses
-    further apart than their dtype allows (``workloads.training.loss_agreement``)."""
+def correctness_findings(run: TrainingSummary, *, prefix: str = "") -> list[Finding]:
+    """``run``'s problems (``workloads.training.summarise``), each sentence after ``prefix``:
+
+    * a loss gone non-finite first, at an earlier step than on some other rank, is its rank's
+      GPU's; a later one (what the all-reduce spread) names the run's nodes with those as the
+      culprits; where every rank went wrong at one step, none of them is told apart;
+    * replicas that differ are their two ranks' node's, or those nodes' together (either may be
+      wrong);
+    * the rest (loss did not fall, mixed GPU models) is the run's: its node, or its nodes together.
+    """
+    losses = [p for p in run.problems if p.step is not None]
+    first = min((p.step for p in losses if p.step is not None), default=None)
+    early = [p for p in losses if p.step == first]
+    told_apart = len(early) < run.world_size
+    culprits = [p.ranks[0][0] for p in early] if told_apart else []
+    found = []
+    for p in run.problems:
+        text = prefix + p.text
+        if p in early and told_apart:
+            node, label = p.ranks[0]
+            found.append(Finding.on_node(node, text, gpu=gpu_index(label)))
+        elif p in losses:
+            found.append(of_nodes(run.nodes, text, culprits=culprits))
+        else:
+            found.append(of_nodes([n for n, _ in p.ranks] or run.nodes, text))
+    return found
+
+
+def disagreement(ddp: TrainingSummary, fsdp: TrainingSummary) -> list[Finding]:
+    """A failure of the run's node (or nodes together) when DDP and FSDP, trained from the same
+    weights and data, end at final losses further apart than their dtype allows
+    (``workloads.training.loss_agreement``)."""
     rel, tol = loss_agreement(ddp, fsdp)
     if rel <= tol:
         return []
-    return [
+    text = (
         f"final losses DDP {ddp.losses[-1]:.5f} and FSDP {fsdp.losses[-1]:.5f} differ "
         f"by {rel:.2e} relative; {ddp.dtype} allows {tol:g}"
-    ]
+    )
+    return [of_nodes(ddp.nodes, text)]

@@ -10,8 +10,9 @@ a reset, a reboot or servicing, and the Xids that the Azure HPC health checks fa
 56 57 58 62 63 64 65 68 69 73 74 79 80 81 92 119 120), which are taken as failing too; each row
 says which. An Xid not in the table warns, named by its number.
 
-``judge_node`` gives the sentences that fail and warn, and says instead that it cannot judge
-when neither source could be read on the node: neither is ever taken for "no Xid".
+``judge_node`` gives the findings that fail and warn, each of its GPU where the Xid names one
+GPU, else of the node; and instead a finding that the node's Xids are not judged when neither
+source could be read there: neither is ever taken for "no Xid".
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pytest_gpucluster.ranges import spans
+from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.xid import KernelLog, XidWatch, pci_key
 
 Source = Literal["NVIDIA", "Azure", "NVIDIA, Azure"]
@@ -185,7 +187,7 @@ def nvml_occurrences(watches: Iterable[XidWatch], window_s: float = 2.0) -> list
 
 
 @dataclass(frozen=True)
-class Finding:
+class XidFinding:
     """One Xid on one node, over one or more GPUs, during the run or before it."""
 
     node: str
@@ -216,6 +218,17 @@ class Finding:
         sources = ", ".join(self.sources)
         return f"{where} Xid {self.xid} ({self.kind.meaning}) {when}, {count} ({sources}); {self.kind.action}"
 
+    def finding(self) -> Finding:
+        """The verdict's finding: a failure where it fails the node, else a warning; of its GPU
+        where it names one GPU by index, else of the node."""
+        return _on_gpus(self.node, self.gpus, self.sentence, "fail" if self.fails else "warn")
+
+
+def _on_gpus(node: str, gpus: Sequence[str], text: str, severity: Literal["fail", "warn"]) -> Finding:
+    """A finding of ``node``'s one GPU ``gpuN``; of the node for several, or one known only by address."""
+    one = re.fullmatch(r"gpu(\d+)", gpus[0]) if len(gpus) == 1 else None
+    return Finding.on_node(node, text, gpu=int(one.group(1)) if one else None, severity=severity)
+
 
 def gpu_list(gpus: Sequence[str]) -> str:
     """``gpu3``; ``gpu[0-3,5]`` for several; GPUs known only by address are listed as they are."""
@@ -233,7 +246,7 @@ def _iso(epoch: float) -> str:
     return _dt.datetime.fromtimestamp(epoch, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def fold(node: str, occurrences: Iterable[Occurrence], run_started: float) -> list[Finding]:
+def fold(node: str, occurrences: Iterable[Occurrence], run_started: float) -> list[XidFinding]:
     """One finding per Xid, detail class and before/during: the same Xid on several GPUs of the
     node is one sentence with the GPUs and the count. During the run, a GPU's count is the kernel
     log's where it has that Xid for that GPU (it misses nothing between jobs), else NVML's; an Xid
@@ -255,7 +268,7 @@ def fold(node: str, occurrences: Iterable[Occurrence], run_started: float) -> li
             events += len(counted)
             sources |= set(by_source)
             last = max(last, *counted)
-        out.append(Finding(node, xid, tuple(sorted(per_gpu)), events, during, tuple(sorted(sources)), last, kind))
+        out.append(XidFinding(node, xid, tuple(sorted(per_gpu)), events, during, tuple(sorted(sources)), last, kind))
     return sorted(out, key=lambda f: (not f.fails, not f.during, f.xid))
 
 
@@ -264,13 +277,12 @@ def fold(node: str, occurrences: Iterable[Occurrence], run_started: float) -> li
 
 @dataclass(frozen=True)
 class NodeXids:
-    """A node's judgement: failing and warning sentences, or why it cannot be judged."""
+    """A node's judgement: its findings (failures and warnings, or the one saying why it cannot
+    be judged), the Xids they come from and what each source covered."""
 
     node: str
-    problems: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    not_judged: str | None = None
-    findings: list[Finding] = field(default_factory=list)
+    found: list[Finding] = field(default_factory=list)
+    xids: list[XidFinding] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)  # source → what it covered, for the results
 
 
@@ -301,13 +313,8 @@ def judge_node(
     readable = log is not None and log.readable
     log_why = log.why if log is not None else (log_missing or "not read")
     if not readable and not watched:
-        return NodeXids(
-            node,
-            not_judged=(
-                f"{node}: Xids not judged: kernel log not readable ({log_why}) and no NVML watch "
-                f"({_nvml_gaps(watches)})"
-            ),
-        )
+        why = f"{node}: Xids not judged: kernel log not readable ({log_why}) and no NVML watch ({_nvml_gaps(watches)})"
+        return NodeXids(node, [Finding.on_node(node, why, severity="not_judged")])
     occurrences = nvml_occurrences(watched)
     sources: dict[str, str] = {}
     if readable and log is not None:
@@ -319,10 +326,9 @@ def judge_node(
     jobs = sorted({w.job_id for w in watched})
     named = f": {', '.join(jobs)}" if len(jobs) <= 5 else ""
     sources["NVML"] = f"{gpu_list(seen)} watched in {len(jobs)} job(s){named}" if watched else _nvml_gaps(watches)
-    findings = fold(node, occurrences, run_started)
-    warnings = [f.sentence for f in findings if not f.fails]
-    warnings += _coverage(node, log, readable, watched, seen, expected_gpus)
-    return NodeXids(node, [f.sentence for f in findings if f.fails], warnings, None, findings, sources)
+    xids = fold(node, occurrences, run_started)
+    found = [x.finding() for x in xids] + _coverage(node, log, readable, watched, seen, expected_gpus)
+    return NodeXids(node, found, xids, sources)
 
 
 def _gpu_order(label: str) -> tuple[int, str]:
@@ -336,21 +342,23 @@ def _coverage(
     watched: Sequence[XidWatch],
     seen: Sequence[str],
     expected_gpus: int,
-) -> list[str]:
-    """What the sources left unwatched, where the kernel log cannot stand in for it."""
+) -> list[Finding]:
+    """Warnings of what the sources left unwatched, where the kernel log cannot stand in for it."""
     out = []
     if log is not None and readable and (log.truncated or log.overwritten):
-        out.append(f"{node}: kernel log read in part (records overwritten or the read's time bound reached)")
+        text = f"{node}: kernel log read in part (records overwritten or the read's time bound reached)"
+        out.append(Finding.on_node(node, text, severity="warn"))
     if readable:
         return out
     count = len(log.gpus) if log is not None and log.gpus else expected_gpus
     missing = [f"gpu{i}" for i in range(count) if f"gpu{i}" not in seen]
     if missing:
-        out.append(
+        text = (
             f"{node}:{gpu_list(missing)} not watched for Xids: no task of the run opened it through NVML "
             "and the kernel log is not readable"
         )
+        out.append(_on_gpus(node, missing, text, "warn"))
     notes = sorted({n for w in watched for n in w.notes})
     if notes:
-        out.append(f"{node}: NVML watch incomplete: {'; '.join(notes)}")
+        out.append(Finding.on_node(node, f"{node}: NVML watch incomplete: {'; '.join(notes)}", severity="warn"))
     return out

@@ -1,5 +1,12 @@
 """Slurm's own health, as the Slurm health checks judge it: the controller, the partitions, the
-nodes' states and resources, accounting."""
+nodes' states and resources, accounting.
+
+Each problem is a finding of what it is about: slurmctld or slurmdbd not answering, and a
+partition that is not UP, are the controller's (scope controller: no node is convicted); a
+partition the profile names that does not exist is the profile's (scope config); a node that is
+not usable is its own; what nodes advertise is Slurm's setup, each node's own where no more than
+half of them differ (``checks.places.own_or_setup``).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +14,11 @@ from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from pytest_gpucluster.checks.places import own_or_setup
 from pytest_gpucluster.errors import SlurmQueryError
 from pytest_gpucluster.slurm import commands
 from pytest_gpucluster.slurm.node_info import NodeInfo, number
+from pytest_gpucluster.verdict import Finding
 
 
 @dataclass(frozen=True)
@@ -48,41 +57,51 @@ def partitions() -> list[PartitionInfo]:
     return parse_partitions(commands.run(["scontrol", "-o", "show", "partition"]))
 
 
-def controller_problems() -> list[str]:
-    """Empty when every configured slurmctld answers ``scontrol ping`` with UP."""
+def _controller(text: str) -> Finding:
+    return Finding.outside("controller", text)
+
+
+def controller_findings() -> list[Finding]:
+    """Empty when every configured slurmctld answers ``scontrol ping`` with UP; else failures of
+    the controller."""
     try:
         out = commands.run(["scontrol", "ping"])
     except SlurmQueryError as exc:
-        return [str(exc)]
+        return [_controller(str(exc))]
     return parse_ping(out)
 
 
-def parse_ping(text: str) -> list[str]:
-    """Problems in ``scontrol ping`` output (``Slurmctld(primary) at HOST is UP``): a backup
-    controller that is DOWN is a problem too, since failover would not work."""
+def parse_ping(text: str) -> list[Finding]:
+    """Failures of the controller in ``scontrol ping`` output (``Slurmctld(primary) at HOST is
+    UP``): a backup controller that is DOWN is one too, since failover would not work."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
-        return ["`scontrol ping` printed nothing; is slurmctld configured (SlurmctldHost)?"]
-    return [f"{line} (scontrol ping)" for line in lines if not line.endswith(" is UP")]
+        return [_controller("`scontrol ping` printed nothing; is slurmctld configured (SlurmctldHost)?")]
+    return [_controller(f"{line} (scontrol ping)") for line in lines if not line.endswith(" is UP")]
 
 
-def partition_problems(name: str | None, found: list[PartitionInfo]) -> list[str]:
-    """The partition ``name`` (the default one when None) exists and is UP."""
+def partition_findings(name: str | None, found: list[PartitionInfo]) -> list[Finding]:
+    """The partition ``name`` (the default one when None) exists (else the profile's key
+    ``partition`` is at fault) and is UP (else the controller's state is)."""
     if name is None:
         defaults = [p for p in found if p.default]
         if not defaults:
-            return ["no default partition and the profile names none; set partition in the profile"]
+            text = "no default partition and the profile names none; set partition in the profile"
+            return [Finding.outside("config", text, setting="partition")]
         chosen = defaults[0]
     else:
         matches = [p for p in found if p.name == name]
         if not matches:
             known = ", ".join(p.name for p in found) or "none"
-            return [f"partition {name!r} does not exist (partitions: {known})"]
+            text = f"partition {name!r} does not exist (partitions: {known})"
+            return [Finding.outside("config", text, setting="partition")]
         chosen = matches[0]
     if chosen.state != "UP":
         return [
-            f"partition {chosen.name!r} is {chosen.state}, not UP (scontrol update partitionname="
-            f"{chosen.name} state=up)"
+            _controller(
+                f"partition {chosen.name!r} is {chosen.state}, not UP (scontrol update partitionname="
+                f"{chosen.name} state=up)"
+            )
         ]
     return []
 
@@ -92,72 +111,82 @@ def default_partition(found: list[PartitionInfo]) -> str | None:
     return next((p.name for p in found if p.default), None)
 
 
-def node_state_problems(
+def node_state_findings(
     known: list[NodeInfo],
     *,
     partition: str | None,
     expected: int,
     nodelist: tuple[str, ...] = (),
     reserved: Collection[str] = (),
-) -> list[str]:
+) -> list[Finding]:
     """Every node of the partition (or of ``nodelist``) that is not usable, with its state and
-    Slurm's reason, and a shortfall of usable nodes against ``expected``. A node of the run's
-    reservation (``reserved``) in MAINTENANCE is usable."""
+    Slurm's reason (each its own), and a shortfall of usable nodes against ``expected`` (of the
+    partition's nodes together: it falls on those not usable). A node of the run's reservation
+    (``reserved``) in MAINTENANCE is usable."""
     where = f"partition {partition!r}" if partition else "the cluster"
     members = [n for n in known if partition is None or partition in n.partitions]
-    problems: list[str] = []
+    found: list[Finding] = []
+    named = list(nodelist)
     if nodelist:
         by_name = {n.name: n for n in members}
-        problems += [f"{name}: not in {where}" for name in nodelist if name not in by_name]
+        found += [Finding.on_node(name, f"{name}: not in {where}") for name in nodelist if name not in by_name]
         members = [by_name[name] for name in nodelist if name in by_name]
     for n in members:
         if not n.usable_in(reservation=n.name in reserved):
             why = f", reason: {n.reason!r}" if n.reason else ""
-            problems.append(f"{n.name}: state {n.state}{why}")
+            found.append(Finding.on_node(n.name, f"{n.name}: state {n.state}{why}"))
     usable = [n for n in members if n.usable_in(reservation=n.name in reserved)]
     if len(usable) < expected:
-        problems.append(f"{where} has {len(usable)} usable node(s) of {expected} expected")
-    return problems
+        text = f"{where} has {len(usable)} usable node(s) of {expected} expected"
+        found.append(Finding.across([*named, *(n.name for n in members)], text))
+    return found
 
 
-def node_resource_problems(
+def node_resource_findings(
     known: list[NodeInfo], *, gpus: int | None, min_cpus: int | None = None, min_memory_mb: int | None = None
-) -> list[str]:
+) -> list[Finding]:
     """Nodes advertising a GRES GPU count other than ``gpus``, fewer CPUs than ``min_cpus`` or
-    less RealMemory than ``min_memory_mb`` (each bound skipped when None)."""
-    problems = []
+    less RealMemory than ``min_memory_mb`` (each bound skipped when None): each node's own where
+    no more than half the nodes advertise it so, else Slurm's setup (the nodes together)."""
+    seen: list[tuple[str, str, str]] = []
     for n in known:
         if gpus is not None and n.gpus != gpus:
-            problems.append(f"{n.name}: advertises {n.gpus} GPU(s) (Gres={n.gres or 'none'}), expected {gpus}")
-        if min_cpus is not None and n.cpus < min_cpus:
-            problems.append(f"{n.name}: advertises {n.cpus} CPUs, the profile's jobs need {min_cpus}")
-        if min_memory_mb is not None and n.real_memory_mb < min_memory_mb:
-            problems.append(
-                f"{n.name}: advertises RealMemory={n.real_memory_mb} MB, the profile's jobs need {min_memory_mb} MB"
+            seen.append(
+                ("gpus", n.name, f"{n.name}: advertises {n.gpus} GPU(s) (Gres={n.gres or 'none'}), expected {gpus}")
             )
-    return problems
+        if min_cpus is not None and n.cpus < min_cpus:
+            seen.append(("cpus", n.name, f"{n.name}: advertises {n.cpus} CPUs, the profile's jobs need {min_cpus}"))
+        if min_memory_mb is not None and n.real_memory_mb < min_memory_mb:
+            text = f"{n.name}: advertises RealMemory={n.real_memory_mb} MB, the profile's jobs need {min_memory_mb} MB"
+            seen.append(("memory", n.name, text))
+    return own_or_setup(seen, [n.name for n in known])
 
 
-def node_spread(known: list[NodeInfo]) -> list[str]:
-    """Nodes whose CPUs, memory or GRES differ from most of their peers: a configuration drift
-    worth a warning (a partition may be mixed on purpose, so it is not a failure)."""
+def node_spread(known: list[NodeInfo]) -> list[Finding]:
+    """Warnings of the nodes whose CPUs, memory or GRES differ from most of their peers: a
+    configuration drift worth a warning (a partition may be mixed on purpose, so not a failure)."""
     if len(known) < 2:
         return []
     shapes = Counter((n.cpus, n.real_memory_mb, n.gpus) for n in known)
     common, _ = shapes.most_common(1)[0]
     return [
-        f"{n.name}: CPUs={n.cpus} RealMemory={n.real_memory_mb} MB GPUs={n.gpus}, most nodes have "
-        f"CPUs={common[0]} RealMemory={common[1]} MB GPUs={common[2]}"
+        Finding.on_node(
+            n.name,
+            f"{n.name}: CPUs={n.cpus} RealMemory={n.real_memory_mb} MB GPUs={n.gpus}, most nodes have "
+            f"CPUs={common[0]} RealMemory={common[1]} MB GPUs={common[2]}",
+            severity="warn",
+        )
         for n in known
         if (n.cpus, n.real_memory_mb, n.gpus) != common
     ]
 
 
-def accounting_problems() -> list[str]:
-    """Empty when ``sacct`` answers (slurmdbd reachable): without accounting, job ends cannot be
-    told apart and a job that dies without a result would be waited on until its time limit."""
+def accounting_findings() -> list[Finding]:
+    """Empty when ``sacct`` answers (slurmdbd reachable); else a failure of the controller:
+    without accounting, job ends cannot be told apart and a job that dies without a result would
+    be waited on until its time limit."""
     try:
         commands.run(["sacct", "-X", "-n", "-P", "-S", "now-1hours", "-o", "JobID"])
     except SlurmQueryError as exc:
-        return [f"{exc} Check slurmdbd and AccountingStorageType in slurm.conf."]
+        return [_controller(f"{exc} Check slurmdbd and AccountingStorageType in slurm.conf.")]
     return []

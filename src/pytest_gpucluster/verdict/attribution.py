@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gpucluster.outcomes import JUDGED_BAD, UNJUDGED, first_line, reason_of
-from pytest_gpucluster.verdict.finding import NODE_SCOPES, Finding
+from pytest_gpucluster.verdict.finding import Finding
 from pytest_gpucluster.verdict.findings import worst
 
 CLUSTER_ROW = "(cluster-wide)"
@@ -105,7 +105,8 @@ def known_nodes(doc: Mapping[str, Any]) -> list[str]:
 
 
 def bad_already(doc: Mapping[str, Any]) -> set[str]:
-    """Nodes with a failure of their own somewhere in the run, lost under a job, or left out
+    """Nodes with a failure of their own somewhere in the run (a finding that convicts them: of
+    the node, or of several nodes with them as its culprits), lost under a job, or left out
     before any job: a failure of several nodes together that names one of them is put on it."""
     env = doc.get("environment", {})
     bad = {*map(str, env.get("lost_nodes") or {}), *map(str, env.get("excluded_nodes") or {})}
@@ -113,8 +114,7 @@ def bad_already(doc: Mapping[str, Any]) -> set[str]:
         if t.get("verdict") not in JUDGED_BAD:
             continue
         for f in findings_of(t):
-            if f.scope in NODE_SCOPES:
-                bad.update(f.convicts)
+            bad.update(f.convicts)
     return bad
 
 

@@ -377,6 +377,16 @@ def _replica_mismatches(model: Any, rank: int, world: int) -> tuple[tuple[int, i
 
 
 @dataclass(frozen=True)
+class RunProblem:
+    """One thing wrong with a run, in one sentence: ``ranks`` are the (node, ``gpuN``) places of
+    the ranks it is about (none: the run as a whole); ``step`` where a loss first went wrong."""
+
+    text: str
+    ranks: tuple[tuple[str, str], ...] = ()
+    step: int | None = None
+
+
+@dataclass(frozen=True)
 class TrainingSummary:
     """One training run over all its tasks: what the tests judge."""
 
@@ -392,7 +402,7 @@ class TrainingSummary:
     mfu_percent: float | None
     peak_tflops: float | None
     losses: tuple[float, ...]  # mean over ranks, per step, warm-up included
-    problems: tuple[str, ...]
+    problems: tuple[RunProblem, ...]
     n_params: int
 
 
@@ -414,32 +424,35 @@ def summarise(runs: Sequence[RunStats], config: TrainConfig) -> TrainingSummary:
     runs = sorted(runs, key=lambda r: r.rank)
     first = runs[0]
     where = {r.rank: f"{r.node}:{r.gpu}" for r in runs}
-    problems: list[str] = []
+    place = {r.rank: (r.node, r.gpu) for r in runs}
+    problems: list[RunProblem] = []
     for r in runs:
         bad = [i for i, v in enumerate(r.losses) if not math.isfinite(v)]
         if bad:
-            problems.append(f"rank {r.rank} ({where[r.rank]}): loss is {r.losses[bad[0]]} at step {bad[0]}")
+            text = f"rank {r.rank} ({where[r.rank]}): loss is {r.losses[bad[0]]} at step {bad[0]}"
+            problems.append(RunProblem(text, (place[r.rank],), bad[0]))
     steps = min(len(r.losses) for r in runs)
     mean_losses = tuple(sum(r.losses[i] for r in runs) / len(runs) for i in range(steps))
     if steps >= 2 and all(math.isfinite(v) for v in mean_losses):
         tail = mean_losses[-max(1, steps // 4) :]
         end = sum(tail) / len(tail)
         if not end < mean_losses[0] * (1 - MIN_LOSS_DROP):
-            problems.append(
+            text = (
                 f"loss did not fall: {mean_losses[0]:.4f} at step 0, {end:.4f} over the last {len(tail)} "
                 f"steps (must end at least {MIN_LOSS_DROP:.0%} lower)"
             )
+            problems.append(RunProblem(text))
     for r in runs:
         for rank, count, name in r.replica_mismatches:
             line = (
                 f"rank {rank} ({where.get(rank, '?')}): {count} parameter tensor(s) differ from rank 0 "
                 f"({where.get(0, '?')}) after DDP training, first {name}"
             )
-            if line not in problems:
-                problems.append(line)
+            if line not in [p.text for p in problems]:
+                problems.append(RunProblem(line, tuple(place[k] for k in (rank, 0) if k in place)))
     names = {r.device_name for r in runs}
     if len(names) > 1:
-        problems.append(f"mixed GPU models in one job: {', '.join(sorted(names))}")
+        problems.append(RunProblem(f"mixed GPU models in one job: {', '.join(sorted(names))}"))
     per_gpu = sum(r.tokens_per_s for r in runs) / len(runs)
     peak = peak_bf16_tflops(first.device_name) if first.dtype == "bf16" else None
     shape = ModelShape(config.d_model, config.n_layers, config.seq_len, config.vocab, first.n_params)
