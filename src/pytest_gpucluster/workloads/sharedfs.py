@@ -176,6 +176,10 @@ def _barrier(directory: Path, name: str, rank: int, world: int, timeout_s: float
         time.sleep(0.2)
 
 
+# How long a node waits at each barrier for the others, at most.
+BARRIER_S = 90.0
+
+
 def check_node(
     ctx: TaskContext,
     *,
@@ -184,7 +188,7 @@ def check_node(
     token: str,
     file_bytes: int = 2**20,
     append_lines: int = 50,
-    timeout_s: float = 90.0,
+    timeout_s: float = BARRIER_S,
 ) -> NodeReport:
     """Run on every node (one task each): identity, capacity, cross-node read-back, concurrent
     appends and an atomic rename, all inside the private directory ``name`` under the root."""

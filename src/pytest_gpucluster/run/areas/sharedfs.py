@@ -49,6 +49,9 @@ def shared(ctx: JobContext) -> Shared:
             root_template=where,
             name=prepared.name,
             token=prepared.token,
+            # A node that never comes (one that does not see the job's folder) is waited for at
+            # each barrier well within the job's limit: the others then report, and it is named.
+            timeout_s=min(sharedfs.BARRIER_S, spec.timeout_min * 60 / 4),
         )
         try:
             results = job.results()
