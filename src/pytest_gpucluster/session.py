@@ -439,16 +439,15 @@ class GpuClusterSession:
         report = yield
         exc = call.excinfo.value if call.excinfo is not None else None
         if exc is not None and report.failed and is_check(item) and not self._recorded_failure(item, exc):
-            # What the check's ending stands for, from the error's fields (faults.error_findings).
+            # What the check's ending stands for, from the error's fields (faults.error_findings),
+            # on the test itself: its later phases' reports carry what this one found.
             for f in error_findings(exc, node=subject_node(item), tested=self.nodes):
-                report.user_properties.append((PROPERTY, {"kind": "finding", **f.to_json()}))
+                self._add(item, report, {"kind": "finding", **f.to_json()})
         fault = cluster_fault(exc)
         if fault is not None:
             # Not a judgement of any node: the results mark the check not judged (faults.py), and
             # pytest counts it so.
-            report.user_properties.append(
-                (PROPERTY, {"kind": "cluster_fault", "what": fault.what, "sentence": fault.sentence})
-            )
+            self._add(item, report, {"kind": "cluster_fault", "what": fault.what, "sentence": fault.sentence})
             self.jobs.note_fault(fault)
             if report.failed:
                 report.outcome = "skipped"
@@ -459,6 +458,13 @@ class GpuClusterSession:
         elif isinstance(exc, GpuClusterError) and item.config.getoption("tbstyle", "auto") == "auto":
             report.longrepr = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
         return report
+
+    @staticmethod
+    def _add(item: pytest.Item, report: pytest.TestReport, entry: dict[str, Any]) -> None:
+        """An entry on this phase's report and on the test, for the reports of its later phases
+        (each report holds a copy of the test's entries as they stood)."""
+        report.user_properties.append((PROPERTY, entry))
+        item.user_properties.append((PROPERTY, entry))
 
     @staticmethod
     def _recorded_failure(item: pytest.Item, exc: BaseException) -> bool:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import sys
 import xml.etree.ElementTree as ET
 from html import unescape
 
 import pytest
 
+from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.report.html import PRINT_SCRIPT
 
 # Three "nodes" named through measurement places; one slow GPU on node2, one hot GPU on node3, a
@@ -114,10 +116,12 @@ def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
     doc = json.loads((gpc.path / "out" / "results.json").read_text())
     assert doc["thresholds_sha256"] in versions and re.fullmatch(r"[0-9a-f]{64}", doc["thresholds_sha256"])
 
-    # node × check matrix: node2 red for speed, node3 amber for temperature, the crash cluster-wide
+    # node × check matrix: node2 red for speed, node3 amber for temperature, the crash on the one
+    # node that ran it (this machine, the local profile's node)
     matrix = re.search(r'<table class="gc-matrix" id="gc-matrix">(.*?)</table>', html, re.S).group(1)
     rows = {m.group(1): m.group(2) for m in re.finditer(r'<tr><th class="gc-mono">(.*?)</th>(.*?)</tr>', matrix, re.S)}
-    assert list(rows) == ["node1", "node2", "node3", "(cluster-wide)"]
+    here = socket.gethostname()
+    assert list(rows) == [here, "node1", "node2", "node3", "(cluster-wide)"]
     statuses = {row: re.findall(r'gc-cell gc-s-(\w+)"', cells) for row, cells in rows.items()}
     columns = re.findall(r'<th class="gc-col">(.*?)</th>', matrix)
     assert columns == [
@@ -131,8 +135,9 @@ def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
     assert statuses["node1"][:3] == ["pass", "pass", "pass"]
     assert statuses["node2"][0] == "fail"
     assert statuses["node3"][1] == "warn"
+    assert statuses[here][3] == "fail"
     # a place that is no node name is on no node; a check with no node that does not apply neither
-    assert statuses["(cluster-wide)"][3:] == ["fail", "fail", "na"]
+    assert statuses["(cluster-wide)"][4:] == ["fail", "na"]
 
     # plots: the series with its threshold line and a spread plot per repeated metric, inline
     plots = re.findall(r'<img alt="([^"]*)" src="data:image/svg\+xml;base64,', html)
@@ -197,8 +202,10 @@ def test_junit_xml_carries_the_verdict_on_the_suite_and_stays_xunit2(gpc):
     assert props["gpucluster.verdict"] == "REJECTED"
     assert props["gpucluster.headline"].startswith("REJECTED: 3 checks failed")
     assert props["gpucluster.profile"] == "local" and len(props["gpucluster.thresholds_sha256"]) == 64
-    assert props["gpucluster.nodes"] == "3 of 4 nodes accepted; rejected: node2; 2 failure(s) name no single node"
-    assert props["gpucluster.exclude"] == "node2"
+    # the crash is the one node's that ran it: this machine
+    rejected = hostlist(["node2", socket.gethostname()])
+    assert props["gpucluster.nodes"] == f"2 of 4 nodes accepted; rejected: {rejected}; 1 failure(s) name no single node"
+    assert props["gpucluster.exclude"] == rejected
     # xunit2 (the default family) allows no properties on a test case
     assert not [case.get("name") for case in root.iter("testcase") if case.find("properties") is not None]
 

@@ -116,28 +116,22 @@ def space(reports: Sequence[NodeReport], root: str, job: str) -> list[Measuremen
 
 def _not_measured(reports: Sequence[NodeReport], nodes: Sequence[str]) -> list[Finding]:
     """Why the exchange could not be measured on every node (never a silent pass): each node that
-    took no part or gave up; with a node missing, the exchange of the others is not judged."""
+    took no part or erred; a node missing, or a barrier given up on (waiting for another node),
+    leaves the exchange of the nodes together not measured, with no culprit of its own (the
+    shared filesystem's own check names why a node is missing)."""
     found = [
         Finding.on_node(r.node, f"{r.node}: took no part (it does not see the login node's directory)")
         for r in reports
         if r.marker != "ok"
     ]
-    found += [
-        Finding.on_node(r.node, f"{r.node}: gave up waiting at barrier {r.barrier_timeout}")
-        for r in reports
-        if r.barrier_timeout
-    ]
     found += [Finding.on_node(r.node, f"{r.node}: {e}") for r in reports for e in r.errors]
     missing = [n for n in nodes if n not in {r.node for r in reports}]
-    if missing:
-        # The nodes that answered exchanged with a partner that did not: named together, the
-        # missing ones first; the shared filesystem's own check names why they are missing.
-        found.append(
-            Finding.across(
-                [*missing, *(r.node for r in reports)],
-                f"only {len(reports)} of {len(nodes)} node(s) reported: no exchange with {', '.join(missing)}",
-            )
+    waited = [f"{r.node} gave up waiting at barrier {r.barrier_timeout}" for r in reports if r.barrier_timeout]
+    if missing or waited:
+        said = [f"only {len(reports)} of {len(nodes)} node(s) reported: no exchange with {', '.join(missing)}"] * bool(
+            missing
         )
+        found.append(Finding.across([*missing, *(r.node for r in reports)], "; ".join([*said, *waited])))
     return found
 
 
