@@ -111,12 +111,14 @@ def test_a_node_dying_mid_job_fails_that_test_naming_the_node_and_the_suite_goes
     doc = json.loads(results.read_text())
     long = by_name(doc, "test_long_job_on_every_node")
     assert long["outcome"] == "failed", out
-    # Either the launcher's node watch sees node4 go while the job runs, or Slurm ends the job
-    # NODE_FAIL first and the failure is traced to node4 afterwards: both must say NodeLostError
-    # and name the dead node with Slurm's view of it.
+    # The launcher's node watch sees node4 go while the job runs, or Slurm ends the job NODE_FAIL
+    # first and the failure is traced to node4 afterwards, or Slurm puts the batch job back in the
+    # queue for the node failure (its requeue on NODE_FAIL): each must say NodeLostError and name
+    # the dead node with Slurm's view of it.
     assert re.match(
         rf"pytest_gpucluster.errors.NodeLostError: job {job_id} \(\w+-long\) on node3, node4: "
-        r"(lost its node\(s\) while RUNNING: |ended NODE_FAIL with 2 failed task\(s\): .*; )"
+        r"(lost its node\(s\) while RUNNING: |ended NODE_FAIL with 2 failed task\(s\): .*; "
+        r"|was put back in the queue \([A-Z_]+\) after it had started: )"
         r"node4 is [A-Z_+]*(NOT_RESPONDING|DOWN)[A-Z_+]*( \([^)]*\))?",
         long["message"],
         re.DOTALL,

@@ -125,6 +125,15 @@ def test_fault_never_injected(tmp_path):
     assert (found.scope, found.nodes, found.culprits) == ("nodes", ("node1",), ())
 
 
+def test_a_node_of_the_job_that_wrote_no_stamp_is_named_with_the_others(tmp_path):
+    # node2's ranks could not write to the shared filesystem: the job ran on both nodes all the same
+    _stamp(tmp_path, 0, "node1", {})
+    td = rf_checks.teardown_from_stamps(tmp_path, ran_on=("node1", "node2"))
+    (found,) = td.problems
+    assert (found.scope, found.nodes, found.culprits) == ("nodes", ("node1", "node2"), ())
+    assert found.text.endswith("Stamps: rank 0 on node1: no event")
+
+
 def test_impossible_collective_and_missing_ranks_are_problems(tmp_path):
     _stamp(tmp_path, 0, "node1", {"collective_returned": 1.2, "done": 1.3}, world=3)
     _stamp(tmp_path, 2, "node2", {"victim_exit": 1.0}, world=3)

@@ -92,17 +92,19 @@ class Teardown:
         return Measurement.across(metric, self.seconds, "s", self.nodes, detail=self.detail, job_id=job_id)
 
 
-def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S) -> Teardown:
+def teardown_from_stamps(folder: Path, heartbeat_s: float = HEARTBEAT_S, *, ran_on: tuple[str, ...] = ()) -> Teardown:
     """Read every rank's stamp file: teardown = the last survivor's stop − the victim's exit. A
     survivor killed before it could say "done" stopped within one heartbeat of its last one; the
-    upper bound is used so a verdict never flatters the cluster."""
+    upper bound is used so a verdict never flatters the cluster. ``ran_on``: the nodes the job
+    was placed on; the findings name them too, so that a node whose ranks wrote no stamp (its
+    shared directory is not the shared one, it was lost) is among the job's nodes."""
     ranks = []
     for path in sorted(Path(folder).glob("rank*.json")):
         try:
             ranks.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             continue  # a file being replaced right now; the other ranks still tell the story
-    nodes = tuple(dict.fromkeys(str(r["node"]) for r in ranks))
+    nodes = tuple(dict.fromkeys([*ran_on, *(str(r["node"]) for r in ranks)]))
     problems: list[Finding] = []
     victims = [r for r in ranks if "victim_exit" in r["events"]]
     if not victims:

@@ -47,7 +47,7 @@ def _dead_rank(ctx: JobContext) -> tuple[str, Teardown]:
         pass  # the victim rank has no result: the launcher must say so
     else:
         failed(f"job {job.job_id}: every rank returned a result; the launcher did not see the victim rank die")
-    teardown = rf_checks.teardown_from_stamps(stamps)
+    teardown = rf_checks.teardown_from_stamps(stamps, ran_on=job.nodelist)
     if not any(stamps.glob("rank*.json")) and (why := job.never_started()) is not None:
         never = rf_checks.never_started(job.job_id, why, spec.nodelist)
         teardown = dataclasses.replace(teardown, problems=(never,))
