@@ -17,6 +17,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ from pathlib import Path
 from .proc import ClusterError, run
 
 HOME_ROOT = Path("/tmp")
+# The distribution's interpreter: outside any user's home, runnable by everyone.
+SYSTEM_PYTHON = Path("/usr/bin/python3")
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,36 @@ def unreachable(op: Operator, path: Path) -> str:
             what = "enter" if folder != target else "run"
             return f"{op.name} may not {what} {folder} (mode {info.st_mode & 0o7777:04o}, owner uid {info.st_uid})"
     return ""
+
+
+def python_for(op: Operator, folder: Path, *, python: Path | None = None) -> Path:
+    """An interpreter ``op`` may run that imports what this one imports: ``python`` (this
+    interpreter by default) where ``op`` may run it; otherwise a virtualenv made in ``folder`` from
+    the distribution's ``/usr/bin/python3`` of the same minor version, whose site-packages adds
+    this environment's own (a ``.pth`` line), the way a site's operators share one virtualenv.
+    ClusterError naming what ``op`` cannot reach when neither works."""
+    python = python or Path(sys.executable)
+    if not unreachable(op, python):
+        return python
+    packages = Path(sysconfig.get_path("purelib"))
+    for needed in (SYSTEM_PYTHON, packages):
+        if why := unreachable(op, needed):
+            raise ClusterError(f"{why}: {op.name} cannot run {python} or an interpreter beside it")
+    version = run([SYSTEM_PYTHON, "-c", "import sys; print(*sys.version_info[:2], sep='.')"]).stdout.strip()
+    ours = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if version != ours:
+        raise ClusterError(
+            f"{unreachable(op, python)}, and {SYSTEM_PYTHON} is Python {version}, not {ours}: "
+            "it cannot load this environment's packages"
+        )
+    if not (folder / "bin" / "python").exists():
+        run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", folder])
+        site = next((folder / "lib").glob("python*/site-packages"))
+        (site / "gpucluster-parent.pth").write_text(f"import site; site.addsitedir({str(packages)!r})\n")
+        for path in (folder, *folder.rglob("*")):  # readable by all, whatever root's umask
+            if not path.is_symlink():
+                path.chmod(0o755 if path.is_dir() else 0o644)
+    return folder / "bin" / "python"
 
 
 def run_as(
