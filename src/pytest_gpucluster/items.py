@@ -51,6 +51,7 @@ def needs_of(item: pytest.Item) -> Needs:
         infiniband=item.get_closest_marker("infiniband") is not None,
         accounting=item.get_closest_marker("accounting") is not None,
         slow=item.get_closest_marker("slow") is not None,
+        soak=item.get_closest_marker("soak") is not None,
     )
 
 

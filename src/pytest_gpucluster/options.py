@@ -21,6 +21,7 @@ from typing import Any
 
 from pytest_gpucluster.config import Profile
 from pytest_gpucluster.config.load import SLURM_NAME
+from pytest_gpucluster.config.soak import parse_duration, say_duration
 from pytest_gpucluster.errors import ConfigError
 
 
@@ -65,6 +66,48 @@ def with_reservation(profile: Profile, name: str, option: str) -> Profile:
     if not SLURM_NAME.match(name):
         raise ConfigError(f"{option}={name}: not a Slurm name (letters, digits, '_', '.', '-' only).")
     return dataclasses.replace(profile, reservation=name)
+
+
+SOAK_OPTION = "--gpucluster-soak"
+
+
+def with_soak(profile: Profile, duration: str | None, fail_fast: bool, *, file: str, shipped: Path | None) -> Profile:
+    """``profile`` with this run's soak: ``--gpucluster-soak`` over its ``soak.duration``, and
+    ``--gpucluster-soak-fail-fast``. ConfigError naming the option for a value that is no
+    duration, and naming the file's missing tables for a soak asked for under a thresholds.toml
+    without the soak's rules."""
+    soak = profile.soak
+    if duration is not None:
+        try:
+            parse_duration(duration)
+        except ValueError as exc:
+            raise ConfigError(f"{SOAK_OPTION}={duration}: {exc}.") from None
+        soak = dataclasses.replace(soak, duration=duration)
+    if fail_fast:
+        soak = dataclasses.replace(soak, fail_fast=True)
+    profile = dataclasses.replace(profile, soak=soak)
+    missing = profile.soak_rules.missing()
+    if soak.duration_s > 0 and missing:
+        how = f"{SOAK_OPTION}={duration}" if duration is not None else f"profiles.{profile.name}.soak.duration"
+        where = f"the file this installation ships ({shipped})" if shipped else "the thresholds.toml the plugin ships"
+        raise ConfigError(
+            f"{file}: a soak of {say_duration(soak.duration_s)} was asked for ({how}), but the file has no "
+            f"{', '.join(missing)}: the rules it judges every GPU by. Copy the [soak.rules.*] tables from {where}; "
+            "nothing has been run."
+        )
+    return profile
+
+
+def soak_fits(limit_min: int, max_time_s: float | None, partition: str, asked: str) -> None:
+    """A soak's jobs (``limit_min`` each) fit the partition's MaxTime (None: unlimited);
+    ConfigError naming where the duration came from and the partition's limit otherwise."""
+    if max_time_s is None or limit_min * 60 <= max_time_s:
+        return
+    raise ConfigError(
+        f"{asked}: each node's soak job needs {limit_min} min (the duration, two cycles and 5 min to start and "
+        f"end), but partition {partition!r} allows {say_duration(max_time_s)} (MaxTime); soak for less, or "
+        "name a partition that allows it. Nothing has been run."
+    )
 
 
 def merge_belongs(

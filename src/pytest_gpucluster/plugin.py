@@ -17,7 +17,7 @@ import pytest
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile, load
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.options import Outputs, merge_belongs, with_reservation, writable_file
+from pytest_gpucluster.options import SOAK_OPTION, Outputs, merge_belongs, with_reservation, with_soak, writable_file
 from pytest_gpucluster.results import load_node_verdicts
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
 from pytest_gpucluster.shipped import default_thresholds, suite_dir
@@ -41,6 +41,10 @@ MARKERS = {
     "infiniband": "needs InfiniBand; not applicable where the profile expects none (ib_hcas = 0)",
     "accounting": "needs Slurm accounting; not applicable where the profile says accounting = false",
     "slow": "minutes of load (burn checks); optional unless the profile sets require_slow = true",
+    "soak": (
+        "the burn-in of --gpucluster-soak=DURATION, after the one-shot checks; not applicable without a soak "
+        "asked for (required where the profile's soak.required is true)"
+    ),
     "quick": "the quick acceptance subset (about a minute on one node); a run of it alone is PARTIAL",
     "uses(*requests)": (
         "the jobs (pytest_gpucluster.plan.jobs.JobRequest) the check reads from, through the `measured` "
@@ -117,6 +121,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "nodes are the ones tested",
     )
     group.addoption(
+        f"{PREFIX}soak",
+        default=None,
+        metavar="DURATION",
+        dest="gpucluster_soak",
+        help="soak every node for this long after the one-shot checks (30m, 8h, 1h30m; 0: none): each GPU "
+        "judged cycle by cycle against itself and its node; overrides the profile's soak.duration",
+    )
+    group.addoption(
+        f"{PREFIX}soak-fail-fast",
+        action="store_true",
+        default=False,
+        dest="gpucluster_soak_fail_fast",
+        help="end every node's soak at the first failing node (without it only that node's soak ends)",
+    )
+    group.addoption(
         f"{PREFIX}merge-results",
         default=None,
         metavar="PATH",
@@ -175,6 +194,8 @@ RUN_OPTIONS = (
     "gpucluster_calibrate",
     "gpucluster_nodes",
     "gpucluster_reservation",
+    "gpucluster_soak",
+    "gpucluster_soak_fail_fast",
     "gpucluster_merge_results",
     "gpucluster_dry_run",
     "gpucluster_drain_failed",
@@ -255,6 +276,13 @@ def settings_from(config: pytest.Config, cluster: str) -> Settings:
     reservation = config.getoption("gpucluster_reservation", None)
     if reservation is not None:
         profile = with_reservation(profile, reservation, f"{PREFIX}reservation")
+    profile = with_soak(
+        profile,
+        config.getoption("gpucluster_soak", None),
+        bool(config.getoption("gpucluster_soak_fail_fast", False)),
+        file=str(path),
+        shipped=default_thresholds(),
+    )
     no_set = cfg.no_set_for(profile)
     if no_set and not config.getoption("gpucluster_calibrate"):
         raise ConfigError(no_set)  # a calibrating run measures without a set and writes one
@@ -283,6 +311,9 @@ def settings_from(config: pytest.Config, cluster: str) -> Settings:
         profile=profile,
         thresholds_origin=origin,
         reservation_from=f"{PREFIX}reservation" if reservation is not None else "",
+        soak_from=f"{SOAK_OPTION}={config.getoption('gpucluster_soak')}"
+        if config.getoption("gpucluster_soak", None) is not None
+        else f"profiles.{profile.name}.soak.duration={profile.soak.duration}",
         results_path=Path(results).resolve() if results else None,
         run_id=run_id or secrets.token_hex(4),
         nodes=picked if nodes is not None else (),

@@ -308,6 +308,7 @@ class ResultsDocument:
     cluster: dict[str, Any] = field(default_factory=dict)
     selection: Selection | None = None  # the required set and what the selection left out
     plan: dict[str, Any] | None = None  # the run's jobs as planned (``plan.Plan.to_json``)
+    soak: dict[str, Any] = field(default_factory=dict)  # the soak's cycles and verdicts (checks.soak.section)
     extra: dict[str, Any] = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic, repr=False)
     wall_s: float | None = None  # set by freeze() when the last test has ended
@@ -355,7 +356,23 @@ class ResultsDocument:
         """
         rec = self.record(report.nodeid)
         rec.duration_s += float(report.duration or 0.0)
-        entries = entries_of(report.user_properties)
+        self.fold_entries(rec, entries_of(report.user_properties))
+        if report.when == "call" or report.outcome != "passed":
+            # A teardown error after a failed call keeps "failed": the call is what was judged.
+            if not (report.when == "teardown" and rec.outcome == "failed"):
+                rec.outcome = _outcome(report)
+            message = _message(report)
+            if message and not (report.when == "teardown" and rec.message):
+                rec.message = message
+        return rec
+
+    def fold_interrupted(self, nodeid: str, user_properties: Iterable[Any]) -> None:
+        """What a test recorded before the run was interrupted during it (no report of it will
+        come): its jobs, findings and data are kept; ``close`` marks it interrupted."""
+        self.fold_entries(self.record(nodeid), entries_of(user_properties))
+
+    def fold_entries(self, rec: TestRecord, entries: list[dict[str, Any]]) -> None:
+        """Fold a test's data entries into its record and the document."""
         if entries:
             by_kind: dict[str, list[dict[str, Any]]] = {}
             for e in entries:
@@ -383,14 +400,8 @@ class ResultsDocument:
             for e in by_kind.get("cluster_fault", []):
                 rec.cluster_fault = {"what": str(e.get("what", "")), "sentence": str(e.get("sentence", ""))}
                 rec.unjudged = f"cluster fault: {rec.cluster_fault['what']}"
-        if report.when == "call" or report.outcome != "passed":
-            # A teardown error after a failed call keeps "failed": the call is what was judged.
-            if not (report.when == "teardown" and rec.outcome == "failed"):
-                rec.outcome = _outcome(report)
-            message = _message(report)
-            if message and not (report.when == "teardown" and rec.message):
-                rec.message = message
-        return rec
+            for e in by_kind.get("soak", []):
+                self.soak = dict(e.get("section") or {})
 
     def to_json(self) -> dict[str, Any]:
         """The document as written to disk."""
@@ -411,6 +422,7 @@ class ResultsDocument:
             "inventory": self.inventory,
             "tests": (tests := [t.to_json() for t in self.tests.values()]),
             "timing": self.timing(tests),
+            **({"soak": self.soak} if self.soak else {}),
             **self.extra,
         }
 

@@ -6,7 +6,9 @@ Known before any job is submitted, from the collected checks' markers and the pr
   node: nothing across nodes; no GPU devices; no InfiniBand expected; the local executor: no
   Slurm). Reported with its reason, never as a pass, never missing.
 * **required**: every other check, except the ``slow`` burn checks unless the profile sets
-  ``require_slow = true`` (those are *optional*: judged when selected, never missing).
+  ``require_slow = true`` (those are *optional*: judged when selected, never missing). The soak
+  is required where one was asked for, or where the profile requires one (then a run without a
+  duration leaves it not judged); else it is not applicable.
 * **not selected**: required checks that ``-k``, ``-m``, ``--deselect`` or a command line naming
   files or single tests left out. A run with any is PARTIAL, never ACCEPTED.
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Markers that state a check's needs (declared in plugin.py).
-NEED_MARKERS = ("across_nodes", "gpu", "slurm", "infiniband", "accounting", "slow")
+NEED_MARKERS = ("across_nodes", "gpu", "slurm", "infiniband", "accounting", "slow", "soak")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Needs:
     infiniband: bool = False
     accounting: bool = False
     slow: bool = False
+    soak: bool = False  # the soak: it runs only where a soak was asked for
     declared: str = ""  # why the check's own test file declares it not applicable to this shape
 
 
@@ -56,6 +59,8 @@ class Shape:
     accounting: bool
     require_slow: bool = False
     unusable: str = ""  # why fewer nodes are usable than expected (Slurm's states and reasons)
+    soak_s: float = 0.0  # the soak asked for (--gpucluster-soak or the profile's soak.duration); 0: none
+    soak_required: bool = False  # the profile's acceptance needs a soak (soak.required)
 
 
 def not_applicable(needs: Needs, shape: Shape) -> str | None:
@@ -75,11 +80,18 @@ def not_applicable(needs: Needs, shape: Shape) -> str | None:
         return f"profile {p!r} expects no InfiniBand (ib_hcas = 0)"
     if needs.accounting and not shape.accounting:
         return f"profile {p!r} runs without Slurm accounting (accounting = false)"
+    if needs.soak and shape.soak_s <= 0 and not shape.soak_required:
+        return f"no soak was asked for (--gpucluster-soak=DURATION, or duration in [profiles.{p}.soak])"
     return needs.declared or None
 
 
 def cannot_run(needs: Needs, shape: Shape) -> str | None:
     """Why a check that applies cannot run on what this run found, or None."""
+    if needs.soak and shape.soak_s <= 0:
+        return (
+            f"profile {shape.profile!r} requires a soak (soak.required) and none was asked for; "
+            "add --gpucluster-soak=DURATION"
+        )
     if needs.across_nodes and shape.executor == "slurm" and shape.usable_nodes < 2:
         extra = f" ({shape.unusable})" if shape.unusable else ""
         return (

@@ -28,6 +28,7 @@ from pytest_gpucluster.errors import (
     ConfigError,
     GpuClusterError,
     MissingThresholdError,
+    SlurmQueryError,
 )
 from pytest_gpucluster.faults import cluster_fault, error_findings
 from pytest_gpucluster.finish import finish
@@ -41,7 +42,7 @@ from pytest_gpucluster.items import (
     skipped,
 )
 from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
-from pytest_gpucluster.options import Outputs
+from pytest_gpucluster.options import Outputs, soak_fits
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE, NOT_JUDGED
 from pytest_gpucluster.plan import Facts, Plan, last_order
 from pytest_gpucluster.plan import facts as run_facts
@@ -49,6 +50,7 @@ from pytest_gpucluster.progress import Progress
 from pytest_gpucluster.results import PROPERTY, ResultsDocument, entries_of
 from pytest_gpucluster.run import Runner, Start, shared_area
 from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
+from pytest_gpucluster.run.areas.soak import job_minutes as soak_job_minutes
 from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext, ahead_limit_s
 from pytest_gpucluster.run.nodes import NodeSet
@@ -63,6 +65,7 @@ from pytest_gpucluster.selection import (
     plan_selection,
 )
 from pytest_gpucluster.slurm import caller_env
+from pytest_gpucluster.slurm.health import default_partition, partitions
 from pytest_gpucluster.slurm.rights import DrainRight, drain_right
 
 R = TypeVar("R")
@@ -82,6 +85,7 @@ class Settings:
     outputs: Outputs = dataclasses.field(default_factory=Outputs)  # what the run writes and does at its end
     thresholds_origin: str = ""  # where thresholds.toml came from: an option, the rootdir, the shipped default
     reservation_from: str = ""  # the option that named the profile's reservation for this run; empty: the profile
+    soak_from: str = ""  # where the soak's duration was set: the option or the profile key, with the value
 
 
 class GpuClusterSession:
@@ -168,12 +172,29 @@ class GpuClusterSession:
             )
         if self.profile.executor == "slurm" and self.results is not None:
             self.results.environment["caller_slurm_env"] = self.caller_env.to_json()
+        if settings.is_controller and self.profile.executor == "slurm" and self.profile.soak.duration_s > 0:
+            self._check_soak_fits(settings.soak_from)
         # Whether this user may drain the nodes the run rejects, asked before any job.
         self.drain_right: DrainRight | None = None
         if settings.outputs.drain_failed and self.profile.executor == "slurm" and settings.is_controller:
             self.drain_right = drain_right(user_name(), os.geteuid())
             if self.results is not None:
                 self.results.environment["drain_right"] = self.drain_right.to_json()
+
+    def _check_soak_fits(self, asked: str) -> None:
+        """Before any job: each node's soak job fits the partition's time limit (a usage error
+        naming the duration and the limit otherwise); where Slurm cannot answer now, the run's
+        Slurm health check says so later."""
+        try:
+            found = partitions()
+        except SlurmQueryError:
+            return
+        name = self.profile.partition or default_partition(found)
+        part = next((p for p in found if p.name == name), None)
+        if part is not None:
+            soak = self.profile.soak
+            limit = soak_job_minutes(soak.duration_s, soak.config(real_gpus=self.profile.gpus_are_real).cycle_s)
+            soak_fits(limit, part.max_time_s, part.name, asked or "the soak")
 
     # ------------------------------------------------------------------ facts
 
@@ -408,13 +429,18 @@ class GpuClusterSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
         """Track the running test so jobs and measurements are attributed to it; a per-node
-        check's node goes on its record as a field."""
+        check's node goes on its record as a field. A test under way when the run is interrupted
+        keeps in the results what it recorded (its jobs, findings, a soak's cycles)."""
         self.current_item = item
         node = subject_node(item)
         if node:
             item.user_properties.append((PROPERTY, {"kind": "subject", "node": node}))
         try:
             return (yield)
+        except KeyboardInterrupt:
+            if self.results is not None:  # no report will come: keep what the test recorded so far
+                self.results.fold_interrupted(item.nodeid, item.user_properties)
+            raise
         finally:
             self.current_item = None
 

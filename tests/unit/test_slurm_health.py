@@ -110,7 +110,7 @@ def test_node_spread_names_the_odd_node():
 
 def test_partition_state_from_scontrol_text():
     found = slurm.parse_partitions((DATA / "scontrol-show-partition-debug.txt").read_text())
-    assert found == [slurm.PartitionInfo("debug", "UP", True, "node[1-2]", 2)]
+    assert found == [slurm.PartitionInfo("debug", "UP", True, "node[1-2]", 2, max_time_s=3600.0)]  # MaxTime=01:00:00
     assert slurm.partition_findings("debug", found) == []
     assert slurm.partition_findings(None, found) == []
     assert slurm.default_partition(found) == "debug"

@@ -2,9 +2,9 @@
 
 The file holds two kinds of table, ``[profiles.NAME]`` (config/profile.py) and
 ``[thresholds.SET]`` (config/thresholds.py); either may name another of its kind in ``extends``
-and take over what it does not set. It is read once, before any job exists. Every error names
-the file and the dotted key and says how to fix it; unknown keys are answered with the closest
-known one.
+and take over what it does not set; ``[soak.rules.NAME]`` holds the soak's rules (config/soak.py).
+It is read once, before any job exists. Every error names the file and the dotted key and says how
+to fix it; unknown keys are answered with the closest known one.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pytest_gpucluster.config import features
 from pytest_gpucluster.config.fabric_rules import FAMILY_OF, RuleError, with_overrides
 from pytest_gpucluster.config.metrics import METRICS, Metric
 from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile, across_nodes
+from pytest_gpucluster.config.soak import SoakRules
 from pytest_gpucluster.config.tables import build, reject_unknown
 from pytest_gpucluster.config.thresholds import Threshold, ThresholdSet, choose_set, no_set_for
 from pytest_gpucluster.errors import ConfigError
@@ -99,9 +100,14 @@ def load(path: Path) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}.") from None
-    reject_unknown(data, ("profiles", "thresholds", "metrics"), "(top level)", file)
+    reject_unknown(data, ("profiles", "thresholds", "metrics", "soak"), "(top level)", file)
     catalogue = {**METRICS, **_site_metrics(data.get("metrics", {}), file)}
-    profiles = _profiles(data.get("profiles", {}), file)
+    soak = data.get("soak", {})
+    if not isinstance(soak, dict) or not isinstance(soak.get("rules", {}), dict):
+        raise ConfigError(f"{file}: soak: expected [soak.rules.NAME] tables.")
+    reject_unknown(soak, ("rules",), "soak", file)
+    build(SoakRules, soak.get("rules", {}), "soak.rules", file, settable={})  # checked once, here
+    profiles = _profiles(data.get("profiles", {}), file, soak.get("rules", {}))
     sets, matches = _threshold_sets(data.get("thresholds", {}), file, catalogue)
     for name, profile in profiles.items():
         if profile.thresholds is not None and profile.thresholds not in sets:
@@ -193,7 +199,7 @@ def resolve_extends(
 # --------------------------------------------------------------------------- profiles
 
 
-def _profiles(raw: Mapping[str, Any], file: str) -> dict[str, Profile]:
+def _profiles(raw: Mapping[str, Any], file: str, soak_rules: Mapping[str, Any]) -> dict[str, Profile]:
     if not raw:
         raise ConfigError(f"{file}: no [profiles.NAME] table; define at least one profile.")
 
@@ -224,7 +230,8 @@ def _profiles(raw: Mapping[str, Any], file: str) -> dict[str, Profile]:
         where = f"profiles.{name}"
         table = dict(table)
         fabric = _fabric_rules(table, where, file)
-        profile = build(Profile, table, where, file, settable=PROFILE_KEYS, name=name, **fabric)
+        rules = _soak_rules(table, soak_rules, where, file)
+        profile = build(Profile, table, where, file, settable=PROFILE_KEYS, name=name, soak_rules=rules, **fabric)
         _check_profile(profile, where, file)
         profiles[name] = profile
     return profiles
@@ -248,6 +255,22 @@ def _fabric_rules(table: dict[str, Any], where: str, file: str) -> dict[str, Any
         return {"fabric": with_overrides(table.pop("fabric"), f"{where}.fabric", file)}
     except RuleError as exc:
         raise ConfigError(f"{file}: {exc}") from None
+
+
+def _soak_rules(table: dict[str, Any], top: Mapping[str, Any], where: str, file: str) -> SoakRules:
+    """``[soak.rules]`` with the profile's ``[profiles.NAME.soak.rules.RULE]`` keys laid over each
+    rule (taken out of ``table``): a cluster whose stand-ins are noisier loosens a line there."""
+    own: Any = {}
+    if isinstance(table.get("soak"), dict):
+        table["soak"] = dict(table["soak"])  # a copy: the file's own table stays as read
+        own = table["soak"].pop("rules", {})
+    if not isinstance(own, dict) or not all(isinstance(v, dict) for v in own.values()):
+        raise ConfigError(f"{file}: {where}.soak.rules: expected [{where}.soak.rules.RULE] tables.")
+    merged = {name: dict(rule) for name, rule in top.items() if isinstance(rule, dict)}
+    for name, rule in own.items():
+        merged.setdefault(name, {}).update(rule)
+    built: SoakRules = build(SoakRules, merged, f"{where}.soak.rules", file, settable={})
+    return built
 
 
 def _check_profile(p: Profile, where: str, file: str) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from pytest_gpucluster.config.fabric_rules import DEFAULT_RULES, FabricRule
+from pytest_gpucluster.config.soak import SoakRules, SoakSettings
 from pytest_gpucluster.workloads.compute import ComputeConfig
 from pytest_gpucluster.workloads.fabric_counters import SYSFS_ROOT
 from pytest_gpucluster.workloads.sdc import SdcConfig
@@ -144,6 +145,10 @@ class Profile:
     training: TrainConfig = field(default_factory=TrainConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     sdc: SdcConfig = field(default_factory=SdcConfig)
+    # The soak: its default duration, whether the acceptance requires one, the cycle's work.
+    soak: SoakSettings = field(default_factory=SoakSettings)
+    # How a soak judges each GPU: [soak.rules] with the profile's [soak.rules.RULE] keys over it.
+    soak_rules: SoakRules = field(default_factory=SoakRules)
     # Where the fabric check reads the InfiniBand error counters on each node.
     fabric_sysfs_root: str = SYSFS_ROOT
     # The fabric check's rules per counter family: the suite's defaults with the profile's

@@ -34,6 +34,7 @@ from pytest_gpucluster.workloads import (
     xid,
 )
 from pytest_gpucluster.workloads import compute as compute_load
+from pytest_gpucluster.workloads import soak as soak_load
 
 EVERY = "every"  # one job over every tested node
 EACH = "each"  # one job per tested node, all submitted at once
@@ -76,6 +77,8 @@ class JobRequest:
     such job; nodes with fewer GPUs than ``min_gpus`` or more than ``max_gpus`` have none.
     ``runs_last``: it reads what every other job of the run left behind, so the tests that use it
     run after every other test (``planner.last_order``) and it never starts ahead.
+    ``after_checks``: it follows the one-shot checks (the soak), ahead of the ``runs_last`` jobs,
+    which then read what it left behind too; it never starts ahead.
     ``workload``: the function that runs on the nodes; ``shape``: where; ``args``: the workload's
     keyword arguments, from the profile and the GPUs per node (none if not given). A job whose
     value needs more than one workload call (retries, rounds of pairs, jobs that must run
@@ -96,6 +99,7 @@ class JobRequest:
     min_gpus: int = 0
     max_gpus: int | None = None
     runs_last: bool = False
+    after_checks: bool = False
 
 
 # Facts of a run (``Facts.flags``) that the suite's requests refer to.
@@ -302,6 +306,16 @@ XID_LOG = JobRequest(
     runs_last=True,
 )
 
+# One job per node for the soak's whole duration (its producer in run/areas/soak.py says how long).
+SOAK = JobRequest(
+    "soak",
+    "a job per node running cycles of load on every GPU for the soak's duration",
+    workload=soak_load.soak,
+    shape=Shape(nodes=EACH, tasks_per_node=RANKS),
+    holds_gpus=True,
+    after_checks=True,
+)
+
 SUITE = (
     NCCL_INTRA,
     NCCL_INTER,
@@ -327,4 +341,5 @@ SUITE = (
     FABRIC_BEFORE,
     FABRIC_AFTER,
     XID_LOG,
+    SOAK,
 )

@@ -11,7 +11,9 @@ Rules, in the order they apply:
 4. Every other job runs when its first test needs it, after the jobs started ahead have ended, so
    a measurement never shares nodes with them.
 5. A request that ``runs_last`` never starts ahead; the tests that use it run after every other
-   test (``last_order``), so its job follows every other job of the run.
+   test (``last_order``), so its job follows every other job of the run. One that runs
+   ``after_checks`` (the soak) never starts ahead either; its tests run after the one-shot
+   checks and before those of the ``runs_last`` jobs.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class PlannedJob:
             where = "job of its own, started ahead"
         elif self.request.runs_last:
             where = "job of its own, after every other job (its tests run last)"
+        elif self.request.after_checks:
+            where = "job of its own, after the one-shot checks"
         else:
             where = "job of its own, when first needed"
         count = f", {len(self.params)} parameter sets" if len(self.params) > 1 else ""
@@ -166,7 +170,7 @@ def _host(request: JobRequest, present: Sequence[str], requests: dict[str, JobRe
 def _ahead(own: Sequence[JobRequest], facts: Facts) -> set[str]:
     if not facts.sees_whole_selection:
         return set()
-    light = [r for r in own if r.light and not r.runs_last]
+    light = [r for r in own if r.light and not r.runs_last and not r.after_checks]
     holding = sorted((r for r in light if r.holds_gpus), key=lambda r: r.ahead_order)
     return {r.key for r in light if not r.holds_gpus} | ({holding[0].key} if holding else set())
 
@@ -176,7 +180,13 @@ def _real(sets: list[tuple[tuple[str, Any], ...]]) -> tuple[tuple[tuple[str, Any
 
 
 def last_order(requests: Sequence[Iterable[JobRequest]]) -> list[int]:
-    """The order to run tests in, given each test's requests in collection order: every test
-    that uses a ``runs_last`` request after all the others, each group in its own order."""
-    last = [any(r.runs_last for r in uses) for uses in requests]
-    return [i for i, flag in enumerate(last) if not flag] + [i for i, flag in enumerate(last) if flag]
+    """The order to run tests in, given each test's requests in collection order: the one-shot
+    checks, then every test that uses an ``after_checks`` request, then every test that uses a
+    ``runs_last`` request, each group in its own order."""
+
+    def tier(uses: Iterable[JobRequest]) -> int:
+        found = list(uses)
+        return 2 if any(r.runs_last for r in found) else 1 if any(r.after_checks for r in found) else 0
+
+    tiers = [tier(uses) for uses in requests]
+    return sorted(range(len(tiers)), key=lambda i: tiers[i])

@@ -154,6 +154,8 @@ class NodeSet:
             accounting=p.accounting,
             require_slow=p.require_slow,
             unusable=unusable,
+            soak_s=p.soak.duration_s,
+            soak_required=p.soak.required,
         )
 
     def short_of_gpus(self, gpus: int) -> str:

@@ -30,6 +30,7 @@ class PartitionInfo:
     default: bool
     nodes: str  # Slurm hostlist, e.g. "node[1-2]"
     total_nodes: int
+    max_time_s: float | None = None  # MaxTime; None: UNLIMITED (or not given)
 
 
 def parse_partitions(text: str) -> list[PartitionInfo]:
@@ -47,9 +48,33 @@ def parse_partitions(text: str) -> list[PartitionInfo]:
                 default=fields.get("Default", "NO").upper() == "YES",
                 nodes=fields.get("Nodes", ""),
                 total_nodes=number(fields.get("TotalNodes")),
+                max_time_s=slurm_minutes(fields.get("MaxTime", "UNLIMITED")),
             )
         )
     return out
+
+
+def slurm_minutes(text: str) -> float | None:
+    """A Slurm time limit (``UNLIMITED``, ``minutes``, ``minutes:seconds``, ``hours:minutes:seconds``,
+    ``days-hours[:minutes[:seconds]]``) in seconds; None for unlimited or unreadable."""
+    text = text.strip()
+    if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    days, _, rest = text.rpartition("-")
+    try:
+        parts = [int(p) for p in rest.split(":")]
+        whole_days = int(days) if days else 0
+    except ValueError:
+        return None
+    if days:  # days-hours[:minutes[:seconds]]
+        h, m, s = [*parts, 0, 0][:3]
+    elif len(parts) == 3:
+        h, m, s = parts
+    elif len(parts) == 2:
+        h, m, s = 0, parts[0], parts[1]
+    else:
+        h, m, s = 0, parts[0], 0
+    return float(((whole_days * 24 + h) * 60 + m) * 60 + s)
 
 
 def partitions() -> list[PartitionInfo]:

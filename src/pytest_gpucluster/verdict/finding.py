@@ -48,6 +48,7 @@ class Finding:
     unit: str = ""
     threshold: Mapping[str, Any] | None = field(default=None, compare=False)
     job_id: str = ""
+    cycle: int | None = None  # a soak's finding: the cycle it began in (workloads.soak)
 
     @classmethod
     def on_node(

@@ -216,7 +216,9 @@ def _missing(nodeid: str, t: Mapping[str, Any] | None) -> list[str]:
         said = "; ".join(dict.fromkeys(reasons)) or reason_of(str(t.get("message", ""))) or "no reason given"
         return [f"{label}: not judged: {said}"]
     if verdict == "interrupted":
-        return [f"{label}: interrupted before it was judged"]
+        kept = [str(f.get("text")) for f in t.get("findings") or [] if f.get("severity") == "not_judged"]
+        why = f": {'; '.join(dict.fromkeys(kept))}" if kept else ""
+        return [f"{label}: interrupted before it was judged{why}"]
     return []
 
 

@@ -205,7 +205,8 @@ def _nvlink_counters(nvml: Any, handle: Any, link: int) -> NvLinkCounters:
     return NvLinkCounters(link, counters, tuple(unsupported))
 
 
-def _gpu_links(nvml: Any, index: int) -> GpuNvLinks:
+def gpu_links(nvml: Any, index: int) -> GpuNvLinks:
+    """One GPU's NVLink error counters (NVML index ``index``) through an initialised ``nvml``."""
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     links: list[NvLinkCounters] = []
     errors: list[str] = []
@@ -231,7 +232,7 @@ def read_nvlink_counters(nvml: Any) -> tuple[tuple[GpuNvLinks, ...], str]:
     gpus = []
     for index in node_gpu_indices(count):
         try:
-            gpus.append(_gpu_links(nvml, index))
+            gpus.append(gpu_links(nvml, index))
         except nvml.NVMLError as exc:
             gpus.append(GpuNvLinks(index, (), (f"NVML: {exc}",)))
     return tuple(gpus), "ok"

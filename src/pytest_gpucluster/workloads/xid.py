@@ -267,6 +267,11 @@ class XidWatcher:
             with contextlib.suppress(Exception):
                 self.source.close()
 
+    def seen(self, since: float = 0.0) -> list[XidEvent]:
+        """The events seen so far whose time is at or after ``since`` (epoch seconds), while the
+        watch goes on: a long workload reads them as it goes."""
+        return [e for e in list(self._events) if e.epoch >= since]
+
     def stop(self) -> XidWatch:
         """Stop watching (bounded wait for the thread) and say what was seen."""
         self._stop.set()

@@ -14,6 +14,7 @@ from pytest_gpucluster.run.areas import (  # noqa: F401
     rank_failure,
     sdc,
     sharedfs,
+    soak,
     training,
     xid,
 )
