@@ -1,5 +1,6 @@
 """The headline command on the project's 2-node Slurm cluster: ``-m multinode`` is the whole
-handover acceptance and gives its verdict; a narrower selection says PARTIAL."""
+handover acceptance, with a short soak after the one-shot checks, and gives its verdict; a
+narrower selection says PARTIAL."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_multinode_runs_the_whole_acceptance_and_gives_the_handover_verdict(run_acceptance):
-    run = run_acceptance("tests/acceptance", "-m", "multinode and not slow")
+    run = run_acceptance("tests/acceptance", "-m", "multinode and not slow", "--gpucluster-soak=36s")
     acc, sel = run.results["acceptance"], run.results["selection"]
     assert run.returncode == 0, run.output
     assert acc["verdict"] == "ACCEPTED", acc
@@ -32,7 +33,17 @@ def test_multinode_runs_the_whole_acceptance_and_gives_the_handover_verdict(run_
         "rank_failure",
         "telemetry",
         "sdc",
+        "soak",
     } <= areas, areas
+    # The soak ran after the one-shot checks, on both nodes, every cycle of every rank recorded.
+    soak = run.results["soak"]
+    assert soak["requested_s"] == 36 and soak["findings"] == [], soak["findings"]
+    for node in ("node1", "node2"):
+        kept = soak["nodes"][node]
+        assert kept["ended"] == "duration" and kept["cycles"] >= 6, kept
+        assert all(len(g["tflops"]) == kept["cycles"] and all(g["tflops"]) for g in kept["gpus"].values()), kept
+    order = [t["area"] for t in run.results["tests"]]
+    assert order.index("soak") > max(i for i, a in enumerate(order) if a not in ("soak", "fabric", "xid"))
     # No InfiniBand and no GPU on the ci nodes: the fabric check says so on each node, never passes.
     fabric = [t for t in run.results["tests"] if t["area"] == "fabric"]
     assert len(fabric) == 2 and all(t["verdict"] == "n/a" for t in fabric), fabric
