@@ -67,6 +67,7 @@ from pytest_gpucluster.selection import (
 from pytest_gpucluster.slurm import caller_env
 from pytest_gpucluster.slurm.health import default_partition, partitions
 from pytest_gpucluster.slurm.rights import DrainRight, drain_right
+from pytest_gpucluster.verdict import Finding
 
 R = TypeVar("R")
 
@@ -510,8 +511,9 @@ class GpuClusterSession:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """A check on a node lost earlier in the run fails for that node with the first evidence
         (no job is tried on it again); so does an across-nodes check once fewer than 2 nodes are
-        left. A check of a node other work holds, or across nodes when that leaves fewer than 2,
-        is not judged, naming the holder (``NodesHeld``)."""
+        left, naming the lost nodes as its culprits, and a check of a node left against the others
+        is then not applicable (nothing to judge it by). A check of a node other work holds, or
+        across nodes when that leaves fewer than 2, is not judged, naming the holder (``NodesHeld``)."""
         callspec = getattr(item, "callspec", None)
         node = callspec.params.get("node") if callspec is not None else None
         if self.node_set.held and is_check(item):
@@ -531,7 +533,17 @@ class GpuClusterSession:
             )
         if item.get_closest_marker("across_nodes") and len(self.live_nodes) < 2:
             gone = "; ".join(f"{n}: {self.lost_evidence(n)}" for n in lost)
-            pytest.fail(f"{len(self.live_nodes)} node(s) left after losing {gone}; this check needs 2", pytrace=False)
+            if isinstance(node, str):
+                # A check of this node against the others, with none left: nothing to judge it by.
+                raise pytest.skip.Exception(
+                    f"{NOT_APPLICABLE}{node} has no other node left to be judged with after losing {gone}",
+                    _use_item_location=True,
+                )
+            text = f"{len(self.live_nodes)} node(s) left after losing {gone}; this check needs 2"
+            # The lost nodes are its culprits: a node left is not judged by it (nor rejected for it).
+            found = Finding.across([*self.live_nodes, *lost], text, culprits=list(lost))
+            item.user_properties.append((PROPERTY, {"kind": "finding", **found.to_json()}))
+            pytest.fail(text, pytrace=False)
 
     def lost_evidence(self, node: str) -> str:
         """How this run learned it lost ``node``: Slurm's state or what a job saw, when, and where."""

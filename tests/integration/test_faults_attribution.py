@@ -51,7 +51,8 @@ def test_a_node_whose_shared_directory_is_its_own_is_named_for_it_and_its_partne
 ):
     profile = fault_profile(tmp_path, queue_timeout_s=20)
     try:
-        run = run_pytest(profile, tmp_path, *SELECTION, timeout=300)
+        # The inventory's comparison of each node with the others runs after node4 is lost.
+        run = run_pytest(profile, tmp_path, *SELECTION, str(ACCEPTANCE / "test_inventory.py"), timeout=300)
     finally:
         profile.cancel_all()
     acc = run.results["acceptance"]
@@ -62,6 +63,9 @@ def test_a_node_whose_shared_directory_is_its_own_is_named_for_it_and_its_partne
     assert "does not see the shared filesystem" in reasons or "folder on the shared filesystem" in reasons, reasons
     visibility = run.test("test_mounted_everywhere_as_one_filesystem")
     assert [f["culprits"] for f in visibility["findings"] if f["severity"] == "fail"] == [["node4"]], visibility
+    # node3 compared with the others, when node4 is lost: nothing to judge it by, never its failure.
+    matches = run.test("test_node_matches_the_others[node3]")
+    assert matches["verdict"] == "n/a" and "node3 has no other node left to be judged with" in matches["message"]
     assert run.seconds < 150, f"took {run.seconds:.0f} s"
 
 
@@ -120,3 +124,20 @@ def test_another_users_job_holding_a_node_is_learned_once_and_the_other_node_is_
     }
     assert run.returncode == 10, run.output
     assert run.seconds < 15 + 120, f"took {run.seconds:.0f} s"
+
+
+def test_another_users_job_holding_the_only_node_leaves_every_check_not_judged(
+    slurm_cluster, tmp_path, foreign_job_on_node4
+):
+    profile = fault_profile(tmp_path, queue_timeout_s=10, nodes=1, nodelist=["node4"])
+    try:
+        run = run_pytest(profile, tmp_path, *SELECTION, timeout=300)
+    finally:
+        profile.cancel_all()
+    acc = run.results["acceptance"]
+    held = f"other work held node4 past queue_timeout_s (10 s): job {foreign_job_on_node4} of {FOREIGN_USER}"
+    assert acc["verdict"] == "INCOMPLETE" and acc["headline"].startswith(f"INCOMPLETE: {held}"), acc["headline"]
+    # Checks of every node together have no node left to run on: not judged for the holder, never failed.
+    assert acc["counts"]["fail"] == 0 and _verdicts(run) == {"node4": "INCOMPLETE"}, (acc["counts"], acc["reasons"])
+    assert "no usable node" not in run.output
+    assert run.returncode == 10 and run.seconds < 10 + 120, (run.returncode, run.seconds)

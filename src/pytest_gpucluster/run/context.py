@@ -233,6 +233,9 @@ class JobContext:
             if not nodelist:
                 if self.node_set.fault is not None:
                     raise self.node_set.fault
+                held = self.node_set.held_fault(self.node_set.nodes)
+                if held is not None:  # other work holds the nodes left: not judged, naming it
+                    raise held
                 lost = "; ".join(f"{n}: {why}" for n, why in self.node_set.lost.items())
                 raise GpuClusterError(
                     self.node_set.error or "no usable node to run on" + (f" (lost: {lost})" if lost else "")
