@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.fold import fold_lines
-from pytest_gpucluster.report import figures, inventory, model, plots
+from pytest_gpucluster.report import figures, inventory, model, plots, soak
 from pytest_gpucluster.timing import start_up_note
 from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
 from pytest_gpucluster.verdict.run import COUNTED
@@ -113,10 +113,11 @@ def style() -> str:
 
 
 def acceptance_block(doc: Mapping[str, Any], recorded: verdict.Recorded) -> str:
-    """The handover sheet (verdict, nodes accepted, exclusions, key figures against their lines,
-    thresholds file and hash, date, the tool's version, room for two signatures: the first page
-    when printed), then the counts behind the verdict, each node that is not accepted with the
-    checks and sentences that decided it, and the failures, one line per node, check and cause."""
+    """The handover sheet (verdict, nodes accepted, exclusions, the soak where one ran, key figures
+    against their lines, thresholds file and hash, date, the tool's version, room for two
+    signatures: the first page when printed), then the counts behind the verdict, each node that
+    is not accepted with the checks and sentences that decided it, and the failures, one line per
+    node, check and cause."""
     cluster = doc.get("cluster", {})
     acc = recorded.acceptance
     why = {
@@ -174,6 +175,7 @@ def acceptance_block(doc: Mapping[str, Any], recorded: verdict.Recorded) -> str:
         thresholds_sha256=doc.get("thresholds_sha256") or "not recorded",
         version=version,
         key_figures=figures.key_figures(doc),
+        soak=soak.sheet_line(doc),
         nodes=nodes if nodes.verdicts else None,
         judged=sorted((v for v in nodes.verdicts if v.verdict in order), key=lambda v: order[v.verdict]),
         accepted=accepted,
@@ -285,6 +287,26 @@ def gpu_map_block(doc: Mapping[str, Any]) -> str:
     if not maps and not uniform:
         return ""
     return _render("gpumap.html.j2", maps=maps, uniform=uniform, shades=figures.SHADES)
+
+
+def soak_block(doc: Mapping[str, Any]) -> str:
+    """The soak, where one ran: per node how it ended, how long it ran of the length asked for, its
+    cycles and its recorded verdicts; per node TFLOP/s, SM clock, temperature and power over time,
+    one line per GPU, the failing ones marked (past ``NODE_ROWS`` nodes only the nodes with
+    something to see); the drift table; the findings; the rules in force with their sources."""
+    content = soak.block(doc, NODE_ROWS)
+    if content is None:
+        return ""
+    drawn = [
+        {
+            "node": f.node,
+            "caption": f.caption,
+            "note": f.note,
+            "uri": plots.small_multiples(f"soak of {f.node}", f.panels, f.marks, "minutes since the node's soak began"),
+        }
+        for f in content.figures
+    ]
+    return _render("soak.html.j2", soak=content, figures=drawn, shown=soak.SHOWN_FINDINGS)
 
 
 def baseline_block(section: Mapping[str, Any] | None, limit: int = 40) -> str:
@@ -410,7 +432,7 @@ def timing_block(doc: Mapping[str, Any]) -> str:
 
 def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance") -> str:
     """A standalone page from a results document alone (no pytest-html): the same summary,
-    environment, matrix, plots and baseline, then every test with its details (those of a
+    environment, matrix, plots, soak and baseline, then every test with its details (those of a
     failure open)."""
     recorded = verdict.Recorded.of(doc)
     blocks = [
@@ -419,6 +441,7 @@ def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance"
         matrix_block(recorded.matrix),
         gpu_map_block(doc),
         plots_block(doc),
+        soak_block(doc),
         baseline_block(doc.get("baseline")),
         timing_block(doc),
     ]

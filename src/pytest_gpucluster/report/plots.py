@@ -6,7 +6,10 @@ Two generic kinds, driven only by the results document:
 * series plots: every ``series`` entry with the same ``name`` is one plot, one line per ``where``,
   with the ``threshold`` as a dashed line (busbw against message size, throughput against GPUs);
 * spread plots: every metric measured in several places (per GPU, per node) is one dot plot of
-  value by place, coloured by verdict, with the fail and warn lines (TFLOP/s of every GPU).
+  value by place, coloured by verdict, with the fail and warn lines (TFLOP/s of every GPU);
+
+and small multiples over time from panels another module prepares (``report/soak.py``: a node's
+soak, one line per GPU, the failing ones marked).
 """
 
 from __future__ import annotations
@@ -43,14 +46,23 @@ def _figure(width: float = 5.6, height: float = 3.3) -> Any:
     return fig
 
 
-def _to_uri(fig: Any) -> str:
+def _to_uri(fig: Any, *, compact: bool = False) -> str:
     import matplotlib
 
     buf = io.BytesIO()
     # Text stays text (smaller files, sharp at any zoom); the browser's sans-serif renders it.
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "gpucluster"}):
         fig.savefig(buf, format="svg")
-    return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    svg = buf.getvalue()
+    if compact:
+        svg = _PATH.sub(lambda m: _DECIMALS.sub(rb"\1", m.group(0)).replace(b"\n", b""), svg)
+    return "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
+
+
+# A path's coordinates to a tenth of a point: a figure of thousands of points halves in size and
+# looks the same.
+_PATH = re.compile(rb' d="[^"]*"')
+_DECIMALS = re.compile(rb"(\d\.\d)\d+")
 
 
 def _finite(points: Sequence[Sequence[Any]]) -> list[tuple[float, float]]:
@@ -175,3 +187,144 @@ def spread_plots(doc: Mapping[str, Any], *, min_places: int = 3) -> list[Plot]:
 def _natural(text: str) -> list[Any]:
     # node2 before node10, gpu2 before gpu10
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+
+
+# ----------------------------------------------------------------------------- small multiples
+
+# Lines of the GPUs no failing finding names; red is kept for those a failing finding names.
+QUIET_COLOURS = (
+    "#1f77b4",
+    "#2ca02c",
+    "#9467bd",
+    "#8c564b",
+    "#17becf",
+    "#7f7f7f",
+    "#bcbd22",
+    "#e377c2",
+    "#4e79a7",
+    "#59a14f",
+)
+# A panel is a few hundred pixels wide: more points than this per line add bytes, not detail.
+THIN_TO = 240
+FEW_POINTS = 30
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a panel: its label (``gpu3``), x and y (None: no value in that cycle), and
+    whether it is drawn marked (red, thicker, labelled at its end)."""
+
+    label: str
+    xs: Sequence[float]
+    ys: Sequence[float | None]
+    marked: bool = False
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One small plot of several lines sharing an x axis with the others of its figure."""
+
+    title: str
+    lines: Sequence[Line]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A vertical dashed line across every panel at ``x`` (the cycle a failure began in)."""
+
+    x: float
+    label: str
+
+
+def thin(xs: Sequence[float], ys: Sequence[float | None], limit: int = THIN_TO) -> tuple[list[float], list[float]]:
+    """At most about ``limit`` points of a line: past it, the lowest and the highest point of each
+    of ``limit / 2`` buckets, in order, so a dip or a spike of one cycle stays drawn; a missing
+    value is NaN (a gap in the line)."""
+    values = [math.nan if y is None else float(y) for y in ys]
+    if len(values) <= limit:
+        return [float(x) for x in xs], values
+    size = math.ceil(len(values) / max(1, limit // 2))
+    out_x: list[float] = []
+    out_y: list[float] = []
+    for start in range(0, len(values), size):
+        bucket = [i for i in range(start, min(start + size, len(values))) if not math.isnan(values[i])]
+        if not bucket:
+            out_x.append(float(xs[start]))
+            out_y.append(math.nan)
+            continue
+        low = min(bucket, key=lambda i: values[i])
+        high = max(bucket, key=lambda i: values[i])
+        for i in sorted({low, high}):
+            out_x.append(float(xs[i]))
+            out_y.append(values[i])
+    return out_x, out_y
+
+
+def small_multiples(title: str, panels: Sequence[Panel], marks: Sequence[Mark], x_label: str) -> str:
+    """One figure of small panels over the same x (two columns), one line per label in the same
+    colour in every panel, marked lines red, thicker and labelled, every mark a dashed line (its
+    label in the first panel), one legend under the panels. A data URI."""
+    columns = 2 if len(panels) > 1 else 1
+    rows = math.ceil(len(panels) / columns)
+    fig = _figure(width=6.4 if columns == 2 else 4.0, height=0.9 + 1.8 * rows)
+    labels = list(dict.fromkeys(line.label for p in panels for line in p.lines))
+    colour = {label: QUIET_COLOURS[i % len(QUIET_COLOURS)] for i, label in enumerate(labels)}
+    handles: dict[str, Any] = {}
+    axes = fig.subplots(rows, columns, squeeze=False, sharex=True)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(panels):
+            ax.set_visible(False)
+            continue
+        panel = panels[i]
+        for line in sorted(panel.lines, key=lambda line: line.marked):  # marked lines on top
+            xs, ys = thin(line.xs, line.ys)
+            # A few cycles show as dots too: a line of one point draws nothing.
+            dots: dict[str, Any] = {"marker": "o", "markersize": 2.5} if len(xs) <= FEW_POINTS else {}
+            if line.marked:
+                (drawn,) = ax.plot(xs, ys, color=STATUS_COLOURS["fail"], linewidth=1.9, zorder=3, **dots)
+                last = [(x, y) for x, y in zip(xs, ys, strict=True) if not math.isnan(y)]
+                if last:
+                    ax.annotate(
+                        line.label,
+                        last[-1],
+                        xytext=(3, 0),
+                        textcoords="offset points",
+                        color=STATUS_COLOURS["fail"],
+                        fontsize=7,
+                        fontweight="bold",
+                        va="center",
+                    )
+            else:
+                (drawn,) = ax.plot(xs, ys, color=colour[line.label], linewidth=0.8, alpha=0.85, **dots)
+            handles.setdefault(line.label + (" (fails)" if line.marked else ""), drawn)
+        for mark in marks:
+            ax.axvline(mark.x, color=STATUS_COLOURS["fail"], linestyle="--", linewidth=0.9, zorder=2)
+            if i == 0:
+                ax.annotate(
+                    mark.label,
+                    (mark.x, 1.0),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(2, -2),
+                    textcoords="offset points",
+                    color=STATUS_COLOURS["fail"],
+                    fontsize=6.5,
+                    va="top",
+                )
+        ax.set_title(panel.title, fontsize=8.5, loc="left")
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+        if i >= len(panels) - columns:
+            ax.set_xlabel(x_label, fontsize=7.5)
+    fig.suptitle(title, fontsize=10)
+    if handles:
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="outside lower center",
+            ncol=min(len(handles), 8),
+            fontsize=7,
+            frameon=False,
+            handlelength=1.5,
+            columnspacing=1.0,
+        )
+    return _to_uri(fig, compact=True)

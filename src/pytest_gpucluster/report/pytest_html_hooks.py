@@ -5,9 +5,9 @@ is active and ``--html`` is given. It reads the run's results document and nothi
 
 Page layout (the style sheet reorders pytest-html's blocks): title; acceptance summary (verdict,
 cluster, nodes, GPUs, counts, failures, skips with reasons); environment and inventory; node ×
-check matrix; plots; baseline comparison; the results table with measured / threshold / verdict /
-node-GPU / job columns, each row expanding to every measurement and, for a failure, the end of
-its jobs' logs; pytest-html's own environment table last.
+check matrix; plots; the soak, where one ran; baseline comparison; the results table with
+measured / threshold / verdict / node-GPU / job columns, each row expanding to every measurement
+and, for a failure, the end of its jobs' logs; pytest-html's own environment table last.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ class HtmlReportHooks:
     def pytest_html_results_summary(
         self, prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session
     ) -> None:
-        """Acceptance summary first; environment, matrix, plots and baseline after pytest-html's counts."""
+        """Acceptance summary first; environment, matrix, plots, soak and baseline after pytest-html's
+        counts."""
         doc = self._doc()
         recorded = verdict.Recorded.of(doc)  # decided once, at the session's end (finish.py)
         prefix.extend([html.style(), html.acceptance_block(doc, recorded)])
@@ -75,6 +76,7 @@ class HtmlReportHooks:
                 html.matrix_block(recorded.matrix),
                 html.gpu_map_block(doc),
                 html.plots_block(doc),
+                html.soak_block(doc),
                 html.baseline_block(doc.get("baseline")),
                 html.timing_block(doc),
             ]
