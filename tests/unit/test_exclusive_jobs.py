@@ -61,3 +61,16 @@ def test_a_profile_can_let_measuring_jobs_share_their_nodes(monkeypatch):
     ctx = _context(monkeypatch, exclusive=False)
     assert not any(spec_of(ctx, request).exclusive for request in MEASURING)
     assert spec_of(ctx, jobs.DCGM).exclusive  # dcgmi diag always has its nodes to itself
+
+
+def test_with_every_node_held_by_other_work_a_job_of_every_node_is_the_holders_fault(monkeypatch):
+    from pytest_gpucluster.errors import NodesHeld
+    from pytest_gpucluster.run.areas import training
+
+    ctx = _context(monkeypatch)
+    sentence = "other work held node1, node2 past queue_timeout_s (45 s): job 7 of bob (train)"
+    ctx.node_set.hold({"node1": "job 7 of bob", "node2": "job 7 of bob"}, sentence)
+    for attempt in (lambda: spec_of(ctx, jobs.NCCL_INTER), lambda: training.per_node(ctx)):
+        with pytest.raises(NodesHeld) as held:
+            attempt()
+        assert str(held.value).startswith(sentence)

@@ -220,3 +220,14 @@ def test_a_job_that_never_ran_is_told_by_slurms_record_else_by_what_was_seen():
         "Slurm says CANCELLED, reason Dependency; it waited for: Priority"
     )
     assert rules.never_started(True, record, "", "") is None
+
+
+def test_past_the_queue_bound_a_job_waits_on_behind_its_own_runs_jobs_only():
+    own = Holder("4", "gpucluster-r1-sharedfs", "RUNNING", ("node1", "node2"))
+    other_run = Holder("9", "gpucluster-r2-placement", "RUNNING", ("node1",))
+    bob = Holder("7", "bobs-training", "RUNNING", ("node1",), "bob")
+    assert rules.behind_own_run(30.0, 5, [own], "gpucluster-r1-")
+    assert not rules.behind_own_run(30.0, 5, [own, bob], "gpucluster-r1-")  # other work: named, as ever
+    assert not rules.behind_own_run(30.0, 5, [other_run], "gpucluster-r1-")
+    assert not rules.behind_own_run(301.0, 5, [own], "gpucluster-r1-")  # bounded: one more of its limit
+    assert not rules.behind_own_run(30.0, 5, [], "gpucluster-r1-")  # nothing holds it: Slurm's reason stands

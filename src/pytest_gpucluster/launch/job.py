@@ -105,6 +105,8 @@ class SubmititJob(Job[R]):
         self.start_up: dict[str, float] = {}  # its tasks' start-up (start_up_summary), once results are in
         self.pending_reason = ""  # Slurm's last reason the job waited in the queue
         self.seen_running = False  # the job was seen in a state past the queue
+        self._own_checked_at = 0.0  # past queue_timeout_s: when the jobs holding its nodes were last asked for
+        self._holders_seen: list[Holder] = []
 
     @property
     def job_id(self) -> str:
@@ -281,7 +283,8 @@ class SubmititJob(Job[R]):
                     fault.fault_sentence = OUTAGES.sentence("slurmctld")
                     raise fault
                 outage = OUTAGES.downtime("slurmctld", self.submitted_at)
-                if rules.queue_time_counted(now - self.submitted_at, excused, outage) > queue_limit:
+                counted = rules.queue_time_counted(now - self.submitted_at, excused, outage)
+                if counted > queue_limit and not self._behind_own_jobs(counted - queue_limit, now):
                     raise self._queue_timeout(state, pending_reason, queue_limit, excused)
             elif state in rules.REQUEUED and self._slurm:
                 if now - last_requeue_check >= rules.REQUEUE_CHECK_S:
@@ -306,6 +309,15 @@ class SubmititJob(Job[R]):
                         self.cancel()
                         return "CANCELLED"
             time.sleep(self._launcher.poll_s)
+
+    def _behind_own_jobs(self, over_s: float, now: float) -> bool:
+        """``rules.behind_own_run`` for this job, Slurm asked at most every few seconds."""
+        if not self._slurm or not self.spec.nodelist:
+            return False
+        if now - self._own_checked_at >= rules.NODE_CHECK_S:
+            self._own_checked_at = now
+            self._holders_seen = self._holders()
+        return rules.behind_own_run(over_s, self.spec.timeout_min, self._holders_seen, self._launcher.run_prefix)
 
     def _queue_timeout(self, state: str, pending_reason: str, queue_limit: float, excused: float) -> LaunchError:
         """Cancel a job still waiting past queue_timeout_s and build its error, naming what holds

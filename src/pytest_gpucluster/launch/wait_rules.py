@@ -243,6 +243,14 @@ def held_clause(nodes: Sequence[str], holders: Sequence[Holder], bad: Mapping[st
     return "; ".join(parts)
 
 
+def behind_own_run(over_s: float, limit_min: int, holders: Sequence[Holder], run_prefix: str) -> bool:
+    """A job past queue_timeout_s by ``over_s`` waits on when every job on its nodes is one of
+    this run's own (named ``run_prefix...``; one still waiting at its barrier for a node that
+    never came, say): they end within their own time limits, so the wait is not its nodes' fault.
+    For at most one more of its own limit (``limit_min``), then it gives up as ever."""
+    return over_s <= limit_min * 60 and bool(holders) and all(h.name.startswith(run_prefix) for h in holders)
+
+
 def queue_timeout(
     state: str,
     queue_limit_s: float,

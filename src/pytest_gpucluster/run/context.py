@@ -104,6 +104,20 @@ class JobContext:
         """The tested nodes less those lost during the run."""
         return self.node_set.live
 
+    def live_or_fault(self) -> tuple[str, ...]:
+        """The live nodes; where none is left, what took them is raised: Slurm's node list that
+        could not be read, other work holding them (not judged, naming it), or the lost nodes."""
+        live = self.node_set.live
+        if live:
+            return live
+        if self.node_set.fault is not None:
+            raise self.node_set.fault
+        held = self.node_set.held_fault(self.node_set.nodes)
+        if held is not None:
+            raise held
+        lost = "; ".join(f"{n}: {why}" for n, why in self.node_set.lost.items())
+        raise GpuClusterError(self.node_set.error or "no usable node to run on" + (f" (lost: {lost})" if lost else ""))
+
     def short_of_gpus(self, gpus: int) -> str:
         """The tested nodes Slurm says have fewer than ``gpus`` GPUs (``NodeSet.short_of_gpus``)."""
         return self.node_set.short_of_gpus(gpus)
@@ -229,17 +243,7 @@ class JobContext:
         per-node results come from one allocation."""
         live = self.node_set.live
         if all_nodes:
-            nodelist = live
-            if not nodelist:
-                if self.node_set.fault is not None:
-                    raise self.node_set.fault
-                held = self.node_set.held_fault(self.node_set.nodes)
-                if held is not None:  # other work holds the nodes left: not judged, naming it
-                    raise held
-                lost = "; ".join(f"{n}: {why}" for n, why in self.node_set.lost.items())
-                raise GpuClusterError(
-                    self.node_set.error or "no usable node to run on" + (f" (lost: {lost})" if lost else "")
-                )
+            nodelist = self.live_or_fault()
         count = len(nodelist) if nodelist else (nodes or 1)
         if not self.profile.gpus_are_real:
             # The profile says its GPUs are not real (GRES only): workloads take the CPU stand-in

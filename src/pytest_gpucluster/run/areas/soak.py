@@ -200,7 +200,7 @@ def _soak(ctx: JobContext) -> SoakRun:
     )
     submitted: dict[str, Job[Any]] = {}
     ended: dict[str, NodeSoak] = {}
-    for node in ctx.live_nodes:
+    for node in ctx.live_or_fault():
         spec = spec_of(
             ctx,
             jobs.SOAK,

@@ -63,7 +63,7 @@ def _each_node(
     whose job cannot be submitted (lost earlier) has its error instead."""
     submitted: dict[str, Job[Any]] = {}
     refused: dict[str, GpuClusterError] = {}
-    for n in ctx.live_nodes:
+    for n in ctx.live_or_fault():
         spec = spec_of(
             ctx,
             request,
