@@ -39,7 +39,7 @@ def stream(node: str, gpu: str, tflops: list[float], **per_cycle: Any) -> list[d
             "t0": T0 + i * CYCLE,
             "t1": T0 + (i + 1) * CYCLE,
         }
-        cycle.update(tflops=value, temp_c=60, **per_cycle)
+        cycle.update({"tflops": value, "temp_c": 60, "samples": 60, **per_cycle})
         cycle.update(extra.get(i, {}))
         records.append(cycle)
     return records
@@ -248,3 +248,18 @@ def test_the_section_keeps_each_gpus_series_and_how_each_node_ended():
         "change_pct": 0.0,
     }
     assert section["rules"]["drift"]["fail"] == 0.1 and section["rules"]["thermal"] is None
+
+
+def test_a_gpu_nvml_never_read_is_not_judged_for_what_nvml_tells():
+    records = stream("n1", "gpu0", STEADY[:4], samples=0)
+    records[2]["nvml_errors"] = ["NVMLError_Unknown: Unknown Error"]
+    (found,) = judged(records)
+    assert (found.severity, found.gpu) == ("not_judged", 0)
+    assert found.text == (
+        "n1:gpu0: NVML gave no reading in 4 cycles (NVMLError_Unknown: Unknown Error): its throttling, "
+        "temperatures and memory errors are not judged"
+    )
+    watched = stream("n1", "gpu0", STEADY[:4], samples=30)
+    cpu = stream("n1", "cpu0", STEADY[:4])
+    cpu[0]["device"] = "cpu"
+    assert judged(watched) == [] and judged(cpu) == []

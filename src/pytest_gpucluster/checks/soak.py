@@ -439,6 +439,19 @@ def sdc(tracks: Sequence[GpuTrack], starts: Mapping[str, float]) -> list[Finding
     return out
 
 
+def unwatched(track: GpuTrack) -> list[Finding]:
+    """A GPU (not a CPU rank standing in) that NVML never read during its cycles: its throttling,
+    temperatures and memory errors are not judged, and the soak says so (never a pass)."""
+    if track.device in ("", "cpu") or not track.cycles or any(int(c.get("samples") or 0) for c in track.cycles):
+        return []
+    said = next((c["nvml_errors"][0] for c in track.cycles if c.get("nvml_errors")), "no reading")
+    text = (
+        f"{track.where}: NVML gave no reading in {len(track.cycles)} cycles ({said}): its throttling, "
+        "temperatures and memory errors are not judged"
+    )
+    return [Finding.on_node(track.node, text, gpu=gpu_index(track.gpu), severity="not_judged")]
+
+
 def errors(track: GpuTrack, start: float) -> list[Finding]:
     """A cycle that raised on the GPU (a CUDA or NCCL error): the node's fault, said with it."""
     broken = next((c for c in track.cycles if c.get("error")), None)
@@ -458,6 +471,7 @@ def judge(track: SoakTrack, rules: SoakRules, lines: Lines) -> list[Finding]:
             out += behind_node_best(gpus, rules.behind_node_best, start)
         for t in gpus:
             out += errors(t, start)
+            out += unwatched(t)
             if rules.drift is not None:
                 out += drift(t, rules.drift, start, [m for m in rules.drift.metrics if m != "busbw_gbps"])
             for rule, title in _throttle_rules(rules):
