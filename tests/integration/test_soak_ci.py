@@ -85,7 +85,7 @@ def _start(profile, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], 
 def test_a_cpu_hog_on_one_node_mid_soak_names_it_with_its_cycle_and_the_other_soaks_on(slurm_cluster, tmp_path, pinned):
     profile = fault_profile(tmp_path, soak=SOAK_TABLE, queue_timeout_s=20, job_timeout_min=3)
     since = time.time()
-    proc, results = _start(profile, tmp_path, SOAK, "--gpucluster-soak=56s")
+    proc, results = _start(profile, tmp_path, SOAK, "--gpucluster-soak=50s")
     hogs: list[subprocess.Popen[bytes]] = []
     try:
         # The hog starts once node3 has its own start (cycles 1-3) and one cycle more.
