@@ -136,7 +136,7 @@ def spread_plots(doc: Mapping[str, Any], *, min_places: int = 3) -> list[Plot]:
     for metric, places in by_metric.items():
         if len(places) < min_places:
             continue
-        ordered = sorted(places.items(), key=lambda kv: _natural(kv[0]))
+        ordered = sorted(places.items(), key=lambda kv: natural(kv[0]))
         fig = _figure(width=min(12.0, 3.6 + 0.07 * len(ordered)), height=3.3)
         ax = fig.add_subplot()
         xs = list(range(len(ordered)))
@@ -184,7 +184,7 @@ def spread_plots(doc: Mapping[str, Any], *, min_places: int = 3) -> list[Plot]:
     return plots
 
 
-def _natural(text: str) -> list[Any]:
+def natural(text: str) -> list[Any]:
     # node2 before node10, gpu2 before gpu10
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 

@@ -9,7 +9,6 @@ recorded, none is decided here.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +17,7 @@ from pytest_gpucluster import verdict
 from pytest_gpucluster.checks.soak import TITLES, UNITS
 from pytest_gpucluster.config.soak import say_duration
 from pytest_gpucluster.report.inventory import plain
-from pytest_gpucluster.report.plots import Line, Mark, Panel
+from pytest_gpucluster.report.plots import Line, Mark, Panel, natural
 
 # The panels of a node's figure: the series of ``checks.soak.SERIES`` a person reads a soak by.
 PANELS = (
@@ -100,11 +99,6 @@ class SoakBlock:
     findings: tuple[tuple[str, str], ...]  # (severity, sentence), failures first
     rules: tuple[tuple[str, str, str], ...]  # (rule, its keys in words, source)
     stream_folder: str
-
-
-def natural(text: str) -> list[Any]:
-    """``gpu-2`` before ``gpu-10``."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 
 
 def soak_verdicts(doc: Mapping[str, Any]) -> dict[str, str]:
