@@ -133,9 +133,16 @@ class Follower:
         self._thread.start()
 
     def _loop(self) -> None:
+        said = False
         while not self._stop.wait(POLL_S):
-            with contextlib.suppress(Exception):  # a read that fails is tried again next time
+            try:
                 self.poll()
+            except Exception as exc:  # tried again next time; the soak is judged again at its end
+                if not said:
+                    said = True
+                    self.say(
+                        f"soak: reading the streams in {self.folder} failed ({type(exc).__name__}: {exc}); retrying"
+                    )
 
     def stop(self) -> None:
         self._stop.set()
