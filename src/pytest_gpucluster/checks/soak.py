@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from pytest_gpucluster.checks.xid import kind_of
+from pytest_gpucluster.checks.xid import gpu_order, kind_of
 from pytest_gpucluster.config.fabric_rules import FAMILY_OF, FabricRule
 from pytest_gpucluster.config.soak import BehindNodeBest, Drift, SoakRules, ThrottleRate, say_duration
 from pytest_gpucluster.verdict import Finding
@@ -26,19 +26,6 @@ UNITS = {"tflops": "TFLOP/s", "copy_tbps": "TB/s", "busbw_gbps": "GB/s"}
 TITLES = {"tflops": "GEMM", "copy_tbps": "device copy", "busbw_gbps": "all_reduce busbw"}
 # The per-cycle series the results keep for each GPU (the report draws them over time).
 SERIES = ("tflops", "copy_tbps", "sm_mhz", "temp_c", "power_w")
-REASON_TITLES = {
-    "hw_slowdown": "HW slowdown",
-    "sw_thermal_slowdown": "SW thermal slowdown",
-    "hw_thermal_slowdown": "HW thermal slowdown",
-    "hw_power_brake_slowdown": "HW power brake",
-    "sw_power_cap": "power cap",
-}
-
-
-def gpu_order(label: str) -> tuple[int, str]:
-    """``gpu2`` before ``gpu10``."""
-    digits = "".join(ch for ch in label if ch.isdigit())
-    return (int(digits) if digits else 0, label)
 
 
 def gpu_index(label: str) -> int | None:

@@ -322,7 +322,7 @@ def judge_node(
         sources["kernel log"] = f"{len(log.lines)} Xid line(s) since boot"
     else:
         sources["kernel log"] = f"not readable: {log_why}"
-    seen = sorted({_label(g.bus, g.index) for w in watched for g in w.gpus}, key=_gpu_order)
+    seen = sorted({_label(g.bus, g.index) for w in watched for g in w.gpus}, key=gpu_order)
     jobs = sorted({w.job_id for w in watched})
     named = f": {', '.join(jobs)}" if len(jobs) <= 5 else ""
     sources["NVML"] = f"{gpu_list(seen)} watched in {len(jobs)} job(s){named}" if watched else _nvml_gaps(watches)
@@ -331,7 +331,8 @@ def judge_node(
     return NodeXids(node, found, xids, sources)
 
 
-def _gpu_order(label: str) -> tuple[int, str]:
+def gpu_order(label: str) -> tuple[int, str]:
+    """``gpu2`` before ``gpu10``; any other label (a CPU rank's ``cpu0``) after them, by name."""
     return (int(label[3:]), "") if re.fullmatch(r"gpu\d+", label) else (1 << 30, label)
 
 

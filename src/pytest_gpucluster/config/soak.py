@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Annotated, Any
 
 from pytest_gpucluster.workloads.nvml_util import THROTTLE_BITS
-from pytest_gpucluster.workloads.soak import SoakConfig
+from pytest_gpucluster.workloads.soak import TINY, SoakConfig
 
 # What a cycle measures per GPU, as the rules name it.
 CYCLE_METRICS = ("tflops", "copy_tbps", "busbw_gbps")
@@ -84,8 +84,6 @@ class SoakSettings:
     def config(self, *, real_gpus: bool) -> SoakConfig:
         """The cycle's work: this table's keys over the GPU-sized defaults, or over ``TINY`` where
         CPU ranks stand in for GPUs."""
-        from pytest_gpucluster.workloads.soak import TINY
-
         base = SoakConfig() if real_gpus else TINY
         return SoakConfig(**{**{f.name: getattr(base, f.name) for f in fields(SoakConfig)}, **self.config_keys()})
 

@@ -25,7 +25,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,13 +35,12 @@ from pytest_gpucluster.workloads.busbw import busbw_gbps
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.distributed import device_for, process_group
 from pytest_gpucluster.workloads.fabric_counters import SYSFS_ROOT, gpu_links, read_ib_counters
-from pytest_gpucluster.workloads.nvml_util import decode_throttle_reasons, gpu_label, nvml_handle
+from pytest_gpucluster.workloads.nvml_util import FAILING_REASONS, decode_throttle_reasons, gpu_label, nvml_handle
 from pytest_gpucluster.workloads.xid import XidWatcher, node_of
 
-# The clock-event reasons a cycle counts (events and seconds): those the soak's rules judge and the
+# The clock-event reasons a cycle counts (events and seconds): those that mean a sick node and the
 # power cap, which a GPU under full load sits at by design (recorded, never judged).
-COUNTED_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
-RECORDED_REASONS = (*COUNTED_REASONS, "sw_power_cap")
+RECORDED_REASONS = (*sorted(FAILING_REASONS), "sw_power_cap")
 STOP_ALL = "stop"
 # Shares of a cycle: GEMMs until this fraction of it, the copy until the next, the collective after.
 GEMM_SHARE = 0.7
@@ -497,8 +496,3 @@ def read_stream(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]
 def config_dict(config: SoakConfig) -> dict[str, Any]:
     """The config as the results record it."""
     return asdict(config)
-
-
-def streams(folder: Path) -> Iterator[Path]:
-    """The stream files of a soak's folder."""
-    return iter(sorted(folder.glob("*.jsonl")))
