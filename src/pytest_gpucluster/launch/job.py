@@ -136,7 +136,13 @@ class SubmititJob(Job[R]):
         """The nodes the job runs or ran on (this machine for the local executor)."""
         if not self._slurm:
             return (socket.gethostname(),)
-        return self._watcher.job_nodes(self.job_id, self.spec.nodes)
+        nodes = self._watcher.job_nodes(self.job_id, self.spec.nodes)
+        pinned = tuple(self.spec.nodelist)
+        if len(nodes) != self.spec.nodes and len(pinned) == self.spec.nodes and set(nodes) <= set(pinned):
+            # Accounting and the controller can list part of the allocation of a job ended while
+            # it started or completed; a job pinned to exactly its node count ran on all of them.
+            return pinned
+        return nodes
 
     def _finished(self, state: str) -> bool:
         # Looks from the first task not yet seen with a result: one file per poll while the job
