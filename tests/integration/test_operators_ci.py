@@ -1,8 +1,9 @@
 """The suite as a site's operators run it on the test cluster: unprivileged Unix users, one after
-another and at once on one shared filesystem; inside the handover's ``flags=maint`` reservation with
-their shell's SBATCH_* defaults exported and ``--gpucluster-drain-failed`` they may not carry out;
-and a constraint no node satisfies. The users (gcop1, gcop2), the reservation and the shared
-folders made here are removed afterwards, also on failure."""
+another and at once on one shared filesystem (a few checks); the whole handover inside
+``flags=maint`` reservations, first with the operator's shell's SBATCH_* defaults exported and
+``--gpucluster-drain-failed`` it may not carry out, then two operators at once, each in a
+reservation of its own; and a constraint no node satisfies. The users (gcop1, gcop2), the
+reservations and the shared folders made here are removed afterwards, also on failure."""
 
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ def fresh_shared() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def thresholds(drop: Path, name: str, **keys: str) -> Path:
+def thresholds(drop: Path, name: str, **keys: object) -> Path:
     """The repository's thresholds.toml plus a profile extending ``ci`` with ``keys``."""
     path = drop / f"thresholds-{name}.toml"
     lines = [f"\n[profiles.{name}]", 'extends = "ci"', *(f"{k} = {json.dumps(v)}" for k, v in keys.items())]
@@ -163,39 +164,40 @@ def test_operators_one_after_the_other_then_at_once_never_shut_each_other_out(op
 
 
 @pytest.fixture
-def maint_reservation(slurm_cluster, operators) -> Iterator[str]:
-    """A ``flags=maint`` reservation over node1 and node2 (the ci profile's nodes) for both operators."""
-    name = f"gcop-maint-{uuid.uuid4().hex[:6]}"
-    slurm_cmd(
-        "scontrol", "create", "reservation", f"ReservationName={name}", "Users=gcop1,gcop2", "Nodes=node[1-2]",
-        "StartTime=now", "Duration=30", "Flags=MAINT",
-    )  # fmt: skip
+def maint_reservations(slurm_cluster, operators) -> Iterator[tuple[str, str]]:
+    """Two ``flags=maint`` reservations for both operators: one over node1 and node2 (the ci
+    profile's nodes), one over node3 and node4."""
+    names = tuple(f"gcop-maint-{uuid.uuid4().hex[:6]}" for _ in range(2))
     try:
-        yield name
+        for name, nodes in zip(names, ("node[1-2]", "node[3-4]"), strict=True):
+            slurm_cmd(
+                "scontrol", "create", "reservation", f"ReservationName={name}", "Users=gcop1,gcop2",
+                f"Nodes={nodes}", "StartTime=now", "Duration=30", "Flags=MAINT",
+            )  # fmt: skip
+        yield names[0], names[1]
     finally:
         for user in NAMES:
             slurm_cmd("scancel", "-u", user, check=False)
-        slurm_cmd("scontrol", "delete", f"ReservationName={name}", check=False)
+        for name in names:
+            slurm_cmd("scontrol", "delete", f"ReservationName={name}", check=False)
 
 
-def test_inside_a_maint_reservation_two_operators_one_after_the_other_are_accepted(operators, drop, maint_reservation):
-    prof = thresholds(drop, "ci_maint", reservation=maint_reservation)
-    handover = (
-        "tests/acceptance",
-        "-m",
-        "multinode and not slow",
-        "--cluster=ci_maint",
-        f"--gpucluster-thresholds={prof}",
-    )
+def test_inside_maint_reservations_two_operators_one_after_the_other_and_at_once_are_accepted(
+    operators, drop, maint_reservations
+):
+    first_rack, second_rack = maint_reservations
+    handover = ("tests/acceptance", "-m", "multinode and not slow")
+    prof = thresholds(drop, "ci_maint", reservation=first_rack)
+    in_first = (*handover, "--cluster=ci_maint", f"--gpucluster-thresholds={prof}")
     # gcop1 with its shell's sbatch defaults exported, and a drain it may not carry out.
     env = {"SBATCH_TIMELIMIT": "1", "SBATCH_JOB_NAME": "x"}
-    run = run_suite(operators, "gcop1", drop, *handover, "--gpucluster-drain-failed", env=env)
+    run = run_suite(operators, "gcop1", drop, *in_first, "--gpucluster-drain-failed", env=env)
     acc, env = run.acceptance, run.results.get("environment", {})
-    print(f"gcop1 in {maint_reservation}: {acc.get('headline')}")
+    print(f"gcop1 in {first_rack}: {acc.get('headline')}")
     assert run.returncode == 0 and acc["verdict"] == "ACCEPTED", run.output[-6000:]
     # The reservation's nodes are the tested ones; MAINTENANCE there is no fault.
     assert run.results["nodes"] == ["node1", "node2"] and "excluded_nodes" not in env, env
-    assert env["reservation"] == maint_reservation and env["measuring_jobs_exclusive"] is True
+    assert env["reservation"] == first_rack and env["measuring_jobs_exclusive"] is True
     # The caller's defaults were recorded, named, and changed no job.
     assert env["caller_slurm_env"] == {"SBATCH_JOB_NAME": "x", "SBATCH_TIMELIMIT": "1"}
     assert "[gpucluster] warning: the caller's SBATCH_JOB_NAME='x', SBATCH_TIMELIMIT='1' would have changed" in (
@@ -204,23 +206,33 @@ def test_inside_a_maint_reservation_two_operators_one_after_the_other_are_accept
     job = run.jobs()[0]
     said = slurm_cmd("sacct", "-n", "-P", "-X", "-j", job["job_id"], "-o", "JobName,Timelimit,Reservation")
     name, limit, reservation = said.strip().splitlines()[0].split("|")
-    assert name.startswith("gpucluster-") and limit == "00:05:00" and reservation == maint_reservation, said
+    assert name.startswith("gpucluster-") and limit == "00:05:00" and reservation == first_rack, said
     # Measuring jobs take whole nodes, light ones share them; every job is in the reservation.
     scripts = {j["name"]: next(Path(j["folder"]).glob("*_submission.sh")).read_text() for j in run.jobs()}
     intra = next(text for job_name, text in scripts.items() if "nccl-intra" in job_name)
     light = next(text for job_name, text in scripts.items() if job_name.endswith("-sharedfs"))
     assert "#SBATCH --exclusive" in intra and "#SBATCH --exclusive" not in light
-    assert all(f"#SBATCH --reservation={maint_reservation}" in text for text in scripts.values())
+    assert all(f"#SBATCH --reservation={first_rack}" in text for text in scripts.values())
     # gcop1 may not drain: said before any job, and the verdict is the same.
     assert env["drain_right"]["allowed"] is False
     warning = "[gpucluster] warning: --gpucluster-drain-failed: gcop1 may not drain nodes: Slurm lets only root"
     assert warning in run.output
     assert run.output.index(warning) < run.output.index("PASSED")
-    # Then gcop2, on the same shared filesystem and nodes.
-    after = run_suite(operators, "gcop2", drop, *handover)
-    print(f"then gcop2: {after.acceptance.get('headline')}")
-    assert after.returncode == 0 and after.acceptance["verdict"] == "ACCEPTED", after.output[-6000:]
-    assert after.results["environment"]["shared_area"] == f"{SHARED}/.pytest-gpucluster/gcop2"
+    # Then, at once, gcop2 on the same nodes and shared filesystem, and gcop1 in the other
+    # reservation: the whole handover each, both ACCEPTED.
+    other = thresholds(drop, "ci_maint2", reservation=second_rack)
+    in_second = (*handover, "--cluster=ci_maint2", f"--gpucluster-thresholds={other}")
+    with ThreadPoolExecutor(2) as pool:
+        after = pool.submit(run_suite, operators, "gcop2", drop, *in_first)
+        beside = pool.submit(run_suite, operators, "gcop1", drop, *in_second)
+    for who, got, nodes in (
+        ("gcop2", after.result(), ["node1", "node2"]),
+        ("gcop1", beside.result(), ["node3", "node4"]),
+    ):
+        print(f"then {who} on {nodes}: {got.acceptance.get('headline')}")
+        assert got.returncode == 0 and got.acceptance["verdict"] == "ACCEPTED", got.output[-6000:]
+        assert got.results["nodes"] == nodes, got.results["nodes"]
+        assert got.results["environment"]["shared_area"] == f"{SHARED}/.pytest-gpucluster/{who}"
 
 
 def test_a_constraint_no_node_satisfies_stops_before_any_job(slurm_cluster, drop, run_acceptance):
