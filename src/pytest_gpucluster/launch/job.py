@@ -136,11 +136,16 @@ class SubmititJob(Job[R]):
         """The nodes the job runs or ran on (this machine for the local executor)."""
         if not self._slurm:
             return (socket.gethostname(),)
-        nodes = self._watcher.job_nodes(self.job_id, self.spec.nodes)
+        return self._watcher.job_nodes(self.job_id, self.spec.nodes)
+
+    def _ran_on(self) -> tuple[str, ...]:
+        """The nodes a failed job is said to have run on: Slurm's list (empty: it never ran), or
+        the nodes it was pinned to where Slurm lists part of them. Accounting and the controller
+        can hold part of the allocation of a job that ended while it started or completed; a job
+        pinned to exactly its node count ran on all of them."""
+        nodes = self._nodes()
         pinned = tuple(self.spec.nodelist)
-        if len(nodes) != self.spec.nodes and len(pinned) == self.spec.nodes and set(nodes) <= set(pinned):
-            # Accounting and the controller can list part of the allocation of a job ended while
-            # it started or completed; a job pinned to exactly its node count ran on all of them.
+        if nodes and len(nodes) != self.spec.nodes and len(pinned) == self.spec.nodes and set(nodes) <= set(pinned):
             return pinned
         return nodes
 
@@ -172,7 +177,7 @@ class SubmititJob(Job[R]):
         self._watcher.unwatch(self.job_id)
 
     def _error(self, cls: type[LaunchError], message: str, state: str, **extra: Any) -> LaunchError:
-        given = self._nodes()
+        given = self._ran_on()
         nodes = given or tuple(self.spec.nodelist)
         logs = tuple(str(p) for t in self._tasks()[:2] for p in (t.paths.stdout, t.paths.stderr))
         tail = ""
@@ -477,7 +482,7 @@ class SubmititJob(Job[R]):
         (their failure, the setting and what they offer named)."""
         first = records[0]
         bad = sorted({r.node for r in records})
-        ran = set(self._nodes() or self.spec.nodelist) | answered | set(bad)
+        ran = set(self._ran_on() or self.spec.nodelist) | answered | set(bad)
         given = {**self._launcher.env, **(self.spec.env or {})}
         origin = "the profile's env" if first.variable in given else "the login node's environment"
         offered = ", ".join(first.offered) or "none"
@@ -499,7 +504,7 @@ class SubmititJob(Job[R]):
         srun could not reach it, NodeLostError when nodes under it were lost or stayed silent,
         else LaunchError naming each failed task and its node."""
         # A task's result names its node; Slurm is asked only for the tasks that failed.
-        nodes = self._nodes()
+        nodes = self._ran_on()
         per_node = self.spec.tasks_per_node
         where = [nodes[i // per_node] if len(nodes) == self.spec.nodes else "?" for i, _ in failed]
         failures = [f"task {index} on {node}: {why}" for (index, why), node in zip(failed, where, strict=True)]
