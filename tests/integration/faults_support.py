@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -107,6 +108,30 @@ def wait_until(what: str, predicate: Callable[[], Any], timeout: float, interval
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout:.0f} s")
         time.sleep(interval)
+
+
+def start_pytest(argv: list[str]) -> subprocess.Popen[str]:
+    """A suite run in the background, from the repository, with Python's fault handler on: a run
+    that must be stopped for hanging dumps every thread's stack first (``finish``)."""
+    env = {**os.environ, "SLURM_CONF": SLURM_CONF, "PYTHONFAULTHANDLER": "1"}
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> str:
+    """Wait (bounded) for a run of ``start_pytest`` to end; its output. One still running after
+    ``timeout`` gets SIGABRT, so the fault handler prints where each thread stood, and the
+    AssertionError carries that."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        raise AssertionError(f"pytest still running {timeout:.0f} s later; its threads then:\n{out[-8000:]}") from None
+    return out
 
 
 @dataclass

@@ -6,10 +6,8 @@ node; the rest of the suite goes on without the lost node; nothing is left in th
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -18,14 +16,15 @@ from pathlib import Path
 import cloudpickle  # type: ignore[import-untyped]
 import pytest
 from faults_support import (
-    REPO,
     SHARED,
     SLURM_CONF,
     cluster_handle,
     fault_profile,
+    finish,
     pytest_argv,
     restore_nodes,
     slurm_cmd,
+    start_pytest,
     wait_until,
     write_long_test,
 )
@@ -44,9 +43,7 @@ def start_suite(profile, tmp_path, *tests):
     """Start pytest on the fault profile in the background; returns (process, results path)."""
     results = tmp_path / "results.json"
     argv = pytest_argv(profile, results, *tests)
-    env = {**os.environ, "SLURM_CONF": SLURM_CONF}
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return proc, results
+    return start_pytest(argv), results
 
 
 def tasks_started(job_id: str, since: float, tasks: int = 2) -> bool:
@@ -71,17 +68,6 @@ def running_job(profile, proc):
         return job if job is not None and tasks_started(job, since) else None
 
     return wait_until("the long job's tasks running", found, 60)
-
-
-def finish(proc, timeout):
-    """Wait (bounded) for the suite to end; its output."""
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        raise AssertionError(f"pytest still running {timeout:.0f} s later:\n{out[-4000:]}") from None
-    return out
 
 
 def by_name(results, part):

@@ -6,13 +6,11 @@ in a results file marked interrupted, with the HTML report written."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import time
 
 import pytest
-from faults_support import REPO, SLURM_CONF, fault_profile, pytest_argv, wait_until, write_long_test
+from faults_support import fault_profile, finish, pytest_argv, start_pytest, wait_until, write_long_test
 
 pytestmark = pytest.mark.integration
 
@@ -24,8 +22,7 @@ def test_a_signal_cancels_every_job_and_keeps_what_was_measured(slurm_cluster, t
     profile = fault_profile(tmp_path)
     results, html = tmp_path / "results.json", tmp_path / "acceptance.html"
     argv = pytest_argv(profile, results, MEASURE_FIRST, str(write_long_test(tmp_path, seconds=120)), f"--html={html}")
-    env = {**os.environ, "SLURM_CONF": SLURM_CONF}
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_pytest(argv)
     try:
 
         def long_job_running() -> bool:
@@ -35,7 +32,7 @@ def test_a_signal_cancels_every_job_and_keeps_what_was_measured(slurm_cluster, t
         wait_until("the long job RUNNING", long_job_running, 90)
         proc.send_signal(sig)
         t0 = time.monotonic()
-        out, _ = proc.communicate(timeout=30)
+        out = finish(proc, timeout=30)
         exited_after = time.monotonic() - t0
     finally:
         if proc.poll() is None:
