@@ -111,10 +111,25 @@ def wait_until(what: str, predicate: Callable[[], Any], timeout: float, interval
 
 
 def start_pytest(argv: list[str]) -> subprocess.Popen[str]:
-    """A suite run in the background, from the repository, with Python's fault handler on: a run
-    that must be stopped for hanging dumps every thread's stack first (``finish``)."""
+    """A suite run in the background, from the repository, the way an operator's shell starts it:
+    SIGINT at its default, so Python turns it into KeyboardInterrupt (a shell ignores SIGINT for
+    what it starts with ``&``, and the run would inherit that from a self-test started so), and
+    Python's fault handler on: a run that must be stopped for hanging dumps every thread's stack
+    first (``finish``)."""
     env = {**os.environ, "SLURM_CONF": SLURM_CONF, "PYTHONFAULTHANDLER": "1"}
-    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_sigint_default,
+    )
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def finish(proc: subprocess.Popen[str], timeout: float) -> str:
