@@ -128,6 +128,13 @@ def start_pytest(argv: list[str]) -> subprocess.Popen[str]:
     )
 
 
+def start_suite(profile: FaultProfile, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
+    """``start_pytest`` on the fault profile with ``args``; the process and its results file (one
+    of its own, so runs started side by side keep theirs)."""
+    results = tmp_path / f"results-{uuid.uuid4().hex[:6]}.json"
+    return start_pytest(pytest_argv(profile, results, *args)), results
+
+
 def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 

@@ -11,20 +11,18 @@ import os
 import re
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 from faults_support import (
     FAULT_NODES,
-    REPO,
     SHARED,
-    SLURM_CONF,
     fault_profile,
-    pytest_argv,
+    finish,
     run_pytest,
     slurm_cmd,
     start_controller,
+    start_suite,
     stop_controller,
     wait_until,
 )
@@ -49,35 +47,17 @@ def _no_node_blamed(doc: dict, output: str) -> None:
     assert rejected == [] and nodes["exclude"] == "", (nodes, output[-4000:])
 
 
-def _start(profile, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
-    results = tmp_path / f"results-{uuid.uuid4().hex[:6]}.json"
-    env = {**os.environ, "SLURM_CONF": SLURM_CONF}
-    argv = pytest_argv(profile, results, *args)
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return proc, results
-
-
-def _finish(proc: subprocess.Popen[str], timeout: float) -> str:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        raise AssertionError(f"pytest still running {timeout:.0f} s later:\n{out[-4000:]}") from None
-    return out
-
-
 def test_a_controller_restart_mid_run_costs_seconds_not_a_verdict(slurm_cluster, tmp_path):
     profile = fault_profile(tmp_path, queue_timeout_s=20, job_timeout_min=2)
     t0 = time.monotonic()
-    proc, results = _start(profile, tmp_path, *SELECTION)
+    proc, results = start_suite(profile, tmp_path, *SELECTION)
     try:
         wait_until("the run's first job in the queue", lambda: proc.poll() is None and profile.jobs(), 60)
         stop_controller(slurm_cluster)
         time.sleep(20)
         assert proc.poll() is None, "the run ended before slurmctld came back"
         start_controller(slurm_cluster)
-        out = _finish(proc, 240)
+        out = finish(proc, 240)
     finally:
         start_controller(slurm_cluster)
         if proc.poll() is None:
@@ -164,9 +144,9 @@ def test_two_runs_at_once_reject_nothing(slurm_cluster, tmp_path):
     selection = ("tests/acceptance/test_gpu_isolation.py", "tests/acceptance/test_placement.py")
     profile = fault_profile(tmp_path, queue_timeout_s=60)
     t0 = time.monotonic()
-    runs = [_start(profile, tmp_path, *selection) for _ in range(2)]
+    runs = [start_suite(profile, tmp_path, *selection) for _ in range(2)]
     try:
-        outputs = [_finish(proc, 300) for proc, _ in runs]
+        outputs = [finish(proc, 300) for proc, _ in runs]
     finally:
         for proc, _ in runs:
             if proc.poll() is None:

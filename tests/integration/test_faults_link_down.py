@@ -6,20 +6,18 @@ test machine runs the same over NCCL (tools/prove-multinode-gpu link-down)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from faults_support import (
-    REPO,
     SHARED,
-    SLURM_CONF,
     cluster_handle,
     fault_profile,
+    finish,
     pytest_argv,
     restore_nodes,
+    start_pytest,
     wait_until,
 )
 
@@ -37,10 +35,9 @@ def test_link_down_mid_sweep_ends_the_sweep_naming_the_node(slurm_cluster, tmp_p
     profile = fault_profile(tmp_path, extra_text=SWEEP)
     results = tmp_path / "results.json"
     argv = pytest_argv(profile, results, "tests/acceptance/test_nccl.py", "-k", "across_nodes and all_reduce")
-    env = {**os.environ, "SLURM_CONF": SLURM_CONF}
     cluster = cluster_handle(slurm_cluster)
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_pytest(argv)
     try:
 
         def sweep_running() -> str:
@@ -52,7 +49,7 @@ def test_link_down_mid_sweep_ends_the_sweep_naming_the_node(slurm_cluster, tmp_p
         time.sleep(2)  # the ranks meet and the sweep starts
         cluster.set_link("node4", up=False)
         cut = time.monotonic()
-        out, _ = proc.communicate(timeout=150)
+        out = finish(proc, timeout=150)
         ended_after = time.monotonic() - cut
     finally:
         cluster.set_link("node4", up=True)

@@ -21,10 +21,9 @@ from faults_support import (
     cluster_handle,
     fault_profile,
     finish,
-    pytest_argv,
     restore_nodes,
     slurm_cmd,
-    start_pytest,
+    start_suite,
     wait_until,
     write_long_test,
 )
@@ -37,13 +36,6 @@ from pytest_gpucluster.workloads import sleep as sleep_workload
 pytestmark = pytest.mark.integration
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def start_suite(profile, tmp_path, *tests):
-    """Start pytest on the fault profile in the background; returns (process, results path)."""
-    results = tmp_path / "results.json"
-    argv = pytest_argv(profile, results, *tests)
-    return start_pytest(argv), results
 
 
 def tasks_started(job_id: str, since: float, tasks: int = 2) -> bool:

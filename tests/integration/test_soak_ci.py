@@ -19,7 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults_support import SLURM_CONF, fault_profile, pytest_argv, restore_nodes, run_pytest, wait_until
+from faults_support import (
+    fault_profile,
+    finish,
+    restore_nodes,
+    run_pytest,
+    start_suite,
+    wait_until,
+)
 
 from gpucluster_testcluster.config import Paths
 
@@ -68,24 +75,10 @@ def _stream_cycles(node: str, since: float) -> int:
     return best
 
 
-def _start(profile, tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
-    results = tmp_path / "results.json"
-    env = {**os.environ, "SLURM_CONF": SLURM_CONF}
-    proc = subprocess.Popen(
-        pytest_argv(profile, results, *args),
-        cwd=Path(__file__).resolve().parents[2],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    return proc, results
-
-
 def test_a_cpu_hog_on_one_node_mid_soak_names_it_with_its_cycle_and_the_other_soaks_on(slurm_cluster, tmp_path, pinned):
     profile = fault_profile(tmp_path, soak=SOAK_TABLE, queue_timeout_s=20, job_timeout_min=3)
     since = time.time()
-    proc, results = _start(profile, tmp_path, SOAK, "--gpucluster-soak=50s")
+    proc, results = start_suite(profile, tmp_path, SOAK, "--gpucluster-soak=50s")
     hogs: list[subprocess.Popen[bytes]] = []
     try:
         # The hog starts once node3 has its own start (cycles 1-3) and one cycle more.
@@ -97,7 +90,7 @@ def test_a_cpu_hog_on_one_node_mid_soak_names_it_with_its_cycle_and_the_other_so
         # Spinning processes on node3's core: its ranks keep about half of what they had.
         hog = [*enter, "taskset", "-c", pinned["node3"], sys.executable, "-c", "while True: pass"]
         hogs = [subprocess.Popen(hog) for _ in range(4)]
-        out, _ = proc.communicate(timeout=150)
+        out = finish(proc, timeout=150)
     finally:
         for h in hogs:
             h.kill()
@@ -123,7 +116,7 @@ def test_a_cpu_hog_on_one_node_mid_soak_names_it_with_its_cycle_and_the_other_so
 def test_sigterm_mid_soak_keeps_the_finished_cycles_and_says_how_far_each_node_came(slurm_cluster, tmp_path):
     profile = fault_profile(tmp_path, soak=SOAK_TABLE, queue_timeout_s=20, job_timeout_min=3)
     since = time.time()
-    proc, results = _start(profile, tmp_path, SOAK, "--gpucluster-soak=5m")
+    proc, results = start_suite(profile, tmp_path, SOAK, "--gpucluster-soak=5m")
     try:
         wait_until(
             "both nodes streaming their third cycle",
@@ -132,7 +125,7 @@ def test_sigterm_mid_soak_keeps_the_finished_cycles_and_says_how_far_each_node_c
         )
         proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
-        out, _ = proc.communicate(timeout=60)
+        out = finish(proc, timeout=60)
         ended_after = time.monotonic() - t0
     finally:
         if proc.poll() is None:
