@@ -100,6 +100,6 @@ def test_times_that_are_not_times_are_named():
 
 def test_the_long_run_is_the_profile_sizes_run_longer():
     config = stability_config(TINY)
-    assert config.steps == TINY.stability_steps == 60 and config.d_model == TINY.d_model
+    assert config.steps == TINY.stability_steps == 120 and config.d_model == TINY.d_model
     nan = summarise([_run(0, [0.01, 0.01], losses=(2.0, math.nan))], config)
     assert [p.text for p in nan.problems] == ["rank 0 (n1:gpu0): loss is nan at step 1"]

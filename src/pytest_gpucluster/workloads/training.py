@@ -80,16 +80,7 @@ class TrainConfig:
 
 # The model a CPU runs instead of the GPU-sized default: the ci profile's [training] sizes.
 TINY = TrainConfig(
-    d_model=64,
-    n_layers=2,
-    n_heads=4,
-    seq_len=64,
-    vocab=512,
-    micro_batch=2,
-    steps=8,
-    warmup_steps=2,
-    stability_steps=60,  # the long run's spread of step times on CPU ranks, in under a minute
-    lr=3e-3,
+    d_model=64, n_layers=2, n_heads=4, seq_len=64, vocab=512, micro_batch=2, steps=8, warmup_steps=2, lr=3e-3
 )
 
 
