@@ -211,6 +211,17 @@ def test_a_node_none_of_whose_tasks_wrote_a_result_is_silent_when_another_nodes_
     assert said.startswith("silent: none of its tasks wrote even a log file into job 41's folder on the shared")
 
 
+def test_a_failed_job_ran_on_its_pin_where_slurm_lists_part_or_none_of_it_after_a_task_answered():
+    pin = ("node3", "node4")
+    assert rules.ran_on(("node3", "node4"), pin, 2) == pin
+    assert rules.ran_on(("node4",), pin, 2) == pin  # accounting holds part of the allocation
+    # Slurm lists none of it (the record not yet in accounting) while node3's task answered: it ran.
+    assert rules.ran_on((), pin, 2, answered=True) == pin
+    assert rules.ran_on((), pin, 2) == ()  # nothing answered: it never ran, as Slurm says
+    assert rules.ran_on((), ("node3",), 2, answered=True) == ()  # a pin that is not the whole job
+    assert rules.ran_on(("node5",), pin, 2) == ("node5",)  # not part of the pin: Slurm's word stands
+
+
 def test_a_job_that_never_ran_is_told_by_slurms_record_else_by_what_was_seen():
     record = {"JobState": "CANCELLED", "Reason": "ReqNodeNotAvail"}
     assert rules.never_started(False, record, "", "") == "Slurm says CANCELLED, reason ReqNodeNotAvail"

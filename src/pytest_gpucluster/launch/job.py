@@ -138,16 +138,10 @@ class SubmititJob(Job[R]):
             return (socket.gethostname(),)
         return self._watcher.job_nodes(self.job_id, self.spec.nodes)
 
-    def _ran_on(self) -> tuple[str, ...]:
-        """The nodes a failed job is said to have run on: Slurm's list (empty: it never ran), or
-        the nodes it was pinned to where Slurm lists part of them. Accounting and the controller
-        can hold part of the allocation of a job that ended while it started or completed; a job
-        pinned to exactly its node count ran on all of them."""
-        nodes = self._nodes()
-        pinned = tuple(self.spec.nodelist)
-        if nodes and len(nodes) != self.spec.nodes and len(pinned) == self.spec.nodes and set(nodes) <= set(pinned):
-            return pinned
-        return nodes
+    def _ran_on(self, *, answered: bool = False) -> tuple[str, ...]:
+        """The nodes a failed job is said to have run on (``rules.ran_on``): Slurm's list, or its
+        pin where Slurm lists part of it, or none of it although a task ``answered``."""
+        return rules.ran_on(self._nodes(), self.spec.nodelist, self.spec.nodes, answered=answered)
 
     def _finished(self, state: str) -> bool:
         # Looks from the first task not yet seen with a result: one file per poll while the job
@@ -176,8 +170,10 @@ class SubmititJob(Job[R]):
             self._done = True
         self._watcher.unwatch(self.job_id)
 
-    def _error(self, cls: type[LaunchError], message: str, state: str, **extra: Any) -> LaunchError:
-        given = self._ran_on()
+    def _error(
+        self, cls: type[LaunchError], message: str, state: str, *, answered: bool = False, **extra: Any
+    ) -> LaunchError:
+        given = self._ran_on(answered=answered)
         nodes = given or tuple(self.spec.nodelist)
         logs = tuple(str(p) for t in self._tasks()[:2] for p in (t.paths.stdout, t.paths.stderr))
         tail = ""
@@ -207,11 +203,11 @@ class SubmititJob(Job[R]):
             err.fault_sentence = decision.fault_sentence
         return err
 
-    def _node_lost(self, message: str, state: str, lost: dict[str, str]) -> NodeLostError:
+    def _node_lost(self, message: str, state: str, lost: dict[str, str], *, answered: bool = False) -> NodeLostError:
         how = f"under job {self.job_id} ({self.spec.name}), {state}"
         self._watcher.learn_lost(lost, job_id=self.job_id, how=how)
         self._launcher.status(self.job_id, "NODE_FAIL", "; ".join(f"{n} is {why}" for n, why in lost.items()))
-        err = self._error(NodeLostError, message, state, lost=lost)
+        err = self._error(NodeLostError, message, state, answered=answered, lost=lost)
         assert isinstance(err, NodeLostError)
         return err
 
@@ -504,7 +500,7 @@ class SubmititJob(Job[R]):
         srun could not reach it, NodeLostError when nodes under it were lost or stayed silent,
         else LaunchError naming each failed task and its node."""
         # A task's result names its node; Slurm is asked only for the tasks that failed.
-        nodes = self._ran_on()
+        nodes = self._ran_on(answered=bool(out))
         per_node = self.spec.tasks_per_node
         where = [nodes[i // per_node] if len(nodes) == self.spec.nodes else "?" for i, _ in failed]
         failures = [f"task {index} on {node}: {why}" for (index, why), node in zip(failed, where, strict=True)]
@@ -536,11 +532,11 @@ class SubmititJob(Job[R]):
         if lost:
             message += "; " + ", ".join(f"{n} is {why}" for n, why in lost.items())
             answered = sorted(out, key=lambda r: r.rank)
-            err = self._node_lost(message, final, lost)
+            err = self._node_lost(message, final, lost, answered=bool(out))
             err.answered = list(answered)
             raise err
         culprits = tuple(n for n in dict.fromkeys(where) if n != "?")
-        raise self._error(LaunchError, message, final, culprits=culprits)
+        raise self._error(LaunchError, message, final, answered=bool(out), culprits=culprits)
 
     def _batch_stderr(self) -> str:
         """The end of the batch step's stderr, where srun says what it could not do (Slurm only)."""

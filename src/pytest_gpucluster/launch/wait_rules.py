@@ -354,6 +354,19 @@ def never_started(ran: bool, record: Mapping[str, str], last_state: str, pending
     return f"Slurm says {state}" + (f", reason {reason}" if reason else "") + waited
 
 
+def ran_on(listed: Sequence[str], pinned: Sequence[str], count: int, *, answered: bool = False) -> tuple[str, ...]:
+    """The nodes a job of ``count`` nodes ran on: Slurm's ``listed`` nodes (empty: it never ran),
+    or the nodes it was ``pinned`` to when those are exactly ``count`` and Slurm lists part of
+    them, or none although a task ``answered`` (it did run). Accounting and the controller can
+    hold part or none of the allocation of a job that ended while it started or completed."""
+    full_pin = len(pinned) == count and len(set(pinned)) == count
+    if full_pin and listed and len(listed) != count and set(listed) <= set(pinned):
+        return tuple(pinned)
+    if full_pin and not listed and answered:
+        return tuple(pinned)
+    return tuple(listed)
+
+
 def silent_nodes(
     failed: Sequence[tuple[int, str]],
     where: Sequence[str],
