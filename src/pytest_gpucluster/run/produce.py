@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from pytest_gpucluster.errors import DeclarationError
+from pytest_gpucluster.errors import DeclarationError, NodeLostError
 from pytest_gpucluster.launch import JobSpec, TaskResult
 from pytest_gpucluster.plan import JobRequest
 from pytest_gpucluster.plan import facts as run_facts
@@ -107,6 +107,21 @@ def run_declared(ctx: JobContext, request: JobRequest, /, **spec: Any) -> list[T
         )
     args = request.args(ctx.profile, ctx.gpus_per_node) if request.args is not None else {}
     return ctx.run(request.workload, spec_of(ctx, request, **spec), **args)
+
+
+T = TypeVar("T")
+
+
+def answered(run: Callable[[], list[TaskResult[T]]]) -> list[TaskResult[T]]:
+    """``run``'s results; where nodes were lost under the job, those of the nodes that answered
+    (``NodeLostError.answered``), so each other node is judged on its own readings and the lost
+    nodes are named by their own tests. Raises where no node answered."""
+    try:
+        return run()
+    except NodeLostError as exc:
+        if not exc.answered:
+            raise
+        return cast(list[TaskResult[T]], exc.answered)
 
 
 def plain(ctx: JobContext, request: JobRequest) -> list[TaskResult[Any]]:

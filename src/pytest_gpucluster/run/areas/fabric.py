@@ -4,36 +4,19 @@ run reads the kernel log for Xid lines too, the after job reads it in the same t
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar, cast
-
-from pytest_gpucluster.errors import NodeLostError
-from pytest_gpucluster.launch import TaskResult
 from pytest_gpucluster.plan import JobRequest, jobs
 from pytest_gpucluster.run.context import JobContext
-from pytest_gpucluster.run.produce import produces, run_declared, spec_of
+from pytest_gpucluster.run.produce import answered, produces, run_declared, spec_of
 from pytest_gpucluster.workloads import fabric_counters, xid
 from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot
 
 Snapshots = tuple[dict[str, FabricSnapshot], str]  # node → snapshot, and the job id
 KernelLogs = tuple[dict[str, xid.KernelLog], str]  # node → its kernel log, and the job id
-T = TypeVar("T")
-
-
-def _answered(run: Callable[[], list[TaskResult[T]]]) -> list[TaskResult[T]]:
-    """The job's results; a node lost under it leaves the others' readings, so each other node's
-    counters are judged on their own and the lost node is named by its own tests."""
-    try:
-        return run()
-    except NodeLostError as exc:
-        if not exc.answered:
-            raise
-        return cast(list[TaskResult[T]], exc.answered)
 
 
 def _snapshot(ctx: JobContext, request: JobRequest) -> Snapshots:
-    """One task per node, holding the node's GPUs."""
-    results = _answered(lambda: run_declared(ctx, request))
+    """One task per node, holding the node's GPUs; a node lost under it leaves the others'."""
+    results = answered(lambda: run_declared(ctx, request))
     return {r.value.node: r.value for r in results}, results[0].job_id
 
 
@@ -48,7 +31,7 @@ def _after_with_kernel_logs(ctx: JobContext) -> tuple[Snapshots, KernelLogs]:
     assert jobs.FABRIC_AFTER.args is not None
     spec = spec_of(ctx, jobs.FABRIC_AFTER)
     args = jobs.FABRIC_AFTER.args(ctx.profile, ctx.gpus_per_node)
-    results = _answered(lambda: ctx.run(fabric_counters.snapshot_and_kernel_log, spec, **args))
+    results = answered(lambda: ctx.run(fabric_counters.snapshot_and_kernel_log, spec, **args))
     job_id = results[0].job_id
     return (
         ({r.value.fabric.node: r.value.fabric for r in results}, job_id),

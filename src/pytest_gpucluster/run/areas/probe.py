@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_gpucluster.checks import probe as probe_parts
-from pytest_gpucluster.errors import GpuClusterError, NodeLostError
+from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.areas import nccl
 from pytest_gpucluster.run.context import JobContext
-from pytest_gpucluster.run.produce import produces, spec_of
+from pytest_gpucluster.run.produce import answered, produces, spec_of
 from pytest_gpucluster.workloads.node_probe import NodeProbe
 
 Fallback = Callable[[], dict[str, Any]]
@@ -33,14 +33,10 @@ def probes(ctx: JobContext) -> dict[str, NodeProbe]:
     else from a job of its own; what the early start produces."""
 
     def produce() -> dict[str, NodeProbe]:
-        assert jobs.NODE_PROBE.workload is not None
+        workload = jobs.NODE_PROBE.workload
+        assert workload is not None
         spec = spec_of(ctx, jobs.NODE_PROBE)
-        try:
-            results = ctx.run(jobs.NODE_PROBE.workload, spec, shared_fs=ctx.profile.shared_fs)
-        except NodeLostError as exc:
-            if not exc.answered:
-                raise
-            results = exc.answered  # type: ignore[assignment]  # the lost nodes' checks fail on their own
+        results = answered(lambda: ctx.run(workload, spec, shared_fs=ctx.profile.shared_fs))
         return {r.value.node: r.value for r in results}
 
     if nccl.probe_rides_along(ctx):

@@ -4,16 +4,13 @@ fabric's after job where the run has it, else in a GPU-less job of its own."""
 from __future__ import annotations
 
 import contextlib
-from typing import cast
 
-from pytest_gpucluster.errors import GpuClusterError, NodeLostError
-from pytest_gpucluster.launch import TaskResult
+from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.areas import fabric
 from pytest_gpucluster.run.areas.fabric import KernelLogs
 from pytest_gpucluster.run.context import JobContext
-from pytest_gpucluster.run.produce import produces, run_declared
-from pytest_gpucluster.workloads.xid import KernelLog
+from pytest_gpucluster.run.produce import answered, produces, run_declared
 
 
 @produces(jobs.XID_LOG)
@@ -28,12 +25,7 @@ def kernel_logs(ctx: JobContext) -> KernelLogs:
                 return shared
 
     def produce() -> KernelLogs:
-        try:
-            results = run_declared(ctx, jobs.XID_LOG)
-        except NodeLostError as exc:
-            if not exc.answered:
-                raise
-            results = cast(list[TaskResult[KernelLog]], exc.answered)
+        results = answered(lambda: run_declared(ctx, jobs.XID_LOG))
         return {r.value.node: r.value for r in results}, results[0].job_id
 
     return ctx.once(jobs.XID_LOG.key, produce)
