@@ -171,9 +171,11 @@ class SubmititJob(Job[R]):
         self._watcher.unwatch(self.job_id)
 
     def _error(
-        self, cls: type[LaunchError], message: str, state: str, *, answered: bool = False, **extra: Any
+        self, cls: type[LaunchError], message: str, state: str, *, ran_on: tuple[str, ...] | None = None, **extra: Any
     ) -> LaunchError:
-        given = self._ran_on(answered=answered)
+        """The error of this job, on the nodes it ran on: ``ran_on`` where the caller already
+        knows them (Slurm is not asked twice), else ``_ran_on()``."""
+        given = self._ran_on() if ran_on is None else ran_on
         nodes = given or tuple(self.spec.nodelist)
         logs = tuple(str(p) for t in self._tasks()[:2] for p in (t.paths.stdout, t.paths.stderr))
         tail = ""
@@ -203,11 +205,13 @@ class SubmititJob(Job[R]):
             err.fault_sentence = decision.fault_sentence
         return err
 
-    def _node_lost(self, message: str, state: str, lost: dict[str, str], *, answered: bool = False) -> NodeLostError:
+    def _node_lost(
+        self, message: str, state: str, lost: dict[str, str], *, ran_on: tuple[str, ...] | None = None
+    ) -> NodeLostError:
         how = f"under job {self.job_id} ({self.spec.name}), {state}"
         self._watcher.learn_lost(lost, job_id=self.job_id, how=how)
         self._launcher.status(self.job_id, "NODE_FAIL", "; ".join(f"{n} is {why}" for n, why in lost.items()))
-        err = self._error(NodeLostError, message, state, answered=answered, lost=lost)
+        err = self._error(NodeLostError, message, state, ran_on=ran_on, lost=lost)
         assert isinstance(err, NodeLostError)
         return err
 
@@ -478,7 +482,8 @@ class SubmititJob(Job[R]):
         (their failure, the setting and what they offer named)."""
         first = records[0]
         bad = sorted({r.node for r in records})
-        ran = set(self._ran_on() or self.spec.nodelist) | answered | set(bad)
+        listed = self._ran_on()
+        ran = set(listed or self.spec.nodelist) | answered | set(bad)
         given = {**self._launcher.env, **(self.spec.env or {})}
         origin = "the profile's env" if first.variable in given else "the login node's environment"
         offered = ", ".join(first.offered) or "none"
@@ -491,7 +496,7 @@ class SubmititJob(Job[R]):
             )
         said = "; ".join(r.sentence() for r in records if r.node in bad)
         message = f"{said}, while {hostlist(sorted(ran - set(bad)))} match it (from {origin})"
-        return self._error(LaunchError, message, "FAILED", culprits=tuple(bad))
+        return self._error(LaunchError, message, "FAILED", ran_on=listed, culprits=tuple(bad))
 
     def _raise_failed(
         self, state: str, failed: list[tuple[int, str]], out: list[TaskResult[R]], learn_lost: bool
@@ -532,11 +537,11 @@ class SubmititJob(Job[R]):
         if lost:
             message += "; " + ", ".join(f"{n} is {why}" for n, why in lost.items())
             answered = sorted(out, key=lambda r: r.rank)
-            err = self._node_lost(message, final, lost, answered=bool(out))
+            err = self._node_lost(message, final, lost, ran_on=nodes)
             err.answered = list(answered)
             raise err
         culprits = tuple(n for n in dict.fromkeys(where) if n != "?")
-        raise self._error(LaunchError, message, final, answered=bool(out), culprits=culprits)
+        raise self._error(LaunchError, message, final, ran_on=nodes, culprits=culprits)
 
     def _batch_stderr(self) -> str:
         """The end of the batch step's stderr, where srun says what it could not do (Slurm only)."""
