@@ -236,6 +236,10 @@ def calibrate(
         lines.append(f"match = [{_quote(match)}]")
     if extends and extends != set_name:
         lines.append(f"extends = {_quote(extends)}")
+    shapes = {(r.doc.get("cluster") or {}).get("gpus_per_node") for r in runs}
+    if len(shapes) == 1 and isinstance(shape := shapes.pop(), int) and shape > 0:
+        # The intra-node lines hold for this node shape only (config/thresholds.py, shape_specific).
+        lines.append(f"gpus_per_node = {shape}")
     for metric in sorted(values):
         got = lines_for(catalogue[metric], values[metric], margins)
         side = "below" if got.metric.better == "higher" else "above"

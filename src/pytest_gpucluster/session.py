@@ -131,7 +131,9 @@ class GpuClusterSession:
         if not self.gpus_per_node or not self.profile.gpus_are_real:
             model = model or "cpu"  # a node without GPU devices is judged by the "cpu" set
         self.gpu_model = model
-        self.thresholds: ThresholdSet = self.config.thresholds_for(self.profile, gpu_model=model)
+        self.thresholds: ThresholdSet = self.config.thresholds_for(
+            self.profile, gpu_model=model, gpus_per_node=self.gpus_per_node
+        )
         self.node_set = NodeSet(
             self.profile,
             named=settings.nodes,

@@ -57,12 +57,20 @@ def test_inside_a_node_the_h200_lines_across_nodes_only_the_path(name, nodes, gp
     h200 = config.threshold_sets["h200"]
     assert t.name == "h200-split"
     for metric in ("compute.matmul_bf16", "compute.memcopy", "train.ddp.mfu", "train.fsdp.mfu"):
-        assert t[metric] == h200[metric], metric
-    # Two GPUs inside a node read lower than four (docs/nccl.md): lines of their own, well above sockets.
-    assert t["nccl.all_reduce.intra_node"].fail_below == 295
+        line, model = t[metric], h200[metric]
+        assert (line.fail_below, line.warn_below, line.evidence) == (model.fail_below, model.warn_below, model.evidence)
+        assert line.source.endswith(f"[thresholds.h200-split.{metric}] (inherited from [thresholds.{line.defined_in}])")
+    if gpus == 2:
+        # Two GPUs inside a node read lower than four (docs/nccl.md): lines of their own, well above sockets.
+        assert t["nccl.all_reduce.intra_node"].fail_below == 295
+        assert "nccl.all_reduce.intra_node" not in t.other_shapes
+    else:
+        # One GPU has no intra-node collective, and no line of another shape is in force for it.
+        assert t.get("nccl.all_reduce.intra_node") is None and t.shape == "1 × NVIDIA H200"
     for op in ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast"):
         floor = t[f"nccl.{op}.inter_node"].fail_below
         assert floor is not None and 0 < floor <= 0.1, (op, floor)
     for mode in ("ddp", "fsdp"):
         for metric in (f"train.{mode}.tokens_per_s_per_gpu", f"train.{mode}.scaling_efficiency"):
             assert t[metric].fail_below == 1 and "path only" in t[metric].evidence, metric
+            assert t[metric].path_only and t[metric].origin == "path", metric

@@ -26,7 +26,11 @@ def test_every_shipped_bound_names_its_source():
     config = load(REPO / "thresholds.toml")
     missing = [f"{s}: {m}" for s, ts in config.threshold_sets.items() for m, t in ts.items() if not t.evidence]
     assert missing == []
-    assert {t.origin for ts in config.threshold_sets.values() for t in ts.values()} == {"reference"}
+    assert {t.origin for ts in config.threshold_sets.values() for t in ts.values()} == {"reference", "path"}
+    # a line that proves a path only says so in its evidence too
+    assert all(
+        "path only" in t.evidence for ts in config.threshold_sets.values() for t in ts.values() if t.origin == "path"
+    )
 
 
 def test_source_key_is_read_and_told_apart(tmp_path):

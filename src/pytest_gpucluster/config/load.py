@@ -9,6 +9,7 @@ to fix it; unknown keys are answered with the closest known one.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import re
@@ -66,6 +67,7 @@ class Config:
     threshold_sets: Mapping[str, Mapping[str, Threshold]]
     matches: Mapping[str, tuple[str, ...]]
     metrics: Mapping[str, Metric] = field(default_factory=lambda: types.MappingProxyType(METRICS))  # with the site's
+    shapes: Mapping[str, int | None] = field(default_factory=dict)  # set → GPUs per node its lines fit
 
     def profile(self, name: str, option: str = "--cluster") -> Profile:
         """The profile called ``name``; an unknown name lists the known ones."""
@@ -78,9 +80,20 @@ class Config:
             )
         return self.profiles[name]
 
-    def thresholds_for(self, profile: Profile, gpu_model: str | None = None) -> ThresholdSet:
-        """The set that applies to ``profile`` (see ``choose_set``)."""
-        return choose_set(self.threshold_sets, self.matches, profile, gpu_model, str(self.path))
+    def thresholds_for(
+        self, profile: Profile, gpu_model: str | None = None, gpus_per_node: int | None = None
+    ) -> ThresholdSet:
+        """The set that applies to ``profile`` whose nodes' jobs see ``gpus_per_node`` GPUs of
+        ``gpu_model`` (see ``choose_set``)."""
+        return choose_set(
+            self.threshold_sets,
+            self.matches,
+            profile,
+            gpu_model,
+            str(self.path),
+            shapes=self.shapes,
+            gpus_per_node=gpus_per_node if gpus_per_node is not None else profile.gpus_per_node,
+        )
 
     def no_set_for(self, profile: Profile) -> str | None:
         """Why no threshold set applies to the GPU model ``profile`` names, or None (``no_set_for``)."""
@@ -108,7 +121,7 @@ def load(path: Path) -> Config:
     reject_unknown(soak, ("rules",), "soak", file)
     build(SoakRules, soak.get("rules", {}), "soak.rules", file, settable={})  # checked once, here
     profiles = _profiles(data.get("profiles", {}), file, soak.get("rules", {}))
-    sets, matches = _threshold_sets(data.get("thresholds", {}), file, catalogue)
+    sets, matches, shapes = _threshold_sets(data.get("thresholds", {}), file, catalogue)
     for name, profile in profiles.items():
         if profile.thresholds is not None and profile.thresholds not in sets:
             raise ConfigError(
@@ -121,6 +134,7 @@ def load(path: Path) -> Config:
         threshold_sets=types.MappingProxyType(sets),
         matches=types.MappingProxyType(matches),
         metrics=types.MappingProxyType(catalogue),
+        shapes=types.MappingProxyType(shapes),
     )
 
 
@@ -385,11 +399,13 @@ def _check_algo(value: str, bad: Callable[[str], ConfigError]) -> None:
 
 def _threshold_sets(
     raw: Mapping[str, Any], file: str, catalogue: Mapping[str, Metric]
-) -> tuple[dict[str, Mapping[str, Threshold]], dict[str, tuple[str, ...]]]:
+) -> tuple[dict[str, Mapping[str, Threshold]], dict[str, tuple[str, ...]], dict[str, int | None]]:
     """Every ``[thresholds.SET]`` as metric → Threshold with its ``extends`` chain laid under it,
-    and each set's ``match`` fragments."""
+    each set's ``match`` fragments, and the GPUs per node its lines were measured on
+    (``gpus_per_node``, inherited along ``extends``; None where no set of the chain says)."""
     sets: dict[str, Mapping[str, Threshold]] = {}
     matches: dict[str, tuple[str, ...]] = {}
+    own_shape: dict[str, int] = {}
     parents: dict[str, str] = {}
     for set_name, table in raw.items():
         where = f"thresholds.{set_name}"
@@ -404,16 +420,33 @@ def _threshold_sets(
             if not isinstance(parent, str):
                 raise ConfigError(f"{file}: {where}.extends: expected the name of another set.")
             parents[set_name] = parent
+        shape = table.pop("gpus_per_node", None)
+        if shape is not None:
+            if isinstance(shape, bool) or not isinstance(shape, int) or shape < 1:
+                raise ConfigError(
+                    f"{file}: {where}.gpus_per_node: expected the number of GPUs per node the set's lines "
+                    f"were measured on (a whole number ≥ 1), got {shape!r}."
+                )
+            own_shape[set_name] = shape
         matches[set_name] = tuple(match)
         values: dict[str, Threshold] = {}
         _flatten_thresholds(table, "", where, file, values, catalogue)
-        sets[set_name] = values
+        sets[set_name] = {metric: dataclasses.replace(t, defined_in=set_name) for metric, t in values.items()}
 
     def merge(parent: Mapping[str, Threshold], own: Mapping[str, Threshold]) -> Mapping[str, Threshold]:
         return {**parent, **own}
 
     resolved = resolve_extends(sets, parents.get, merge, "thresholds", "set", file)
-    return {name: types.MappingProxyType(dict(values)) for name, values in resolved.items()}, matches
+
+    def shape_of(name: str) -> int | None:
+        seen: set[str] = set()
+        while name not in own_shape and name in parents and name not in seen:
+            seen.add(name)
+            name = parents[name]
+        return own_shape.get(name)
+
+    shapes = {name: shape_of(name) for name in sets}
+    return {name: types.MappingProxyType(dict(values)) for name, values in resolved.items()}, matches, shapes
 
 
 def _flatten_thresholds(
@@ -439,7 +472,7 @@ def _flatten_thresholds(
             raise ConfigError(f"{file}: {here}: {name!r} is not a known metric.{hint}")
 
 
-_THRESHOLD_KEYS = ("unit", "fail_below", "warn_below", "fail_above", "warn_above", "xfail", "source")
+_THRESHOLD_KEYS = ("unit", "fail_below", "warn_below", "fail_above", "warn_above", "xfail", "source", "path_only")
 
 
 def _threshold(spec: Metric, table: Mapping[str, Any], where: str, file: str) -> Threshold:
@@ -496,6 +529,21 @@ def _threshold(spec: Metric, table: Mapping[str, Any], where: str, file: str) ->
             f"{file}: {where}.source: expected where the bound comes from as text, e.g. "
             f'source = "nccl-tests #212: 8×H100 ring all_reduce 365 GB/s", got {evidence!r}.'
         )
+    path_only = table.get("path_only", False)
+    if not isinstance(path_only, bool):
+        raise ConfigError(
+            f"{file}: {where}.path_only: expected true (the line proves a path, not a speed) or false, "
+            f"got {path_only!r}."
+        )
     return Threshold(
-        metric=metric, unit=unit, xfail=xfail, source=f"{file} [{where}]", evidence=evidence.strip(), **bounds
+        metric=metric,
+        unit=unit,
+        xfail=xfail,
+        source=f"{file} [{where}]",
+        evidence=evidence.strip(),
+        path_only=path_only,
+        fail_below=bounds.get("fail_below"),
+        warn_below=bounds.get("warn_below"),
+        fail_above=bounds.get("fail_above"),
+        warn_above=bounds.get("warn_above"),
     )

@@ -1,11 +1,13 @@
 """``[thresholds.SET]``: the numbers every check is judged by.
 
-One set per GPU model (``match`` lists NVML name fragments) plus a ``default`` set every other set
-falls back on; the across-node busbw lines a set leaves out are derived from the profile's fabric.
+One set per GPU model (``match`` lists NVML name fragments) and node shape (``gpus_per_node``: the
+GPUs per node its intra-node lines were measured on) plus a ``default`` set every other set falls
+back on; the across-node busbw lines a set leaves out are derived from the profile's fabric.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,11 +30,15 @@ class Threshold:
     xfail: str | None = None
     source: str = ""  # where the bound is set: "FILE [thresholds.SET.METRIC]", or a derived line's arithmetic
     evidence: str = ""  # the table's ``source`` key: the reference, measured run or calibration behind it
+    # The line proves a path works (catches a zero or a wrong result), not a speed: the report says so
+    # instead of showing a pass against a reference.
+    path_only: bool = False
+    defined_in: str = ""  # the [thresholds.SET] whose table holds the line (a set it extends, perhaps)
 
     @property
     def origin(self) -> str:
-        """What the bound rests on: ``reference``, ``calibration``, ``derived`` or ``site``."""
-        return origin_of(self.source, self.evidence)
+        """What the bound rests on: ``reference``, ``calibration``, ``derived``, ``site`` or ``path``."""
+        return "path" if self.path_only else origin_of(self.source, self.evidence)
 
     def describe(self) -> str:
         """The bounds as a short phrase, e.g. ``fail < 350 GB/s, warn < 400 GB/s``."""
@@ -54,6 +60,7 @@ ORIGINS = {
     "calibration": "calibrated from known-good runs of this cluster",
     "derived": "derived from the profile's fabric",
     "site": "a site's choice: no source given",
+    "path": "proves the path only (catches a zero or a wrong result), not a speed",
 }
 
 
@@ -80,6 +87,10 @@ class ThresholdSet:
     # The GPU model no set matched (so only ``default`` is in force); empty when a set was named,
     # one matched, or no model was known.
     unmatched: str = ""
+    # The node shape no line of the set was measured on ("2 × NVIDIA H200"), and the lines left out
+    # for it: metric → the set and GPUs per node it was measured for. Empty when every line fits.
+    shape: str = ""
+    other_shapes: Mapping[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, metric: str) -> Threshold:
         try:
@@ -95,6 +106,8 @@ class ThresholdSet:
 
     def missing(self, metric: str) -> str:
         """Why there is no bound for ``metric`` and how to add one, naming the file and the set."""
+        if metric in self.other_shapes:
+            return self._no_line_for_shape(metric)
         if self.unmatched:
             return (
                 f"{self.file}: no threshold for {metric!r}: no [thresholds.SET] matches GPU model "
@@ -113,6 +126,23 @@ class ThresholdSet:
             f'unit = "{METRICS[metric].unit}" and its bounds.'
         )
 
+    def _no_line_for_shape(self, metric: str) -> str:
+        measured = ", ".join(
+            sorted({f"{gpus} GPUs per node ([thresholds.{name}])" for name, gpus in self.other_shapes.values()})
+        )
+        return (
+            f"{self.file}: no intra-node NCCL lines for {self.shape} ({metric}): the lines of set {self.name!r} "
+            f"were measured on {measured}, and a line of another node shape does not judge this one. Run with "
+            "--gpucluster-calibrate=PATH on known-good nodes of this shape to write a set for it, or add a "
+            f"[thresholds.SET] with match and gpus_per_node = {self.shape.split(' ', 1)[0]} and its lines."
+        )
+
+
+def shape_specific(metric: str) -> bool:
+    """Whether a line of ``metric`` holds for one node shape only: intra-node busbw depends on how
+    many GPUs share the node's NVLink (H200: 365 GB/s all_reduce on 8, 354 on 4, 327 on 2)."""
+    return metric.startswith("nccl.") and ".intra_node" in metric
+
 
 def choose_set(
     sets: Mapping[str, Mapping[str, Threshold]],
@@ -120,31 +150,70 @@ def choose_set(
     profile: Profile,
     gpu_model: str | None,
     file: str,
+    *,
+    shapes: Mapping[str, int | None] | None = None,
+    gpus_per_node: int | None = None,
 ) -> ThresholdSet:
     """The set that applies to ``profile``: named explicitly, else matched on the GPU model
-    (``gpu_model`` if given, e.g. what NVML reports, else the profile's), laid over default;
-    the across-node busbw lines it does not set are derived from the profile's fabric."""
+    (``gpu_model`` if given, e.g. what NVML reports, else the profile's) and the GPUs per node the
+    jobs see, laid over default; the across-node busbw lines it does not set are derived from the
+    profile's fabric. A shape-specific line (``shape_specific``) measured on another number of
+    GPUs per node is left out, so the check says it has no line for this shape."""
+    shapes = shapes or {}
     name = profile.thresholds
     model = gpu_model or profile.gpu_model or ""
     unmatched = ""
     if name is None and model:
-        name = matching_set(matches, model)
+        name = matching_set(matches, model, shapes, gpus_per_node)
         unmatched = "" if name else model
     name = name or "default"
     merged = dict(sets.get("default", {}))
     merged.update(sets.get(name, {}))
+    other: dict[str, tuple[str, int]] = {}
+    for metric, line in list(merged.items()):
+        measured_on = shapes.get(line.defined_in)
+        if gpus_per_node and measured_on and measured_on != gpus_per_node and shape_specific(metric):
+            other[metric] = (line.defined_in, measured_on)
+            del merged[metric]
+    # The report names the set in force; a line it inherits says which set's table holds it.
+    for metric, line in merged.items():
+        if line.defined_in:
+            where = f"{file} [thresholds.{name}.{metric}]"
+            if line.defined_in != name:
+                where += f" (inherited from [thresholds.{line.defined_in}])"
+            merged[metric] = dataclasses.replace(line, source=where)
     # A line the file sets wins; the fabric fills in the across-node lines it leaves out.
     for metric, derived in derived_inter_node(profile).items():
         merged.setdefault(metric, derived)
-    return ThresholdSet(name=name, values=types.MappingProxyType(merged), file=file, unmatched=unmatched)
+    return ThresholdSet(
+        name=name,
+        values=types.MappingProxyType(merged),
+        file=file,
+        unmatched=unmatched,
+        shape=f"{gpus_per_node} × {model or 'GPU'}" if other else "",
+        other_shapes=types.MappingProxyType(other),
+    )
 
 
-def matching_set(matches: Mapping[str, tuple[str, ...]], model: str) -> str | None:
-    """The first set one of whose ``match`` fragments is in ``model`` (case-insensitive), or None."""
-    for set_name, fragments in matches.items():
-        if any(fragment.lower() in model.lower() for fragment in fragments):
-            return set_name
-    return None
+def matching_set(
+    matches: Mapping[str, tuple[str, ...]],
+    model: str,
+    shapes: Mapping[str, int | None] | None = None,
+    gpus_per_node: int | None = None,
+) -> str | None:
+    """The set for ``model`` (a ``match`` fragment in it, case-insensitive): the first one measured
+    on ``gpus_per_node`` GPUs per node, else the first that names no shape, else the first; None
+    when no set's fragments fit."""
+    shapes = shapes or {}
+    fitting = [
+        name for name, fragments in matches.items() if any(fragment.lower() in model.lower() for fragment in fragments)
+    ]
+    if gpus_per_node:
+        for wanted in (gpus_per_node, None):
+            for name in fitting:
+                if shapes.get(name) == wanted:
+                    return name
+    return fitting[0] if fitting else None
 
 
 def no_set_for(file: str, profile: Profile, matches: Mapping[str, tuple[str, ...]]) -> str | None:

@@ -43,13 +43,14 @@ SOURCE_LABELS = {
     "calibration": "calibration",
     "derived": "derived from the fabric",
     "site": "site's choice",
+    "path": "path only, not a speed",  # a line that catches a zero (path_only in thresholds.toml)
     "missing": "missing from thresholds.toml",  # a measurement kept unjudged: no bound to judge it by
 }
 
 
 def threshold_origin(threshold: Mapping[str, Any]) -> str:
-    """What a recorded bound rests on: ``reference``, ``calibration``, ``derived`` or ``site``
-    (results written before bounds carried their evidence: told from the location alone)."""
+    """What a recorded bound rests on: ``reference``, ``calibration``, ``derived``, ``site`` or
+    ``path`` (results written before bounds carried their evidence: told from the location alone)."""
     origin = threshold.get("origin")
     if origin in SOURCE_LABELS:
         return str(origin)

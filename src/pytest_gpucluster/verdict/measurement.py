@@ -94,7 +94,7 @@ class Verdict:
                 **{
                     k: v
                     for k, v in asdict(self.threshold).items()
-                    if v not in (None, "") and k not in ("metric", "unit")
+                    if v not in (None, "") and v is not False and k not in ("metric", "unit")
                 },
                 "origin": self.threshold.origin,
             },
