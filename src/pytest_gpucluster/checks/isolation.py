@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pytest_gpucluster.checks.gres_conf import gres_order_mismatch
 from pytest_gpucluster.checks.places import own_or_setup
 from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.isolation import Device, GpuView
@@ -118,12 +119,16 @@ def _view(
             problems.append(("cgroup", text))
         else:
             found.append(_cgroups_off(view, text))
-    elif not view.gpus_per_task:  # a per-task SLURM_STEP_GPUS may not name the task's GPU (``allotted``)
-        minors = sorted(str(d.minor) for d in mine)
-        if slurm and all(s.isdigit() for s in slurm) and minors != sorted(slurm):
+    elif not view.gpus_per_task and slurm:  # a per-task SLURM_STEP_GPUS may not name the task's GPU
+        # GRES indices count the node's gres.conf devices in the order it lists them: a job's
+        # indices and its devices disagree only where gres.conf maps those indices elsewhere.
+        minors = sorted(d.minor for d in mine)
+        named = gres_order_mismatch(view.gres_conf, view.node, slurm, minors)
+        if named is not None:
+            held = ", ".join(f"/dev/nvidia{m}" for m in minors) or "no device"
             text = (
-                f"{w}: the job holds /dev/nvidia{{{','.join(minors)}}} but Slurm names GRES indices "
-                f"{list(slurm)}; gres.conf may not list devices in minor-number order"
+                f"{w}: the job holds {held}, but the node's gres.conf gives its GRES indices "
+                f"{', '.join(slurm)} to {named}: gres.conf's File= lines do not name this node's devices"
             )
             found.append(Finding.on_node(view.node, text, severity="warn"))
     if view.torch_uuids:

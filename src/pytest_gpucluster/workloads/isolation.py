@@ -42,6 +42,7 @@ class GpuView:
     pid: int = 0
     peer_seen: bool | None = None  # with a hold barrier: did the other job run at the same time
     gpus_per_task: str | None = None  # SLURM_GPUS_PER_TASK: set in a --gpus-per-task job
+    gres_conf: str | None = None  # the node's gres.conf as the task reads it (None: not found)
 
     @property
     def where(self) -> str:
@@ -136,4 +137,19 @@ def gpu_view(
         pid=os.getpid(),
         peer_seen=peer_seen,
         gpus_per_task=os.environ.get("SLURM_GPUS_PER_TASK"),
+        gres_conf=_gres_conf(),
     )
+
+
+GRES_CONF_LIMIT = 1 << 16  # a gres.conf is a few lines; more is not one
+
+
+def _gres_conf() -> str | None:
+    """The node's gres.conf, beside the slurm.conf the task's Slurm reads (``SLURM_CONF``, else
+    /etc/slurm): what GRES indices mean on this node. None where it cannot be read."""
+    conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    try:
+        with open(os.path.join(os.path.dirname(conf), "gres.conf"), encoding="utf-8", errors="replace") as f:
+            return f.read(GRES_CONF_LIMIT)
+    except OSError:
+        return None
