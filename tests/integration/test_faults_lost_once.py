@@ -12,13 +12,16 @@ pytestmark = pytest.mark.integration
 
 # Light jobs on every node, a per-node check served by the node probe, and a per-node training
 # job: three chances to wait on the dead node, each of which must not cost a queue_timeout_s.
+# Slurm's own view of the nodes rides along: its shortfall of usable nodes falls on the dead node
+# alone, never on its healthy partner.
 SELECTION = (
+    "tests/acceptance/test_slurm_health.py",
     "tests/acceptance/test_sharedfs.py",
     "tests/acceptance/test_placement.py",
     "tests/acceptance/test_inventory.py",
     "tests/acceptance/test_training.py",
     "-k",
-    "sharedfs or placement or matches_the_profile or training_on_node",
+    "nodes_are_usable or sharedfs or placement or matches_the_profile or training_on_node",
 )
 
 

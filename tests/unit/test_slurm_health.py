@@ -33,8 +33,9 @@ def test_drained_node_is_named_with_state_and_reason():
     found = slurm.node_state_findings(nodes, partition="debug", expected=2)
     assert [(f.text, f.scope, f.nodes, f.culprits) for f in found] == [
         ("node2: state IDLE+DRAIN, reason: 'integration test'", "node", ("node2",), ("node2",)),
-        # the shortfall names the partition's nodes together: it falls on the one not usable
-        ("partition 'debug' has 1 usable node(s) of 2 expected", "nodes", ("node1", "node2"), ()),
+        # the shortfall names the partition's nodes together; its culprit is the one not usable,
+        # so a healthy partner is never convicted by it
+        ("partition 'debug' has 1 usable node(s) of 2 expected", "nodes", ("node1", "node2"), ("node2",)),
     ]
 
 
@@ -50,7 +51,7 @@ def test_nodelist_names_missing_nodes():
         "node9: not in partition 'debug'",
         "partition 'debug' has 1 usable node(s) of 2 expected",
     ]
-    assert (found[0].culprits, found[1].nodes) == (("node9",), ("node1", "node9"))
+    assert (found[0].culprits, found[1].nodes, found[1].culprits) == (("node9",), ("node1", "node9"), ("node9",))
 
 
 def test_parse_nodes_reads_the_23_02_shape():

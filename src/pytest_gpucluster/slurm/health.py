@@ -163,7 +163,11 @@ def node_state_findings(
     usable = [n for n in members if n.usable_in(reservation=n.name in reserved)]
     if len(usable) < expected:
         text = f"{where} has {len(usable)} usable node(s) of {expected} expected"
-        found.append(Finding.across([*named, *(n.name for n in members)], text))
+        # The shortfall is on the nodes found unusable (each named above for its own state); a
+        # partition with too few nodes and none unusable is the cluster's, on no node.
+        listed = {m.name for m in members}
+        unusable = [n.name for n in members if n not in usable] + [n for n in named if n not in listed]
+        found.append(Finding.across([*named, *(n.name for n in members)], text, culprits=unusable))
     return found
 
 
