@@ -20,6 +20,7 @@ from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.options import SOAK_OPTION, Outputs, merge_belongs, with_reservation, with_soak, writable_file
 from pytest_gpucluster.results import load_node_verdicts
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
+from pytest_gpucluster.verdict.merge import retest_choice
 from pytest_gpucluster.shipped import default_thresholds, suite_dir
 
 pytest_plugins = [
@@ -367,18 +368,19 @@ def check_outputs_and_merge(
 
 
 def retest_nodes(path: Path, option: str) -> tuple[str, ...]:
-    """The nodes an earlier results file did not accept (REJECTED, INCOMPLETE, PARTIAL): what a
-    re-test with ``--gpucluster-merge-results`` and no ``--gpucluster-nodes`` runs on. ConfigError, naming ``option``,
-    for a file that cannot be read, holds no node verdicts, or accepted every node."""
+    """What a re-test with ``--gpucluster-merge-results`` and no ``--gpucluster-nodes`` runs on: the
+    nodes an earlier results file did not accept (REJECTED, INCOMPLETE, PARTIAL) and accepted
+    partners for the checks across nodes (``verdict.merge.retest_choice``). ConfigError, naming
+    ``option``, for a file that cannot be read, holds no node verdicts, or accepted every node."""
     nodes = load_node_verdicts(path, option)["acceptance"]["nodes"]
     verdicts = nodes["verdicts"]
-    left = tuple(n for n, v in verdicts.items() if v.get("verdict") != "ACCEPTED")
+    left, partners = retest_choice({str(n): str(v.get("verdict")) for n, v in verdicts.items()})
     if not left:
         raise ConfigError(
             f"{option}: every node of that run was accepted ({nodes.get('summary', '')}); nothing to "
             f"re-test. Name nodes with {PREFIX}nodes=HOSTLIST to test them again."
         )
-    return left
+    return (*left, *partners)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,7 +1,7 @@
 """``--gpucluster-drain-failed``: after the run, the node a check rejected is drained in Slurm with the check
 and its evidence as the reason, and no other node is touched; once repaired and resumed, a
-re-test of that node alone merges with the first run into an accepted handover (node3/node4; the
-ci profile's node1/node2 stay undisturbed)."""
+re-test of that node beside an accepted partner merges with the first run into an accepted
+handover (node3/node4; the ci profile's node1/node2 stay undisturbed)."""
 
 from __future__ import annotations
 
@@ -68,5 +68,7 @@ def test_drain_failed_drains_exactly_the_rejected_node_with_its_evidence(slurm_c
     merged = retest.results["handover"]
     assert retest.returncode == 0, retest.output[-3000:]
     assert merged["verdict"] == "ACCEPTED" and merged["retested"] == ["node4"], merged
+    # node3 ran beside it as its accepted partner, so the checks across nodes judged node4 again
+    assert merged["partners"] == ["node3"] and set(retest.results["nodes"]) == {"node3", "node4"}, merged
     assert merged["nodes"]["node3"]["from"] == str(first) and merged["summary"] == "2 of 2 nodes accepted"
     assert "handover with " in retest.output and ": ACCEPTED: 2 of 2 nodes accepted" in retest.output

@@ -10,6 +10,7 @@ import pytest
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.plugin import retest_nodes
 from pytest_gpucluster.results import SCHEMA_VERSION
+from pytest_gpucluster.verdict.merge import retest_choice
 
 
 def _earlier(tmp_path, verdicts, summary="x"):
@@ -26,6 +27,28 @@ def _earlier(tmp_path, verdicts, summary="x"):
 def test_the_nodes_not_accepted_are_re_tested(tmp_path):
     path = _earlier(tmp_path, {"gpu-01": "ACCEPTED", "gpu-03": "REJECTED", "gpu-07": "INCOMPLETE"})
     assert retest_nodes(path, "--gpucluster-merge-results=first.json") == ("gpu-03", "gpu-07")
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "left", "partners"),
+    [
+        # one rejected node of two: its partner comes along, so the checks across nodes run for it
+        ({"node1": "ACCEPTED", "node2": "REJECTED"}, ("node2",), ("node1",)),
+        # of four: the first accepted node in the earlier run's order
+        (
+            {"node1": "ACCEPTED", "node2": "REJECTED", "node3": "ACCEPTED", "node4": "ACCEPTED"},
+            ("node2",),
+            ("node1",),
+        ),
+        ({"node1": "INCOMPLETE", "node2": "ACCEPTED", "node3": "REJECTED"}, ("node1", "node3"), ()),
+        # a one-node cluster has nobody to pair with
+        ({"node1": "REJECTED"}, ("node1",), ()),
+        ({"node1": "REJECTED", "node2": "PARTIAL"}, ("node1", "node2"), ()),
+    ],
+)
+def test_partners_are_added_for_the_checks_across_nodes(tmp_path, verdicts, left, partners):
+    assert retest_choice(verdicts) == (left, partners)
+    assert retest_nodes(_earlier(tmp_path, verdicts), "--gpucluster-merge-results=first.json") == (*left, *partners)
 
 
 def test_a_run_that_accepted_every_node_leaves_nothing_to_re_test(tmp_path):

@@ -1,0 +1,60 @@
+"""A re-test with accepted partners: the repaired node is judged by the checks that decided it
+(across nodes too), and a partner's earlier verdict stands unless it now fails."""
+
+from __future__ import annotations
+
+from pytest_gpucluster.verdict.merge import handover
+
+
+def _test(name: str, node: str, verdict: str) -> dict:
+    return {"nodeid": f"t.py::{name}[{node}]", "name": name, "area": "t", "node": node, "verdict": verdict}
+
+
+def _earlier() -> dict:
+    return {
+        "started": "2026-11-28T20:00:00",
+        "acceptance": {
+            "nodes": {
+                "verdicts": {
+                    "node1": {"verdict": "ACCEPTED", "reasons": [], "checks": []},
+                    "node2": {"verdict": "REJECTED", "reasons": ["node2:gpu0 slow"], "checks": ["test_compute"]},
+                    "node3": {"verdict": "ACCEPTED", "reasons": [], "checks": []},
+                },
+                "cluster_wide": [],
+            }
+        },
+    }
+
+
+def _now(node1: str, node2: str) -> dict:
+    verdicts = {
+        "node1": {"verdict": node1, "reasons": [f"node1: {node1.lower()} now"] if node1 != "ACCEPTED" else []},
+        "node2": {"verdict": node2, "reasons": []},
+    }
+    tests = [_test("test_compute", "node2", "pass" if node2 == "ACCEPTED" else "fail")]
+    tests.append(_test("test_compute", "node1", "fail" if node1 == "REJECTED" else "pass"))
+    return {"tests": tests, "acceptance": {"nodes": {"verdicts": verdicts, "cluster_wide": []}}}
+
+
+def test_a_repaired_node_and_its_partner_make_the_handover_accepted():
+    merged = handover(_earlier(), "first.json", _now("ACCEPTED", "ACCEPTED"), "again.json")
+    assert merged["verdict"] == "ACCEPTED" and merged["summary"] == "3 of 3 nodes accepted"
+    assert (merged["retested"], merged["partners"]) == (["node2"], ["node1"])
+    assert merged["nodes"]["node1"]["from"] == "first.json" and merged["nodes"]["node2"]["from"] == "again.json"
+
+
+def test_a_partner_that_now_fails_is_rejected_by_this_run():
+    merged = handover(_earlier(), "first.json", _now("REJECTED", "ACCEPTED"), "again.json")
+    assert merged["verdict"] == "REJECTED" and merged["exclude"] == "node1"
+    assert merged["nodes"]["node1"]["from"] == "again.json"
+
+
+def test_a_partner_not_judged_now_keeps_its_earlier_acceptance():
+    merged = handover(_earlier(), "first.json", _now("INCOMPLETE", "ACCEPTED"), "again.json")
+    assert merged["nodes"]["node1"] == {"verdict": "ACCEPTED", "reasons": [], "checks": [], "from": "first.json"}
+    assert merged["verdict"] == "ACCEPTED"
+
+
+def test_the_repaired_node_still_failing_keeps_the_handover_rejected():
+    merged = handover(_earlier(), "first.json", _now("ACCEPTED", "REJECTED"), "again.json")
+    assert merged["verdict"] == "REJECTED" and merged["exclude"] == "node2"
