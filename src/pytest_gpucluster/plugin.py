@@ -20,8 +20,8 @@ from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.options import SOAK_OPTION, Outputs, merge_belongs, with_reservation, with_soak, writable_file
 from pytest_gpucluster.results import load_node_verdicts
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
-from pytest_gpucluster.verdict.merge import retest_choice
 from pytest_gpucluster.shipped import default_thresholds, suite_dir
+from pytest_gpucluster.verdict.merge import retest_choice
 
 pytest_plugins = [
     "pytest_gpucluster.fixtures",

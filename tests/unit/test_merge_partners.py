@@ -58,3 +58,17 @@ def test_a_partner_not_judged_now_keeps_its_earlier_acceptance():
 def test_the_repaired_node_still_failing_keeps_the_handover_rejected():
     merged = handover(_earlier(), "first.json", _now("ACCEPTED", "REJECTED"), "again.json")
     assert merged["verdict"] == "REJECTED" and merged["exclude"] == "node2"
+
+
+def test_a_check_over_every_node_that_passed_counts_for_the_repaired_node():
+    # the isolation check runs once over the run's nodes: it passes on the cluster row only
+    earlier = _earlier()
+    earlier["acceptance"]["nodes"]["verdicts"]["node2"]["checks"] = ["test_compute", "test_no_foreign_process"]
+    now = _now("ACCEPTED", "ACCEPTED")
+    now["tests"].append({"nodeid": "t.py::test_no_foreign_process", "name": "test_no_foreign_process", "area": "t"})
+    now["tests"][-1]["verdict"] = "pass"
+    assert handover(earlier, "first.json", now, "again.json")["verdict"] == "ACCEPTED"
+    now["tests"][-1]["verdict"] = "skipped"
+    merged = handover(earlier, "first.json", now, "again.json")
+    assert merged["verdict"] == "INCOMPLETE"
+    assert "did not pass again test_no_foreign_process" in merged["nodes"]["node2"]["reasons"][0]

@@ -7,8 +7,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_gpucluster.ranges import hostlist
-from pytest_gpucluster.verdict.attribution import matrix
+from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Column, Matrix, matrix
 from pytest_gpucluster.verdict.nodes import nodes_summary
+
+
+def _passed_for(m: Matrix, node: str, col: Column) -> bool:
+    """Whether check ``col`` passed for ``node`` in the re-test: on its row, or, where it put
+    nothing on the node's row, on the cluster row (a check over every node of the run at once
+    that passed names no node: it passed for each of them)."""
+    mine = m.cell(node, col).status
+    if mine != "none":
+        return mine in ("pass", "warn")
+    return m.cell(CLUSTER_ROW, col).status in ("pass", "warn")
 
 
 # The fewest nodes a check across nodes runs on: a re-test of fewer brings accepted partners.
@@ -51,7 +61,7 @@ def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any
             continue
         mine = dict(now[node])
         if mine.get("verdict") in ("PARTIAL", "ACCEPTED"):
-            passed = {col[1] for col in m.columns if m.cell(node, col).status in ("pass", "warn")}
+            passed = {col[1] for col in m.columns if _passed_for(m, node, col)}
             deciding = (before.get(node) or {}).get("checks") or []
             missing = [c for c in deciding if c not in passed]
             if missing:
