@@ -249,6 +249,8 @@ class _Diff:
         rises = [r for unit_rises in units.values() for r in unit_rises]
         where = text.places([r.place for r in rises], self.links_of)
         sentence = f"{rule.title} {amount} on {where} over {self.span} ({rule.lines()})"
+        if status != "note" and rule.meaning:
+            sentence += f": {rule.meaning}"
         for r in rises:
             width = IB_ERROR_COUNTERS.get(r.counter) if r.place.link is None else None
             if width and r.after == 2**width - 1:
