@@ -32,6 +32,7 @@ def test_memlock_below_the_majority_warns_naming_the_node_without_rdma():
     assert (f.nodes, f.culprits, f.found) == (("node2",), ("node2",), "64 KiB")
     assert f.expected == "8 MiB or more (the majority of the tested nodes)"
     assert "PropagateResourceLimitsExcept" in f.remedy and f.text.startswith("node2: RLIMIT_MEMLOCK")
+    assert f.text.endswith(f". To change: {f.remedy}")
 
 
 def test_memlock_with_rdma_needs_16_gib_or_unlimited():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_gpucluster.config.node_config import RDMA_MEMLOCK_BYTES, NodeConfig
 from pytest_gpucluster.verdict import Finding, Severity
@@ -25,6 +26,12 @@ class Judged:
 
     findings: tuple[Finding, ...] = ()
     not_applicable: str = ""
+
+
+def setting(node: str, name: str, text: str, *, remedy: str, **fields: Any) -> Finding:
+    """``Finding.of_setting`` whose sentence ends with how to change the setting, for the person
+    reading the report (the fields keep each part apart for the results)."""
+    return Finding.of_setting(node, name, f"{text}. To change: {remedy}", remedy=remedy, **fields)
 
 
 def size(value: int | None) -> str:
@@ -123,9 +130,7 @@ def limits(all_nodes: Mapping[str, NodeSettings], node: str, cfg: NodeConfig, *,
             "/etc/security/limits.conf covers logins, not Slurm tasks"
         )
         out.append(
-            Finding.of_setting(
-                node, name, text, found=show(limit.soft), expected=expected, remedy=remedy, severity=line.severity
-            )
+            setting(node, name, text, found=show(limit.soft), expected=expected, remedy=remedy, severity=line.severity)
         )
     return Judged(tuple(out))
 
@@ -142,9 +147,7 @@ def swap(s: NodeSettings, cfg: NodeConfig) -> Judged:
         "that swaps under memory pressure slows every rank of its job instead of failing at once"
     )
     remedy = "swapoff -a, and remove the swap entries from /etc/fstab (or mask the swap units)"
-    return Judged(
-        (Finding.of_setting(s.node, "swap", text, found=found, expected="0", remedy=remedy, severity="warn"),)
-    )
+    return Judged((setting(s.node, "swap", text, found=found, expected="0", remedy=remedy, severity="warn"),))
 
 
 def governor(s: NodeSettings, cfg: NodeConfig) -> Judged:
@@ -164,9 +167,7 @@ def governor(s: NodeSettings, cfg: NodeConfig) -> Judged:
         "launches, data loading) slower and uneven across nodes"
     )
     remedy = f"cpupower frequency-set -g {cfg.governor}, kept across reboots (a tuned profile or a unit)"
-    finding = Finding.of_setting(
-        s.node, "cpu governor", text, found=found, expected=cfg.governor, remedy=remedy, severity="warn"
-    )
+    finding = setting(s.node, "cpu governor", text, found=found, expected=cfg.governor, remedy=remedy, severity="warn")
     return Judged((finding,))
 
 
@@ -226,7 +227,7 @@ def mtu(all_nodes: Mapping[str, NodeSettings], cfg: NodeConfig, env: Mapping[str
                 )
                 remedy = f"ip link set dev {name} mtu {line}, and in the interface's persistent configuration"
                 out.append(
-                    Finding.of_setting(
+                    setting(
                         node, f"MTU of {name}", text, found=str(value), expected=f"{line} ({origin})", remedy=remedy
                     )
                 )

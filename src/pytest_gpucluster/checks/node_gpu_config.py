@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from pytest_gpucluster.checks.node_config import MAJORITY, Judged, rdma_in_use
+from pytest_gpucluster.checks.node_config import MAJORITY, Judged, rdma_in_use, setting
 from pytest_gpucluster.config.node_config import NodeConfig
 from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads import gpu_modes, pci_acs
@@ -57,7 +57,7 @@ def gpu_modes_of(all_nodes: Mapping[str, NodeSettings], node: str, cfg: NodeConf
             )
             remedy = "run nvidia-persistenced (systemctl enable --now nvidia-persistenced), or nvidia-smi -pm 1"
             out.append(
-                Finding.of_setting(
+                setting(
                     node,
                     "persistence mode",
                     text,
@@ -75,14 +75,12 @@ def gpu_modes_of(all_nodes: Mapping[str, NodeSettings], node: str, cfg: NodeConf
             )
             remedy = f"nvidia-smi -i {g.index} -e {int(ecc)}, then reset the GPU (nvidia-smi -r) or reboot"
             out.append(
-                Finding.of_setting(
-                    node, "ECC mode", text, found=_on(g.ecc_current), expected=_on(ecc), remedy=remedy, gpu=g.index
-                )
+                setting(node, "ECC mode", text, found=_on(g.ecc_current), expected=_on(ecc), remedy=remedy, gpu=g.index)
             )
         elif g.ecc_pending is not None and g.ecc_current is not None and g.ecc_pending != g.ecc_current:
             text = f"{where}: ECC {_on(g.ecc_current)} with {_on(g.ecc_pending)} pending until the next GPU reset"
             out.append(
-                Finding.of_setting(
+                setting(
                     node,
                     "ECC mode",
                     text,
@@ -127,7 +125,7 @@ def gpudirect(s: NodeSettings, *, gpus_are_real: bool, ib_hcas: int) -> Judged:
     )
     remedy = "modprobe nvidia_peermem and list it in /etc/modules-load.d/, or the open kernel module on Linux ≥ 5.12"
     expected = "nvidia_peermem loaded, or dma-buf"
-    return Judged((Finding.of_setting(s.node, "GPUDirect RDMA", text, found=found, expected=expected, remedy=remedy),))
+    return Judged((setting(s.node, "GPUDirect RDMA", text, found=found, expected=expected, remedy=remedy),))
 
 
 def nvswitch_fabric(s: NodeSettings, *, gpus_are_real: bool) -> Judged:
@@ -154,9 +152,7 @@ def nvswitch_fabric(s: NodeSettings, *, gpus_are_real: bool) -> Judged:
             continue
         text = f"{s.node}:gpu{g.index}: NVLink fabric {found}, expected completed: the GPU has no NVLink to its peers"
         out.append(
-            Finding.of_setting(
-                s.node, "NVSwitch fabric", text, found=found, expected="completed", remedy=remedy, gpu=g.index
-            )
+            setting(s.node, "NVSwitch fabric", text, found=found, expected="completed", remedy=remedy, gpu=g.index)
         )
     return Judged(tuple(out))
 
@@ -187,8 +183,6 @@ def acs(s: NodeSettings) -> Judged:
         )
         remedy = f"disable ACS in the BIOS, or at every boot: setpci -s {b.bdf} ECAP_ACS+0x6.w=0000"
         out.append(
-            Finding.of_setting(
-                s.node, f"PCIe ACS {b.bdf}", text, found=found, expected="ReqRedir- CmpltRedir-", remedy=remedy
-            )
+            setting(s.node, f"PCIe ACS {b.bdf}", text, found=found, expected="ReqRedir- CmpltRedir-", remedy=remedy)
         )
     return Judged(tuple(out))
