@@ -1,8 +1,9 @@
 """Node configuration per node (read once per node by the node probe): the limits a Slurm task
 gets, swap, GPU persistence and ECC modes, the GPUDirect RDMA path, the NVSwitch fabric, PCIe ACS
-above the GPUs and NICs, the CPU governor, and the MTU of NCCL's interfaces across nodes. Each
-finding names the setting, the value found, the value expected and how to change it; a setting
-the node has nothing of is not applicable, with the reason (docs/checks-node-config.md)."""
+above the GPUs and NICs, a NIC on each GPU's NUMA node, the CPU governor, and the MTU of NCCL's
+interfaces across nodes. Each finding names the setting, the value found, the value expected and
+how to change it; a setting the node has nothing of is not applicable, with the reason
+(docs/checks-node-config.md)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ def test_nvswitch_fabric_registered(settings, node, profile, judge):
 
 def test_pcie_acs_off_above_gpus_and_nics(settings, node, judge):
     _judge(node_gpu_config.acs(_of(settings, node)), judge, f"{node}: PCIe ACS redirects peer-to-peer traffic")
+
+
+def test_gpu_numa_node_has_a_nic(settings, node, judge):
+    _judge(node_gpu_config.gpu_nic_numa(_of(settings, node)), judge, f"{node}: a GPU has no NIC on its NUMA node")
 
 
 def test_cpu_frequency_governor(settings, node, profile, judge):

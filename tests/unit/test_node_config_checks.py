@@ -189,3 +189,13 @@ def test_the_profile_table_rejects_an_unknown_key(tmp_path: Path):
         load(path)
     path.write_text('[profiles.x]\ngpus_per_node = 0\n[profiles.x.node_config]\nmemlock_min = "16GiB"\n')
     assert load(path).profile("x").node_config == NodeConfig(memlock_min=16 * GiB)
+
+
+def test_a_gpu_without_a_nic_on_its_numa_node_warns():
+    numa = {"gpu 0000:18:00.0": 0, "gpu 0000:9a:00.0": 1, "nic 0000:17:00.0": 0}
+    node = dataclasses.replace(_node("node1"), acs=pci_acs.AcsReading(tuple(numa), (), numa=numa))
+    (f,) = node_gpu_config.gpu_nic_numa(node).findings
+    assert (f.setting, f.found, f.severity) == ("NUMA of gpu 0000:9a:00.0", "NUMA node 1; NICs on 0", "warn")
+    unreported = dataclasses.replace(node, acs=pci_acs.AcsReading(tuple(numa), (), numa=dict.fromkeys(numa, -1)))
+    assert "no NUMA node" in node_gpu_config.gpu_nic_numa(unreported).not_applicable
+    assert "no GPU on PCIe" in node_gpu_config.gpu_nic_numa(_node("node1")).not_applicable

@@ -108,12 +108,14 @@ def test_bridges_above_gpus_and_nics_are_read(tmp_path):
     _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0", "0x060400", "0x1000", redirect)
     _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0", "0x030200", "0x10de", off)
     _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:03:00.0", "0x020700", "0x15b3", off)
+    (tmp_path / "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:03:00.0/numa_node").write_text("1\n")
     _device(tmp_path, "pci0000:00/0000:00:1f.0", "0x060100", "0x8086", off)
     found = pci_acs.read(tmp_path)
     assert found.devices == ("gpu 0000:02:00.0", "nic 0000:03:00.0")
     assert found.readable
     assert [(b.bdf, b.control) for b in found.bridges] == [("0000:00:01.0", 0), ("0000:01:00.0", 0x1D)]
     assert found.bridges[1].above == ("gpu 0000:02:00.0", "nic 0000:03:00.0")
+    assert found.numa == {"gpu 0000:02:00.0": -1, "nic 0000:03:00.0": 1}
 
 
 def test_a_bridge_read_without_root_is_unreadable(tmp_path):

@@ -1,6 +1,6 @@
 """The node's GPU and PCIe configuration, judged on the login node: persistence and ECC modes,
-the GPUDirect RDMA path, the NVSwitch fabric registration and PCIe ACS on the bridges above the
-GPUs and NICs (``checks.node_config`` has the rest and the ``Judged`` they return)."""
+the GPUDirect RDMA path, the NVSwitch fabric registration, PCIe ACS on the bridges above the
+GPUs and NICs and a NIC on each GPU's NUMA node (``checks.node_config`` has the rest and the ``Judged`` they return)."""
 
 from __future__ import annotations
 
@@ -184,5 +184,40 @@ def acs(s: NodeSettings) -> Judged:
         remedy = f"disable ACS in the BIOS, or at every boot: setpci -s {b.bdf} ECAP_ACS+0x6.w=0000"
         out.append(
             setting(s.node, f"PCIe ACS {b.bdf}", text, found=found, expected="ReqRedir- CmpltRedir-", remedy=remedy)
+        )
+    return Judged(tuple(out))
+
+
+def gpu_nic_numa(s: NodeSettings) -> Judged:
+    """Each GPU has a NIC on its own NUMA node (a warning otherwise), where the node has both and
+    the kernel reports their NUMA nodes."""
+    gpus = {d: n for d, n in s.acs.numa.items() if d.startswith("gpu ")}
+    nics = {d: n for d, n in s.acs.numa.items() if d.startswith("nic ")}
+    if not gpus or not nics:
+        return Judged(not_applicable=f"{s.node}: no {'GPU' if not gpus else 'RDMA NIC'} on PCIe to place")
+    if any(n < 0 for n in s.acs.numa.values()):
+        return Judged(not_applicable=f"{s.node}: the kernel reports no NUMA node for the GPUs and NICs")
+    out = []
+    for gpu, node in sorted(gpus.items()):
+        if node in nics.values():
+            continue
+        found = f"NUMA node {node}; NICs on {', '.join(str(n) for n in sorted(set(nics.values())))}"
+        text = (
+            f"{s.node}: {gpu} is on NUMA node {node} with no NIC there, expected a NIC on the same NUMA node: its "
+            "GPUDirect RDMA traffic crosses the link between the sockets"
+        )
+        remedy = (
+            "put a NIC in a slot of that socket (the server's slot map), or check the BIOS's NUMA-per-socket setting"
+        )
+        out.append(
+            setting(
+                s.node,
+                f"NUMA of {gpu}",
+                text,
+                found=found,
+                expected="a NIC on the same NUMA node",
+                remedy=remedy,
+                severity="warn",
+            )
         )
     return Judged(tuple(out))

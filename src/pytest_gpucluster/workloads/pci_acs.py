@@ -1,5 +1,6 @@
 """PCIe Access Control Services on the bridges above a node's GPUs and NICs, read from each
-bridge's configuration space in sysfs (``/sys/bus/pci/devices/BDF/config``).
+bridge's configuration space in sysfs (``/sys/bus/pci/devices/BDF/config``), and the NUMA node
+of each of those GPUs and NICs.
 
 ACS with P2P request or completion redirect set sends every peer-to-peer transfer (GPU↔NIC for
 GPUDirect RDMA, GPU↔GPU over PCIe) up to the root complex: lower bandwidth, and on some platforms
@@ -10,7 +11,7 @@ hangs. The parser is pure (configuration bytes in, control bits out); the extend
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ACS_CAP_ID = 0x000D  # PCIe extended capability ID of ACS (PCI Express Base Specification, 7.7.8)
@@ -46,6 +47,7 @@ class AcsReading:
     devices: tuple[str, ...] = ()  # the GPUs and NICs found, as in ``Bridge.above``
     bridges: tuple[Bridge, ...] = ()
     readable: bool = True
+    numa: dict[str, int] = field(default_factory=dict)  # device → its NUMA node (-1: none reported)
 
 
 def acs_control(config: bytes) -> int | None:
@@ -90,11 +92,14 @@ def read(sys_root: Path) -> AcsReading:
         return AcsReading()
     above: dict[str, list[str]] = {}
     devices = []
+    numa = {}
     for link in sorted(root.iterdir()):
         kind = _kind(link)
         if not kind:
             continue
         devices.append(f"{kind} {link.name}")
+        node_file = link / "numa_node"
+        numa[devices[-1]] = int(node_file.read_text()) if node_file.is_file() else -1
         for part in link.resolve().parent.parts:
             if _BDF.match(part):
                 above.setdefault(part, []).append(f"{kind} {link.name}")
@@ -106,4 +111,4 @@ def read(sys_root: Path) -> AcsReading:
             readable = False
             continue
         bridges.append(Bridge(bdf, tuple(below), control))
-    return AcsReading(tuple(devices), tuple(bridges), readable)
+    return AcsReading(tuple(devices), tuple(bridges), readable, numa)
