@@ -199,3 +199,9 @@ def test_a_gpu_without_a_nic_on_its_numa_node_warns():
     unreported = dataclasses.replace(node, acs=pci_acs.AcsReading(tuple(numa), (), numa=dict.fromkeys(numa, -1)))
     assert "no NUMA node" in node_gpu_config.gpu_nic_numa(unreported).not_applicable
     assert "no GPU on PCIe" in node_gpu_config.gpu_nic_numa(_node("node1")).not_applicable
+
+
+def test_limits_that_could_not_be_read_leave_the_check_not_judged():
+    unread = NodeSettings("node1", errors=("limits: PermissionError: /proc/self/limits",))
+    (f,) = node_config.limits({"node1": unread}, "node1", NodeConfig(), ib_hcas=0).findings
+    assert (f.severity, f.convicts) == ("not_judged", ()) and "PermissionError" in f.text

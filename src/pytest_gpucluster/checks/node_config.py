@@ -86,7 +86,7 @@ def _limit_line(
     return _Line(majority_limit(peers), MAJORITY, "warn")
 
 
-# limit → (how its values read, why it matters, the systemd key that raises slurmd's own)
+# limit → (its name, how its values read, why it matters, the systemd key that raises slurmd's own)
 _LIMITS = {
     "memlock": (
         "RLIMIT_MEMLOCK",
@@ -108,8 +108,9 @@ def limits(all_nodes: Mapping[str, NodeSettings], node: str, cfg: NodeConfig, *,
     the profile's line; else, for memlock where RDMA is in use, 16 GiB; else the majority's (a
     warning, nothing of the run needing more)."""
     s = all_nodes[node]
-    if not s.limits:
-        return Judged(not_applicable=f"{node}: the task's limits could not be read ({'; '.join(s.errors) or 'none'})")
+    if not s.limits:  # an unreadable /proc/self/limits is no answer about the node: not judged
+        text = f"{node}: the task's limits could not be read ({'; '.join(s.errors) or 'no limits row'})"
+        return Judged((Finding.on_node(node, text, severity="not_judged"),))
     rdma = RDMA_MEMLOCK_BYTES if rdma_in_use(s, ib_hcas) else None
     lines = {
         "memlock": _limit_line(all_nodes, "memlock", cfg.memlock_min, "memlock_min", rdma),
