@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from pytest_gpucluster.config.fabric_rules import DEFAULT_RULES, FabricRule
+from pytest_gpucluster.config.node_config import NodeConfig
 from pytest_gpucluster.config.soak import SoakRules, SoakSettings
 from pytest_gpucluster.workloads.compute import ComputeConfig
 from pytest_gpucluster.workloads.fabric_counters import SYSFS_ROOT
@@ -154,6 +155,8 @@ class Profile:
     # The fabric check's rules per counter family: the suite's defaults with the profile's
     # [profiles.NAME.fabric.FAMILY] tables laid over them (config/fabric_rules.py).
     fabric: Mapping[str, FabricRule] = field(default_factory=lambda: DEFAULT_RULES)
+    # What the node configuration check expects of every node ([profiles.NAME.node_config]).
+    node_config: NodeConfig = field(default_factory=NodeConfig)
 
 
 def node_network_gbps(profile: Profile) -> float | None:

@@ -137,7 +137,7 @@ NCCL_INTER = JobRequest(
 )
 NODE_PROBE = JobRequest(
     "node-probe",
-    "NVML, InfiniBand, inventory and vendor tools' presence on every node",
+    "NVML, InfiniBand, inventory, node settings and vendor tools' presence on every node",
     workload=node_probe.probe_node,
     light=True,
     holds_gpus=True,

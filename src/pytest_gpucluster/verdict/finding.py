@@ -2,8 +2,10 @@
 link, a node, several nodes together, or something outside the nodes: the run's configuration,
 its Python environment, the queue, a Slurm daemon, the shared filesystem as the login node sees
 it, the suite itself), ``nodes`` every node it names and ``culprits`` the nodes at fault where
-that is known. Verdicts are decided from these fields; ``text``, the one sentence a person reads
-(the culprit first), is made from them by the check and is never read back.
+that is known; a node's configuration setting (``node_setting``) also carries the value found,
+the value expected and how to change it. Verdicts are decided from these fields; ``text``, the
+one sentence a person reads (the culprit first), is made from them by the check and is never
+read back.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ Scope = Literal[
     "gpu",  # one GPU of one node
     "port",  # one InfiniBand port or NVLink link of one node
     "node",  # one node
+    "node_setting",  # one configuration setting of one node: ``setting``, ``found``, ``expected``, ``remedy``
     "nodes",  # several nodes together (a pair, every node): ``culprits`` name the bad ones when known
     "config",  # the run's configuration: a profile key or a variable it sets (``setting``)
     "environment",  # the run's Python environment (torch and the nodes' driver)
@@ -26,7 +29,7 @@ Scope = Literal[
 ]
 Severity = Literal["fail", "warn", "not_judged"]
 
-NODE_SCOPES: frozenset[str] = frozenset({"gpu", "port", "node"})
+NODE_SCOPES: frozenset[str] = frozenset({"gpu", "port", "node", "node_setting"})
 # Scopes outside the nodes: such a finding convicts no node, whatever it names.
 OUTSIDE_SCOPES: frozenset[str] = frozenset({"config", "environment", "queue", "controller", "shared_fs", "harness"})
 
@@ -42,7 +45,11 @@ class Finding:
     severity: Severity = "fail"
     gpu: int | None = None
     port: str = ""  # "mlx5_0/1", "link 5" (with ``gpu``)
-    setting: str = ""  # scope config: the key or variable at fault, e.g. "env.NCCL_SOCKET_IFNAME"
+    setting: str = ""  # scope config: the key or variable at fault, e.g. "env.NCCL_SOCKET_IFNAME";
+    # scope node_setting: the node's setting, e.g. "RLIMIT_MEMLOCK", "swap", "gpu persistence mode"
+    found: str = ""  # scope node_setting: the value the node has, e.g. "64 KiB"
+    expected: str = ""  # scope node_setting: the value expected and where it comes from
+    remedy: str = ""  # scope node_setting: how to change it
     metric: str = ""
     value: float | None = None
     unit: str = ""
@@ -58,6 +65,34 @@ class Finding:
         (``port``): the node is its culprit."""
         scope: Scope = "port" if port else "gpu" if gpu is not None else "node"
         return cls(text, scope, (node,), (node,), severity, gpu, port, **more)
+
+    @classmethod
+    def of_setting(
+        cls,
+        node: str,
+        setting: str,
+        text: str,
+        *,
+        found: str,
+        expected: str,
+        remedy: str,
+        gpu: int | None = None,
+        severity: Severity = "fail",
+    ) -> Finding:
+        """A configuration setting of ``node`` (of its GPU ``gpu`` where given) that differs from
+        what is expected: the node is its culprit."""
+        return cls(
+            text,
+            "node_setting",
+            (node,),
+            (node,),
+            severity,
+            gpu,
+            setting=setting,
+            found=found,
+            expected=expected,
+            remedy=remedy,
+        )
 
     @classmethod
     def across(
@@ -91,7 +126,8 @@ class Finding:
         """Where it is, for a table: ``node1:gpu2``, ``node1 mlx5_0/1``, ``node1+node2``."""
         if self.scope in NODE_SCOPES and self.nodes:
             where = self.nodes[0] + (f":gpu{self.gpu}" if self.gpu is not None else "")
-            return f"{where} {self.port}" if self.port else where
+            detail = self.setting if self.scope == "node_setting" else self.port
+            return f"{where} {detail}" if detail else where
         return "+".join(self.nodes) if self.nodes else self.scope
 
     def to_json(self) -> dict[str, Any]:

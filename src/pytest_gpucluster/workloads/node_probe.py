@@ -1,7 +1,7 @@
 """The read-only look at a node that several areas share, one task per node in one job: GPU health
-(NVML), InfiniBand ports (sysfs), the node inventory, and where the vendor tools ``dcgmi``,
-``nvbandwidth`` and ``ib_write_bw`` are on the node's PATH (where none of the nodes has one, its
-check submits no job).
+(NVML), InfiniBand ports (sysfs), the node inventory, the node's configuration settings
+(``node_settings``), and where the vendor tools ``dcgmi``, ``nvbandwidth`` and ``ib_write_bw`` are
+on the node's PATH (where none of the nodes has one, its check submits no job).
 
 One job instead of four: on Slurm every job costs a pass of the scheduler (it starts batch jobs
 on a one-second tick), a step launch and a Python start, about a second in all, which is more
@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpucluster.workloads import gpu_health, infiniband
+from pytest_gpucluster.workloads import gpu_health, infiniband, node_settings
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.inventory import node_inventory
 
-PARTS = ("gpu_health", "infiniband", "inventory", "dcgmi", "nvbandwidth", "ib_write_bw")
+PARTS = ("gpu_health", "infiniband", "inventory", "node_config", "dcgmi", "nvbandwidth", "ib_write_bw")
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ def probe_node(ctx: TaskContext, *, shared_fs: str | None = None, parts: Sequenc
         "gpu_health": lambda: gpu_health.read_node(ctx),
         "infiniband": lambda: infiniband.read_node(ctx),
         "inventory": lambda: node_inventory(ctx, shared_fs=shared_fs),
+        "node_config": lambda: node_settings.read_node(ctx),
         "dcgmi": lambda: shutil.which("dcgmi"),
         "nvbandwidth": lambda: shutil.which("nvbandwidth"),
         "ib_write_bw": lambda: shutil.which("ib_write_bw"),

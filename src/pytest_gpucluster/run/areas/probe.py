@@ -1,6 +1,6 @@
 """The shared node probe (``workloads/node_probe.py``): once per run GPU health, InfiniBand, the
-inventory and the vendor tools' presence are read on every node; each area takes its part
-(``checks/probe.py``). When the plan has the intra-node NCCL job, the probe is that job's first
+inventory, the node's settings and the vendor tools' presence are read on every node; each area
+takes its part (``checks/probe.py``). When the plan has the intra-node NCCL job, the probe is that job's first
 phase (``nccl.probe_rides_along``); otherwise it is a job of its own, started ahead. If the shared
 job fails, the probe is read again in a job of its own, so a broken collective does not hide the
 GPU readings that may explain it.

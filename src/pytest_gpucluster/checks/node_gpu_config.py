@@ -1,0 +1,223 @@
+"""The node's GPU and PCIe configuration, judged on the login node: persistence and ECC modes,
+the GPUDirect RDMA path, the NVSwitch fabric registration, PCIe ACS on the bridges above the
+GPUs and NICs and a NIC on each GPU's NUMA node (``checks.node_config`` has the rest and the ``Judged`` they return)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from pytest_gpucluster.checks.node_config import MAJORITY, Judged, rdma_in_use, setting
+from pytest_gpucluster.config.node_config import NodeConfig
+from pytest_gpucluster.verdict import Finding
+from pytest_gpucluster.workloads import gpu_modes, pci_acs
+from pytest_gpucluster.workloads.node_settings import NodeSettings
+
+# dma-buf peer memory: the NVIDIA open kernel module on Linux 5.12 or later (NCCL 2.19+ uses it).
+DMABUF_KERNEL = (5, 12)
+
+
+def _no_gpus(s: NodeSettings, gpus_are_real: bool) -> str:
+    if not gpus_are_real:
+        return f"{s.node}: the profile's GPUs exist only as Slurm GRES (gpus_are_real = false): no NVML to read"
+    if s.gpus.error:
+        return ""
+    return "" if s.gpus.gpus else f"{s.node}: NVML lists no GPU"
+
+
+def _on(value: bool | None) -> str:
+    return {True: "on", False: "off", None: "unsupported"}[value]
+
+
+def expected_ecc(all_nodes: Mapping[str, NodeSettings], cfg: NodeConfig) -> tuple[bool, str]:
+    """The ECC mode every GPU should have: the profile's, else the majority's (on at a tie)."""
+    if cfg.ecc is not None:
+        return cfg.ecc, "node_config.ecc"
+    modes = Counter(g.ecc_current for s in all_nodes.values() for g in s.gpus.gpus if g.ecc_current is not None)
+    return (modes[True] >= modes[False], f"{MAJORITY}' GPUs") if modes else (True, "ECC on by default")
+
+
+def gpu_modes_of(all_nodes: Mapping[str, NodeSettings], node: str, cfg: NodeConfig, *, gpus_are_real: bool) -> Judged:
+    """Persistence mode on every GPU (a warning), ECC mode alike on every GPU (a failure), no ECC
+    change left pending (a warning)."""
+    s = all_nodes[node]
+    why = _no_gpus(s, gpus_are_real)
+    if why:
+        return Judged(not_applicable=why)
+    if s.gpus.error:
+        return Judged((Finding.on_node(node, f"{node}: GPU modes unreadable: {s.gpus.error}"),))
+    ecc, ecc_source = expected_ecc(all_nodes, cfg)
+    out: list[Finding] = []
+    for g in s.gpus.gpus:
+        where = f"{node}:gpu{g.index}"
+        if cfg.persistence_mode and g.persistence is False:
+            text = (
+                f"{where}: persistence mode off, expected on (node_config.persistence_mode): without it the driver "
+                "tears the GPU's state down whenever no process holds it, and every job start pays its set-up"
+            )
+            remedy = "run nvidia-persistenced (systemctl enable --now nvidia-persistenced), or nvidia-smi -pm 1"
+            out.append(
+                setting(
+                    node,
+                    "persistence mode",
+                    text,
+                    found="off",
+                    expected="on",
+                    remedy=remedy,
+                    gpu=g.index,
+                    severity="warn",
+                )
+            )
+        if g.ecc_current is not None and g.ecc_current != ecc:
+            text = (
+                f"{where}: ECC {_on(g.ecc_current)}, expected {_on(ecc)} ({ecc_source}): a GPU without ECC hides "
+                "memory errors, and the mode changes the memory a job can use"
+            )
+            remedy = f"nvidia-smi -i {g.index} -e {int(ecc)}, then reset the GPU (nvidia-smi -r) or reboot"
+            out.append(
+                setting(node, "ECC mode", text, found=_on(g.ecc_current), expected=_on(ecc), remedy=remedy, gpu=g.index)
+            )
+        elif g.ecc_pending is not None and g.ecc_current is not None and g.ecc_pending != g.ecc_current:
+            text = f"{where}: ECC {_on(g.ecc_current)} with {_on(g.ecc_pending)} pending until the next GPU reset"
+            out.append(
+                setting(
+                    node,
+                    "ECC mode",
+                    text,
+                    found=f"{_on(g.ecc_current)} ({_on(g.ecc_pending)} pending)",
+                    expected=_on(g.ecc_current),
+                    remedy="reset the GPU (nvidia-smi -r) or reboot, or set the mode back",
+                    gpu=g.index,
+                    severity="warn",
+                )
+            )
+    if all(g.persistence is None and g.ecc_current is None for g in s.gpus.gpus):
+        return Judged(not_applicable=f"{node}: NVML supports neither persistence nor ECC mode on these GPUs")
+    return Judged(tuple(out))
+
+
+def _kernel(release: str) -> tuple[int, int]:
+    parts = release.split("-")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return 0, 0
+
+
+def gpudirect(s: NodeSettings, *, gpus_are_real: bool, ib_hcas: int) -> Judged:
+    """Where GPUs and RDMA meet, a peer-memory path: nvidia_peermem loaded, or dma-buf."""
+    why = _no_gpus(s, gpus_are_real)
+    if why:
+        return Judged(not_applicable=why)
+    if not rdma_in_use(s, ib_hcas):
+        return Judged(
+            not_applicable=f"{s.node}: no InfiniBand (the profile expects no HCA, ib_hcas = 0, and the node has no "
+            "RDMA device): GPUDirect RDMA has nothing to serve"
+        )
+    if s.peermem_module or (s.nvidia_open_module and _kernel(s.kernel) >= DMABUF_KERNEL):
+        return Judged()
+    found = "nvidia_peermem not loaded" + (
+        f", kernel {s.kernel} older than 5.12" if s.nvidia_open_module else ", proprietary kernel module (no dma-buf)"
+    )
+    text = (
+        f"{s.node}: GPUDirect RDMA has no peer-memory path ({found}), expected nvidia_peermem loaded or dma-buf: "
+        "NCCL then stages every inter-node transfer through host memory"
+    )
+    remedy = "modprobe nvidia_peermem and list it in /etc/modules-load.d/, or the open kernel module on Linux ≥ 5.12"
+    expected = "nvidia_peermem loaded, or dma-buf"
+    return Judged((setting(s.node, "GPUDirect RDMA", text, found=found, expected=expected, remedy=remedy),))
+
+
+def nvswitch_fabric(s: NodeSettings, *, gpus_are_real: bool) -> Judged:
+    """Every GPU registered with the NVLink fabric (fabric manager), where NVSwitches exist."""
+    why = _no_gpus(s, gpus_are_real)
+    if why:
+        return Judged(not_applicable=why)
+    if s.gpus.error:
+        return Judged((Finding.on_node(s.node, f"{s.node}: GPU modes unreadable: {s.gpus.error}"),))
+    states = [g.fabric_state for g in s.gpus.gpus]
+    if any(state is None for state in states):
+        return Judged(not_applicable=f"{s.node}: this NVML has no GPU fabric query (nvmlDeviceGetGpuFabricInfo)")
+    if all(state == gpu_modes.FABRIC_NOT_SUPPORTED for state in states):
+        return Judged(not_applicable=f"{s.node}: no NVSwitch fabric: the GPUs take part in none")
+    out = []
+    remedy = "systemctl enable --now nvidia-fabricmanager (its version must match the driver's), then reset the GPUs"
+    for g in s.gpus.gpus:
+        state = gpu_modes.FABRIC_STATES.get(g.fabric_state or 0, str(g.fabric_state))
+        if g.fabric_state != gpu_modes.FABRIC_COMPLETED:
+            found = f"registration {state}"
+        elif g.fabric_status:
+            found = f"registration failed (NVML status {g.fabric_status})"
+        else:
+            continue
+        text = f"{s.node}:gpu{g.index}: NVLink fabric {found}, expected completed: the GPU has no NVLink to its peers"
+        out.append(
+            setting(s.node, "NVSwitch fabric", text, found=found, expected="completed", remedy=remedy, gpu=g.index)
+        )
+    return Judged(tuple(out))
+
+
+def acs(s: NodeSettings) -> Judged:
+    """No P2P request/completion redirect on the PCIe bridges above the GPUs and NICs (bare metal)."""
+    if s.virtual_machine:
+        return Judged(
+            not_applicable=f"{s.node}: a virtual machine ({s.virtual_machine}): ACS on the physical bridges is the "
+            "hypervisor's to set"
+        )
+    if not s.acs.readable:
+        return Judged(
+            not_applicable=f"{s.node}: the bridges' extended configuration space is readable by root only, and "
+            "the job ran as another user"
+        )
+    if not s.acs.devices:
+        return Judged(not_applicable=f"{s.node}: no GPU or NIC on PCIe")
+    out = []
+    for b in s.acs.bridges:
+        if b.control is None or not b.control & pci_acs.REDIRECT_MASK:
+            continue
+        found = pci_acs.describe(b.control)
+        text = (
+            f"{s.node}: PCIe ACS on bridge {b.bdf} (above {', '.join(b.above)}) is {found}, expected ReqRedir- "
+            "CmpltRedir-: peer-to-peer traffic (GPUDirect RDMA, GPU to GPU over PCIe) detours through the root "
+            "complex, slower, and on some platforms it hangs"
+        )
+        remedy = f"disable ACS in the BIOS, or at every boot: setpci -s {b.bdf} ECAP_ACS+0x6.w=0000"
+        out.append(
+            setting(s.node, f"PCIe ACS {b.bdf}", text, found=found, expected="ReqRedir- CmpltRedir-", remedy=remedy)
+        )
+    return Judged(tuple(out))
+
+
+def gpu_nic_numa(s: NodeSettings) -> Judged:
+    """Each GPU has a NIC on its own NUMA node (a warning otherwise), where the node has both and
+    the kernel reports their NUMA nodes."""
+    gpus = {d: n for d, n in s.acs.numa.items() if d.startswith("gpu ")}
+    nics = {d: n for d, n in s.acs.numa.items() if d.startswith("nic ")}
+    if not gpus or not nics:
+        return Judged(not_applicable=f"{s.node}: no {'GPU' if not gpus else 'RDMA NIC'} on PCIe to place")
+    if any(n < 0 for n in s.acs.numa.values()):
+        return Judged(not_applicable=f"{s.node}: the kernel reports no NUMA node for the GPUs and NICs")
+    out = []
+    for gpu, node in sorted(gpus.items()):
+        if node in nics.values():
+            continue
+        found = f"NUMA node {node}; NICs on {', '.join(str(n) for n in sorted(set(nics.values())))}"
+        text = (
+            f"{s.node}: {gpu} is on NUMA node {node} with no NIC there, expected a NIC on the same NUMA node: its "
+            "GPUDirect RDMA traffic crosses the link between the sockets"
+        )
+        remedy = (
+            "put a NIC in a slot of that socket (the server's slot map), or check the BIOS's NUMA-per-socket setting"
+        )
+        out.append(
+            setting(
+                s.node,
+                f"NUMA of {gpu}",
+                text,
+                found=found,
+                expected="a NIC on the same NUMA node",
+                remedy=remedy,
+                severity="warn",
+            )
+        )
+    return Judged(tuple(out))

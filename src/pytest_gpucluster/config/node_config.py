@@ -1,0 +1,48 @@
+"""``[profiles.NAME.node_config]``: the node settings a profile expects (docs/checks-node-config.md).
+
+A key left unset takes its expectation from the suite's line where one exists (memlock where
+RDMA is in use, swap, persistence mode, the governor) or else from the majority of the tested
+nodes (``checks.node_config``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+Bytes = Annotated[int, "bytes"]
+
+# RLIMIT_MEMLOCK a task needs for RDMA: unlimited, or at least this (the AWS health checks' line).
+RDMA_MEMLOCK_BYTES = 16 * 2**30
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """What the node configuration check expects of every node."""
+
+    # The task's RLIMIT_MEMLOCK (soft) at least this; unset: 16 GiB where RDMA is in use, else
+    # the majority of the nodes' value.
+    memlock_min: Bytes | None = None
+    # The task's RLIMIT_NOFILE (soft) at least this; unset: the majority of the nodes' value.
+    nofile_min: int | None = None
+    # Whether a node may have swap configured (SwapTotal above 0).
+    swap_allowed: bool = False
+    # Whether every GPU should be in persistence mode.
+    persistence_mode: bool = True
+    # Whether ECC should be on; unset: as on the majority of the tested GPUs.
+    ecc: bool | None = None
+    # The CPU frequency governor every CPU should use.
+    governor: str = "performance"
+    # The interfaces NCCL uses (names or name prefixes, as NCCL_SOCKET_IFNAME lists them); empty:
+    # the profile's env NCCL_SOCKET_IFNAME, else the nodes' IPoIB interfaces.
+    nccl_interfaces: tuple[str, ...] = ()
+    # Their MTU; unset: the majority of the nodes' value, per interface.
+    mtu: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.nofile_min is not None and self.nofile_min < 1:
+            raise ValueError(f"nofile_min: at least 1, got {self.nofile_min}")
+        if self.mtu is not None and not 68 <= self.mtu <= 65520:
+            raise ValueError(f"mtu: an MTU from 68 to 65520, got {self.mtu}")
+        if not self.governor.strip():
+            raise ValueError("governor: name a cpufreq governor, e.g. 'performance'")

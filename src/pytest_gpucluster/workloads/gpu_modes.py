@@ -1,0 +1,85 @@
+"""The GPUs' modes a node's configuration sets, read through NVML: persistence mode, ECC mode
+(current and pending) and, on NVSwitch systems, the GPU's fabric registration with the fabric
+manager. ``None`` where NVML does not support the reading on that GPU; no CUDA context is made."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_gpucluster.workloads.nvml_util import node_gpu_indices
+
+# nvmlGpuFabricState_t (nvml.h)
+FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
+FABRIC_COMPLETED = 3
+FABRIC_NOT_SUPPORTED = 0
+
+
+@dataclass(frozen=True)
+class GpuMode:
+    """One GPU's modes; ``None`` where NVML does not support the query on it."""
+
+    index: int
+    persistence: bool | None = None
+    ecc_current: bool | None = None
+    ecc_pending: bool | None = None
+    fabric_state: int | None = None  # FABRIC_STATES; None: this NVML has no fabric query
+    fabric_status: int | None = None  # the NVML return code of the registration (0: success)
+
+
+@dataclass(frozen=True)
+class GpuModes:
+    """A node's GPUs' modes, or why NVML could not be read."""
+
+    gpus: tuple[GpuMode, ...] = ()
+    error: str = ""
+
+
+def _try(nvml: Any, fn: Any) -> Any:
+    try:
+        return fn()
+    except nvml.NVMLError:
+        return None
+
+
+def _fabric(nvml: Any, handle: Any) -> tuple[int | None, int | None]:
+    info = nvml.c_nvmlGpuFabricInfo_t()
+    try:
+        nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+    except nvml.NVMLError_NotSupported:
+        return FABRIC_NOT_SUPPORTED, None
+    except (nvml.NVMLError, AttributeError):
+        return None, None
+    return int(info.state), int(info.status)
+
+
+def _gpu(nvml: Any, index: int) -> GpuMode:
+    h = nvml.nvmlDeviceGetHandleByIndex(index)
+    persistence = _try(nvml, lambda: nvml.nvmlDeviceGetPersistenceMode(h))
+    ecc = _try(nvml, lambda: nvml.nvmlDeviceGetEccMode(h))  # (current, pending)
+    state, status = _fabric(nvml, h)
+    return GpuMode(
+        index,
+        persistence=None if persistence is None else persistence == nvml.NVML_FEATURE_ENABLED,
+        ecc_current=None if ecc is None else ecc[0] == nvml.NVML_FEATURE_ENABLED,
+        ecc_pending=None if ecc is None else ecc[1] == nvml.NVML_FEATURE_ENABLED,
+        fabric_state=state,
+        fabric_status=status,
+    )
+
+
+def read() -> GpuModes:
+    """Every GPU of this node (``nvml_util.node_gpu_indices``)."""
+    try:
+        import pynvml as nvml
+
+        nvml.nvmlInit()
+    except Exception as exc:  # no library, no driver: nothing to read
+        return GpuModes(error=f"NVML unusable: {exc}")
+    try:
+        return GpuModes(tuple(_gpu(nvml, i) for i in node_gpu_indices(int(nvml.nvmlDeviceGetCount()))))
+    except nvml.NVMLError as exc:
+        return GpuModes(error=f"NVML: {exc}")
+    finally:
+        nvml.nvmlShutdown()

@@ -1,0 +1,207 @@
+"""Judging the node configuration: each deviation a ``node_setting`` finding naming the setting,
+the value found, the value expected and the remedy; nothing to measure is not applicable."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucluster.checks import node_config, node_gpu_config
+from pytest_gpucluster.config import load
+from pytest_gpucluster.config.node_config import NodeConfig
+from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.verdict import Finding
+from pytest_gpucluster.workloads import gpu_modes, pci_acs
+from pytest_gpucluster.workloads.node_settings import Interface, Limit, NodeSettings, parse_swap_total
+
+MiB, GiB = 2**20, 2**30
+
+
+def _node(name: str, memlock: int | None = 8 * MiB, nofile: int = 20000, **more) -> NodeSettings:
+    limits = {"memlock": Limit(memlock, memlock), "nofile": Limit(nofile, nofile)}
+    return NodeSettings(name, limits=limits, swap_total_bytes=0, **more)
+
+
+def test_memlock_below_the_majority_warns_naming_the_node_without_rdma():
+    nodes = {"node1": _node("node1"), "node2": _node("node2", memlock=64 * 1024)}
+    assert node_config.limits(nodes, "node1", NodeConfig(), ib_hcas=0) == node_config.Judged()
+    (f,) = node_config.limits(nodes, "node2", NodeConfig(), ib_hcas=0).findings
+    assert (f.scope, f.setting, f.severity, f.convicts) == ("node_setting", "RLIMIT_MEMLOCK", "warn", ())
+    assert (f.nodes, f.culprits, f.found) == (("node2",), ("node2",), "64 KiB")
+    assert f.expected == "8 MiB or more (the majority of the tested nodes)"
+    assert "PropagateResourceLimitsExcept" in f.remedy and f.text.startswith("node2: RLIMIT_MEMLOCK")
+    assert f.text.endswith(f". To change: {f.remedy}")
+
+
+def test_memlock_with_rdma_needs_16_gib_or_unlimited():
+    nodes = {"node1": _node("node1", memlock=None), "node2": _node("node2", memlock=8 * MiB)}
+    assert node_config.limits(nodes, "node1", NodeConfig(), ib_hcas=8).findings == ()
+    (f,) = node_config.limits(nodes, "node2", NodeConfig(), ib_hcas=8).findings
+    assert (f.severity, f.convicts, f.found) == ("fail", ("node2",), "8 MiB")
+    assert f.expected.startswith("16 GiB or more (RDMA")
+
+
+def test_the_profiles_lines_fail():
+    nodes = {"node1": _node("node1", memlock=32 * GiB, nofile=1024)}
+    (f,) = node_config.limits(nodes, "node1", NodeConfig(nofile_min=65536), ib_hcas=8).findings
+    assert (f.setting, f.severity, f.found) == ("RLIMIT_NOFILE", "fail", "1024")
+    assert f.expected == "65536 or more (the profile's node_config.nofile_min)"
+    assert "LimitNOFILE=" in f.remedy
+    (f,) = node_config.limits(nodes, "node1", NodeConfig(memlock_min=64 * GiB, nofile_min=1), ib_hcas=0).findings
+    assert (f.setting, f.expected) == ("RLIMIT_MEMLOCK", "64 GiB or more (the profile's node_config.memlock_min)")
+
+
+def test_an_unlimited_majority_makes_any_limit_a_deviation():
+    nodes = {n: _node(n, memlock=None) for n in ("node1", "node2")} | {"node3": _node("node3", memlock=64 * GiB)}
+    (f,) = node_config.limits(nodes, "node3", NodeConfig(), ib_hcas=0).findings
+    assert f.expected == "unlimited (the majority of the tested nodes)"
+
+
+def test_swap_warns_and_may_be_allowed():
+    recorded = (
+        Path(__file__).parents[1] / "data/node_config/proc_meminfo_8GiB_swap_representative_sample.txt"
+    ).read_text()
+    swapping = dataclasses.replace(_node("node1"), swap_total_bytes=parse_swap_total(recorded))
+    (f,) = node_config.swap(swapping, NodeConfig()).findings
+    assert (f.setting, f.found, f.expected, f.severity) == ("swap", "8 GiB", "0", "warn")
+    assert node_config.swap(swapping, NodeConfig(swap_allowed=True)) == node_config.Judged()
+    no_swap_kernel = dataclasses.replace(swapping, swap_total_bytes=None)
+    assert "no SwapTotal" in node_config.swap(no_swap_kernel, NodeConfig()).not_applicable
+
+
+def test_governor_other_than_performance_warns_and_absent_is_not_applicable():
+    node = dataclasses.replace(_node("node1"), governors={"performance": 2, "powersave": 2})
+    (f,) = node_config.governor(node, NodeConfig()).findings
+    assert (f.setting, f.found, f.expected, f.severity) == (
+        "cpu governor",
+        "powersave on 2 CPU(s)",
+        "performance",
+        "warn",
+    )
+    assert "no cpufreq" in node_config.governor(_node("node1"), NodeConfig()).not_applicable
+
+
+def _with_if(name: str, mtu: int) -> NodeSettings:
+    return dataclasses.replace(_node(name), interfaces=(Interface("ib0", mtu, True), Interface("eth0", 1500)))
+
+
+def test_mtu_of_nccls_interface_alike_across_nodes():
+    nodes = {"node1": _with_if("node1", 4092), "node2": _with_if("node2", 4092), "node3": _with_if("node3", 2044)}
+    (f,) = node_config.mtu(nodes, NodeConfig(), {}).findings
+    assert (f.setting, f.convicts, f.found, f.expected) == (
+        "MTU of ib0",
+        ("node3",),
+        "2044",
+        "4092 (the majority of the tested nodes)",
+    )
+    assert node_config.mtu(nodes, NodeConfig(), {"NCCL_SOCKET_IFNAME": "eth"}).findings == ()
+    assert node_config.mtu(nodes, NodeConfig(), {"NCCL_SOCKET_IFNAME": "^ib,lo"}).findings == ()
+    (g,) = node_config.mtu(nodes, NodeConfig(mtu=9000, nccl_interfaces=("=eth0",)), {}).findings[:1]
+    assert (g.setting, g.expected) == ("MTU of eth0", "9000 (node_config.mtu)")
+
+
+def test_mtu_without_a_majority_names_the_nodes_and_convicts_none():
+    nodes = {"node1": _with_if("node1", 4092), "node2": _with_if("node2", 2044)}
+    (f,) = node_config.mtu(nodes, NodeConfig(), {}).findings
+    assert (f.scope, f.nodes, f.convicts) == ("nodes", ("node1", "node2"), ())
+
+
+def test_mtu_without_an_interface_to_compare_is_not_applicable():
+    assert "no interface to compare" in node_config.mtu({"node1": _node("node1")}, NodeConfig(), {}).not_applicable
+
+
+def _gpus(*modes: gpu_modes.GpuMode, error: str = "") -> NodeSettings:
+    return dataclasses.replace(_node("node1"), gpus=gpu_modes.GpuModes(modes, error))
+
+
+def test_gpu_modes_not_applicable_without_real_gpus():
+    judged = node_gpu_config.gpu_modes_of({"node1": _gpus()}, "node1", NodeConfig(), gpus_are_real=False)
+    assert "gpus_are_real = false" in judged.not_applicable
+
+
+def test_persistence_off_warns_and_ecc_unlike_the_others_fails():
+    node = _gpus(
+        gpu_modes.GpuMode(0, persistence=True, ecc_current=True, ecc_pending=True),
+        gpu_modes.GpuMode(1, persistence=False, ecc_current=False, ecc_pending=False),
+        gpu_modes.GpuMode(2, persistence=True, ecc_current=True, ecc_pending=False),
+    )
+    found = node_gpu_config.gpu_modes_of({"node1": node}, "node1", NodeConfig(), gpus_are_real=True).findings
+    assert [(f.setting, f.gpu, f.severity, f.found, f.expected) for f in found] == [
+        ("persistence mode", 1, "warn", "off", "on"),
+        ("ECC mode", 1, "fail", "off", "on"),
+        ("ECC mode", 2, "warn", "on (off pending)", "on"),
+    ]
+    assert found[1].place == "node1:gpu1 ECC mode"
+
+
+def test_gpudirect_only_where_infiniband_exists():
+    gpu = (gpu_modes.GpuMode(0),)
+    without_ib = _gpus(*gpu)
+    assert "no InfiniBand" in node_gpu_config.gpudirect(without_ib, gpus_are_real=True, ib_hcas=0).not_applicable
+    bare = dataclasses.replace(without_ib, rdma_devices=("mlx5_0",), kernel="5.15.0-105-generic")
+    (f,) = node_gpu_config.gpudirect(bare, gpus_are_real=True, ib_hcas=0).findings
+    assert (f.setting, f.severity) == ("GPUDirect RDMA", "fail") and "modprobe nvidia_peermem" in f.remedy
+    loaded = dataclasses.replace(bare, peermem_module="nvidia_peermem")
+    dmabuf = dataclasses.replace(bare, nvidia_open_module=True)
+    old_kernel = dataclasses.replace(dmabuf, kernel="5.4.0-150-generic")
+    assert node_gpu_config.gpudirect(loaded, gpus_are_real=True, ib_hcas=8) == node_config.Judged()
+    assert node_gpu_config.gpudirect(dmabuf, gpus_are_real=True, ib_hcas=8) == node_config.Judged()
+    assert "older than 5.12" in node_gpu_config.gpudirect(old_kernel, gpus_are_real=True, ib_hcas=8).findings[0].found
+
+
+def test_nvswitch_fabric_judged_only_where_one_exists():
+    none = _gpus(gpu_modes.GpuMode(0, fabric_state=gpu_modes.FABRIC_NOT_SUPPORTED))
+    assert "no NVSwitch" in node_gpu_config.nvswitch_fabric(none, gpus_are_real=True).not_applicable
+    waiting = _gpus(gpu_modes.GpuMode(0, fabric_state=3, fabric_status=0), gpu_modes.GpuMode(1, fabric_state=2))
+    (f,) = node_gpu_config.nvswitch_fabric(waiting, gpus_are_real=True).findings
+    assert (f.gpu, f.found, f.expected) == (1, "registration in progress", "completed")
+    assert "nvidia-fabricmanager" in f.remedy
+
+
+def test_acs_redirect_fails_on_bare_metal_and_a_vm_is_not_applicable():
+    bridges = (pci_acs.Bridge("0000:00:01.0", ("gpu 0000:02:00.0",), 0x1D), pci_acs.Bridge("0000:00:02.0", (), 0x11))
+    node = dataclasses.replace(_node("node1"), acs=pci_acs.AcsReading(("gpu 0000:02:00.0",), bridges))
+    (f,) = node_gpu_config.acs(node).findings
+    assert (f.setting, f.found) == ("PCIe ACS 0000:00:01.0", "SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+")
+    assert "setpci -s 0000:00:01.0 ECAP_ACS+0x6.w=0000" in f.remedy
+    vm = dataclasses.replace(node, virtual_machine="the CPU reports the hypervisor flag")
+    assert "a virtual machine" in node_gpu_config.acs(vm).not_applicable
+    unreadable = dataclasses.replace(node, acs=pci_acs.AcsReading(("gpu 0000:02:00.0",), (), readable=False))
+    assert "root only" in node_gpu_config.acs(unreadable).not_applicable
+
+
+def test_a_setting_finding_keeps_its_fields_through_the_results_file():
+    f = Finding.of_setting(
+        "node2", "RLIMIT_MEMLOCK", "t", found="64 KiB", expected="8 MiB", remedy="r", severity="warn"
+    )
+    assert Finding.from_json(f.to_json()) == f
+    assert f.place == "node2 RLIMIT_MEMLOCK"
+
+
+def test_the_profile_table_rejects_an_unknown_key(tmp_path: Path):
+    path = tmp_path / "t.toml"
+    path.write_text('[profiles.x]\ngpus_per_node = 0\n[profiles.x.node_config]\nmemlock_min = "16GiB"\nmemlok = 1\n')
+    with pytest.raises(
+        ConfigError, match=r"profiles\.x\.node_config\.memlok: unknown key\. Perhaps you meant 'memlock_min'"
+    ):
+        load(path)
+    path.write_text('[profiles.x]\ngpus_per_node = 0\n[profiles.x.node_config]\nmemlock_min = "16GiB"\n')
+    assert load(path).profile("x").node_config == NodeConfig(memlock_min=16 * GiB)
+
+
+def test_a_gpu_without_a_nic_on_its_numa_node_warns():
+    numa = {"gpu 0000:18:00.0": 0, "gpu 0000:9a:00.0": 1, "nic 0000:17:00.0": 0}
+    node = dataclasses.replace(_node("node1"), acs=pci_acs.AcsReading(tuple(numa), (), numa=numa))
+    (f,) = node_gpu_config.gpu_nic_numa(node).findings
+    assert (f.setting, f.found, f.severity) == ("NUMA of gpu 0000:9a:00.0", "NUMA node 1; NICs on 0", "warn")
+    unreported = dataclasses.replace(node, acs=pci_acs.AcsReading(tuple(numa), (), numa=dict.fromkeys(numa, -1)))
+    assert "no NUMA node" in node_gpu_config.gpu_nic_numa(unreported).not_applicable
+    assert "no GPU on PCIe" in node_gpu_config.gpu_nic_numa(_node("node1")).not_applicable
+
+
+def test_limits_that_could_not_be_read_leave_the_check_not_judged():
+    unread = NodeSettings("node1", errors=("limits: PermissionError: /proc/self/limits",))
+    (f,) = node_config.limits({"node1": unread}, "node1", NodeConfig(), ib_hcas=0).findings
+    assert (f.severity, f.convicts) == ("not_judged", ()) and "PermissionError" in f.text

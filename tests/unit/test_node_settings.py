@@ -1,0 +1,124 @@
+"""The node-side readings of the node configuration check: recorded /proc files, PCIe
+configuration space (recorded and built), and a sysfs tree of GPUs and NICs behind bridges."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucluster.workloads import node_settings, pci_acs
+from pytest_gpucluster.workloads.context import local_context
+from pytest_gpucluster.workloads.node_settings import Limit
+
+DATA = Path(__file__).parents[1] / "data" / "node_config"
+
+
+def test_limits_are_read_from_proc_self_limits():
+    found = node_settings.parse_limits((DATA / "proc_self_limits_debian12_root.txt").read_text())
+    assert found == {"memlock": Limit(8388608, 8388608), "nofile": Limit(20000, 20000)}
+
+
+def test_unlimited_reads_as_none():
+    text = "Max locked memory         unlimited            unlimited            bytes     \n"
+    assert node_settings.parse_limits(text) == {"memlock": Limit(None, None)}
+
+
+def test_swap_total_in_bytes():
+    assert node_settings.parse_swap_total((DATA / "proc_meminfo_vm_noswap.txt").read_text()) == 0
+    with_swap = (DATA / "proc_meminfo_8GiB_swap_representative_sample.txt").read_text()
+    assert node_settings.parse_swap_total(with_swap) == 8388604 * 1024
+    assert node_settings.parse_swap_total("MemTotal: 1 kB\n") is None
+
+
+def test_a_vm_is_told_by_its_cpu_flag(tmp_path):
+    assert node_settings.virtual_machine("flags\t\t: fpu vme hypervisor lahf_lm\n", tmp_path).startswith("the CPU")
+    assert node_settings.virtual_machine("flags\t\t: fpu vme lahf_lm\n", tmp_path) == ""
+
+
+def test_governors_and_interfaces_from_sysfs(tmp_path):
+    for cpu, governor in enumerate(("performance", "powersave", "performance")):
+        path = tmp_path / f"devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"
+        path.parent.mkdir(parents=True)
+        path.write_text(governor + "\n")
+    for name, mtu, kind in (("lo", 65536, 772), ("ib0", 4092, 32), ("eth0", 9000, 1)):
+        (tmp_path / "class/net" / name).mkdir(parents=True)
+        (tmp_path / "class/net" / name / "mtu").write_text(f"{mtu}\n")
+        (tmp_path / "class/net" / name / "type").write_text(f"{kind}\n")
+    assert node_settings.read_governors(tmp_path) == {"performance": 2, "powersave": 1}
+    assert node_settings.read_interfaces(tmp_path) == (
+        node_settings.Interface("eth0", 9000, False),
+        node_settings.Interface("ib0", 4092, True),
+    )
+
+
+def test_this_machine_is_read_without_error():
+    found = node_settings.read_node(local_context())
+    assert found.errors == ()
+    assert "memlock" in found.limits and "nofile" in found.limits
+
+
+# --- PCIe ACS ---------------------------------------------------------------------------------
+
+
+def _config(*caps: tuple[int, int, int]) -> bytes:
+    """A 4 KiB configuration space with extended capabilities (offset, id, control) chained in order."""
+    space = bytearray(4096)
+    space[0:4] = (0x10DE | 0x2330 << 16).to_bytes(4, "little")
+    for i, (offset, cap_id, control) in enumerate(caps):
+        following = caps[i + 1][0] if i + 1 < len(caps) else 0
+        space[offset : offset + 4] = (cap_id | 1 << 16 | following << 20).to_bytes(4, "little")
+        space[offset + 6 : offset + 8] = control.to_bytes(2, "little")
+    return bytes(space)
+
+
+def test_acs_control_is_found_along_the_capability_chain():
+    # AER first, then ACS with SrcValid ReqRedir CmpltRedir UpstreamFwd set, as a switch port ships.
+    space = _config((0x100, 0x0001, 0), (0x148, pci_acs.ACS_CAP_ID, 0x1D))
+    assert pci_acs.acs_control(space) == 0x1D
+    assert pci_acs.describe(0x1D) == "SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+"
+    assert pci_acs.acs_control(_config((0x100, 0x0001, 0))) is None
+
+
+def test_a_recorded_host_bridge_of_a_vm_has_no_acs():
+    assert pci_acs.acs_control((DATA / "pci_config_vm_host_bridge_8086.bin").read_bytes()) is None
+
+
+def test_the_first_256_bytes_hold_no_extended_capability():
+    with pytest.raises(ValueError, match="256 bytes"):
+        pci_acs.acs_control(bytes(256))
+
+
+def _device(root: Path, path: str, cls: str, vendor: str, config: bytes) -> None:
+    where = root / "devices" / path
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "class").write_text(cls + "\n")
+    (where / "vendor").write_text(vendor + "\n")
+    (where / "config").write_bytes(config)
+    link = root / "bus/pci/devices" / Path(path).name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(os.path.relpath(where, link.parent))
+
+
+def test_bridges_above_gpus_and_nics_are_read(tmp_path):
+    redirect = _config((0x100, pci_acs.ACS_CAP_ID, 0x1D))
+    off = _config((0x100, pci_acs.ACS_CAP_ID, 0))
+    _device(tmp_path, "pci0000:00/0000:00:01.0", "0x060400", "0x8086", off)
+    _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0", "0x060400", "0x1000", redirect)
+    _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0", "0x030200", "0x10de", off)
+    _device(tmp_path, "pci0000:00/0000:00:01.0/0000:01:00.0/0000:03:00.0", "0x020700", "0x15b3", off)
+    (tmp_path / "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:03:00.0/numa_node").write_text("1\n")
+    _device(tmp_path, "pci0000:00/0000:00:1f.0", "0x060100", "0x8086", off)
+    found = pci_acs.read(tmp_path)
+    assert found.devices == ("gpu 0000:02:00.0", "nic 0000:03:00.0")
+    assert found.readable
+    assert [(b.bdf, b.control) for b in found.bridges] == [("0000:00:01.0", 0), ("0000:01:00.0", 0x1D)]
+    assert found.bridges[1].above == ("gpu 0000:02:00.0", "nic 0000:03:00.0")
+    assert found.numa == {"gpu 0000:02:00.0": -1, "nic 0000:03:00.0": 1}
+
+
+def test_a_bridge_read_without_root_is_unreadable(tmp_path):
+    _device(tmp_path, "pci0000:00/0000:00:01.0", "0x060400", "0x8086", bytes(64))
+    _device(tmp_path, "pci0000:00/0000:00:01.0/0000:02:00.0", "0x030200", "0x10de", bytes(64))
+    assert pci_acs.read(tmp_path).readable is False
