@@ -96,17 +96,25 @@ def localise(plan: RoundPlan, busbw: Mapping[Group, float], floor: float) -> Loc
         found = tuple(dict.fromkeys(groups))
         return found, tuple(sorted({round_of[g] for g in found}))
 
+    # Each leaf's groups, inside it and across to other leaves, found in one pass.
+    inside: dict[str, list[Group]] = {leaf.name: [] for leaf in plan.leaves}
+    across: dict[str, list[Group]] = {leaf.name: [] for leaf in plan.leaves}
+    for g in measured:
+        if len(g.leaves) == 1:
+            inside[g.leaves[0]].append(g)
+        elif len(g.leaves) == 2:
+            for name in g.leaves:
+                across[name].append(g)
+
     culprits: list[Culprit] = []
     explained: set[Group] = set()
-    inside = {leaf.name: [g for g in measured if g.leaves == (leaf.name,)] for leaf in plan.leaves}
     for leaf in plan.leaves:
         own = inside[leaf.name]
         every_node = len(leaf.nodes) > 1 and all(n in bad_nodes for n in leaf.nodes)
         inside_slow = bool(own) and all(g in slow for g in own) and not all(set(g.nodes) & bad_nodes for g in own)
         if every_node or inside_slow:
             bad_nodes -= set(leaf.nodes)
-            members = set(leaf.nodes)
-            shown = [g for g in slow if members & set(g.nodes)] if every_node else own
+            shown = [g for g in (*own, *across[leaf.name]) if g in slow] if every_node else own
             found, rounds = evidence(sorted(shown, key=lambda g: round_of[g]))
             culprits.append(Culprit("leaf", leaf.name, leaf.nodes, found, rounds))
             explained |= set(found)
@@ -115,20 +123,20 @@ def localise(plan: RoundPlan, busbw: Mapping[Group, float], floor: float) -> Loc
         culprits.append(Culprit("node", node, (node,), found, rounds))
         explained |= set(found)
 
-    between = [g for g in measured if len(g.leaves) == 2]
+    named = {c.name for c in culprits if c.kind == "leaf"}
     for leaf in plan.leaves:
-        if leaf.name in {c.name for c in culprits} or len(leaf.nodes) < 2:
+        if leaf.name in named or len(leaf.nodes) < 2:
             continue
-        across = [g for g in between if leaf.name in g.leaves]
-        others = {g.leaves[0] if g.leaves[1] == leaf.name else g.leaves[1] for g in across}
-        if len(others) > 1 and all(g in slow for g in across) and not any(g in slow for g in inside[leaf.name]):
-            found, rounds = evidence(across)
+        out = across[leaf.name]
+        others = {g.leaves[0] if g.leaves[1] == leaf.name else g.leaves[1] for g in out}
+        if len(others) > 1 and all(g in slow for g in out) and not any(g in slow for g in inside[leaf.name]):
+            found, rounds = evidence(out)
             culprits.append(Culprit("uplinks", leaf.name, leaf.nodes, found, rounds))
             explained |= set(found)
 
     pairs: dict[tuple[str, ...], list[Group]] = defaultdict(list)
-    for g in between:
-        if g in slow and g not in explained:
+    for g in measured:
+        if len(g.leaves) == 2 and g in slow and g not in explained:
             pairs[g.leaves].append(g)
     nodes_of = {leaf.name: leaf.nodes for leaf in plan.leaves}
     for (a, b), groups in pairs.items():
