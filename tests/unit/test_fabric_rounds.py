@@ -10,7 +10,7 @@ import pytest
 
 from pytest_gpucluster.checks.localise import localise
 from pytest_gpucluster.config.topology import Topology, parse_topology, read_topology
-from pytest_gpucluster.plan.round_cost import cost, lines
+from pytest_gpucluster.plan.round_cost import cost, dry_run_lines, lines
 from pytest_gpucluster.plan.rounds import Group, RoundPlan, UnplacedNodes, plan_rounds, tournament
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topology"
@@ -252,3 +252,12 @@ def test_a_bad_node_of_1024_is_named():
     found = localise(plan, results(plan, lambda g: "n37-5" in g.nodes), FLOOR)
     assert [(c.kind, c.name) for c in found.culprits] == [("node", "n37-5")]
     assert found.culprits[0].rounds == tuple(range(1, 65))
+
+
+def test_the_dry_run_says_in_one_line_when_the_tree_misses_tested_nodes():
+    topology = tree(TWO_LEVEL)
+    assert dry_run_lines(["gpu-001", "gpu-999"], topology, ops=3) == [
+        "fabric: cannot plan the rounds: 1 tested node(s) under no leaf of the topology: gpu-999; "
+        "update the profile's topology_file from `scontrol show topology`"
+    ]
+    assert dry_run_lines(all_nodes(topology), topology, ops=3)[-1].startswith("fabric: 5 jobs, 63 groups")

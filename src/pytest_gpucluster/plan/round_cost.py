@@ -9,10 +9,11 @@ sweep_s)``; the default seconds are assumptions a site replaces with its own mea
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from pytest_gpucluster.plan.rounds import STAGES, Group, Round, RoundPlan, Stage
+from pytest_gpucluster.config.topology import Topology
+from pytest_gpucluster.plan.rounds import STAGES, Group, Round, RoundPlan, Stage, UnplacedNodes, plan_rounds
 
 # Assumed seconds, not measured on a large cluster: a job's start on many nodes, and one
 # collective's across-node sweep from judge_from_bytes up.
@@ -97,3 +98,13 @@ def _duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def dry_run_lines(nodes: Sequence[str], topology: Topology | None, *, ops: int) -> list[str]:
+    """The fabric rounds' lines for ``--gpucluster-dry-run``; a tree that misses tested nodes is
+    said in one line instead."""
+    try:
+        plan = plan_rounds(nodes, topology)
+    except UnplacedNodes as exc:
+        return [f"fabric: cannot plan the rounds: {exc}"]
+    return lines(plan, cost(plan, ops=ops))
