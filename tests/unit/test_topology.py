@@ -143,3 +143,14 @@ def test_the_tree_itself_is_not_a_key_of_the_file(tmp_path):
 def test_a_line_scontrol_cut_short_says_how_to_save_it_whole():
     with pytest.raises(TopologyError, match="SLURM_TOPO_LEN=65536"):
         parse_topology("SwitchName=l1 Level=0 LinkSpeed=1 Nodes=n[001-016],m[001-0")
+
+
+def test_a_topology_error_in_thresholds_toml_ends_in_one_stop(tmp_path):
+    (tmp_path / "tree.conf").write_text("SwitchName=l1 Nodes=n[1-4]\nSwitchName=s Switchs=l1\n")
+    with pytest.raises(ConfigError) as info:
+        load(_write(tmp_path, 'topology_file = "tree.conf"'))
+    assert str(info.value).endswith("Perhaps you meant 'Switches'?")
+    (tmp_path / "tree.conf").write_text("SwitchName=l1 Nodes=n[1-4]\nSwitchName=l1 Nodes=n5\n")
+    with pytest.raises(ConfigError) as info:
+        load(_write(tmp_path, 'topology_file = "tree.conf"'))
+    assert str(info.value).endswith("line 2, SwitchName: switch 'l1' is named again (first on line 1).")

@@ -283,7 +283,8 @@ def _topology(table: dict[str, Any], where: str, file: str) -> Topology | None:
     except UnicodeDecodeError:
         raise ConfigError(f"{file}: {key}: {path}: not a text file.") from None
     except TopologyError as exc:
-        raise ConfigError(f"{file}: {key}: {path}: {exc}.") from None
+        end = "" if str(exc).endswith((".", "?")) else "."
+        raise ConfigError(f"{file}: {key}: {path}: {exc}{end}") from None
 
 
 def _soak_rules(table: dict[str, Any], top: Mapping[str, Any], where: str, file: str) -> SoakRules:
