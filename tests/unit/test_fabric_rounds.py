@@ -261,3 +261,8 @@ def test_the_dry_run_says_in_one_line_when_the_tree_misses_tested_nodes():
         "update the profile's topology_file from `scontrol show topology`"
     ]
     assert dry_run_lines(all_nodes(topology), topology, ops=3)[-1].startswith("fabric: 5 jobs, 63 groups")
+
+
+def test_the_dry_run_of_fewer_than_two_nodes_plans_no_rounds():
+    assert dry_run_lines([], tree(TWO_LEVEL), ops=3) == ["fabric: 0 tested node(s): no across-node rounds"]
+    assert dry_run_lines(["gpu-001"], None, ops=3) == ["fabric: 1 tested node(s): no across-node rounds"]

@@ -102,7 +102,9 @@ def _duration(seconds: float) -> str:
 
 def dry_run_lines(nodes: Sequence[str], topology: Topology | None, *, ops: int) -> list[str]:
     """The fabric rounds' lines for ``--gpucluster-dry-run``; a tree that misses tested nodes is
-    said in one line instead."""
+    said in one line instead, as is a run of fewer than two nodes."""
+    if len(set(nodes)) < 2:
+        return [f"fabric: {len(set(nodes))} tested node(s): no across-node rounds"]
     try:
         plan = plan_rounds(nodes, topology)
     except UnplacedNodes as exc:

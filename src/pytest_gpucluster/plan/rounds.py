@@ -66,7 +66,7 @@ class RoundPlan:
 
     @property
     def has_tree(self) -> bool:
-        return bool(self.leaves)
+        return self.levels > 0
 
     def stage(self, stage: Stage) -> tuple[Round, ...]:
         return tuple(r for r in self.rounds if r.stage == stage)
