@@ -46,6 +46,8 @@ from pytest_gpucluster.options import Outputs, soak_fits
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE, NOT_JUDGED
 from pytest_gpucluster.plan import Facts, Plan, last_order
 from pytest_gpucluster.plan import facts as run_facts
+from pytest_gpucluster.plan import jobs as planned_jobs
+from pytest_gpucluster.plan.round_cost import dry_run_lines
 from pytest_gpucluster.progress import Progress
 from pytest_gpucluster.results import PROPERTY, ResultsDocument, entries_of
 from pytest_gpucluster.run import Runner, Start, shared_area
@@ -365,6 +367,9 @@ class GpuClusterSession:
             terminal.write_sep("-", f"gpucluster plan: {len(self.plan.jobs)} job(s), nothing submitted")
             for line in self.plan.lines():
                 terminal.write_line(line)
+            if self.plan.has(planned_jobs.NCCL_INTER.key):
+                for line in dry_run_lines(self.nodes, self.profile.topology, ops=len(self.profile.nccl.ops)):
+                    terminal.write_line(line)
         if config.option.collectonly or session.testsfailed:
             return
         held = self.node_set.wait_for_other_work(

@@ -27,6 +27,7 @@ from pytest_gpucluster.config.profile import PROFILE_KEYS, Profile, across_nodes
 from pytest_gpucluster.config.soak import SoakRules
 from pytest_gpucluster.config.tables import build, reject_unknown
 from pytest_gpucluster.config.thresholds import Threshold, ThresholdSet, choose_set, no_set_for
+from pytest_gpucluster.config.topology import Topology, TopologyError, read_topology
 from pytest_gpucluster.errors import ConfigError
 
 # Slurm's own names for partitions, accounts and nodes; anything else is refused so a config value
@@ -245,7 +246,10 @@ def _profiles(raw: Mapping[str, Any], file: str, soak_rules: Mapping[str, Any]) 
         table = dict(table)
         fabric = _fabric_rules(table, where, file)
         rules = _soak_rules(table, soak_rules, where, file)
-        profile = build(Profile, table, where, file, settable=PROFILE_KEYS, name=name, soak_rules=rules, **fabric)
+        topology = _topology(table, where, file)
+        profile = build(
+            Profile, table, where, file, settable=PROFILE_KEYS, name=name, soak_rules=rules, topology=topology, **fabric
+        )
         _check_profile(profile, where, file)
         profiles[name] = profile
     return profiles
@@ -269,6 +273,32 @@ def _fabric_rules(table: dict[str, Any], where: str, file: str) -> dict[str, Any
         return {"fabric": with_overrides(table.pop("fabric"), f"{where}.fabric", file)}
     except RuleError as exc:
         raise ConfigError(f"{file}: {exc}") from None
+
+
+def _topology(table: dict[str, Any], where: str, file: str) -> Topology | None:
+    """The tree ``topology_file`` names, read now (its path, relative to thresholds.toml, is
+    written back into ``table`` resolved); an error names both files, the line and the key."""
+    value = table.get("topology_file")
+    if value is None:
+        return None
+    key = f"{where}.topology_file"
+    if not isinstance(value, str) or not value:
+        raise ConfigError(
+            f"{file}: {key}: expected the path of a topology.conf or of saved `scontrol show topology` output."
+        )
+    path = Path(file).parent / value
+    table["topology_file"] = str(path)
+    try:
+        return read_topology(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: {key}: {path}: no such file.") from None
+    except OSError as exc:
+        raise ConfigError(f"{file}: {key}: {path}: cannot be read ({exc.strerror}).") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{file}: {key}: {path}: not a text file.") from None
+    except TopologyError as exc:
+        end = "" if str(exc).endswith((".", "?")) else "."
+        raise ConfigError(f"{file}: {key}: {path}: {exc}{end}") from None
 
 
 def _soak_rules(table: dict[str, Any], top: Mapping[str, Any], where: str, file: str) -> SoakRules:

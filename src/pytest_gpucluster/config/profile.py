@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pytest_gpucluster.config.fabric_rules import DEFAULT_RULES, FabricRule
 from pytest_gpucluster.config.node_config import NodeConfig
 from pytest_gpucluster.config.soak import SoakRules, SoakSettings
+from pytest_gpucluster.config.topology import Topology
 from pytest_gpucluster.workloads.compute import ComputeConfig
 from pytest_gpucluster.workloads.fabric_counters import SYSFS_ROOT
 from pytest_gpucluster.workloads.sdc import SdcConfig
@@ -105,6 +106,11 @@ class Profile:
     exclusive: bool = True
     nodes: int = 1
     nodelist: tuple[str, ...] = ()
+    # Slurm's switch tree (topology.conf or ``scontrol show topology`` output), relative to
+    # thresholds.toml; the across-node NCCL rounds follow its leaves (plan/rounds.py).
+    topology_file: str | None = None
+    # The tree that file holds, read once when thresholds.toml is loaded (not a key of the file).
+    topology: Topology | None = None
     gpus_per_node: int | None = None  # None: as many as NVML finds (local only)
     # False: GPUs exist only as Slurm GRES (the project's test cluster); jobs then run every
     # workload on the CPU path (gloo), also on a host that has GPUs.
