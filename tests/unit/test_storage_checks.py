@@ -109,7 +109,12 @@ def test_a_line_the_site_has_not_set_warns_asking_for_it_and_keeps_the_value():
 
 def test_a_stream_not_measured_for_lack_of_free_space_is_not_judged_and_no_nodes_fault():
     short = report(
-        "node3", 2, 1500, stream=None, not_measured="3 node(s) × 4 GiB would take more than 10% of the 5 GiB free"
+        "node3",
+        2,
+        1500,
+        stream=None,
+        short_of_space=True,
+        not_measured="3 node(s) × 4 GiB would take more than 10% of the 5 GiB free",
     )
     judged = checks.throughput([report("node1", 0, 1500), report("node2", 1, 1500), short], NODES, SITE, "7")
     (why,) = [f for f in judged.findings if f.severity == "not_judged"]

@@ -199,7 +199,7 @@ def not_measured(reports: Sequence[StorageReport], nodes: Sequence[str]) -> list
     for r in reports:
         if r.barrier_timeout:
             found.append(Finding.across(nodes, f"{r.node} gave up waiting at barrier {r.barrier_timeout}"))
-        elif r.stream is None and "free" in r.not_measured:
+        elif r.stream is None and r.short_of_space:
             found.append(
                 Finding.outside(
                     "shared_fs", f"{r.node}: not measured: {r.not_measured}", nodes=[r.node], severity="not_judged"
@@ -235,8 +235,12 @@ def throughput(reports: Sequence[StorageReport], nodes: Sequence[str], threshold
 def metadata(reports: Sequence[StorageReport], nodes: Sequence[str], thresholds: ThresholdSet, job_id: str) -> Judged:
     """Every node's small-file creates, stats and unlinks per second, by the module's rule."""
     values = {r.node: r.metadata_ops_s for r in reports if r.metadata_files}
-    found = [Finding.on_node(r.node, f"{r.node}: {e}") for r in reports for e in r.errors if "metadata" in e]
-    found += [Finding.on_node(n, f"{n}: sent no metadata rate") for n in nodes if n not in values and not found]
+    said = {r.node: "; ".join(r.errors) for r in reports}
+    found = [
+        Finding.on_node(n, f"{n}: measured no metadata rate ({said.get(n) or 'no report'})")
+        for n in nodes
+        if n not in values
+    ]
     judged = Judged(findings=tuple(found))
     if values:
         judged += rate(

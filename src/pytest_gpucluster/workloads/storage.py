@@ -141,6 +141,7 @@ class StorageReport:
     free_bytes: int = 0
     stream: Stream | None = None
     not_measured: str = ""  # why the stream was not measured (free space, an error)
+    short_of_space: bool = False  # not measured: the files would take too much of the free space
     metadata_files: int = 0
     metadata_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # create, stat, unlink
     peer: str = ""  # the neighbour this node played ping-pong with
@@ -177,8 +178,9 @@ def measure_node(
         path=str(directory),
         mount=mount_facts(os.path.realpath(directory), mountinfo),
         python=sys.executable,
-        python_mount=(lambda m: m.describe() if m else "")(mount_facts(os.path.realpath(sys.executable), mountinfo)),
     )
+    env_mount = mount_facts(os.path.realpath(sys.executable), mountinfo)
+    report = replace(report, python_mount=env_mount.describe() if env_mount else "")
     if not directory.is_dir():
         return replace(report, errors=(f"{directory} does not exist on this node",))
     world, rank = ctx.world_size, ctx.rank
@@ -201,12 +203,13 @@ def measure_node(
     if wanted > config.max_free_share * free:
         report = replace(
             report,
+            short_of_space=True,
             not_measured=f"{world} node(s) × {config.file_bytes / 2**30:.2f} GiB would take more than "
             f"{config.max_free_share:.0%} of the {free / 2**30:.1f} GiB free",
         )
     else:
         try:
-            report = replace(report, stream=_stream(directory / f"stream-{rank}.bin", config))
+            report = replace(report, stream=measure_stream(directory / f"stream-{rank}.bin", config))
         except OSError as exc:
             report = replace(report, not_measured=f"the write/read stream failed: {exc}")
     if timeout := meet("metadata"):
@@ -222,9 +225,17 @@ def measure_node(
     if world > 1:
         if timeout := meet("visibility"):
             return replace(report, barrier_timeout=timeout)
-        trips, missed = ping_pong(directory, rank, world, config.visibility_tries, config.visibility_timeout_s)
         peer = ctx.hostnames[(rank + 1) % world] if len(ctx.hostnames) == world else str((rank + 1) % world)
-        report = replace(report, peer=peer, round_trips_s=trips, round_trips_missed=missed)
+        try:
+            trips, missed = ping_pong(directory, rank, world, config.visibility_tries, config.visibility_timeout_s)
+            report = replace(report, peer=peer, round_trips_s=trips, round_trips_missed=missed)
+        except OSError as exc:  # every try counts as missed: the pair is judged, not passed over
+            report = replace(
+                report,
+                peer=peer,
+                round_trips_missed=config.visibility_tries,
+                errors=(*report.errors, f"visibility phase failed: {exc}"),
+            )
         report = replace(report, lock=lock_across_nodes(directory, rank, meet, config.visibility_timeout_s))
     return report
 
@@ -250,7 +261,7 @@ def _cold_import(config: StorageConfig) -> tuple[float | None, str]:
         return None, f"import {config.import_module} printed {proc.stdout[-200:]!r}"
 
 
-def _stream(path: Path, config: StorageConfig) -> Stream:
+def measure_stream(path: Path, config: StorageConfig) -> Stream:
     """Write ``file_bytes`` in ``block_bytes`` blocks, fsync, then read them back, each timed;
     the file is removed afterwards whatever happens."""
     blocks = config.file_bytes // config.block_bytes
