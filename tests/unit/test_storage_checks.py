@@ -200,3 +200,11 @@ def test_a_lock_shared_by_no_node_is_the_filesystems_and_one_node_let_in_is_that
     )
     assert one.convicts == ("node2",)
     assert coherence.lock_findings([holder, report("node2", 1, 1500, lock=kept)]) == []
+
+
+def test_a_node_without_a_metadata_rate_is_named_with_its_error():
+    failed = report("node3", 2, 1500, metadata_files=0, errors=("metadata phase failed: [Errno 28] No space left",))
+    found = fails(checks.metadata([report("node1", 0, 1500), report("node2", 1, 1500), failed], NODES, SITE, "7"))
+    assert [(f.convicts, f.text) for f in found] == [
+        (("node3",), "node3: measured no metadata rate (metadata phase failed: [Errno 28] No space left)")
+    ]

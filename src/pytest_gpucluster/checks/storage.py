@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_gpucluster.config import ThresholdSet
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
-from pytest_gpucluster.verdict.finding import Scope, Severity
+from pytest_gpucluster.verdict.finding import Severity
 from pytest_gpucluster.workloads.storage import StorageReport
 
 FRACTION = "storage.fraction_of_node_median"
@@ -84,7 +84,6 @@ def rate(
     what: str,
     where: Callable[[str], str],
     job_id: str = "",
-    shared: Scope = "shared_fs",
 ) -> Judged:
     """Judge one rate every node measured at once (``values``: node → rate) by the module's rule.
     ``what``: the rate in words ("writes"); ``where``: a node's mount, said with its findings."""
@@ -106,7 +105,7 @@ def rate(
         said = ", ".join(f"{v.measurement.nodes[0]} {v.measurement.value:.4g} {unit}" for v in past)
         acc.findings.append(
             Finding.outside(
-                shared,
+                "shared_fs",
                 f"the shared filesystem ({where(nodes[0])}): every node {what} past the line alike "
                 f"({said}; {line.describe()}; {line.evidence or line.source}); no node is at fault",
                 nodes=[v.measurement.nodes[0] for v in past],
