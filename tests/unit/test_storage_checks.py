@@ -208,3 +208,10 @@ def test_a_node_without_a_metadata_rate_is_named_with_its_error():
     assert [(f.convicts, f.text) for f in found] == [
         (("node3",), "node3: measured no metadata rate (metadata phase failed: [Errno 28] No space left)")
     ]
+
+
+def test_a_lock_the_holder_could_not_take_leaves_the_check_not_judged():
+    holder = report("node1", 0, 1500, lock=LockResult(True, error="lock on /m/lock: not taken within 5 s"))
+    other = report("node2", 1, 1500, lock=LockResult(False, error="lock-held: rank(s) [0] missing after 120 s"))
+    found = coherence.lock_findings([holder, other])
+    assert [f.severity for f in found] == ["not_judged", "not_judged"] and all(f.convicts == () for f in found)

@@ -120,9 +120,11 @@ def lock_findings(reports: Sequence[StorageReport]) -> list[Finding]:
     where = mount_of(reports)
     found = [
         Finding.across(
-            [holder.node, r.node], f"{r.node}: lock check not finished: {r.lock.error}", severity="not_judged"
+            dict.fromkeys([holder.node, r.node]),
+            f"{r.node}: lock check not finished: {r.lock.error}",
+            severity="not_judged",
         )
-        for r in others
+        for r in [holder, *others]
         if r.lock and r.lock.error
     ]
     let_in = [r.node for r in others if r.lock and r.lock.kept_out is False]

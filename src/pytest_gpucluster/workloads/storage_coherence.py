@@ -110,7 +110,8 @@ def lock_across_nodes(directory: Path, rank: int, meet: Callable[[str], str], ti
     try:
         if holder:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.lockf(fd, fcntl.LOCK_EX)
+            if not _take_within(fd, timeout_s):  # never a blocking wait on a lock server
+                return LockResult(True, error=f"lock on {path}: not taken within {timeout_s:.0f} s")
         if timeout := meet("lock-held"):
             return LockResult(holder, error=timeout)
         if not holder:
@@ -126,9 +127,7 @@ def lock_across_nodes(directory: Path, rank: int, meet: Callable[[str], str], ti
             return LockResult(holder, error=timeout)
         if holder:
             return LockResult(True)
-        deadline = time.monotonic() + timeout_s
-        while not (taken := _try_lock(fd)) and time.monotonic() < deadline:
-            time.sleep(POLL_S)
+        taken = _take_within(fd, timeout_s)
         if taken:
             fcntl.lockf(fd, fcntl.LOCK_UN)
         return LockResult(False, kept_out, taken)
@@ -137,6 +136,14 @@ def lock_across_nodes(directory: Path, rank: int, meet: Callable[[str], str], ti
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+def _take_within(fd: int, timeout_s: float) -> bool:
+    """Whether the exclusive lock was taken within ``timeout_s`` (non-blocking tries)."""
+    deadline = time.monotonic() + timeout_s
+    while not (taken := _try_lock(fd)) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    return taken
 
 
 def _try_lock(fd: int) -> bool:
