@@ -103,10 +103,13 @@ class Judge:
     def _unjudged(self, m: Measurement, metric: str) -> None:
         """Keep a measurement that thresholds.toml has no bound for: in the results (``--gpucluster-calibrate``
         writes lines from it), with the status ``unjudged`` and why."""
-        thresholds = self._session.thresholds
-        why = thresholds.missing(metric)
+        why = self._session.thresholds.missing(metric)
         if why not in self.unjudged:
             self.unjudged.append(why)
+        self._keep_unjudged(m)
+
+    def _keep_unjudged(self, m: Measurement) -> None:
+        thresholds = self._session.thresholds
         subject = f"{m.where}: {m.metric}" if m.where else m.metric
         self._session.record(
             {
@@ -142,6 +145,20 @@ class Judge:
         expected = [v for v in verdicts if v.status == "xfail"]
         if expected:
             pytest.xfail("; ".join(v.sentence for v in expected))
+
+    def attributed(
+        self, verdicts: Iterable[Verdict], unjudged: Iterable[Measurement], findings: Iterable[Finding], what: str
+    ) -> None:
+        """End the test by the findings a check drew itself from its verdicts (``checks.storage``
+        puts a shortfall on the node or on the shared filesystem): record each verdict's
+        measurement, and each measurement no line judged (``--gpucluster-calibrate`` reads it),
+        without the finding a verdict would make alone; then ``findings``."""
+        for v in verdicts:
+            self.verdicts.append(v)
+            self._session.record({"kind": "measurement", **v.to_json()})
+        for m in unjudged:
+            self._keep_unjudged(m)
+        self.findings(findings, what)
 
     def findings(self, findings: Iterable[Finding], what: str) -> None:
         """Record every finding on the test and raise each warning (said beside a failure too),

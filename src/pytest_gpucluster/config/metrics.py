@@ -49,6 +49,15 @@ METRICS: dict[str, Metric] = {
         # shared filesystem
         _m("sharedfs.capacity", "GiB", "higher", "size of the shared filesystem"),
         _m("sharedfs.free", "GiB", "higher", "free space on the shared filesystem"),
+        # shared filesystem speed (checks/storage.py, docs/storage.md)
+        _m("storage.write_per_node", "MB/s", "higher", "one node's large-block write, every node at once", True),
+        _m("storage.read_per_node", "MB/s", "higher", "one node's read-back of its file, every node at once", True),
+        _m("storage.write_aggregate", "MB/s", "higher", "the nodes' writes summed, every node at once", True),
+        _m("storage.read_aggregate", "MB/s", "higher", "the nodes' read-backs summed, every node at once", True),
+        _m("storage.fraction_of_node_median", "ratio", "higher", "a node's throughput over its peers' median"),
+        _m("storage.metadata_ops", "ops/s", "higher", "creates, stats and unlinks of small files per node", True),
+        _m("storage.visibility_round_trip", "s", "lower", "a file written on one node seen on another and back"),
+        _m("storage.cold_import", "s", "lower", "a fresh interpreter's import of the framework on a node"),
         # GPU health (NVML)
         _m("gpu.temperature", "C", "lower", "GPU core temperature at rest"),
         _m("gpu.memory_temperature", "C", "lower", "HBM temperature at rest"),

@@ -1,8 +1,9 @@
 """``[profiles.NAME]``: how to reach one cluster and what it should look like.
 
-A profile's ``[training]``, ``[compute]`` and ``[sdc]`` tables are the node-side configs themselves
-(``TrainConfig``, ``ComputeConfig``, ``SdcConfig`` of the workloads), so their defaults are written once; the
-keys a profile may set are listed here.
+A profile's ``[training]``, ``[compute]``, ``[sdc]`` and ``[storage]`` tables are the node-side
+configs themselves (``TrainConfig``, ``ComputeConfig``, ``SdcConfig``, ``StorageConfig`` of the
+workloads), so their defaults are written once; the keys a profile may set are listed here (all of
+``StorageConfig``'s).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pytest_gpucluster.config.topology import Topology
 from pytest_gpucluster.workloads.compute import ComputeConfig
 from pytest_gpucluster.workloads.fabric_counters import SYSFS_ROOT
 from pytest_gpucluster.workloads.sdc import SdcConfig
+from pytest_gpucluster.workloads.storage import StorageConfig
 from pytest_gpucluster.workloads.training import TrainConfig
 
 # A byte count that thresholds.toml may write as "64MiB".
@@ -152,6 +154,8 @@ class Profile:
     training: TrainConfig = field(default_factory=TrainConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     sdc: SdcConfig = field(default_factory=SdcConfig)
+    # The storage job's sizes and bounds (workloads/storage.py, docs/storage.md).
+    storage: StorageConfig = field(default_factory=StorageConfig)
     # The soak: its default duration, whether the acceptance requires one, the cycle's work.
     soak: SoakSettings = field(default_factory=SoakSettings)
     # How a soak judges each GPU: [soak.rules] with the profile's [soak.rules.RULE] keys over it.

@@ -30,6 +30,7 @@ from pytest_gpucluster.workloads import (
     rank_failure,
     sdc,
     sharedfs,
+    storage,
     training,
     xid,
 )
@@ -226,6 +227,13 @@ SHAREDFS = JobRequest(
     shape=Shape(gpus_per_node=0),
     light=True,
 )
+# Measures the shared filesystem's speed: not light, so no other job of the run writes beside it.
+STORAGE = JobRequest(
+    "storage",
+    "the shared filesystem's throughput, metadata rate, visibility and locks, every node at once",
+    workload=storage.measure_node,
+    shape=Shape(gpus_per_node=0),
+)
 DCGM = JobRequest(
     "dcgm",
     "dcgmi diag on every node, exclusive",
@@ -330,6 +338,7 @@ SUITE = (
     PLACEMENT,
     PLACEMENT_EVERY_NODE,
     SHAREDFS,
+    STORAGE,
     DCGM,
     TRAIN_PER_NODE,
     TRAIN_BASELINE,

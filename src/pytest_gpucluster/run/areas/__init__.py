@@ -15,6 +15,7 @@ from pytest_gpucluster.run.areas import (  # noqa: F401
     sdc,
     sharedfs,
     soak,
+    storage,
     training,
     xid,
 )

@@ -1,0 +1,312 @@
+"""Storage, judged on the login node: the ``StorageReport`` of every node
+(``workloads.storage.measure_node``) against the lines of thresholds.toml, each shortfall put on
+whoever is at fault.
+
+The attribution rule for a rate every node measured at once (write, read, metadata operations):
+
+* a node under ``storage.fraction_of_node_median`` of its peers' median is slow on its own
+  account: the finding is that node's, naming it and its mount;
+* of the other nodes, when every one is past the rate's line, the shared filesystem is slow for
+  all alike: one finding of the shared filesystem (scope ``shared_fs``), convicting no node;
+* otherwise a node past the line while its peers meet it is that node's;
+* a line the site has not set is a warning asking for it (never a silent pass); the value is kept
+  unjudged for ``--gpucluster-calibrate``.
+
+The sum over the nodes, measured at once, against its own line is the shared filesystem's alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_gpucluster.config import ThresholdSet
+from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
+from pytest_gpucluster.verdict.finding import Severity
+from pytest_gpucluster.workloads.storage import StorageReport
+
+FRACTION = "storage.fraction_of_node_median"
+
+
+def worst(verdicts: Sequence[Verdict]) -> Severity:
+    """``fail`` where any verdict fails, else ``warn``."""
+    return "fail" if any(v.status == "fail" for v in verdicts) else "warn"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What a storage check decided: the verdicts of measurements judged against a line, the
+    measurements no line judged, and the findings, each on whoever is at fault."""
+
+    verdicts: tuple[Verdict, ...] = ()
+    unjudged: tuple[Measurement, ...] = ()
+    findings: tuple[Finding, ...] = ()
+
+    def __add__(self, other: Judged) -> Judged:
+        return Judged(self.verdicts + other.verdicts, self.unjudged + other.unjudged, self.findings + other.findings)
+
+
+@dataclass
+class _Acc:
+    verdicts: list[Verdict] = field(default_factory=list)
+    unjudged: list[Measurement] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    def done(self) -> Judged:
+        return Judged(tuple(self.verdicts), tuple(self.unjudged), tuple(self.findings))
+
+
+def mount_of(reports: Sequence[StorageReport]) -> Callable[[str], str]:
+    """node → ``its mount`` as the node described it."""
+    mounts = {r.node: r.mount.describe() if r.mount else r.path for r in reports}
+    return lambda node: mounts.get(node, "?")
+
+
+def missing_line(thresholds: ThresholdSet, metric: str, nodes: Sequence[str]) -> Finding:
+    """The warning for a line the site has not set: what to add, where."""
+    return Finding.outside(
+        "config",
+        f"{metric} is not judged: {thresholds.missing(metric)} (docs/storage.md says what peers sustain)",
+        nodes=nodes,
+        setting=f"thresholds.{thresholds.name}.{metric}",
+        severity="warn",
+    )
+
+
+def rate(
+    values: Mapping[str, float],
+    metric: str,
+    unit: str,
+    thresholds: ThresholdSet,
+    *,
+    what: str,
+    where: Callable[[str], str],
+    job_id: str = "",
+) -> Judged:
+    """Judge one rate every node measured at once (``values``: node → rate) by the module's rule.
+    ``what``: the rate in words ("writes"); ``where``: a node's mount, said with its findings."""
+    acc = _Acc()
+    nodes = list(values)
+    slow = _off_peers(values, metric, unit, thresholds, acc, what=what, where=where, job_id=job_id)
+    line = thresholds.get(metric)
+    measured = [Measurement.at(metric, v, unit, n, detail=where(n), job_id=job_id) for n, v in values.items()]
+    if line is None:
+        acc.unjudged += measured
+        acc.findings.append(missing_line(thresholds, metric, nodes))
+        return acc.done()
+    verdicts = [judge(m, line) for m in measured]
+    acc.verdicts += verdicts
+    rest = [v for v in verdicts if v.measurement.nodes[0] not in slow]
+    past = [v for v in rest if v.status in ("fail", "warn")]
+    if past and len(past) == len(rest):
+        severity = worst(past)
+        said = ", ".join(f"{v.measurement.nodes[0]} {v.measurement.value:.4g} {unit}" for v in past)
+        acc.findings.append(
+            Finding.outside(
+                "shared_fs",
+                f"the shared filesystem ({where(nodes[0])}): every node {what} past the line alike "
+                f"({said}; {line.describe()}; {line.evidence or line.source}); no node is at fault",
+                nodes=[v.measurement.nodes[0] for v in past],
+                severity=severity,
+            )
+        )
+    else:
+        acc.findings += [f for v in past if (f := v.finding()) is not None]
+    return acc.done()
+
+
+def _off_peers(
+    values: Mapping[str, float],
+    metric: str,
+    unit: str,
+    thresholds: ThresholdSet,
+    acc: _Acc,
+    *,
+    what: str,
+    where: Callable[[str], str],
+    job_id: str,
+) -> set[str]:
+    """The nodes under ``storage.fraction_of_node_median`` of their peers' median (each judged,
+    and a failure found on the node, naming its mount); needs two nodes or more."""
+    if len(values) < 2:
+        return set()
+    line = thresholds.get(FRACTION)
+    slow: set[str] = set()
+    for node, value in values.items():
+        peers = statistics.median(v for n, v in values.items() if n != node)
+        if peers <= 0:
+            continue
+        m = Measurement.at(
+            FRACTION, value / peers, "ratio", node, detail=f"{metric}, peers' median {peers:.4g} {unit}", job_id=job_id
+        )
+        if line is None:
+            acc.unjudged.append(m)
+            continue
+        verdict = judge(m, line)
+        acc.verdicts.append(verdict)
+        if verdict.status in ("fail", "warn"):
+            acc.findings.append(
+                Finding.on_node(
+                    node,
+                    f"{node}: {what} {value:.4g} {unit} on {where(node)}, {value / peers:.2f} of its peers' median "
+                    f"{peers:.4g} {unit} ({line.describe()}; {line.evidence or line.source})",
+                    severity=verdict.status,
+                    metric=FRACTION,
+                    value=value / peers,
+                    unit="ratio",
+                    job_id=job_id,
+                )
+            )
+            if verdict.status == "fail":
+                slow.add(node)
+    if line is None:
+        acc.findings.append(missing_line(thresholds, FRACTION, list(values)))
+    return slow
+
+
+def aggregate(
+    values: Mapping[str, float], metric: str, unit: str, thresholds: ThresholdSet, *, what: str, job_id: str = ""
+) -> Judged:
+    """The nodes' rates summed (measured at once) against the aggregate line: a shortfall is the
+    shared filesystem's, on no node."""
+    nodes = list(values)
+    m = Measurement.across(
+        metric, sum(values.values()), unit, nodes, detail=f"{len(nodes)} node(s) at once", job_id=job_id
+    )
+    line = thresholds.get(metric)
+    if line is None:
+        return Judged(unjudged=(m,), findings=(missing_line(thresholds, metric, nodes),))
+    verdict = judge(m, line)
+    if verdict.status not in ("fail", "warn"):
+        return Judged(verdicts=(verdict,))
+    found = Finding.outside(
+        "shared_fs", f"the shared filesystem: {what} {verdict.sentence}", nodes=nodes, severity=verdict.status
+    )
+    return Judged(verdicts=(verdict,), findings=(found,))
+
+
+def not_measured(reports: Sequence[StorageReport], nodes: Sequence[str]) -> list[Finding]:
+    """Why some node's stream was not measured (never a silent pass): no report, a barrier given
+    up on, too little free space (the filesystem's, not judged), or an error on the node."""
+    found = [
+        Finding.on_node(n, f"{n}: sent no report from the storage job")
+        for n in nodes
+        if n not in {r.node for r in reports}
+    ]
+    for r in reports:
+        if r.barrier_timeout:
+            found.append(Finding.across(nodes, f"{r.node} gave up waiting at barrier {r.barrier_timeout}"))
+        elif r.stream is None and r.short_of_space:
+            found.append(
+                Finding.outside(
+                    "shared_fs", f"{r.node}: not measured: {r.not_measured}", nodes=[r.node], severity="not_judged"
+                )
+            )
+        elif r.stream is None:
+            found.append(
+                Finding.on_node(r.node, f"{r.node}: {r.not_measured or '; '.join(r.errors) or 'not measured'}")
+            )
+        elif not r.stream.verified:
+            found.append(
+                Finding.on_node(r.node, f"{r.node}: the blocks it read back of its own file are not those it wrote")
+            )
+    return found
+
+
+def throughput(reports: Sequence[StorageReport], nodes: Sequence[str], thresholds: ThresholdSet, job_id: str) -> Judged:
+    """Every node's write and read-back rates, each node's and summed, by the module's rule."""
+    where = mount_of(reports)
+    streams = {r.node: r.stream for r in reports if r.stream is not None and r.stream.verified}
+    judged = Judged(findings=tuple(not_measured(reports, nodes)))
+    for way in ("write", "read"):
+        values = {n: s.write_mb_s if way == "write" else s.read_mb_s for n, s in streams.items()}
+        if not values:
+            continue
+        judged += rate(
+            values, f"storage.{way}_per_node", "MB/s", thresholds, what=f"{way}s", where=where, job_id=job_id
+        )
+        judged += aggregate(values, f"storage.{way}_aggregate", "MB/s", thresholds, what=f"{way}s", job_id=job_id)
+    return judged
+
+
+def metadata(reports: Sequence[StorageReport], nodes: Sequence[str], thresholds: ThresholdSet, job_id: str) -> Judged:
+    """Every node's small-file creates, stats and unlinks per second, by the module's rule."""
+    values = {r.node: r.metadata_ops_s for r in reports if r.metadata_files}
+    said = {r.node: "; ".join(r.errors) for r in reports}
+    found = [
+        Finding.on_node(n, f"{n}: measured no metadata rate ({said.get(n) or 'no report'})")
+        for n in nodes
+        if n not in values
+    ]
+    judged = Judged(findings=tuple(found))
+    if values:
+        judged += rate(
+            values,
+            "storage.metadata_ops",
+            "ops/s",
+            thresholds,
+            what="creates/stats/unlinks",
+            where=mount_of(reports),
+            job_id=job_id,
+        )
+    return judged
+
+
+def cold_import(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_id: str) -> Judged:
+    """Every node's cold import of the framework, all nodes at once, against its line: slow on
+    every node alike is the run's environment's (scope ``environment``), slow on some its nodes'."""
+    found = [Finding.on_node(r.node, f"{r.node}: {r.import_error}") for r in reports if r.import_error]
+    values = {r.node: r.import_s for r in reports if r.import_s is not None}
+    where = {r.node: f"import {r.import_module} by {r.python} on {r.python_mount or '?'}" for r in reports}
+    judged = Judged(findings=tuple(found))
+    if not values:
+        return judged
+    line = thresholds.get("storage.cold_import")
+    measured = [
+        Measurement.at("storage.cold_import", v, "s", n, detail=where[n], job_id=job_id) for n, v in values.items()
+    ]
+    if line is None:
+        return judged + Judged(
+            unjudged=tuple(measured), findings=(missing_line(thresholds, "storage.cold_import", list(values)),)
+        )
+    verdicts = [judge(m, line) for m in measured]
+    past = [v for v in verdicts if v.status in ("fail", "warn")]
+    if past and len(past) == len(verdicts) and len(verdicts) > 1:
+        severity = worst(past)
+        said = "; ".join(v.sentence for v in past)
+        return judged + Judged(
+            tuple(verdicts),
+            findings=(
+                Finding.outside(
+                    "environment", f"every node imports slowly alike: {said}", nodes=list(values), severity=severity
+                ),
+            ),
+        )
+    return judged + Judged(tuple(verdicts), findings=tuple(f for v in past if (f := v.finding()) is not None))
+
+
+def section(reports: Sequence[StorageReport]) -> dict[str, Any]:
+    """What each node measured, for the results (``storage`` on each storage test): the tool, the
+    stream's mode (O_DIRECT or the page cache dropped), its rates, the mount and its options."""
+    nodes: dict[str, Any] = {}
+    for r in reports:
+        s = r.stream
+        nodes[r.node] = {
+            "tool": r.tool,
+            "mount": r.mount.describe() if r.mount else None,
+            "options": list(r.mount.options) if r.mount else [],
+            "mode": s.mode if s else None,
+            "bytes": s.size_bytes if s else 0,
+            "block_bytes": s.block_bytes if s else 0,
+            "write_mb_s": round(s.write_mb_s, 1) if s else None,
+            "read_mb_s": round(s.read_mb_s, 1) if s else None,
+            "not_measured": r.not_measured,
+            "metadata_ops_s": round(r.metadata_ops_s, 1) if r.metadata_files else None,
+            "round_trips_ms": [round(t * 1e3, 2) for t in r.round_trips_s],
+            "peer": r.peer,
+            "import_s": r.import_s,
+            "python": r.python,
+        }
+    return {"nodes": nodes}

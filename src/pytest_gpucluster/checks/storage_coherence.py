@@ -1,0 +1,147 @@
+"""Storage across nodes, judged on the login node: the mounts compared between nodes, how soon a
+file one node writes is seen by another (``workloads.storage_coherence.ping_pong``), and the
+POSIX lock held across nodes. What every node sees alike is the shared filesystem's; what one
+node sees apart from its peers is that node's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from pytest_gpucluster.checks.places import off_majority
+from pytest_gpucluster.checks.storage import Judged, missing_line, mount_of, worst
+from pytest_gpucluster.config import ThresholdSet
+from pytest_gpucluster.verdict import Finding, Measurement, judge
+from pytest_gpucluster.workloads.storage import MountFacts, StorageReport
+
+# Mount options that name the client itself and so differ between healthy nodes.
+PER_CLIENT_OPTIONS = ("clientaddr=",)
+
+
+def _compared(mount: MountFacts) -> tuple[str, str, tuple[str, ...]]:
+    options = tuple(o for o in mount.options if not o.startswith(PER_CLIENT_OPTIONS))
+    return mount.fstype, mount.source, options
+
+
+def mount_findings(reports: Sequence[StorageReport]) -> list[Finding]:
+    """Every node mounts the shared filesystem alike (type, source, options): the nodes that
+    differ from a strict majority are named with what differs; with no majority, all together."""
+    seen = {r.node: _compared(r.mount) for r in reports if r.mount is not None}
+    found = [
+        Finding.on_node(r.node, f"{r.node}: {r.path} is on no mount it can read") for r in reports if r.mount is None
+    ]
+    if len(set(seen.values())) < 2:
+        return found
+    odd = off_majority(seen)
+    if odd:
+        common = next(v for n, v in seen.items() if n not in odd)
+        for n in odd:
+            found.append(Finding.on_node(n, f"{n}: mounts the shared filesystem {_differs(seen[n], common)}"))
+        return found
+    said = "; ".join(f"{n}: {fstype} {source} ({','.join(opts)})" for n, (fstype, source, opts) in seen.items())
+    return [
+        *found,
+        Finding.across(list(seen), f"the nodes mount the shared filesystem differently, none in a majority: {said}"),
+    ]
+
+
+def _differs(mine: tuple[str, str, tuple[str, ...]], common: tuple[str, str, tuple[str, ...]]) -> str:
+    parts = []
+    if mine[0] != common[0] or mine[1] != common[1]:
+        parts.append(f"as {mine[0]} {mine[1]} where its peers mount {common[0]} {common[1]}")
+    extra = sorted(set(mine[2]) - set(common[2]))
+    lacking = sorted(set(common[2]) - set(mine[2]))
+    if extra or lacking:
+        parts.append(
+            "with options other than its peers'"
+            + (f": {','.join(extra)} it alone has" if extra else "")
+            + (f"; lacking {','.join(lacking)}" if lacking else "")
+        )
+    return "; ".join(parts)
+
+
+def visibility(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_id: str) -> Judged:
+    """Each node's slowest round trip to its neighbour against the line; a try never answered
+    fails the pair. Every pair past the line is the shared filesystem's; some pairs, those pairs'
+    (either node's view may be late: no culprit)."""
+    pairs = [r for r in reports if r.peer]
+    if not pairs:
+        return Judged()
+    where = mount_of(reports)
+    line = thresholds.get("storage.visibility_round_trip")
+    measured, found = [], []
+    for r in pairs:
+        trips = sorted(r.round_trips_s)
+        slowest = float("inf") if r.round_trips_missed else (trips[-1] if trips else float("nan"))
+        spread = (
+            f"{len(trips)} round trips, median {statistics.median(trips) * 1e3:.1f} ms, max {trips[-1] * 1e3:.1f} ms"
+            if trips
+            else "no round trip"
+        )
+        if r.round_trips_missed:
+            spread += f", {r.round_trips_missed} never answered"
+        measured.append(
+            Measurement.across(
+                "storage.visibility_round_trip",
+                slowest,
+                "s",
+                [r.node, r.peer],
+                detail=f"{spread}; {where(r.node)}",
+                job_id=job_id,
+            )
+        )
+    if line is None:
+        return Judged(
+            unjudged=tuple(measured),
+            findings=(missing_line(thresholds, "storage.visibility_round_trip", [r.node for r in pairs]),),
+        )
+    verdicts = [judge(m, line) for m in measured]
+    past = [v for v in verdicts if v.status in ("fail", "warn")]
+    if past and len(past) == len(verdicts) and len(reports) > 2:
+        severity = worst(past)
+        text = "the shared filesystem: every node's files reach its neighbour late: " + "; ".join(
+            v.sentence for v in past
+        )
+        found.append(Finding.outside("shared_fs", text, nodes=[r.node for r in pairs], severity=severity))
+    else:
+        found += [f for v in past if (f := v.finding()) is not None]
+    return Judged(tuple(verdicts), findings=tuple(found))
+
+
+def lock_findings(reports: Sequence[StorageReport]) -> list[Finding]:
+    """The lock rank 0 held kept every other node out, and each took it once let go. Where no
+    node was kept out, the filesystem does not share locks (``nolock``, ``local_lock``): its
+    finding; where only some were, theirs."""
+    holder = next((r for r in reports if r.lock is not None and r.lock.holder), None)
+    others = [r for r in reports if r.lock is not None and not r.lock.holder]
+    if holder is None or not others:
+        return []
+    where = mount_of(reports)
+    found = [
+        Finding.across(
+            dict.fromkeys([holder.node, r.node]),
+            f"{r.node}: lock check not finished: {r.lock.error}",
+            severity="not_judged",
+        )
+        for r in [holder, *others]
+        if r.lock and r.lock.error
+    ]
+    let_in = [r.node for r in others if r.lock and r.lock.kept_out is False]
+    stuck = [r.node for r in others if r.lock and r.lock.taken_after is False]
+    if let_in and len(let_in) == len(others):
+        found.append(
+            Finding.outside(
+                "shared_fs",
+                f"the shared filesystem ({where(holder.node)}) does not share POSIX locks across nodes: "
+                f"{', '.join(let_in)} took the lock {holder.node} held",
+                nodes=[holder.node, *let_in],
+            )
+        )
+    else:
+        found += [Finding.on_node(n, f"{n}: took the lock {holder.node} held on {where(n)}") for n in let_in]
+    found += [
+        Finding.across([holder.node, n], f"{n}: could not take the lock after {holder.node} let go of it on {where(n)}")
+        for n in stuck
+    ]
+    return found

@@ -1,0 +1,346 @@
+"""Storage: how fast the shared filesystem is, seen from every node at once.
+
+One task per node, all nodes in one allocation, in a fresh private directory the login node made
+on the shared filesystem (``run.areas.storage``). Every node, after a barrier so that they run at
+once: times a cold ``import`` of the jobs' framework in a fresh interpreter, writes one large file
+in large blocks and reads it back (O_DIRECT where the filesystem takes it, else through the page
+cache with fsync and ``posix_fadvise(DONTNEED)`` before the read, so the read comes from the
+filesystem, not from memory), creates, stats and unlinks many small files in a directory of its
+own, then plays ping-pong with its neighbour through files (``storage_coherence``) and takes part
+in a lock held across nodes. Every wait is bounded; every file a node makes is removed in a
+``finally``. The measurements are the workload's own (plain Python, no external benchmark tool):
+``StorageReport.tool`` says so.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated
+
+from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.sharedfs import _barrier, expand
+from pytest_gpucluster.workloads.storage_coherence import LockResult, lock_across_nodes, ping_pong
+
+MiB = 2**20
+DIRECT = "O_DIRECT"
+BUFFERED = "page cache dropped (fsync + posix_fadvise DONTNEED)"
+# Runs in the fresh interpreter: the module's name comes as an argument, never as code.
+IMPORT_SCRIPT = (
+    "import importlib, sys, time\n"
+    "t = time.perf_counter()\n"
+    "importlib.import_module(sys.argv[1])\n"
+    "print(time.perf_counter() - t)\n"
+)
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """``[profiles.NAME.storage]``: the sizes and bounds of the storage job."""
+
+    # "bytes": thresholds.toml may write "4GiB"
+    file_bytes: Annotated[int, "bytes"] = 4 * 2**30  # one stream per node: written, then read back
+    block_bytes: Annotated[int, "bytes"] = 16 * MiB  # each write and read; a multiple of 4 KiB (O_DIRECT)
+    direct: bool = True  # false: through the page cache (dropped) even where O_DIRECT works
+    max_free_share: float = 0.1  # all nodes' files together take at most this share of free space
+    metadata_files: int = 2000  # small files created, stat'ed and unlinked per node
+    visibility_tries: int = 10  # round trips between each node and its neighbour
+    visibility_timeout_s: float = 5.0  # the longest wait for one file to appear
+    import_module: str = "torch"  # "" leaves the cold import out
+    import_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.block_bytes < 4096 or self.block_bytes % 4096:
+            raise ValueError(f"block_bytes must be a positive multiple of 4096, got {self.block_bytes}")
+        if self.file_bytes < self.block_bytes:
+            raise ValueError(f"file_bytes ({self.file_bytes}) must be at least block_bytes ({self.block_bytes})")
+        if not 0 < self.max_free_share <= 0.5:
+            raise ValueError(f"max_free_share must be in (0, 0.5], got {self.max_free_share:g}")
+        if self.metadata_files < 1 or self.visibility_tries < 1:
+            raise ValueError("metadata_files and visibility_tries must be at least 1")
+        if self.visibility_timeout_s <= 0 or self.import_timeout_s <= 0:
+            raise ValueError("visibility_timeout_s and import_timeout_s must be positive")
+        if self.import_module and not all(p.isidentifier() for p in self.import_module.split(".")):
+            raise ValueError(f"import_module must be a dotted module name, got {self.import_module!r}")
+
+
+@dataclass(frozen=True)
+class MountFacts:
+    """The mount that holds a path, from ``/proc/self/mountinfo``."""
+
+    mount_point: str
+    fstype: str
+    source: str
+    options: tuple[str, ...]  # the mount's and the superblock's options, sorted
+
+    def describe(self) -> str:
+        """``nfs4 10.0.0.5:/export at /mnt/shared``."""
+        return f"{self.fstype} {self.source} at {self.mount_point}"
+
+
+def _unescape(text: str) -> str:
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        text = text.replace(code, char)
+    return text
+
+
+def mount_facts(path: str, mountinfo: str) -> MountFacts | None:
+    """The mount whose mount point is the longest prefix of the resolved ``path``, with its
+    options (the per-mount ones and the superblock's, e.g. NFS's ``vers``, ``nconnect``,
+    ``proto``)."""
+    best: MountFacts | None = None
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 6 or len(tail) < 2:
+            continue
+        point = _unescape(fields[4])
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best.mount_point)):
+            options = {*fields[5].split(","), *(tail[2].split(",") if len(tail) > 2 else [])}
+            best = MountFacts(point, tail[0], _unescape(tail[1]), tuple(sorted(options)))
+    return best
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One node's large-block write and read-back of one file."""
+
+    mode: str  # DIRECT or BUFFERED
+    size_bytes: int
+    block_bytes: int
+    write_s: float
+    read_s: float
+    verified: bool  # every block read back carried its own index
+
+    @property
+    def write_mb_s(self) -> float:
+        return self.size_bytes / 1e6 / self.write_s if self.write_s > 0 else float("nan")
+
+    @property
+    def read_mb_s(self) -> float:
+        return self.size_bytes / 1e6 / self.read_s if self.read_s > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class StorageReport:
+    """What one node measured of the shared filesystem."""
+
+    node: str
+    rank: int
+    path: str
+    tool: str = "python"
+    mount: MountFacts | None = None
+    free_bytes: int = 0
+    stream: Stream | None = None
+    not_measured: str = ""  # why the stream was not measured (free space, an error)
+    short_of_space: bool = False  # not measured: the files would take too much of the free space
+    metadata_files: int = 0
+    metadata_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # create, stat, unlink
+    peer: str = ""  # the neighbour this node played ping-pong with
+    round_trips_s: tuple[float, ...] = ()  # this node's write seen by the peer and its answer seen back
+    round_trips_missed: int = 0  # tries whose answer did not appear within the timeout
+    lock: LockResult | None = None
+    import_module: str = ""
+    import_s: float | None = None
+    import_error: str = ""
+    python: str = ""  # the jobs' interpreter
+    python_mount: str = ""  # where it lies
+    barrier_timeout: str = ""
+    errors: tuple[str, ...] = ()
+
+    @property
+    def metadata_ops_s(self) -> float:
+        """Creates, stats and unlinks per second over the three phases."""
+        total = sum(self.metadata_s)
+        return 3 * self.metadata_files / total if total > 0 else float("nan")
+
+
+def measure_node(
+    ctx: TaskContext, *, root_template: str, name: str, config: StorageConfig, timeout_s: float = 90.0
+) -> StorageReport:
+    """Run on every node (one task each) inside the private directory ``name`` under the root."""
+    directory = expand(root_template, os.environ) / name
+    try:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        mountinfo = ""
+    report = StorageReport(
+        node=ctx.hostname or socket.gethostname(),
+        rank=ctx.rank,
+        path=str(directory),
+        mount=mount_facts(os.path.realpath(directory), mountinfo),
+        python=sys.executable,
+    )
+    env_mount = mount_facts(os.path.realpath(sys.executable), mountinfo)
+    report = replace(report, python_mount=env_mount.describe() if env_mount else "")
+    if not directory.is_dir():
+        return replace(report, errors=(f"{directory} does not exist on this node",))
+    world, rank = ctx.world_size, ctx.rank
+
+    def meet(barrier: str) -> str:
+        missing = _barrier(directory, barrier, rank, world, timeout_s)
+        return f"{barrier}: rank(s) {missing} missing after {timeout_s:.0f} s" if missing else ""
+
+    if timeout := meet("start"):
+        return replace(report, barrier_timeout=timeout)
+    if config.import_module:
+        seconds, error = _cold_import(config)
+        report = replace(report, import_module=config.import_module, import_s=seconds, import_error=error)
+    vfs = os.statvfs(directory)
+    free = vfs.f_bavail * vfs.f_frsize
+    report = replace(report, free_bytes=free)
+    if timeout := meet("streams"):
+        return replace(report, barrier_timeout=timeout)
+    wanted = config.file_bytes * world
+    if wanted > config.max_free_share * free:
+        report = replace(
+            report,
+            short_of_space=True,
+            not_measured=f"{world} node(s) × {config.file_bytes / 2**30:.2f} GiB would take more than "
+            f"{config.max_free_share:.0%} of the {free / 2**30:.1f} GiB free",
+        )
+    else:
+        try:
+            report = replace(report, stream=measure_stream(directory / f"stream-{rank}.bin", config))
+        except OSError as exc:
+            report = replace(report, not_measured=f"the write/read stream failed: {exc}")
+    if timeout := meet("metadata"):
+        return replace(report, barrier_timeout=timeout)
+    try:
+        report = replace(
+            report,
+            metadata_files=config.metadata_files,
+            metadata_s=_metadata(directory / f"meta-{rank}", config.metadata_files),
+        )
+    except OSError as exc:
+        report = replace(report, errors=(*report.errors, f"metadata phase failed: {exc}"))
+    if world > 1:
+        if timeout := meet("visibility"):
+            return replace(report, barrier_timeout=timeout)
+        peer = ctx.hostnames[(rank + 1) % world] if len(ctx.hostnames) == world else str((rank + 1) % world)
+        try:
+            trips, missed = ping_pong(directory, rank, world, config.visibility_tries, config.visibility_timeout_s)
+            report = replace(report, peer=peer, round_trips_s=trips, round_trips_missed=missed)
+        except OSError as exc:  # every try counts as missed: the pair is judged, not passed over
+            report = replace(
+                report,
+                peer=peer,
+                round_trips_missed=config.visibility_tries,
+                errors=(*report.errors, f"visibility phase failed: {exc}"),
+            )
+        report = replace(report, lock=lock_across_nodes(directory, rank, meet, config.visibility_timeout_s))
+    return report
+
+
+def _cold_import(config: StorageConfig) -> tuple[float | None, str]:
+    """The seconds a fresh interpreter takes to import the module, or why it could not."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", IMPORT_SCRIPT, config.import_module],
+            capture_output=True,
+            text=True,
+            timeout=config.import_timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"import {config.import_module} took over {config.import_timeout_s:.0f} s"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"import {config.import_module} failed: {last}"
+    try:
+        return float(proc.stdout.strip().splitlines()[-1]), ""
+    except (ValueError, IndexError):
+        return None, f"import {config.import_module} printed {proc.stdout[-200:]!r}"
+
+
+def measure_stream(path: Path, config: StorageConfig) -> Stream:
+    """Write ``file_bytes`` in ``block_bytes`` blocks, fsync, then read them back, each timed;
+    the file is removed afterwards whatever happens."""
+    blocks = config.file_bytes // config.block_bytes
+    buffer = mmap.mmap(-1, config.block_bytes)  # page-aligned, as O_DIRECT needs
+    buffer.write(os.urandom(config.block_bytes))
+    try:
+        mode, write_s = _write(path, buffer, blocks, direct=config.direct)
+        read_s, verified = _read(path, buffer, blocks, direct=mode == DIRECT)
+        return Stream(mode, blocks * config.block_bytes, config.block_bytes, write_s, read_s, verified)
+    finally:
+        buffer.close()
+        path.unlink(missing_ok=True)
+
+
+def _write(path: Path, buffer: mmap.mmap, blocks: int, *, direct: bool) -> tuple[str, float]:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    for mode in (DIRECT, BUFFERED) if direct else (BUFFERED,):
+        extra = getattr(os, "O_DIRECT", 0) if mode == DIRECT else 0
+        if mode == DIRECT and not extra:
+            continue
+        try:
+            fd = os.open(path, flags | extra, 0o600)
+        except OSError as exc:
+            if mode == DIRECT and exc.errno == errno.EINVAL:  # the filesystem refuses O_DIRECT
+                continue
+            raise
+        try:
+            start = time.perf_counter()
+            for i in range(blocks):
+                buffer[:8] = i.to_bytes(8, "little")
+                os.write(fd, buffer)
+            os.fsync(fd)
+            elapsed = time.perf_counter() - start
+            if mode == BUFFERED:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            return mode, elapsed
+        except OSError as exc:
+            if mode == DIRECT and exc.errno == errno.EINVAL:  # accepted at open, refused at write
+                continue
+            raise
+        finally:
+            os.close(fd)
+    raise OSError(errno.EINVAL, f"cannot write {path}")
+
+
+def _read(path: Path, buffer: mmap.mmap, blocks: int, *, direct: bool) -> tuple[float, bool]:
+    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if direct else 0))
+    try:
+        if not direct:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        verified = True
+        start = time.perf_counter()
+        for i in range(blocks):
+            got = os.readv(fd, [buffer])
+            verified = verified and got == len(buffer) and int.from_bytes(buffer[:8], "little") == i
+        return time.perf_counter() - start, verified
+    finally:
+        os.close(fd)
+
+
+def _metadata(directory: Path, count: int) -> tuple[float, float, float]:
+    """Seconds to create, stat and unlink ``count`` empty files in a directory of their own."""
+    directory.mkdir()
+    names = [str(directory / f"f{i:07d}") for i in range(count)]
+    try:
+        start = time.perf_counter()
+        for name in names:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        created = time.perf_counter()
+        for name in names:
+            os.stat(name)
+        stated = time.perf_counter()
+        for name in names:
+            os.unlink(name)
+        return created - start, stated - created, time.perf_counter() - stated
+    finally:
+        for name in names:
+            try:
+                os.unlink(name)
+            except FileNotFoundError:
+                pass
+        directory.rmdir()

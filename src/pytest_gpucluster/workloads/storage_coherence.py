@@ -1,0 +1,156 @@
+"""Storage, across nodes: how soon a file one node writes is seen by another, and whether a POSIX
+lock taken on one node keeps the others out. Runs inside ``storage.measure_node``.
+
+Visibility is timed as a round trip, so no two nodes' clocks are compared: a node writes a ping
+file, its neighbour (the next rank) opens it by name as soon as it can and answers with a pong
+file, and the first node times from its write to opening the pong. A round trip bounds each
+direction's visibility from above. Every node pings its neighbour and answers its predecessor at
+the same time (the answering runs on a thread). The files are looked up by name, as a job that
+waits for another's output does; on NFS a cached negative lookup then delays the answer, which is
+what is measured.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+POLL_S = 0.005
+
+
+def _appears(path: Path, deadline: float) -> bool:
+    """Whether ``path`` can be opened before ``deadline`` (polled by name)."""
+    while True:
+        try:
+            os.close(os.open(path, os.O_RDONLY))
+            return True
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+
+
+def _publish(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"x")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ping_pong(directory: Path, rank: int, world: int, tries: int, timeout_s: float) -> tuple[tuple[float, ...], int]:
+    """This node's round trips to its neighbour (seconds) and the tries whose answer did not come
+    within ``timeout_s``; meanwhile it answers its predecessor's pings. Its files are removed."""
+    mine = directory / f"vis-{rank}"
+    mine.mkdir()
+    theirs = directory / f"vis-{(rank - 1) % world}"
+
+    def answer() -> None:
+        for i in range(tries):
+            # The predecessor's folder and ping come from another node: wait for both by name.
+            if _appears(theirs / f"ping-{i}", time.monotonic() + 2 * timeout_s):
+                try:
+                    _publish(theirs / f"pong-{i}")
+                except OSError:
+                    return
+
+    answering = threading.Thread(target=answer, daemon=True)
+    answering.start()
+    trips: list[float] = []
+    missed = 0
+    try:
+        for i in range(tries):
+            start = time.monotonic()
+            _publish(mine / f"ping-{i}")
+            if _appears(mine / f"pong-{i}", start + timeout_s):
+                trips.append(time.monotonic() - start)
+            else:
+                missed += 1
+        answering.join(timeout=2 * timeout_s * tries)
+    finally:
+        # The predecessor answers into this node's folder: it is removed by its owner, after.
+        _remove(mine, ("ping-", "pong-"), tries)
+    return tuple(trips), missed
+
+
+def _remove(directory: Path, prefixes: tuple[str, ...], tries: int) -> None:
+    for prefix in prefixes:
+        for i in range(tries):
+            (directory / f"{prefix}{i}").unlink(missing_ok=True)
+    try:
+        directory.rmdir()
+    except OSError:
+        pass  # a late answer: the login node removes the whole directory after the job
+
+
+@dataclass(frozen=True)
+class LockResult:
+    """A POSIX (fcntl) lock across nodes: rank 0 holds it, the others try."""
+
+    holder: bool  # this node held the lock while the others tried
+    kept_out: bool | None = None  # another node's lock kept this one out (None: the holder)
+    taken_after: bool | None = None  # this node took it once the holder let go (None: the holder)
+    error: str = ""
+
+
+def lock_across_nodes(directory: Path, rank: int, meet: Callable[[str], str], timeout_s: float) -> LockResult:
+    """Rank 0 takes an exclusive lock on one shared file; every other node must find it taken
+    (non-blocking try), then take it once rank 0 has let go (retried within ``timeout_s``, as
+    the others compete for it too). ``meet`` is the job's bounded barrier."""
+    path = directory / "lock"
+    holder = rank == 0
+    fd = -1
+    try:
+        if holder:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            if not _take_within(fd, timeout_s):  # never a blocking wait on a lock server
+                return LockResult(True, error=f"lock on {path}: not taken within {timeout_s:.0f} s")
+        if timeout := meet("lock-held"):
+            return LockResult(holder, error=timeout)
+        if not holder:
+            fd = os.open(path, os.O_RDWR)
+            kept_out = not _try_lock(fd)
+            if not kept_out:
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+        if timeout := meet("lock-tried"):
+            return LockResult(holder, error=timeout)
+        if holder:
+            fcntl.lockf(fd, fcntl.LOCK_UN)
+        if timeout := meet("lock-released"):
+            return LockResult(holder, error=timeout)
+        if holder:
+            return LockResult(True)
+        taken = _take_within(fd, timeout_s)
+        if taken:
+            fcntl.lockf(fd, fcntl.LOCK_UN)
+        return LockResult(False, kept_out, taken)
+    except OSError as exc:
+        return LockResult(holder, error=f"lock on {path}: {exc.strerror or exc}")
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _take_within(fd: int, timeout_s: float) -> bool:
+    """Whether the exclusive lock was taken within ``timeout_s`` (non-blocking tries)."""
+    deadline = time.monotonic() + timeout_s
+    while not (taken := _try_lock(fd)) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    return taken
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EAGAIN):
+            return False
+        raise

@@ -1,0 +1,217 @@
+"""Storage judged on typed reports: a slow node is named with its mount, every node slow alike is
+the shared filesystem's (no node convicted), a line the site has not set warns, the sum is the
+filesystem's, mounts that differ name the odd node, late files and unshared locks are found."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gpucluster.checks import storage as checks
+from pytest_gpucluster.checks import storage_coherence as coherence
+from pytest_gpucluster.config import Threshold, ThresholdSet
+from pytest_gpucluster.workloads.storage import DIRECT, MountFacts, StorageReport, Stream
+from pytest_gpucluster.workloads.storage_coherence import LockResult
+
+NFS = MountFacts("/mnt/shared", "nfs4", "10.0.0.5:/export", ("hard", "nconnect=16", "proto=tcp", "rw", "vers=4.2"))
+NODES = ("node1", "node2", "node3")
+GB = 10**9
+
+
+def report(node: str, rank: int, write_mb_s: float, read_mb_s: float | None = None, **more) -> StorageReport:
+    size = 4 * GB
+    stream = Stream(DIRECT, size, 16 * 2**20, size / 1e6 / write_mb_s, size / 1e6 / (read_mb_s or write_mb_s), True)
+    fields = dict(mount=NFS, stream=stream, metadata_files=1000, metadata_s=(1.0, 0.5, 1.5))
+    fields.update(more)
+    return StorageReport(node, rank, f"/mnt/shared/x/{node}", **fields)
+
+
+def lines(**bounds: dict) -> ThresholdSet:
+    values = {
+        "storage.fraction_of_node_median": Threshold("storage.fraction_of_node_median", "ratio", 0.5, 0.7),
+        **{m: Threshold(m, unit, **b) for m, (unit, b) in bounds.items()},
+    }
+    return ThresholdSet("site", values)
+
+
+def per_node(fail_below: float, unit: str = "MB/s") -> tuple[str, dict]:
+    return unit, {"fail_below": fail_below, "source": "the site's storage contract"}
+
+
+SITE = lines(
+    **{
+        "storage.write_per_node": per_node(1000),
+        "storage.read_per_node": per_node(1000),
+        "storage.write_aggregate": per_node(2500),
+        "storage.read_aggregate": per_node(2500),
+        "storage.metadata_ops": per_node(500, "ops/s"),
+    }
+)
+
+
+def fails(judged: checks.Judged) -> list:
+    return [f for f in judged.findings if f.severity == "fail"]
+
+
+def test_every_node_at_its_line_passes_with_each_rate_and_the_sum_judged():
+    reports = [report(n, i, 1500) for i, n in enumerate(NODES)]
+    judged = checks.throughput(reports, NODES, SITE, "7")
+    assert judged.findings == ()
+    metrics = sorted({v.measurement.metric for v in judged.verdicts})
+    assert metrics == [
+        "storage.fraction_of_node_median",
+        "storage.read_aggregate",
+        "storage.read_per_node",
+        "storage.write_aggregate",
+        "storage.write_per_node",
+    ]
+    (total,) = [v for v in judged.verdicts if v.measurement.metric == "storage.write_aggregate"]
+    assert total.measurement.value == pytest.approx(4500) and total.status == "pass"
+
+
+def test_one_node_far_below_its_peers_is_that_nodes_fault_naming_its_mount():
+    reports = [report("node1", 0, 1500), report("node2", 1, 150), report("node3", 2, 1400)]
+    judged = checks.throughput(reports, NODES, SITE, "7")
+    found = fails(judged)
+    assert {f.scope for f in found} == {"node"}
+    assert {f.convicts for f in found} == {("node2",)}
+    first = found[0].text
+    assert first.startswith("node2: writes 150 MB/s on nfs4 10.0.0.5:/export at /mnt/shared, 0.10 of its peers'")
+
+
+def test_every_node_slow_alike_is_the_shared_filesystems_finding_and_convicts_no_node():
+    reports = [report(n, i, 400) for i, n in enumerate(NODES)]
+    judged = checks.throughput(reports, NODES, SITE, "7")
+    found = fails(judged)
+    assert found and all(f.scope == "shared_fs" and f.convicts == () for f in found)
+    (writes,) = [f for f in found if "every node writes" in f.text]
+    assert "node1 400 MB/s, node2 400 MB/s, node3 400 MB/s" in writes.text
+    assert "no node is at fault" in writes.text
+    assert any(f.text.startswith("the shared filesystem: writes node1+node2+node3") for f in found)
+
+
+def test_one_node_just_under_the_line_while_its_peers_meet_it_is_that_nodes():
+    reports = [report("node1", 0, 1500), report("node2", 1, 900), report("node3", 2, 1400)]
+    found = fails(checks.throughput(reports, NODES, SITE, "7"))
+    assert [f.convicts for f in found if f.metric == "storage.write_per_node"] == [("node2",)]
+
+
+def test_a_line_the_site_has_not_set_warns_asking_for_it_and_keeps_the_value():
+    reports = [report(n, i, 50) for i, n in enumerate(NODES)]
+    judged = checks.throughput(reports, NODES, lines(), "7")
+    assert fails(judged) == []
+    warned = [f for f in judged.findings if f.severity == "warn"]
+    assert {f.setting for f in warned} == {
+        f"thresholds.site.storage.{m}" for m in ("write_per_node", "read_per_node", "write_aggregate", "read_aggregate")
+    }
+    assert all(f.scope == "config" and "no threshold for" in f.text for f in warned)
+    assert {m.metric for m in judged.unjudged} >= {"storage.write_per_node", "storage.write_aggregate"}
+
+
+def test_a_stream_not_measured_for_lack_of_free_space_is_not_judged_and_no_nodes_fault():
+    short = report(
+        "node3",
+        2,
+        1500,
+        stream=None,
+        short_of_space=True,
+        not_measured="3 node(s) × 4 GiB would take more than 10% of the 5 GiB free",
+    )
+    judged = checks.throughput([report("node1", 0, 1500), report("node2", 1, 1500), short], NODES, SITE, "7")
+    (why,) = [f for f in judged.findings if f.severity == "not_judged"]
+    assert why.scope == "shared_fs" and why.convicts == ()
+
+
+def test_a_silent_node_and_a_wrong_read_back_are_the_nodes():
+    bad = report("node2", 1, 1500)
+    bad = StorageReport(**{**bad.__dict__, "stream": Stream(DIRECT, GB, 2**24, 1.0, 1.0, False)})
+    found = checks.not_measured([report("node1", 0, 1500), bad], NODES)
+    assert sorted(f.convicts for f in found) == [("node2",), ("node3",)]
+
+
+def test_metadata_rate_of_every_node_slow_alike_is_the_filesystems():
+    slow = [report(n, i, 1500, metadata_s=(10.0, 5.0, 15.0)) for i, n in enumerate(NODES)]  # 100 ops/s
+    (found,) = fails(checks.metadata(slow, NODES, SITE, "7"))
+    assert found.scope == "shared_fs" and "creates/stats/unlinks" in found.text
+
+
+def test_cold_import_slow_on_one_node_is_its_own_and_on_all_the_environments():
+    line = lines(**{"storage.cold_import": ("s", {"fail_above": 30, "warn_above": 5})})
+    one = [
+        report(n, i, 1500, import_s=s, import_module="torch")
+        for i, (n, s) in enumerate(zip(NODES, (1, 45, 2), strict=True))
+    ]
+    assert [f.convicts for f in fails(checks.cold_import(one, line, "7"))] == [("node2",)]
+    every = [report(n, i, 1500, import_s=40.0, import_module="torch") for i, n in enumerate(NODES)]
+    (found,) = fails(checks.cold_import(every, line, "7"))
+    assert found.scope == "environment" and found.convicts == ()
+
+
+def test_a_node_mounting_with_other_options_is_named_with_the_difference():
+    other = MountFacts(NFS.mount_point, NFS.fstype, NFS.source, ("hard", "proto=tcp", "rw", "vers=3"))
+    reports = [report("node1", 0, 1500), report("node2", 1, 1500, mount=other), report("node3", 2, 1500)]
+    (found,) = coherence.mount_findings(reports)
+    assert found.convicts == ("node2",)
+    assert found.text == (
+        "node2: mounts the shared filesystem with options other than its peers': vers=3 it alone has; "
+        "lacking nconnect=16,vers=4.2"
+    )
+
+
+def test_the_client_address_option_differs_between_healthy_nodes():
+    mine = [
+        report(n, i, 1500, mount=MountFacts("/m", "nfs4", "s:/e", ("rw", f"clientaddr=10.0.0.{i}")))
+        for i, n in enumerate(NODES)
+    ]
+    assert coherence.mount_findings(mine) == []
+
+
+def visibility_line() -> ThresholdSet:
+    return lines(**{"storage.visibility_round_trip": ("s", {"fail_above": 2, "warn_above": 1})})
+
+
+def test_a_pair_whose_file_is_never_seen_fails_the_pair_without_a_culprit():
+    reports = [
+        report("node1", 0, 1500, peer="node2", round_trips_s=(0.01, 0.02)),
+        report("node2", 1, 1500, peer="node3", round_trips_s=(0.01,), round_trips_missed=1),
+        report("node3", 2, 1500, peer="node1", round_trips_s=(0.01, 0.03)),
+    ]
+    judged = coherence.visibility(reports, visibility_line(), "7")
+    (found,) = fails(judged)
+    assert found.scope == "nodes" and found.nodes == ("node2", "node3") and found.culprits == ()
+    assert "1 never answered" in found.text
+
+
+def test_every_pair_late_is_the_shared_filesystems():
+    reports = [report(n, i, 1500, peer=NODES[(i + 1) % 3], round_trips_s=(2.5, 3.0)) for i, n in enumerate(NODES)]
+    (found,) = fails(coherence.visibility(reports, visibility_line(), "7"))
+    assert found.scope == "shared_fs" and found.convicts == ()
+
+
+def test_a_lock_shared_by_no_node_is_the_filesystems_and_one_node_let_in_is_that_nodes():
+    holder = report("node1", 0, 1500, lock=LockResult(True))
+    let_in = LockResult(False, kept_out=False, taken_after=True)
+    kept = LockResult(False, kept_out=True, taken_after=True)
+    (none,) = coherence.lock_findings(
+        [holder, report("node2", 1, 1500, lock=let_in), report("node3", 2, 1500, lock=let_in)]
+    )
+    assert none.scope == "shared_fs" and "does not share POSIX locks" in none.text
+    (one,) = coherence.lock_findings(
+        [holder, report("node2", 1, 1500, lock=let_in), report("node3", 2, 1500, lock=kept)]
+    )
+    assert one.convicts == ("node2",)
+    assert coherence.lock_findings([holder, report("node2", 1, 1500, lock=kept)]) == []
+
+
+def test_a_node_without_a_metadata_rate_is_named_with_its_error():
+    failed = report("node3", 2, 1500, metadata_files=0, errors=("metadata phase failed: [Errno 28] No space left",))
+    found = fails(checks.metadata([report("node1", 0, 1500), report("node2", 1, 1500), failed], NODES, SITE, "7"))
+    assert [(f.convicts, f.text) for f in found] == [
+        (("node3",), "node3: measured no metadata rate (metadata phase failed: [Errno 28] No space left)")
+    ]
+
+
+def test_a_lock_the_holder_could_not_take_leaves_the_check_not_judged():
+    holder = report("node1", 0, 1500, lock=LockResult(True, error="lock on /m/lock: not taken within 5 s"))
+    other = report("node2", 1, 1500, lock=LockResult(False, error="lock-held: rank(s) [0] missing after 120 s"))
+    found = coherence.lock_findings([holder, other])
+    assert [f.severity for f in found] == ["not_judged", "not_judged"] and all(f.convicts == () for f in found)

@@ -1,0 +1,141 @@
+"""The storage workload on this machine's real filesystems: two processes as two nodes in one
+directory (their barriers, streams, metadata, ping-pong and lock are the real ones), the
+page-cache fallback where O_DIRECT is refused (tmpfs), the free-space limit, and mount facts
+read from mountinfo text."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from pytest_gpucluster.config.load import load
+from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.storage import (
+    BUFFERED,
+    DIRECT,
+    StorageConfig,
+    StorageReport,
+    measure_node,
+    mount_facts,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = StorageConfig(
+    file_bytes=8 * 2**20,
+    block_bytes=2**20,
+    metadata_files=50,
+    visibility_tries=3,
+    visibility_timeout_s=5.0,
+    import_module="json",
+)
+
+# Lines as the kernel writes them: an NFS 4.2 mount with nconnect, and a tmpfs below it whose
+# mount point has a space (written \040).
+MOUNTINFO = (
+    "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda1 rw,discard\n"
+    "301 22 0:55 / /mnt/shared rw,relatime shared:180 - nfs4 10.0.0.5:/export rw,vers=4.2,hard,nconnect=16,"
+    "proto=tcp,clientaddr=10.0.0.21,local_lock=none,addr=10.0.0.5\n"
+    "302 301 0:56 / /mnt/shared/with\\040space rw,relatime shared:181 - tmpfs tmpfs rw,size=1024k\n"
+)
+
+
+def node(rank: int, world: int, root: str, name: str, config: StorageConfig = SMALL) -> StorageReport:
+    hosts = tuple(f"n{i}" for i in range(world))
+    ctx = TaskContext("1", rank, 0, rank, world, world, hosts[rank], hosts, hosts[0], 29500)
+    return measure_node(ctx, root_template=root, name=name, config=config, timeout_s=30)
+
+
+def run_nodes(root: Path, world: int = 2, config: StorageConfig = SMALL) -> list[StorageReport]:
+    (root / "job").mkdir()
+    with ProcessPoolExecutor(world) as pool:
+        return list(
+            pool.map(node, range(world), [world] * world, [str(root)] * world, ["job"] * world, [config] * world)
+        )
+
+
+def test_two_nodes_measure_every_part_and_leave_only_the_jobs_shared_files(tmp_path):
+    reports = run_nodes(tmp_path)
+    for r in reports:
+        assert r.barrier_timeout == "" and r.errors == ()
+        assert r.stream is not None and r.stream.verified and r.stream.size_bytes == 8 * 2**20
+        assert r.stream.mode in (DIRECT, BUFFERED) and r.stream.write_mb_s > 0
+        assert r.metadata_files == 50 and r.metadata_ops_s > 0
+        assert len(r.round_trips_s) + r.round_trips_missed == 3 and r.round_trips_missed == 0
+        assert r.import_s is not None and r.import_error == ""
+        assert r.mount is not None and r.tool == "python"
+    assert [r.peer for r in reports] == ["n1", "n0"]
+    holder, other = sorted(reports, key=lambda r: r.rank)
+    assert holder.lock is not None and holder.lock.holder
+    assert other.lock is not None and other.lock.kept_out and other.lock.taken_after
+    # What each node made of its own is gone; the barriers and the lock file stay for the login
+    # node, which removes the directory.
+    assert sorted(p.name for p in (tmp_path / "job").iterdir() if not p.name.startswith(".barrier")) == ["lock"]
+
+
+def test_direct_false_measures_through_the_dropped_page_cache(tmp_path):
+    (tmp_path / "job").mkdir()
+    r = node(0, 1, str(tmp_path), "job", dataclasses.replace(SMALL, direct=False))
+    assert r.stream is not None and r.stream.mode == BUFFERED and r.stream.verified
+
+
+def test_no_stream_where_it_would_take_more_than_its_share_of_free_space(tmp_path):
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    huge = StorageConfig(file_bytes=(free // 2**20 + 1) * 2**20, block_bytes=2**20, import_module="")
+    (tmp_path / "job").mkdir()
+    r = node(0, 1, str(tmp_path), "job", huge)
+    assert r.stream is None and r.short_of_space and "would take more than 10% of the" in r.not_measured
+    assert not list((tmp_path / "job").glob("stream-*"))
+
+
+def test_mount_facts_name_the_longest_mount_and_its_options():
+    nfs = mount_facts("/mnt/shared/.pytest-gpucluster/alice/storage-x", MOUNTINFO)
+    assert nfs is not None and nfs.describe() == "nfs4 10.0.0.5:/export at /mnt/shared"
+    assert {"vers=4.2", "nconnect=16", "proto=tcp", "relatime"} <= set(nfs.options)
+    spaced = mount_facts("/mnt/shared/with space/f", MOUNTINFO)
+    assert spaced is not None and spaced.fstype == "tmpfs" and spaced.mount_point == "/mnt/shared/with space"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("block_bytes", 1000, "multiple of 4096"),
+        ("file_bytes", 4096, "at least block_bytes"),
+        ("max_free_share", 0.9, "max_free_share"),
+        ("import_module", "torch; import os", "dotted module name"),
+    ],
+)
+def test_settings_out_of_range_are_refused_naming_the_key(key, value, says):
+    with pytest.raises(ValueError, match=says):
+        StorageConfig(**{key: value})
+
+
+def _profile_file(tmp_path: Path, table: str) -> Path:
+    path = tmp_path / "thresholds.toml"
+    path.write_text(
+        (REPO / "thresholds.toml").read_text() + f'\n[profiles.x]\nexecutor = "local"\n[profiles.x.storage]\n{table}\n'
+    )
+    return path
+
+
+def test_a_profiles_storage_table_sets_sizes_as_written(tmp_path):
+    storage = load(_profile_file(tmp_path, 'file_bytes = "64MiB"\nmetadata_files = 10')).profiles["x"].storage
+    assert storage.file_bytes == 64 * 2**20 and storage.metadata_files == 10 and storage.block_bytes == 16 * 2**20
+    assert load(REPO / "thresholds.toml").profiles["ci"].storage.file_bytes == 256 * 2**20
+
+
+@pytest.mark.parametrize(
+    ("table", "says"),
+    [
+        ("file_byte = 1", r"\[?profiles.x.storage.file_byte: unknown key. Perhaps you meant 'file_bytes'\?"),
+        ('block_bytes = "1000B"', "profiles.x.storage: block_bytes must be a positive multiple of 4096"),
+        ('import_module = "os; x"', "profiles.x.storage: import_module must be a dotted module name"),
+    ],
+)
+def test_a_bad_storage_key_is_refused_naming_it(tmp_path, table, says):
+    with pytest.raises(ConfigError, match=says):
+        load(_profile_file(tmp_path, table))
