@@ -4,6 +4,7 @@ executor."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
@@ -249,7 +250,11 @@ def test_passing_run_is_accepted(gpc):
     result = gpc.runpytest_subprocess("--html=report.html", "--gpucluster-results=r.json")
     assert result.ret == 0
     assert json.loads((gpc.path / "r.json").read_text())["acceptance"]["verdict"] == "ACCEPTED"
-    assert '<div class="gc-word">ACCEPTED</div>' in (gpc.path / "report.html").read_text()
+    page = (gpc.path / "report.html").read_text()
+    assert '<div class="gc-word">ACCEPTED</div>' in page
+    # the sheet states the results file as written, by its sha256, and has room to sign
+    digest = hashlib.sha256((gpc.path / "r.json").read_bytes()).hexdigest()
+    assert f'sha256 <span class="gc-mono gc-hash">{digest}</span>' in page and 'class="gc-signatures"' in page
 
 
 def test_interrupted_run_is_incomplete(gpc):

@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.fold import fold_lines
-from pytest_gpucluster.report import figures, inventory, model, plots, soak
+from pytest_gpucluster.report import figures, handover, inventory, model, plots, soak
 from pytest_gpucluster.timing import start_up_note
 from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
 from pytest_gpucluster.verdict.run import COUNTED
@@ -112,10 +112,14 @@ def style() -> str:
     return f"<style>\n{_load('report.css')}</style>{PRINT_SCRIPT}"
 
 
-def acceptance_block(doc: Mapping[str, Any], recorded: verdict.Recorded) -> str:
-    """The handover sheet (verdict, nodes accepted, exclusions, the soak where one ran, key figures
-    against their lines, thresholds file and hash, date, the tool's version, room for two
-    signatures: the first page when printed), then the counts behind the verdict, each node that
+def acceptance_block(
+    doc: Mapping[str, Any], recorded: verdict.Recorded, results_file: handover.ResultsFile | None = None
+) -> str:
+    """The handover sheet (verdict, every warning, the parties, nodes accepted, exclusions, the soak
+    where one ran, command and selection, thresholds file and hash, the results file's hash, date,
+    the tool's version, key figures against their lines, what was not tested and why, the GPUs
+    handed over, and for an ACCEPTED run room for two signatures: the first page(s) when
+    printed), then the counts behind the verdict, each node that
     is not accepted with the checks and sentences that decided it, and the failures, one line per
     node, check and cause."""
     cluster = doc.get("cluster", {})
@@ -176,6 +180,7 @@ def acceptance_block(doc: Mapping[str, Any], recorded: verdict.Recorded) -> str:
         version=version,
         key_figures=figures.key_figures(doc),
         soak=soak.sheet_line(doc),
+        sheet=handover.sheet(doc, recorded, results_file),
         nodes=nodes if nodes.verdicts else None,
         judged=sorted((v for v in nodes.verdicts if v.verdict in order), key=lambda v: order[v.verdict]),
         accepted=accepted,
@@ -430,13 +435,15 @@ def timing_block(doc: Mapping[str, Any]) -> str:
     return _render("timing.html.j2", note=note, rows=rows)
 
 
-def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance") -> str:
+def render_page(
+    doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance", results_file: handover.ResultsFile | None = None
+) -> str:
     """A standalone page from a results document alone (no pytest-html): the same summary,
     environment, matrix, plots, soak and baseline, then every test with its details (those of a
     failure open)."""
     recorded = verdict.Recorded.of(doc)
     blocks = [
-        acceptance_block(doc, recorded),
+        acceptance_block(doc, recorded, results_file),
         environment_block(doc),
         matrix_block(recorded.matrix),
         gpu_map_block(doc),

@@ -20,6 +20,7 @@ from pytest_html import extras as html_extras
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.report import html
+from pytest_gpucluster.report.handover import ResultsFile
 from pytest_gpucluster.session import GpuClusterSession
 
 
@@ -66,7 +67,9 @@ class HtmlReportHooks:
         counts."""
         doc = self._doc()
         recorded = verdict.Recorded.of(doc)  # decided once, at the session's end (finish.py)
-        prefix.extend([html.style(), html.acceptance_block(doc, recorded)])
+        written = self.session.settings.results_path  # written before pytest-html renders (tryfirst)
+        results_file = ResultsFile.of(written) if written is not None else None
+        prefix.extend([html.style(), html.acceptance_block(doc, recorded, results_file)])
         outcomes = getattr(self.report_data, "outcomes", None)
         if isinstance(outcomes, dict):
             relabel_outcomes(outcomes, recorded.acceptance.counts)
