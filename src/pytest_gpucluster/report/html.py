@@ -212,13 +212,31 @@ COUNT_LABELS = {
 }
 
 
+# pytest's outcomes that pytest-html's "N tests took" line counts: the checks that ran.
+RAN = ("passed", "failed", "xpassed", "xfailed")
+
+
 def _tested(doc: Mapping[str, Any]) -> str:
+    """``57 checks in 20 areas: 29 ran, 28 not applicable``: every check by area, then how many
+    ran (the count pytest-html's "29 tests took" line gives) and why the others did not run, in
+    the counts' own words."""
     areas: dict[str, int] = {}
-    for t in doc.get("tests", []):
+    tests = list(doc.get("tests", []))
+    for t in tests:
         areas[str(t.get("area", "tests"))] = areas.get(str(t.get("area", "tests")), 0) + 1
     total = sum(areas.values())
     listing = ", ".join(f"{a} ({n})" for a, n in areas.items())
-    return f"{total} test{'s' if total != 1 else ''} in {len(areas)} area{'s' if len(areas) != 1 else ''}: {listing}"
+    ran = sum(1 for t in tests if t.get("outcome") in RAN)
+    others: dict[str, int] = {}
+    for t in tests:
+        if t.get("outcome") not in RAN:
+            label = COUNT_LABELS.get(str(t.get("verdict")), "errored")
+            others[label] = others.get(label, 0) + 1
+    split = "".join(f", {n} {label}" for label, n in others.items())
+    return (
+        f"{total} check{'s' if total != 1 else ''} in {len(areas)} area{'s' if len(areas) != 1 else ''}: "
+        f"{ran} ran{split}; {listing}"
+    )
 
 
 def environment_block(doc: Mapping[str, Any]) -> str:
@@ -374,12 +392,12 @@ def details_of_test(test: Mapping[str, Any], *, limit: int = 200) -> str:
     )
 
 
-def table_cells(test: Mapping[str, Any] | None) -> list[str]:
+def table_cells(test: Mapping[str, Any] | None, gpu_model: str = "") -> list[str]:
     """The five extra results-table cells: measured, threshold, verdict, node/GPU, job."""
     cells: Any = environment().get_template("cells.html.j2").module
     if test is None:
         return [str(cells.cell(c, "")) for c in ("measured", "threshold", "verdict", "where", "jobs")]
-    c = model.test_cells(test)
+    c = model.test_cells(test, gpu_model)
     return [
         str(cells.cell("measured", c.measured)),
         str(cells.cell("threshold", c.threshold)),
@@ -453,11 +471,12 @@ def render_page(
         timing_block(doc),
     ]
     bad = ("fail", "xpass")
+    gpu = model.gpu_model(doc)
     tests = [
         {
             "verdict": str(t.get("verdict")),
             "nodeid": t.get("nodeid"),
-            "cells": model.test_cells(t),
+            "cells": model.test_cells(t, gpu),
             "message": t["message"] if t.get("message") and t.get("verdict") in bad else "",
             "details": Markup(details_of_test(t)),
             "open": t.get("verdict") in bad,
