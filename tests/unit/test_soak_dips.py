@@ -119,3 +119,11 @@ def test_the_report_draws_every_metric_with_the_dips_marked():
     block = html.soak_block(doc)
     assert "node1:gpu1 GEMM 287 TFLOP/s in cycle 5" in block and "back to 666.2 in cycle 6" in block
     assert "gc-s-warn" in block
+
+
+def test_a_cpu_rank_standing_in_has_no_dip():
+    deep = [*STEADY[:5], 100.0, *STEADY[6:]]
+    records = stream("n1", "cpu0", deep)
+    records[0]["device"] = "cpu"
+    rules = RULES.__class__(**{**RULES.__dict__, "dip": DIP})
+    assert judged(records, rules=rules) == []

@@ -264,8 +264,11 @@ def dip_spans(values: Sequence[float | None], line: float, longest: int) -> list
 def dips(track: GpuTrack, rule: Dip, longest: int, start: float, metrics: Sequence[str]) -> list[Finding]:
     """Each metric's deepest dip on the GPU below ``rule.warn`` of its own level (the median of
     its cycles after cycle 0) that lasted fewer than ``longest`` cycles, with how many more there
-    were: a warning with the depth and the cycle it was back in, never a failure."""
+    were: a warning with the depth and the cycle it was back in, never a failure. CPU ranks
+    standing in for GPUs are not judged by it."""
     out: list[Finding] = []
+    if track.device == "cpu":
+        return out  # a CPU rank standing in follows whatever else the machine runs: no GPU's dip
     for metric in metrics:
         values = track.values(metric)
         settled = [v for v in values[1:] if v is not None]
