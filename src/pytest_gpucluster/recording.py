@@ -101,6 +101,7 @@ class ResultsHooks:
             "gpu_model": session.gpu_model,
             "gpus_per_node": session.gpus_per_node,
             "nodes_expected": session.profile.nodes,
+            **({"handover": parties} if (parties := session.profile.handover.to_json()) else {}),
         }
         if self.baseline_path is not None:
             try:

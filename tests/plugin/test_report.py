@@ -4,6 +4,7 @@ executor."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
@@ -160,6 +161,16 @@ def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
     extras = data["tests"][crash["nodeid"]][0]["extras"]
     assert "loading the &lt;b&gt;model&lt;/b&gt;" in extras[0]["content"]
 
+    # one voice: the check that does not apply reads as its sentence, not pytest's tuple
+    # (path, line, message), and the run's count of checks that ran is pytest-html's count
+    skipped = next(t for t in doc["tests"] if t["name"] == "test_needs_eight_gpus")
+    log = data["tests"][skipped["nodeid"]][0]["log"]
+    assert unescape(log).startswith("Not applicable: profile 'local' has ") and "Skipped:" not in log
+    assert not re.search(r"\(['\"].*?, \d+, ['\"]", unescape(log))
+    ran = sum(1 for t in doc["tests"] if t["outcome"] in ("passed", "failed"))
+    assert f"{len(doc['tests'])} checks in 1 area: {ran} ran, 1 not applicable;" in summary
+    assert f"{ran} tests took" in html
+
     # a place name is text, never markup
     assert "<script>alert(1)</script>" not in html.replace("\\u003cscript", "")
     assert "node2:&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -249,7 +260,11 @@ def test_passing_run_is_accepted(gpc):
     result = gpc.runpytest_subprocess("--html=report.html", "--gpucluster-results=r.json")
     assert result.ret == 0
     assert json.loads((gpc.path / "r.json").read_text())["acceptance"]["verdict"] == "ACCEPTED"
-    assert '<div class="gc-word">ACCEPTED</div>' in (gpc.path / "report.html").read_text()
+    page = (gpc.path / "report.html").read_text()
+    assert '<div class="gc-word">ACCEPTED</div>' in page
+    # the sheet states the results file as written, by its sha256, and has room to sign
+    digest = hashlib.sha256((gpc.path / "r.json").read_bytes()).hexdigest()
+    assert f'sha256 <span class="gc-mono gc-hash">{digest}</span>' in page and 'class="gc-signatures"' in page
 
 
 def test_interrupted_run_is_incomplete(gpc):

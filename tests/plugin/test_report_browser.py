@@ -176,8 +176,9 @@ def _probe(page: Path, width: int, tmp_path: Path) -> tuple[dict, str]:
     return json.loads(html.unescape(found.group(1))), dom.stdout
 
 
-def _first_page(page: Path, tmp_path: Path) -> str:
-    """The text of the first page of ``page`` printed to PDF (A4, as the style sheet asks)."""
+def _first_page(page: Path, tmp_path: Path, last: int = 1) -> str:
+    """The text of the first page (to ``last``) of ``page`` printed to PDF (A4, as the style
+    sheet asks)."""
     pdf = tmp_path / f"{page.stem}.pdf"
     printed = _chromium(
         "--no-pdf-header-footer",
@@ -189,7 +190,7 @@ def _first_page(page: Path, tmp_path: Path) -> str:
     assert printed.returncode == 0 and pdf.is_file(), printed.stderr[-2000:]
     assert PDFTOTEXT is not None
     text = subprocess.run(
-        [PDFTOTEXT, "-f", "1", "-l", "1", "-layout", str(pdf), "-"], capture_output=True, text=True, timeout=60
+        [PDFTOTEXT, "-f", "1", "-l", str(last), "-layout", str(pdf), "-"], capture_output=True, text=True, timeout=60
     )
     assert text.returncode == 0, text.stderr
     return text.stdout
@@ -275,8 +276,9 @@ def test_every_block_holds_its_column_from_1024_to_1600_px(
 @pytest.mark.skipif(PDFTOTEXT is None, reason="pdftotext is not installed (Debian: apt-get install poppler-utils)")
 def test_the_printed_report_opens_with_the_handover_sheet(report: Path, tmp_path: Path) -> None:
     """Printed to PDF, page 1 holds the verdict, the nodes accepted as a hostlist, the exclusions,
-    the key figures against their lines, the thresholds' hash, the tool's version and room for
-    two signatures; the details start on page 2."""
+    the key figures against their lines, the thresholds' hash, the tool's version and its page
+    number of the whole; a run that is not an acceptance has no signature boxes, an ACCEPTED one
+    has two; the details start after the sheet."""
     first = _first_page(_standalone("64node-synthetic", tmp_path), tmp_path)
     for said in (
         "REJECTED",
@@ -288,13 +290,19 @@ def test_the_printed_report_opens_with_the_handover_sheet(report: Path, tmp_path
         "fail < 600 TFLOP/s,",
         "sha256 " + "0" * 64,
         "pytest-gpucluster 0.1.0",
-        "Customer",
-        "Provider",
-        "Signature:",
+        "page 1 of ",
     ):
         assert said in first, f"{said!r} not on page 1:\n{first}"
+    assert "Signature:" not in first
     assert "Nodes × checks" not in first and "Per GPU" not in first
+    # an ACCEPTED sheet: its list of what was not tested may take it past page 1; it ends with
+    # the signatures before the details begin
+    sheet = _first_page(_standalone("h100-2node-shared-gpu", tmp_path), tmp_path, last=3)
+    assert sheet.startswith("GPU cluster acceptance") and "ACCEPTED" in sheet[:400]
+    for said in ("Not tested, and why", "Customer", "Provider", "Signature:", "page 1 of ", "page 2 of "):
+        assert said in sheet, f"{said!r} not on pages 1-3:\n{sheet}"
+    assert "Nodes × checks" not in sheet[: sheet.index("Signature:")]
     # pytest-html's page too: its own blocks are reordered around the summary
     first = _first_page(report, tmp_path)
-    assert "REJECTED" in first and "Key figures against their lines" in first and "Signature:" in first
+    assert "REJECTED" in first and "Key figures against their lines" in first and "Signature:" not in first
     assert "Environment" not in first and "Failures" not in first

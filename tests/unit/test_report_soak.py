@@ -124,13 +124,19 @@ def test_the_gpus_a_failing_finding_names_are_marked_with_the_cycle_it_began_in(
     data["gpus"]["gpu1"]["t"] = [0.0, 61.0, 122.0, 183.0, 244.0, 305.0, 366.0, 427.0]
     found = [
         drift_finding("n1", 1, 5).to_json(),
-        drift_finding("n1", 2, 3, severity="warn").to_json(),  # a warning marks nothing
+        drift_finding("n1", 2, 3, severity="warn").to_json(),  # a warning of no metric: amber on every panel
         drift_finding("n2", 0, 1).to_json(),  # another node's
     ]
     fig = soak.node_figure("n1", data, found, 60.0)
-    assert [p.title for p in fig.panels] == ["GEMM, TFLOP/s", "SM clock, MHz", "temperature, C", "power, W"]
+    assert [p.title for p in fig.panels] == [
+        "GEMM, TFLOP/s",
+        "device copy, TB/s",
+        "SM clock, MHz",
+        "temperature, C",
+        "power, W",
+    ]
     assert {line.label: line.marked for line in fig.panels[0].lines} == {"gpu0": False, "gpu1": True, "gpu2": False}
-    assert fig.marks == (plots.Mark(305.0 / 60.0, "gpu1 from cycle 5"),)
+    assert fig.marks == (plots.Mark(305.0 / 60.0, "gpu1 from cycle 5"), plots.Mark(3.0, "gpu2 cycle 3", "warn"))
     assert "failing: gpu1 (red)" in fig.caption and fig.note == ""
     svg = svg_of(plots.small_multiples("soak of n1", fig.panels, fig.marks, "minutes"))
     assert "gpu1 (fails)" in svg and "gpu1 from cycle 5" in svg and "#c62828" in svg
@@ -140,7 +146,7 @@ def test_series_never_read_are_left_out_with_a_note():
     data = node(gpus=0)
     data["gpus"] = {"cpu0": gpu(device="cpu"), "cpu1": gpu(device="cpu")}
     fig = soak.node_figure("n1", data, [], 60.0)
-    assert [p.title for p in fig.panels] == ["GEMM, TFLOP/s"]
+    assert [p.title for p in fig.panels] == ["GEMM, TFLOP/s", "device copy, TB/s"]
     assert fig.note == (
         "No reading of SM clock, temperature, power on this node (CPU ranks stand in for GPUs: nothing to read)."
     )

@@ -82,7 +82,7 @@ def test_report_shows_the_source_beside_the_number():
         "calibration: calibrated from 3 run(s) started 2026-11-23 (t.toml [thresholds.c.compute.matmul_bf16])"
     )
     test = {"nodeid": "t::x", "verdict": "pass", "measurements": ms}
-    assert model.test_cells({**test, "measurements": ms[:1]}).threshold == "fail < 500 TFLOP/s [calibration]"
+    assert model.test_cells({**test, "measurements": ms[:1]}, "").threshold == "fail < 500 TFLOP/s [calibration]"
     details = html.details_of_test(test)
     assert "source of the bound" in details
     assert "calibration: calibrated from 3 run(s)" in details and "site&#39;s choice: t.toml" in details

@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_gpucluster.checks.xid import gpu_order, kind_of
 from pytest_gpucluster.config.fabric_rules import FAMILY_OF, FabricRule
-from pytest_gpucluster.config.soak import BehindNodeBest, Drift, SoakRules, ThrottleRate, say_duration
+from pytest_gpucluster.config.soak import BehindNodeBest, Dip, Drift, SoakRules, ThrottleRate, say_duration
 from pytest_gpucluster.verdict import Finding
 
 UNITS = {"tflops": "TFLOP/s", "copy_tbps": "TB/s", "busbw_gbps": "GB/s"}
@@ -229,6 +229,84 @@ def drift(track: GpuTrack, rule: Drift, start: float, metrics: Sequence[str]) ->
                 )
             )
             break  # the fail line, else the warn line: one finding per metric
+    return out
+
+
+@dataclass(frozen=True)
+class DipSpan:
+    """Cycles in a row below the dip line: the first and the lowest (indices into the GPU's
+    cycles) and the first cycle back above it (None: the soak ended in the dip)."""
+
+    first: int
+    lowest: int
+    back: int | None
+
+
+def dip_spans(values: Sequence[float | None], line: float, longest: int) -> list[DipSpan]:
+    """Every run of fewer than ``longest`` cycles below ``line`` after cycle 0 (a cycle without
+    the value ends a run); a longer run is a fall, which the drift rule judges."""
+    spans: list[DipSpan] = []
+    i = 1
+    while i < len(values):
+        if values[i] is None or values[i] >= line:  # type: ignore[operator]
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(values) and (v := values[j + 1]) is not None and v < line:
+            j += 1
+        if j - i + 1 < longest:
+            lowest = min(range(i, j + 1), key=lambda k: values[k])  # type: ignore[arg-type,return-value]
+            spans.append(DipSpan(i, lowest, j + 1 if j + 1 < len(values) else None))
+        i = j + 1
+    return spans
+
+
+def dips(track: GpuTrack, rule: Dip, longest: int, start: float, metrics: Sequence[str]) -> list[Finding]:
+    """Each metric's deepest dip on the GPU below ``rule.warn`` of its own level (the median of
+    its cycles after cycle 0) that lasted fewer than ``longest`` cycles, with how many more there
+    were: a warning with the depth and the cycle it was back in, never a failure. CPU ranks
+    standing in for GPUs are not judged by it."""
+    out: list[Finding] = []
+    if track.device == "cpu":
+        return out  # a CPU rank standing in follows whatever else the machine runs: no GPU's dip
+    for metric in metrics:
+        values = track.values(metric)
+        settled = [v for v in values[1:] if v is not None]
+        if len(settled) < 3:
+            continue
+        level = statistics.median(settled)
+        if level <= 0:
+            continue
+        spans = dip_spans(values, (1 - rule.warn) * level, longest)
+        if not spans:
+            continue
+        deepest = min(spans, key=lambda s: values[s.lowest])  # type: ignore[arg-type,return-value]
+        low = values[deepest.lowest]
+        assert low is not None
+        unit = UNITS[metric]
+        text = (
+            f"{track.where} {TITLES[metric]} {low:.4g} {unit} in {when(track.cycles[deepest.lowest], start)}, "
+            f"{100 * (low / level - 1):+.0f} % from its level {level:.4g}"
+        ).replace(" -", " −")
+        if deepest.back is not None:
+            again = values[deepest.back]
+            text += f", back to {again:.4g} in cycle {track.cycles[deepest.back].get('cycle')}"
+        else:
+            text += ", still down when the soak ended"
+        others = [track.cycles[s.first].get("cycle") for s in spans if s is not deepest]
+        if others:
+            text += f"; {len(others)} more dip(s) past {100 * rule.warn:g} % in cycle(s) {', '.join(map(str, others))}"
+        out.append(
+            _on(
+                track,
+                text,
+                "warn",
+                track.cycles[deepest.lowest],
+                metric=f"soak.{metric}.dip",
+                value=round(low / level, 4),
+                unit="ratio",
+            )
+        )
     return out
 
 
@@ -461,29 +539,42 @@ def judge(track: SoakTrack, rules: SoakRules, lines: Lines) -> list[Finding]:
             out += unwatched(t)
             if rules.drift is not None:
                 out += drift(t, rules.drift, start, [m for m in rules.drift.metrics if m != "busbw_gbps"])
+            if rules.dip is not None:
+                own = [m for m in rules.dip.metrics if m != "busbw_gbps"]
+                out += dips(t, rules.dip, _longest_dip(rules), start, own)
             for rule, title in _throttle_rules(rules):
                 out += throttle(t, rule, title, start)
             if rules.memory_errors is not None:
                 out += memory_errors(t, start)
             out += temperatures(t, lines, start)
             out += fabric(t, lines.fabric, start)
-        # The all_reduce spans the node's GPUs: its drift is the node's, judged on its first GPU.
+        # The all_reduce spans the node's GPUs: its drift and dips are the node's, judged on its
+        # first GPU.
+        node_wide: list[Finding] = []
         if rules.drift is not None and "busbw_gbps" in rules.drift.metrics and gpus:
-            for f in drift(gpus[0], rules.drift, start, ["busbw_gbps"]):
-                out.append(
-                    Finding.on_node(
-                        node,
-                        f.text.replace(gpus[0].where, node, 1),
-                        severity=f.severity,
-                        cycle=f.cycle,
-                        metric=f.metric,
-                        value=f.value,
-                        unit=f.unit,
-                    )
+            node_wide += drift(gpus[0], rules.drift, start, ["busbw_gbps"])
+        if rules.dip is not None and "busbw_gbps" in rules.dip.metrics and gpus:
+            node_wide += dips(gpus[0], rules.dip, _longest_dip(rules), start, ["busbw_gbps"])
+        for f in node_wide:
+            out.append(
+                Finding.on_node(
+                    node,
+                    f.text.replace(gpus[0].where, node, 1),
+                    severity=f.severity,
+                    cycle=f.cycle,
+                    metric=f.metric,
+                    value=f.value,
+                    unit=f.unit,
                 )
+            )
         out += xids(gpus, start)
     out += sdc(list(track.gpus.values()), starts)
     return out
+
+
+def _longest_dip(rules: SoakRules) -> int:
+    """A dip is shorter than the cycles in a row the drift rule fails on (3 without one)."""
+    return rules.drift.cycles if rules.drift is not None else 3
 
 
 def _throttle_rules(rules: SoakRules) -> list[tuple[ThrottleRate, str]]:

@@ -89,6 +89,24 @@ PROFILE_KEYS: Mapping[type, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True)
+class Handover:
+    """``[profiles.NAME.handover]``: who the handover sheet is between and the contract it serves,
+    printed on the sheet as written ("": not named)."""
+
+    customer: str = ""
+    provider: str = ""
+    reference: str = ""  # the order, contract or ticket the acceptance belongs to
+
+    def to_json(self) -> dict[str, str]:
+        """The keys that are set, for the results' ``cluster.handover``."""
+        return {
+            k: v
+            for k, v in (("customer", self.customer), ("provider", self.provider), ("reference", self.reference))
+            if v
+        }
+
+
+@dataclass(frozen=True)
 class Profile:
     """How to reach one cluster and what it should look like."""
 
@@ -158,6 +176,8 @@ class Profile:
     storage: StorageConfig = field(default_factory=StorageConfig)
     # The soak: its default duration, whether the acceptance requires one, the cycle's work.
     soak: SoakSettings = field(default_factory=SoakSettings)
+    # The parties and the contract's reference the handover sheet names.
+    handover: Handover = field(default_factory=Handover)
     # How a soak judges each GPU: [soak.rules] with the profile's [soak.rules.RULE] keys over it.
     soak_rules: SoakRules = field(default_factory=SoakRules)
     # Where the fabric check reads the InfiniBand error counters on each node.

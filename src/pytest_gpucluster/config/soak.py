@@ -139,6 +139,21 @@ class Drift:
 
 
 @dataclass(frozen=True)
+class Dip:
+    """A GPU below its own level (the median of its cycles after cycle 0) by more than ``warn`` (a
+    fraction) for fewer cycles in a row than the drift rule needs to fail, and back: a warning
+    naming the depth and the recovery, never a failure (a longer fall is the drift rule's)."""
+
+    warn: float
+    metrics: tuple[str, ...] = CYCLE_METRICS
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _check_fraction("warn", self.warn)
+        _check_common(1, self.metrics)
+
+
+@dataclass(frozen=True)
 class ThrottleRate:
     """Clock-event ``reasons`` (NVML's names), each reading (one a second) with one set counted
     as an event, per minute of any window of ``window_min`` minutes: at ``fail_per_min`` or more
@@ -174,7 +189,7 @@ class SoakRules:
     """``[soak.rules]``: every rule a soak judges by (None: the file has no such table). Xid
     events, fabric counters and temperatures are judged by the suite's existing rules (the Xid
     classes, the profile's fabric families, ``gpu.temperature`` of the threshold set); an SDC
-    digest that differs from its model's majority fails."""
+    digest that differs from its model's majority fails. A recovered dip only warns."""
 
     behind_node_best: BehindNodeBest | None = None
     drift: Drift | None = None
@@ -182,7 +197,8 @@ class SoakRules:
     thermal: ThrottleRate | None = None
     power_brake: ThrottleRate | None = None
     memory_errors: MemoryErrors | None = None
+    dip: Dip | None = None  # optional: a file without it names no recovered dips
 
     def missing(self) -> list[str]:
-        """The rule tables the file lacks."""
-        return [f"[soak.rules.{f.name}]" for f in fields(self) if getattr(self, f.name) is None]
+        """The rule tables the file lacks (``dip`` is optional)."""
+        return [f"[soak.rules.{f.name}]" for f in fields(self) if f.name != "dip" and getattr(self, f.name) is None]

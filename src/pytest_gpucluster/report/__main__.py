@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from pytest_gpucluster.report.handover import ResultsFile
 from pytest_gpucluster.report.html import render_page
 from pytest_gpucluster.results import load_results, with_verdicts
 from pytest_gpucluster.verdict import Recorded, exit_status
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     out = args.output or args.results.with_suffix(".html")
-    out.write_text(render_page(doc), encoding="utf-8")
+    out.write_text(render_page(doc, results_file=ResultsFile.of(args.results)), encoding="utf-8")
     acc = Recorded.of(doc).acceptance
     print(f"{acc.headline}: {out}")
     return exit_status(acc.verdict)

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from pytest_gpucluster.config.gpu_specs import share, spec_of
 from pytest_gpucluster.config.metrics import METRICS
 from pytest_gpucluster.report.model import (
     SOURCE_LABELS,
     describe_threshold,
+    gpu_model,
     measurement_value,
     threshold_origin,
     threshold_source,
@@ -103,6 +105,7 @@ class KeyFigure:
     source: str  # "reference · thresholds.toml [thresholds.h100.compute.matmul_bf16]"
     source_detail: str  # the bound's evidence in full
     status: str
+    spec: str = ""  # "74 % of the 989 TFLOP/s spec": the worst value's share of the datasheet's
 
 
 def key_figures(doc: Mapping[str, Any], limit: int = 14) -> list[KeyFigure]:
@@ -119,6 +122,7 @@ def key_figures(doc: Mapping[str, Any], limit: int = 14) -> list[KeyFigure]:
                 continue
             by_metric.setdefault(str(m.get("metric")), []).append(m)
     rows: list[tuple[int, int, KeyFigure]] = []
+    gpu = gpu_model(doc)
     for order, (metric, ms) in enumerate(by_metric.items()):
         status = worst(str(m.get("status", "pass")) for m in ms)
         known = METRICS.get(metric)
@@ -141,6 +145,7 @@ def key_figures(doc: Mapping[str, Any], limit: int = 14) -> list[KeyFigure]:
                     source=_short_source(bad.get("threshold", {}), metric),
                     source_detail=threshold_source(bad.get("threshold", {})),
                     status=status,
+                    spec=share(bad.get("value"), unit, spec_of(gpu, metric)),
                 ),
             )
         )

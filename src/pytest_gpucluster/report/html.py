@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.fold import fold_lines
-from pytest_gpucluster.report import figures, inventory, model, plots, soak
+from pytest_gpucluster.report import figures, handover, inventory, model, plots, soak
 from pytest_gpucluster.timing import start_up_note
 from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
 from pytest_gpucluster.verdict.run import COUNTED
@@ -112,10 +112,14 @@ def style() -> str:
     return f"<style>\n{_load('report.css')}</style>{PRINT_SCRIPT}"
 
 
-def acceptance_block(doc: Mapping[str, Any], recorded: verdict.Recorded) -> str:
-    """The handover sheet (verdict, nodes accepted, exclusions, the soak where one ran, key figures
-    against their lines, thresholds file and hash, date, the tool's version, room for two
-    signatures: the first page when printed), then the counts behind the verdict, each node that
+def acceptance_block(
+    doc: Mapping[str, Any], recorded: verdict.Recorded, results_file: handover.ResultsFile | None = None
+) -> str:
+    """The handover sheet (verdict, every warning, the parties, nodes accepted, exclusions, the soak
+    where one ran, command and selection, thresholds file and hash, the results file's hash, date,
+    the tool's version, key figures against their lines, what was not tested and why, the GPUs
+    handed over, and for an ACCEPTED run room for two signatures: the first page(s) when
+    printed), then the counts behind the verdict, each node that
     is not accepted with the checks and sentences that decided it, and the failures, one line per
     node, check and cause."""
     cluster = doc.get("cluster", {})
@@ -176,6 +180,7 @@ def acceptance_block(doc: Mapping[str, Any], recorded: verdict.Recorded) -> str:
         version=version,
         key_figures=figures.key_figures(doc),
         soak=soak.sheet_line(doc),
+        sheet=handover.sheet(doc, recorded, results_file),
         nodes=nodes if nodes.verdicts else None,
         judged=sorted((v for v in nodes.verdicts if v.verdict in order), key=lambda v: order[v.verdict]),
         accepted=accepted,
@@ -207,13 +212,31 @@ COUNT_LABELS = {
 }
 
 
+# pytest's outcomes that pytest-html's "N tests took" line counts: the checks that ran.
+RAN = ("passed", "failed", "xpassed", "xfailed")
+
+
 def _tested(doc: Mapping[str, Any]) -> str:
+    """``57 checks in 20 areas: 29 ran, 28 not applicable``: every check by area, then how many
+    ran (the count pytest-html's "29 tests took" line gives) and why the others did not run, in
+    the counts' own words."""
     areas: dict[str, int] = {}
-    for t in doc.get("tests", []):
+    tests = list(doc.get("tests", []))
+    for t in tests:
         areas[str(t.get("area", "tests"))] = areas.get(str(t.get("area", "tests")), 0) + 1
     total = sum(areas.values())
     listing = ", ".join(f"{a} ({n})" for a, n in areas.items())
-    return f"{total} test{'s' if total != 1 else ''} in {len(areas)} area{'s' if len(areas) != 1 else ''}: {listing}"
+    ran = sum(1 for t in tests if t.get("outcome") in RAN)
+    others: dict[str, int] = {}
+    for t in tests:
+        if t.get("outcome") not in RAN:
+            label = COUNT_LABELS.get(str(t.get("verdict")), "errored")
+            others[label] = others.get(label, 0) + 1
+    split = "".join(f", {n} {label}" for label, n in others.items())
+    return (
+        f"{total} check{'s' if total != 1 else ''} in {len(areas)} area{'s' if len(areas) != 1 else ''}: "
+        f"{ran} ran{split}; {listing}"
+    )
 
 
 def environment_block(doc: Mapping[str, Any]) -> str:
@@ -369,12 +392,12 @@ def details_of_test(test: Mapping[str, Any], *, limit: int = 200) -> str:
     )
 
 
-def table_cells(test: Mapping[str, Any] | None) -> list[str]:
+def table_cells(test: Mapping[str, Any] | None, gpu_model: str = "") -> list[str]:
     """The five extra results-table cells: measured, threshold, verdict, node/GPU, job."""
     cells: Any = environment().get_template("cells.html.j2").module
     if test is None:
         return [str(cells.cell(c, "")) for c in ("measured", "threshold", "verdict", "where", "jobs")]
-    c = model.test_cells(test)
+    c = model.test_cells(test, gpu_model)
     return [
         str(cells.cell("measured", c.measured)),
         str(cells.cell("threshold", c.threshold)),
@@ -430,13 +453,15 @@ def timing_block(doc: Mapping[str, Any]) -> str:
     return _render("timing.html.j2", note=note, rows=rows)
 
 
-def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance") -> str:
+def render_page(
+    doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance", results_file: handover.ResultsFile | None = None
+) -> str:
     """A standalone page from a results document alone (no pytest-html): the same summary,
     environment, matrix, plots, soak and baseline, then every test with its details (those of a
     failure open)."""
     recorded = verdict.Recorded.of(doc)
     blocks = [
-        acceptance_block(doc, recorded),
+        acceptance_block(doc, recorded, results_file),
         environment_block(doc),
         matrix_block(recorded.matrix),
         gpu_map_block(doc),
@@ -446,11 +471,12 @@ def render_page(doc: Mapping[str, Any], *, title: str = "GPU cluster acceptance"
         timing_block(doc),
     ]
     bad = ("fail", "xpass")
+    gpu = model.gpu_model(doc)
     tests = [
         {
             "verdict": str(t.get("verdict")),
             "nodeid": t.get("nodeid"),
-            "cells": model.test_cells(t),
+            "cells": model.test_cells(t, gpu),
             "message": t["message"] if t.get("message") and t.get("verdict") in bad else "",
             "details": Markup(details_of_test(t)),
             "open": t.get("verdict") in bad,

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpucluster.config.gpu_specs import model_of, share, spec_of
 from pytest_gpucluster.config.thresholds import origin_of
 from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.results import PROPERTY
@@ -116,14 +117,19 @@ class TestCells:
     count: int
 
 
-def test_cells(test: Mapping[str, Any]) -> TestCells:
-    """Cells for one test record: the worst measurement (with the number of others), its bounds,
-    the test's verdict, where it was measured and the job ids."""
+def test_cells(test: Mapping[str, Any], gpu: str) -> TestCells:
+    """Cells for one test record: its headline measurement, the worst value of one metric (with
+    how many values of it there were and, where the GPU model's datasheet states the figure, its
+    share of it), its bounds, the test's verdict, where it was measured and the job ids. The
+    metric is the one with the worst verdict; among equals, one with a unit of its own (TFLOP/s)
+    before a ratio, so a GEMM check reads as its speed, not its spread."""
     ms = list(test.get("measurements", []))
     jobs = ", ".join(str(j) for j in test.get("job_ids", []))
     verdict = str(test.get("verdict", "?"))
     if not ms:
         return TestCells("", "", verdict, _node_param(test), jobs, 0)
+    headline = max(ms, key=lambda m: (SEVERITY.get(str(m.get("status")), 0), str(m.get("unit")) != "ratio"))
+    ms = [m for m in ms if m.get("metric") == headline.get("metric")]
 
     def badness(m: Mapping[str, Any]) -> tuple[int, float]:
         # Among equally judged values, the one closest to (or furthest past) its fail line.
@@ -132,9 +138,11 @@ def test_cells(test: Mapping[str, Any]) -> TestCells:
         return SEVERITY.get(str(m.get("status")), 0), -value if higher else value
 
     m = max(ms, key=badness)
-    extra = f" (worst of {len(ms)})" if len(ms) > 1 else ""
+    notes = [f"worst of {len(ms)}"] if len(ms) > 1 else []
+    of_spec = share(m.get("value"), str(m.get("unit", "")), spec_of(gpu, str(m.get("metric", ""))))
+    notes += [of_spec] if of_spec else []
     return TestCells(
-        measured=measurement_value(m) + extra,
+        measured=measurement_value(m) + (f" ({'; '.join(notes)})" if notes else ""),
         threshold=describe_threshold(m.get("threshold", {}), str(m.get("unit", "")))
         + f" [{SOURCE_LABELS[threshold_origin(m.get('threshold', {}))]}]",
         verdict=verdict,
@@ -241,3 +249,17 @@ def gpu_summary(doc: Mapping[str, Any]) -> str:
     if not per_node:
         return f"{nodes} {noun}, no GPU devices ({model}){also}"
     return f"{nodes} {noun} × {per_node} {model} = {nodes * per_node} GPUs{also}"
+
+
+def gpu_model(doc: Mapping[str, Any]) -> str:
+    """The run's GPU model by NVML's name (the one every inventoried GPU gives), else the
+    profile's ``gpu_model``: what the datasheet figures are looked up by."""
+    inventory = doc.get("inventory") or {}
+    names = [
+        str(g.get("name", ""))
+        for facts in inventory.values()
+        if isinstance(facts, Mapping)
+        for g in facts.get("gpus") or []
+        if isinstance(g, Mapping)
+    ]
+    return model_of(names, str((doc.get("cluster") or {}).get("gpu_model") or ""))

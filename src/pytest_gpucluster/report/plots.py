@@ -230,10 +230,15 @@ class Panel:
 
 @dataclass(frozen=True)
 class Mark:
-    """A vertical dashed line across every panel at ``x`` (the cycle a failure began in)."""
+    """A vertical line at ``x``: dashed red across every panel for the cycle a failure began in;
+    for a warning (``severity="warn"``) dotted amber on the one panel titled ``panel``, with a ring
+    at ``y``, the value (a dip the GPU recovered from)."""
 
     x: float
     label: str
+    severity: str = "fail"
+    panel: str = ""  # the panel's title; "" every panel
+    y: float | None = None
 
 
 def thin(xs: Sequence[float], ys: Sequence[float | None], limit: int = THIN_TO) -> tuple[list[float], list[float]]:
@@ -298,15 +303,21 @@ def small_multiples(title: str, panels: Sequence[Panel], marks: Sequence[Mark], 
                 (drawn,) = ax.plot(xs, ys, color=colour[line.label], linewidth=0.8, alpha=0.85, **dots)
             handles.setdefault(line.label + (" (fails)" if line.marked else ""), drawn)
         for mark in marks:
-            ax.axvline(mark.x, color=STATUS_COLOURS["fail"], linestyle="--", linewidth=0.9, zorder=2)
-            if i == 0:
+            if mark.panel and mark.panel != panel.title:
+                continue
+            tone = STATUS_COLOURS.get(mark.severity, STATUS_COLOURS["fail"])
+            style = "--" if mark.severity == "fail" else ":"
+            ax.axvline(mark.x, color=tone, linestyle=style, linewidth=0.9, zorder=2)
+            if mark.y is not None:
+                ax.plot([mark.x], [mark.y], marker="o", markersize=7, markerfacecolor="none", color=tone, zorder=4)
+            if i == 0 or mark.panel:
                 ax.annotate(
                     mark.label,
                     (mark.x, 1.0),
                     xycoords=("data", "axes fraction"),
                     xytext=(2, -2),
                     textcoords="offset points",
-                    color=STATUS_COLOURS["fail"],
+                    color=tone,
                     fontsize=6.5,
                     va="top",
                 )

@@ -13,13 +13,15 @@ and, for a failure, the end of its jobs' logs; pytest-html's own environment tab
 from __future__ import annotations
 
 from collections.abc import Mapping
+from html import escape
 from typing import Any
 
 import pytest
 from pytest_html import extras as html_extras
 
 from pytest_gpucluster import verdict
-from pytest_gpucluster.report import html
+from pytest_gpucluster.report import html, model
+from pytest_gpucluster.report.handover import ResultsFile
 from pytest_gpucluster.session import GpuClusterSession
 
 
@@ -52,6 +54,12 @@ class HtmlReportHooks:
         record = self.session.results.tests.get(nodeid)
         return record.to_json() if record is not None else None
 
+    def _gpu_model(self) -> str:
+        """The GPU model by the inventory's name once recorded, else the profile's."""
+        assert self.session.results is not None
+        results = self.session.results
+        return model.gpu_model({"inventory": results.inventory, "cluster": results.cluster})
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_report_title(self, report: Any) -> None:
         """``GPU cluster acceptance: nebius``."""
@@ -66,7 +74,9 @@ class HtmlReportHooks:
         counts."""
         doc = self._doc()
         recorded = verdict.Recorded.of(doc)  # decided once, at the session's end (finish.py)
-        prefix.extend([html.style(), html.acceptance_block(doc, recorded)])
+        written = self.session.settings.results_path  # written before pytest-html renders (tryfirst)
+        results_file = ResultsFile.of(written) if written is not None else None
+        prefix.extend([html.style(), html.acceptance_block(doc, recorded, results_file)])
         outcomes = getattr(self.report_data, "outcomes", None)
         if isinstance(outcomes, dict):
             relabel_outcomes(outcomes, recorded.acceptance.counts)
@@ -90,7 +100,14 @@ class HtmlReportHooks:
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
         """The test's worst measurement, its bounds, the verdict, the place and the jobs."""
-        cells[2:2] = html.table_cells(self._test(report.nodeid))
+        cells[2:2] = html.table_cells(self._test(report.nodeid), self._gpu_model())
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_html(self, report: pytest.TestReport, data: list[str]) -> None:
+        """A skipped check's log reads as its sentence, not as pytest's ``(path, line, message)``."""
+        said = skip_sentence(report.longrepr) if report.skipped else None
+        if said is not None and data and data[0] == escape(report.longreprtext) + "\n":
+            data[0] = escape(said) + "\n"
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """At a test's last phase, attach its measurements, problems and log tails as an HTML
@@ -101,6 +118,15 @@ class HtmlReportHooks:
         details = html.details_of_test(test) if test else ""
         if details:
             report.extras = [*getattr(report, "extras", []), html_extras.html(details)]  # type: ignore[attr-defined]
+
+
+def skip_sentence(longrepr: Any) -> str | None:
+    """``("…/test_dcgm.py", 18, "Skipped: not applicable: dcgmi is not installed on node1")`` →
+    ``Not applicable: dcgmi is not installed on node1``; None for anything but a skip's tuple."""
+    if not (isinstance(longrepr, tuple) and len(longrepr) == 3 and isinstance(longrepr[2], str)):
+        return None
+    text = longrepr[2].removeprefix("Skipped: ").strip()
+    return text[:1].upper() + text[1:] if text else "Skipped, no reason given"
 
 
 def relabel_outcomes(outcomes: dict[str, dict[str, Any]], counts: Mapping[str, int]) -> None:

@@ -1,8 +1,9 @@
 """What the report shows of a soak, from the results' ``soak`` section (``checks.soak.section``)
 and the recorded verdicts: per node how its soak ended, how long it ran of the length asked for,
-its cycles and its soak check's verdict; per node the series to draw over time (TFLOP/s, SM clock,
-temperature, power, one line per GPU, the GPUs a failing finding names marked with the cycle it
-began in); the drift table; the findings; the rules in force; the handover sheet's line. Pure:
+its cycles and its soak check's verdict; per node the series to draw over time (TFLOP/s, copy TB/s,
+the node's all_reduce busbw, SM clock, temperature, power, one line per GPU, the GPUs a failing
+finding names marked with the cycle it began in, each warning such as a recovered dip marked
+where it was); the drift table; the findings; the rules in force; the handover sheet's line. Pure:
 plain data for ``html.soak_block`` and ``plots.small_multiples``; every verdict is read as
 recorded, none is decided here.
 """
@@ -19,13 +20,18 @@ from pytest_gpucluster.config.soak import say_duration
 from pytest_gpucluster.report.inventory import plain
 from pytest_gpucluster.report.plots import Line, Mark, Panel, natural
 
-# The panels of a node's figure: the series of ``checks.soak.SERIES`` a person reads a soak by.
+# The panels of a node's figure: every metric a cycle measures (``checks.soak.SERIES`` per GPU,
+# the all_reduce per node) and the readings a person reads a soak by.
 PANELS = (
     ("tflops", "GEMM, TFLOP/s"),
+    ("copy_tbps", "device copy, TB/s"),
+    ("busbw_gbps", "all_reduce busbw, GB/s"),
     ("sm_mhz", "SM clock, MHz"),
     ("temp_c", "temperature, C"),
     ("power_w", "power, W"),
 )
+# The node's all_reduce is one series per node (``busbw_gbps`` of the node's entry).
+NODE_SERIES = "busbw_gbps"
 ENDED = {
     "duration": "ran its length",
     "stopped": "stopped for its own failure",
@@ -203,39 +209,76 @@ def _minute(gpus: Mapping[str, Mapping[str, Any]], gpu: str, cycle: int, cycle_s
     return cycle * cycle_s / 60.0
 
 
+def _read(values: Iterable[Any]) -> bool:
+    return any(isinstance(v, int | float) for v in values)
+
+
+def _series_of(finding: Mapping[str, Any]) -> str:
+    """The series a finding's metric is of (``soak.copy_tbps.dip`` → ``copy_tbps``); "" none."""
+    parts = str(finding.get("metric") or "").split(".")
+    return parts[1] if len(parts) == 3 and parts[0] == "soak" else ""
+
+
+def _reading(data: Mapping[str, Any], place: str, key: str, cycle: int) -> float | None:
+    """The value of ``key`` in ``cycle`` on the GPU ``place`` (the node's own for its all_reduce)."""
+    series = data.get(key) if key == NODE_SERIES else ((data.get("gpus") or {}).get(place) or {}).get(key)
+    values = list(series or [])
+    value = values[cycle] if 0 <= cycle < len(values) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
 def node_figure(
     node: str, data: Mapping[str, Any], findings: Sequence[Mapping[str, Any]], cycle_s: float
 ) -> NodeFigure:
-    """One node's panels: each series of ``PANELS`` that has a reading, one line per GPU against
-    minutes since the node's start; the GPUs a failing finding names marked, a mark at each cycle
-    a failing finding on the node began in; the series without any reading named in the note."""
+    """One node's panels: each series of ``PANELS`` that has a reading, one line per GPU (the
+    all_reduce: one for the node) against minutes since the node's start; the GPUs a failing
+    finding names marked, a mark at each cycle a failing finding on the node began in, and each
+    warning's cycle marked amber (on its metric's panel with a ring at the value, such as a dip the
+    GPU recovered from, else on every panel); the series without any reading named in the note."""
     gpus: Mapping[str, Mapping[str, Any]] = data.get("gpus") or {}
     order = sorted(gpus, key=natural)
     failing = _failing_gpus(findings, node)
     panels: list[Panel] = []
     missing: list[str] = []
     for key, title in PANELS:
-        lines = [
-            Line(
-                label,
-                [float(t) / 60.0 for t in gpus[label].get("t") or []],
-                list(gpus[label].get(key) or []),
-                marked=label in failing,
-            )
-            for label in order
-            if any(isinstance(v, int | float) for v in gpus[label].get(key) or [])
-        ]
+        if key == NODE_SERIES:
+            times = (gpus[order[0]].get("t") or []) if order else []
+            values = list(data.get(key) or [])
+            lines = [Line("node", [float(t) / 60.0 for t in times], values)] if _read(values) else []
+        else:
+            lines = [
+                Line(
+                    label,
+                    [float(t) / 60.0 for t in gpus[label].get("t") or []],
+                    list(gpus[label].get(key) or []),
+                    marked=label in failing,
+                )
+                for label in order
+                if _read(gpus[label].get(key) or [])
+            ]
         if lines:
             panels.append(Panel(title, lines))
-        else:
+        elif key != NODE_SERIES:  # a node of one GPU runs no all_reduce: nothing missing
             missing.append(title.split(",")[0])
-    marks: dict[tuple[float, str], Mark] = {}
+    marks: dict[tuple[float, str, str], Mark] = {}
+    warned: list[str] = []
     for f in findings:
-        if f.get("severity", "fail") != "fail" or node not in (f.get("nodes") or ()) or f.get("cycle") is None:
+        severity = str(f.get("severity", "fail"))
+        if severity not in ("fail", "warn") or node not in (f.get("nodes") or ()) or f.get("cycle") is None:
             continue
         place = f"gpu{f['gpu']}" if isinstance(f.get("gpu"), int) else "node"
         x = _minute(gpus, place, int(f["cycle"]), cycle_s)
-        marks.setdefault((x, place), Mark(x, f"{place} from cycle {f['cycle']}"))
+        if severity == "fail":
+            marks.setdefault((x, place, ""), Mark(x, f"{place} from cycle {f['cycle']}"))
+            continue
+        key = _series_of(f)
+        panel = next((title for k, title in PANELS if k == key), "")
+        if panel and panel not in [p.title for p in panels]:
+            panel = ""
+        y = _reading(data, place, key, int(f["cycle"])) if panel else None
+        what = f"{place} {panel.split(',')[0]}" if panel else place
+        marks.setdefault((x, place, panel), Mark(x, f"{place} cycle {f['cycle']}", "warn", panel, y))
+        warned.append(f"{what} in cycle {f['cycle']}")
     note = ""
     if missing:
         stand_in = bool(gpus) and all(str(g.get("device", "")) == "cpu" for g in gpus.values())
@@ -246,6 +289,8 @@ def node_figure(
     caption = f"{node}: {_count(len(order), 'GPU')}, {_count(cycles, 'cycle')} over {_duration(data.get('soaked_s'))}"
     if failing:
         caption += f"; failing: {', '.join(sorted(failing, key=natural))} (red)"
+    if warned:
+        caption += f"; warnings (amber, dotted): {', '.join(dict.fromkeys(warned))}"
     return NodeFigure(node, tuple(panels), tuple(marks.values()), caption, note)
 
 

@@ -1,0 +1,103 @@
+"""One voice across the report, on recorded results: a check that does not apply reads as its
+sentence in pytest-html's table (not pytest's ``(path, line, message)`` tuple); the run's count of
+checks that ran is the count pytest-html's "N tests took" line gives; a compute row shows its
+speed with its unit, not the spread ratio beside it, and, where the GPU's datasheet states the
+figure, its share of it; no Python literal anywhere in a page."""
+
+from __future__ import annotations
+
+import html as html_text
+import json
+import re
+from pathlib import Path
+
+import pytest
+from soak_dip_docs import dip_doc
+
+from pytest_gpucluster.config.gpu_specs import share, spec_of
+from pytest_gpucluster.report import figures, html, model
+from pytest_gpucluster.report.pytest_html_hooks import skip_sentence
+from pytest_gpucluster.results import with_verdicts
+from pytest_gpucluster.verdict import Recorded
+
+SAMPLES = Path(__file__).resolve().parents[2] / "docs" / "samples"
+# A Python literal in what a customer reads: a tuple or list of strings, a dict, a skip's tuple.
+LITERAL = re.compile(r"\(\s*'|\['|\{'|', '|', \d+, ['\"]")
+
+
+def sample(name: str) -> dict:
+    return with_verdicts(json.loads((SAMPLES / f"results-{name}.json").read_text()))
+
+
+def visible(page: str) -> str:
+    """A page's text as a browser shows it: scripts, styles, images and tags dropped."""
+    page = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S)
+    return html_text.unescape(re.sub(r"<[^>]+>", " ", page))
+
+
+def test_a_skip_reads_as_its_sentence():
+    longrepr = ("/srv/suite/tests/acceptance/test_dcgm.py", 18, "Skipped: not applicable: dcgmi is not installed")
+    assert skip_sentence(longrepr) == "Not applicable: dcgmi is not installed"
+    assert skip_sentence("a failure's text") is None
+
+
+def test_the_count_of_checks_that_ran_is_pytest_htmls():
+    doc = sample("h100-1gpu-slurm")
+    block = html.acceptance_block(doc, Recorded.of(doc))
+    # pytest-html counts passed, failed, xpassed and xfailed as "tests took": 29 here
+    ran = sum(1 for t in doc["tests"] if t["outcome"] in ("passed", "failed", "xpassed", "xfailed"))
+    assert ran == 29
+    assert "56 checks in 18 areas: 29 ran, 27 not applicable; compute (1), dcgm (1)," in block
+    chips = {k: v for k, v in Recorded.of(doc).acceptance.counts.items() if v}
+    assert sum(chips.values()) == len(doc["tests"]) == 56
+
+
+def test_a_compute_row_shows_its_speed_and_its_share_of_the_spec():
+    doc = sample("4xh200-slurm")
+    compute = next(t for t in doc["tests"] if t["name"] == "test_gpu_compute_and_memory")
+    assert {m["unit"] for m in compute["measurements"]} == {"TFLOP/s", "TB/s", "ratio"}
+    cells = model.test_cells(compute, model.gpu_model(doc))
+    assert cells.measured == "743.4 TFLOP/s (worst of 4; 75 % of the 989 TFLOP/s spec)"
+    key = {k.metric: k for k in figures.key_figures(doc)}
+    assert key["compute.matmul_bf16"].spec == "75 % of the 989 TFLOP/s spec"
+    assert key["compute.memcopy"].worst == "4.271 TB/s" and key["compute.memcopy"].spec == "89 % of the 4.8 TB/s spec"
+    h100 = sample("h100-2node-shared-gpu")
+    assert model.gpu_model(h100) == "NVIDIA H100 80GB HBM3"  # the inventory's name, not the profile's "H100"
+    key = {k.metric: k for k in figures.key_figures(h100)}
+    assert key["compute.memcopy"].spec == "47 % of the 3.35 TB/s spec"
+
+
+def test_a_failing_ratio_still_heads_its_row():
+    test = {
+        "verdict": "fail",
+        "measurements": [
+            {"metric": "compute.matmul_bf16", "value": 700.0, "unit": "TFLOP/s", "status": "pass", "threshold": {}},
+            {"metric": "compute.fraction_of_node_median", "value": 0.2, "unit": "ratio", "status": "fail"},
+        ],
+    }
+    assert model.test_cells(test, "NVIDIA H200").measured == "0.2 ratio"
+
+
+@pytest.mark.parametrize(
+    ("name", "known"),
+    [
+        ("NVIDIA H100 80GB HBM3", True),
+        ("NVIDIA H200", True),
+        ("NVIDIA H100 PCIe", False),
+        ("NVIDIA H100 NVL", False),
+        ("NVIDIA H200 NVL", False),
+        ("H100", False),  # the memory tells the SXM board from the others
+        ("cpu", False),
+    ],
+)
+def test_only_a_board_known_exactly_has_a_spec(name, known):
+    assert (spec_of(name, "compute.matmul_bf16") is not None) is known
+    assert share(0.9, "ratio", spec_of(name, "compute.matmul_bf16")) == ""
+
+
+@pytest.mark.parametrize("name", ["h100-1gpu-slurm", "h100-2node-shared-gpu", "4xh200-slurm", "soak-h200-1gpu", "dips"])
+def test_no_python_literal_in_a_page(name):
+    doc = dip_doc() if name == "dips" else sample(name)
+    text = visible(html.render_page(doc))
+    found = LITERAL.search(text)
+    assert found is None, text[max(0, found.start() - 200) : found.end() + 200]
