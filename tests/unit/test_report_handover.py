@@ -136,3 +136,24 @@ def test_the_handover_table_names_the_parties_and_rejects_unknown_keys(tmp_path)
         ConfigError, match=r"profiles\.x\.handover\.refrence: unknown key\. Perhaps you meant 'reference'\?"
     ):
         load(bad)
+
+
+def test_reasons_that_differ_only_by_node_are_one_line_naming_the_nodes():
+    # the 2×2 split of the 4 × H200 machine: dcgmi and nvbandwidth missing on both nodes
+    doc = with_verdicts(json.loads((SAMPLES / "results-2x2-h200-retest-merged.json").read_text()))
+    why = [n.why for n in handover.not_tested(doc, Recorded.of(doc))]
+    assert any(w.startswith("not applicable: dcgmi is not installed on node[1-2] and profile") for w in why), why
+    assert not [w for w in why if "installed on node1" in w or "installed on node2" in w], why
+    dcgm = next(n for n in handover.not_tested(doc, Recorded.of(doc)) if "dcgmi" in n.why)
+    assert len(dcgm.checks) == 2
+
+
+def test_key_figures_say_what_they_measured():
+    from pytest_gpucluster.report import figures
+
+    doc = with_verdicts(json.loads((SAMPLES / "results-4xh200-local-shapes.json").read_text()))
+    key = {k.metric: k for k in figures.key_figures(doc)}
+    assert key["compute.matmul_bf16"].measured == "NVIDIA H200, bf16"
+    assert "at 1 GiB" in key["nccl.all_reduce.intra_node"].measured
+    assert "4 ranks" in key["nccl.all_reduce.intra_node"].measured
+    assert "941 M parameters" in key["train.ddp.mfu"].measured

@@ -106,6 +106,19 @@ class KeyFigure:
     source_detail: str  # the bound's evidence in full
     status: str
     spec: str = ""  # "74 % of the 989 TFLOP/s spec": the worst value's share of the datasheet's
+    # What the worst value measured, as its check recorded it: the GPU and precision, the message
+    # size and ranks of a collective, the training model.
+    measured: str = ""
+
+
+def _measured(m: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
+    """What measurement ``m`` measured: its recorded detail, and for a training figure the model
+    the run trained (the environment's ``training_model``) where the detail does not name it."""
+    detail = str(m.get("detail") or "")
+    model = str((doc.get("environment") or {}).get("training_model") or "")
+    if str(m.get("metric", "")).startswith("train.") and model and "param" not in detail:
+        detail = f"{detail}; model {model}" if detail else f"model {model}"
+    return detail
 
 
 def key_figures(doc: Mapping[str, Any], limit: int = 14) -> list[KeyFigure]:
@@ -146,6 +159,7 @@ def key_figures(doc: Mapping[str, Any], limit: int = 14) -> list[KeyFigure]:
                     source_detail=threshold_source(bad.get("threshold", {})),
                     status=status,
                     spec=share(bad.get("value"), unit, spec_of(gpu, metric)),
+                    measured=_measured(bad, doc),
                 ),
             )
         )

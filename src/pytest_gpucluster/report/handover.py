@@ -9,6 +9,7 @@ and whether the sheet is one to sign (only an ACCEPTED run is an acceptance). Pu
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpucluster.fold import fold_lines
+from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.report.plots import natural
 from pytest_gpucluster.verdict import Recorded, first_line
 from pytest_gpucluster.verdict.findings import test_label
@@ -85,13 +87,30 @@ def selection_words(selection: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "every check of the suite"
 
 
-def _grouped(lines: Sequence[str]) -> dict[str, list[str]]:
-    """``"<check>: <reason>"`` lines grouped by reason, in order."""
-    out: dict[str, list[str]] = {}
+_NODE_SLOT = "\x00"
+
+
+def _grouped(lines: Sequence[str], nodes: Sequence[str] = ()) -> dict[str, list[str]]:
+    """``"<check>: <reason>"`` lines grouped by reason, in order. Reasons that differ only in the
+    one node they name (``dcgmi is not installed on node1`` / ``on node2``) are one reason naming
+    those nodes as a hostlist (``on node[1-2]``)."""
+    names = sorted({n for n in nodes if n}, key=len, reverse=True)
+    pattern = re.compile(rf"(?<![\w.\-])({'|'.join(map(re.escape, names))})(?![\w\-])") if names else None
+    groups: dict[str, tuple[list[str], list[str]]] = {}
     for line in lines:
         check, _, reason = line.partition(": ")
-        out.setdefault(reason or "no reason recorded", []).append(check)
-    return out
+        reason = reason or "no reason recorded"
+        key, node = reason, ""
+        named = set(pattern.findall(reason)) if pattern is not None else set()
+        if pattern is not None and len(named) == 1:
+            key, node = pattern.sub(_NODE_SLOT, reason), named.pop()
+        in_group = groups.setdefault(key, ([], []))
+        in_group[0].append(check)
+        if node and node not in in_group[1]:
+            in_group[1].append(node)
+    return {
+        key.replace(_NODE_SLOT, hostlist(found)) if found else key: checks for key, (checks, found) in groups.items()
+    }
 
 
 def not_tested(doc: Mapping[str, Any], recorded: Recorded) -> list[NotTested]:
@@ -100,8 +119,10 @@ def not_tested(doc: Mapping[str, Any], recorded: Recorded) -> list[NotTested]:
     left it out), optional and not run, and selected but not judged (each reason)."""
     acc = recorded.acceptance
     selection: Mapping[str, Any] = doc.get("selection") or {}
+    nodes = [str(n) for n in doc.get("nodes", [])]
     out = [
-        NotTested(f"not applicable: {reason}", tuple(checks)) for reason, checks in _grouped(acc.not_applicable).items()
+        NotTested(f"not applicable: {reason}", tuple(checks))
+        for reason, checks in _grouped(acc.not_applicable, nodes).items()
     ]
     if acc.not_selected:
         out.append(NotTested(f"required, not selected ({selection_words(selection)})", tuple(acc.not_selected)))
@@ -117,7 +138,8 @@ def not_tested(doc: Mapping[str, Any], recorded: Recorded) -> list[NotTested]:
         if t.get("verdict") in ("not_judged", "fault", "interrupted")
     ]
     out += [
-        NotTested(f"selected, not judged: {reason}", tuple(checks)) for reason, checks in _grouped(unjudged).items()
+        NotTested(f"selected, not judged: {reason}", tuple(checks))
+        for reason, checks in _grouped(unjudged, nodes).items()
     ]
     return out
 
