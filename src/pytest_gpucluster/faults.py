@@ -8,7 +8,7 @@ A node is rejected only for its own fault. What stops a check from outside the n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from pytest_gpucluster.errors import ClusterFault, LaunchError, NodeLostError
 from pytest_gpucluster.slurm import Holder
@@ -48,13 +48,17 @@ def fault_finding(fault: ClusterFault, *, node: str, tested: Sequence[str]) -> F
     return Finding.outside(scope, fault.sentence, nodes=nodes, setting=setting, severity="not_judged")
 
 
-def error_findings(exc: BaseException, *, node: str, tested: Sequence[str]) -> list[Finding]:
+def error_findings(
+    exc: BaseException, *, node: str, tested: Sequence[str], lost: Collection[str] = ()
+) -> list[Finding]:
     """The findings a check's ending in ``exc`` stands for, from the error's fields: a fault
     outside the nodes (``fault_finding``); nodes lost under a job, each its own culprit; a job
     whose tasks failed on some nodes, those nodes its culprits (on every node of several at once:
     a cause common to them, no culprit); any other failure the check's node's, or, in a check of
-    no node, the tested nodes' together with no culprit. ``node``: the node a per-node check
-    tests ("" for another check)."""
+    no node, the tested nodes' together with no culprit; where that leaves a job of several
+    nodes with no culprit, those of its nodes the run has lost (``lost``: found silent or gone,
+    the job then ended for them). ``node``: the node a per-node check tests ("" for another
+    check)."""
     original = getattr(exc, "original", None)  # a failure shared with an earlier test
     if isinstance(original, BaseException):
         exc = original
@@ -71,6 +75,9 @@ def error_findings(exc: BaseException, *, node: str, tested: Sequence[str]) -> l
             culprits = nodes  # one node ran it: whatever failed there is that node's
         elif set(culprits) >= set(nodes):
             culprits = ()  # every node failed alike: a cause common to all, none convicted
+        gone = tuple(n for n in nodes if n in lost)
+        if not culprits and gone and len(gone) < len(nodes):
+            culprits = gone  # a job ended for a node the run lost under it: that node's fault
         return [Finding.across(nodes, text, culprits=culprits)]
     if node:
         return [Finding.on_node(node, text)]

@@ -475,7 +475,7 @@ class GpuClusterSession:
         if exc is not None and report.failed and is_check(item) and not self._recorded_failure(item, exc):
             # What the check's ending stands for, from the error's fields (faults.error_findings),
             # on the test itself: its later phases' reports carry what this one found.
-            for f in error_findings(exc, node=subject_node(item), tested=self.nodes):
+            for f in error_findings(exc, node=subject_node(item), tested=self.nodes, lost=self.lost_nodes):
                 self._add(item, report, {"kind": "finding", **f.to_json()})
         fault = cluster_fault(exc)
         if fault is not None:

@@ -78,6 +78,11 @@ def test_an_errors_fields_say_whose_fault_it_is():
     assert error_findings(every, node="", tested=NODES)[0].convicts == ()  # a cause common to all
     alone = LaunchError("job 10: task 0 on node1 failed", nodes=("node1",), culprits=("node1",))
     assert error_findings(alone, node="", tested=NODES)[0].convicts == ("node1",)
+    # a job ended for a node the run lost under it (found silent in a job beside it): that node's
+    # fault, though both tasks failed (the healthy one by the cancel that followed)
+    (ended,) = error_findings(every, node="", tested=NODES, lost={"node2": "silent"})
+    assert (ended.culprits, ended.convicts) == (("node2",), ("node2",))
+    assert error_findings(every, node="", tested=NODES, lost={"node1": "x", "node2": "y"})[0].convicts == ()
     assert error_findings(AssertionError("3 GPUs"), node="node2", tested=NODES)[0].convicts == ("node2",)
     assert error_findings(AssertionError("x"), node="", tested=NODES)[0].convicts == ()
 
