@@ -140,7 +140,7 @@ class ThresholdSet:
 
 def shape_specific(metric: str) -> bool:
     """Whether a line of ``metric`` holds for one node shape only: intra-node busbw depends on how
-    many GPUs share the node's NVLink (H200: 365 GB/s all_reduce on 8, 354 on 4, 327 on 2)."""
+    many GPUs share the node's NVLink (docs/thresholds.md has the H200 figures per shape)."""
     return metric.startswith("nccl.") and ".intra_node" in metric
 
 
