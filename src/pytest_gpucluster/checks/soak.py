@@ -290,7 +290,10 @@ def dips(track: GpuTrack, rule: Dip, longest: int, start: float, metrics: Sequen
         ).replace(" -", " −")
         if deepest.back is not None:
             again = values[deepest.back]
-            text += f", back to {again:.4g} in cycle {track.cycles[deepest.back].get('cycle')}"
+            assert again is not None
+            # A recovery short of the level says how far short, so "back" is not read as "whole".
+            short = f" ({100 * (again / level - 1):+.0f} %)".replace("-", "−") if again < 0.98 * level else ""
+            text += f", back to {again:.4g}{short} in cycle {track.cycles[deepest.back].get('cycle')}"
         else:
             text += ", still down when the soak ended"
         others = [track.cycles[s.first].get("cycle") for s in spans if s is not deepest]
@@ -664,6 +667,7 @@ def section(
         for t in track.of_node(node):
             series: dict[str, Any] = {
                 "device": t.device,
+                **{k: t.initial[k] for k in ("driver", "cuda") if t.initial.get(k)},
                 "t": [round(float(c.get("t0", start)) - start, 1) for c in t.cycles],
             }
             for key in SERIES:

@@ -210,18 +210,29 @@ VERSION_FACTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+def node_facts(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """What the nodes said of themselves: each inventory's compared facts (kept under "summary",
+    workloads/inventory.py), else each soaked GPU's start record (its device, driver and CUDA)."""
+    inventory = doc.get("inventory") or {}
+    facts: list[Mapping[str, Any]] = [f.get("summary", f) for f in inventory.values() if isinstance(f, Mapping)]
+    if facts:
+        return facts
+    soaked = ((doc.get("soak") or {}).get("nodes") or {}).values()
+    return [
+        g for n in soaked if isinstance(n, Mapping) for g in (n.get("gpus") or {}).values() if isinstance(g, Mapping)
+    ]
+
+
 def versions(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The software versions a customer asks about, in a fixed order; "not recorded" where no
     check recorded the fact (from the environment, else the same fact found in every node's
     inventory, else the distinct values across nodes)."""
     env = doc.get("environment", {})
-    inventory = doc.get("inventory", {})
+    nodes = node_facts(doc)
     out = []
     for label, keys in VERSION_FACTS:
         value: Any = next((env[k] for k in keys if env.get(k) not in (None, "")), None)
-        if value is None and isinstance(inventory, Mapping):
-            # An inventory keeps the compared facts under "summary" (workloads/inventory.py).
-            nodes = [f.get("summary", f) for f in inventory.values() if isinstance(f, Mapping)]
+        if value is None:
             seen = sorted(
                 {
                     str(facts[k])
@@ -242,13 +253,18 @@ def gpu_summary(doc: Mapping[str, Any]) -> str:
     cluster = doc.get("cluster", {})
     nodes = len(doc.get("nodes", [])) or int(cluster.get("nodes_expected", 0) or 0)
     per_node = int(cluster.get("gpus_per_node", 0) or 0)
-    model = str(cluster.get("gpu_model") or "GPU")
+    declared = str(cluster.get("gpu_model") or "")
+    model = gpu_model(doc) or "GPU"
     noun = "node" if nodes == 1 else "nodes"
     chosen = (doc.get("environment") or {}).get("cuda_visible_devices")
     also = f"; {chosen}" if chosen else ""
+    # The model the GPUs gave is the one named; a profile that declared another says so beside it.
+    if declared and declared.lower() not in model.lower():
+        also = f" (the profile declares {declared}){also}"
     if not per_node:
         return f"{nodes} {noun}, no GPU devices ({model}){also}"
-    return f"{nodes} {noun} × {per_node} {model} = {nodes * per_node} GPUs{also}"
+    gpus = nodes * per_node
+    return f"{nodes} {noun} × {per_node} {model} = {gpus} GPU{'' if gpus == 1 else 's'}{also}"
 
 
 def gpu_model(doc: Mapping[str, Any]) -> str:
@@ -262,4 +278,6 @@ def gpu_model(doc: Mapping[str, Any]) -> str:
         for g in facts.get("gpus") or []
         if isinstance(g, Mapping)
     ]
+    if not names:  # a soak run on its own: the device its GPUs gave ("cpu" for a stand-in rank)
+        names = [str(f.get("device", "")) for f in node_facts(doc) if f.get("device") not in (None, "cpu")]
     return model_of(names, str((doc.get("cluster") or {}).get("gpu_model") or ""))

@@ -141,7 +141,9 @@ def _span(values: Sequence[float], say: Callable[[Any], str] = str) -> str:
 def _soaked(nodes: Sequence[Mapping[str, Any]], requested_s: float) -> str:
     done = [float(n.get("soaked_s") or 0.0) for n in nodes]
     text = f"{_span(done, _duration)} of {_duration(requested_s)}"
-    if len(nodes) == 1 and requested_s > 0 and done[0] < 0.995 * requested_s:
+    # A soak that ran its length stops where its next whole cycle would not fit: no share to give.
+    short = len(nodes) == 1 and nodes[0].get("ended") != "duration"
+    if short and requested_s > 0 and done[0] < 0.995 * requested_s:
         text += f" ({100 * done[0] / requested_s:.0f} %)"
     return text
 

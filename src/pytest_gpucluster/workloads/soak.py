@@ -210,6 +210,22 @@ def memory_errors(handle: Any) -> dict[str, int]:
     return out
 
 
+def stack_versions() -> dict[str, str]:
+    """The driver and the CUDA version it supports, as NVML gives them: a soak run on its own still
+    says which software stack it soaked."""
+    import pynvml
+
+    out: dict[str, str] = {}
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        out["driver"] = driver.decode() if isinstance(driver, bytes) else str(driver)
+        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
+        out["cuda"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
+    except Exception:
+        pass  # a fact NVML does not give is left out, as for the counters
+    return out
+
+
 def _fabric(node_first: bool, root: str, nvml_index: int | None) -> dict[str, Any]:
     """The fabric error counters this task reads: the node's InfiniBand ports (its first task) and
     its own GPU's NVLinks, as absolute values (the login side takes the differences)."""
@@ -287,6 +303,7 @@ def soak(
         first: dict[str, Any] = {"kind": "start", "node": node, "gpu": label, "device": name, "job": ctx.job_id}
         if handle is not None:
             first.update(memory_errors(handle))
+            first.update(stack_versions())
         fabric = _fabric(ctx.local_rank == 0, fabric_root, nvml_index)
         if fabric:
             first["fabric"] = fabric
