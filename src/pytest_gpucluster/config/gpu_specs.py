@@ -22,27 +22,37 @@ class Spec:
 
 
 _H100_SXM = "NVIDIA H100 SXM5 datasheet"
+_H100_PCIE = "NVIDIA H100 PCIe datasheet"
+_H100_NVL = "NVIDIA H100 NVL datasheet (per GPU)"
 _H200_SXM = "NVIDIA H200 SXM datasheet"
+_H200_NVL = "NVIDIA H200 NVL datasheet"
+_B200 = "NVIDIA HGX B200 datasheet (per GPU, 1 000 W)"
+_A100 = "NVIDIA A100 datasheet"
+
+
+def _figures(source: str, tflops: float, tbps: float, memory: str) -> Mapping[str, Spec]:
+    return {
+        "compute.matmul_bf16": Spec(tflops, "TFLOP/s", f"{source}: BF16 dense"),
+        "compute.memcopy": Spec(tbps, "TB/s", f"{source}: {memory} bandwidth"),
+    }
+
+
 # (what the NVML name must contain, what it must not) → the figures by metric. Dense bf16 is half
 # the datasheet's "with sparsity" figure; HBM bandwidth counts bytes read plus written, as the
 # suite's copy does (config/metrics.py).
 SPECS: tuple[tuple[tuple[str, ...], tuple[str, ...], Mapping[str, Spec]], ...] = (
-    (
-        ("H100", "HBM3"),
-        ("PCIe", "NVL"),
-        {
-            "compute.matmul_bf16": Spec(989.0, "TFLOP/s", f"{_H100_SXM}: BF16 dense"),
-            "compute.memcopy": Spec(3.35, "TB/s", f"{_H100_SXM}: HBM3 bandwidth"),
-        },
-    ),
-    (
-        ("H200",),
-        ("NVL",),
-        {
-            "compute.matmul_bf16": Spec(989.0, "TFLOP/s", f"{_H200_SXM}: BF16 dense"),
-            "compute.memcopy": Spec(4.8, "TB/s", f"{_H200_SXM}: HBM3e bandwidth"),
-        },
-    ),
+    (("H100", "HBM3"), ("PCIe", "NVL"), _figures(_H100_SXM, 989.0, 3.35, "HBM3")),
+    (("H100", "PCIe"), (), _figures(_H100_PCIE, 756.0, 2.0, "HBM2e")),
+    (("H100", "NVL"), (), _figures(_H100_NVL, 835.0, 3.9, "HBM3")),
+    (("H200",), ("NVL",), _figures(_H200_SXM, 989.0, 4.8, "HBM3e")),
+    (("H200", "NVL"), (), _figures(_H200_NVL, 835.0, 4.8, "HBM3e")),
+    (("B200",), ("GB200",), _figures(_B200, 2250.0, 8.0, "HBM3e")),
+    # NVML's A100 names carry the board and the memory: A100-SXM4-80GB, A100-SXM4-40GB,
+    # A100 80GB PCIe, A100-PCIE-40GB.
+    (("A100", "SXM4", "80GB"), (), _figures(_A100, 312.0, 2.039, "HBM2e")),
+    (("A100", "SXM4", "40GB"), (), _figures(_A100, 312.0, 1.555, "HBM2")),
+    (("A100", "80GB", "PCIe"), (), _figures(_A100, 312.0, 1.935, "HBM2e")),
+    (("A100", "PCIE-40GB"), (), _figures(_A100, 312.0, 1.555, "HBM2")),
 )
 
 
