@@ -1,8 +1,8 @@
 """The suite as a site's operators run it on the test cluster: unprivileged Unix users, one after
-another and at once on one shared filesystem (a few checks); the whole handover inside
-``flags=maint`` reservations, first with the operator's shell's SBATCH_* defaults exported and
-``--gpucluster-drain-failed`` it may not carry out, then two operators at once, each in a
-reservation of its own; and a constraint no node satisfies. The users (gcop1, gcop2), the
+another and at once on one shared filesystem (a few checks); inside ``flags=maint``
+reservations, first a few areas with the operator's shell's SBATCH_* defaults exported and
+``--gpucluster-drain-failed`` it may not carry out, then the whole handover by two operators at
+once, each in a reservation of its own; and a constraint no node satisfies. The users (gcop1, gcop2), the
 reservations and the shared folders made here are removed afterwards, also on failure."""
 
 from __future__ import annotations
@@ -189,12 +189,17 @@ def test_inside_maint_reservations_two_operators_one_after_the_other_and_at_once
     handover = ("tests/acceptance", "-m", "multinode and not slow")
     prof = thresholds(drop, "ci_maint", reservation=first_rack)
     in_first = (*handover, "--cluster=ci_maint", f"--gpucluster-thresholds={prof}")
-    # gcop1 with its shell's sbatch defaults exported, and a drain it may not carry out.
+    # gcop1 with its shell's sbatch defaults exported, and a drain it may not carry out: a light
+    # job and a measuring one are enough to show how jobs are written (PARTIAL: a few areas);
+    # the whole handover is ACCEPTED in the two runs at once below.
     env = {"SBATCH_TIMELIMIT": "1", "SBATCH_JOB_NAME": "x"}
-    run = run_suite(operators, "gcop1", drop, *in_first, "--gpucluster-drain-failed", env=env)
+    some = (*FEW, "tests/acceptance/test_nccl.py", "-m", "multinode and not slow")
+    setup = ("--cluster=ci_maint", f"--gpucluster-thresholds={prof}", "--gpucluster-drain-failed")
+    run = run_suite(operators, "gcop1", drop, *some, *setup, env=env)
     acc, env = run.acceptance, run.results.get("environment", {})
     print(f"gcop1 in {first_rack}: {acc.get('headline')}")
-    assert run.returncode == 0 and acc["verdict"] == "ACCEPTED", run.output[-6000:]
+    assert run.returncode == 0 and acc["verdict"] == "PARTIAL", run.output[-6000:]
+    assert acc["counts"]["fail"] == 0 and acc["counts"]["error"] == 0, acc
     # The reservation's nodes are the tested ones; MAINTENANCE there is no fault.
     assert run.results["nodes"] == ["node1", "node2"] and "excluded_nodes" not in env, env
     assert env["reservation"] == first_rack and env["measuring_jobs_exclusive"] is True

@@ -184,10 +184,15 @@ def test_one_real_gpu_trains_on_one_rank():
     assert (plan.ranks_per_node, plan.gpus_per_node) == (1, 1)
 
 
-def test_a_cpu_rank_takes_its_share_of_the_cpus_slurm_allotted_on_its_node(monkeypatch):
-    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "16")
-    assert cpu_threads(4) == 4
-    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "2")
-    assert cpu_threads(8) == 1  # never fewer than one
-    monkeypatch.delenv("SLURM_CPUS_ON_NODE")
-    assert cpu_threads(1) == (os.cpu_count() or 1)  # outside Slurm: the machine's
+def test_a_cpu_rank_takes_its_share_of_the_cpus_slurm_allotted_on_its_node():
+    assert cpu_threads(4, {"SLURM_CPUS_ON_NODE": "16"}, usable=64) == 4
+    assert cpu_threads(8, {"SLURM_CPUS_ON_NODE": "2"}, usable=64) == 1  # never fewer than one
+    assert cpu_threads(1, {}, usable=64) == 64  # outside Slurm: the CPUs it may run on
+    assert cpu_threads(1, {}) == len(os.sched_getaffinity(0))
+
+
+def test_a_node_advertising_more_cpus_than_its_host_has_gets_the_hosts_share():
+    # The test cluster's fake nodes advertise 8 CPUs on a 2-core machine: 4 threads in each of
+    # 2 ranks made a step of the tiny model take 600-800 ms instead of about 20 ms.
+    assert cpu_threads(2, {"SLURM_CPUS_ON_NODE": "8"}, usable=2) == 1
+    assert cpu_threads(2, {"SLURM_CPUS_ON_NODE": "8"}, usable=16) == 4

@@ -18,7 +18,7 @@ import itertools
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -158,12 +158,23 @@ class RunStats:
         return self.tokens_per_step * len(self.step_times_s) / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
-def cpu_threads(tasks_per_node: int) -> int:
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a cpuset narrows), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpu_threads(tasks_per_node: int, env: Mapping[str, str] | None = None, usable: int | None = None) -> int:
     """Threads for one CPU rank: its share of the CPUs Slurm allotted the job on this node
-    (``SLURM_CPUS_ON_NODE``), else of the machine's. A job given part of a node, or nodes that
-    share one host, would otherwise run a thread per core of the whole machine in every rank."""
-    allotted = os.environ.get("SLURM_CPUS_ON_NODE", "")
-    cpus = int(allotted) if allotted.isdigit() and int(allotted) > 0 else (os.cpu_count() or 1)
+    (``SLURM_CPUS_ON_NODE``), never more than the CPUs the process may run on. A job given part of
+    a node would otherwise run a thread per core of the whole machine in every rank; nodes that
+    advertise more CPUs than their host has (the test cluster's) would run several spinning
+    threads per core, which makes every step many times slower."""
+    allotted = (os.environ if env is None else env).get("SLURM_CPUS_ON_NODE", "")
+    real = usable_cpus() if usable is None else usable
+    cpus = min(int(allotted), real) if allotted.isdigit() and int(allotted) > 0 else real
     return max(1, cpus // max(1, tasks_per_node))
 
 
