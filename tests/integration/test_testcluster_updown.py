@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.launch import JobSpec
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.workloads import rank_failure
+from pytest_gpucluster.workloads.sleep import sleep
 
 pytestmark = pytest.mark.integration
 
@@ -132,4 +135,37 @@ def test_host_network_cluster_without_accounting_runs_jobs_and_reports_a_dead_ta
         os.environ["SLURM_CONF"] = str(slurm_cluster.slurm_conf)
         plain.down()
         running.up()
+    assert running.is_up()
+
+
+def test_a_job_id_a_fresh_controller_gives_again_is_read_as_the_new_job(
+    slurm_cluster: ClusterInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A controller started on fresh state numbers jobs from 1 again, as the test cluster does each
+    # time it is brought up. A launcher of a later run, in the same process, follows its own jobs:
+    # the earlier job that had the same id and was cancelled does not end the new one in the queue.
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.slurm_conf))
+    running = TestCluster.from_running(slurm_cluster.state_dir)
+    assert running is not None
+    folder = slurm_cluster.shared_dir / f"reused-id-{uuid.uuid4().hex[:8]}"
+    ids = []
+    try:
+        running.down()
+        running.up()  # fresh state: the next job is the first one
+        first = SubmititLauncher(executor="slurm", folder=folder / "first", partition="debug")
+        cancelled = first.submit(sleep, JobSpec("cancelled", nodes=1), seconds=300.0)
+        subprocess.run(["scancel", cancelled.job_id], env=slurm_cluster.env(), timeout=30, check=True)
+        with pytest.raises(LaunchError, match=r"ended CANCELLED"):
+            cancelled.results()
+        ids.append(cancelled.job_id)
+
+        running.down()
+        running.up()
+        second = SubmititLauncher(executor="slurm", folder=folder / "second", partition="debug")
+        again = second.submit(sleep, JobSpec("again", nodes=1), seconds=1.0)
+        ids.append(again.job_id)
+        assert again.job_id == cancelled.job_id, ids  # the same id, from the fresh controller
+        assert [r.value.seconds >= 1.0 for r in again.results()] == [True]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     assert running.is_up()

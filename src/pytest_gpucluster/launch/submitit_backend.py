@@ -204,6 +204,8 @@ class SubmititLauncher(Launcher):
             if self.executor == "slurm" and "node configuration is not available" in str(exc):
                 why += self.shape_hint(spec)
             raise LaunchError(why) from exc
+        if self.executor == "slurm":
+            job.watcher = self.watcher.sacct  # submitit's own state queries read this launcher's too
         handle = SubmititJob(job, spec, self)
         self.watcher.watch(handle, spec.nodelist)
         self.status(handle.job_id, "SUBMITTED", spec.name)

@@ -5,7 +5,9 @@ the waiters allow.
 It owns
 * the queue state: job → (state, reason), from one squeue for every job waited on, read at most
   every ``QUEUE_READ_S`` however many jobs wait (64 per-node training jobs at 64 nodes), and
-  accounting's word through submitit's own watcher;
+  accounting's word through a sacct watcher of submitit's kind that is this watcher's own: the
+  one submitit shares across every job of the process keeps a job's final state under its id
+  for good, and a controller started on fresh state gives that id to a new job;
 * the node state: what Slurm says of the nodes under and around the jobs waited on, from one node
   listing of those nodes (not of the whole cluster) shared by every waiter for ``NODE_READ_S``,
   and the jobs that run or wait on those nodes;
@@ -29,6 +31,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import submitit
+from submitit.slurm.slurm import SlurmInfoWatcher
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import GpuClusterError
@@ -55,9 +58,12 @@ class SlurmWatcher:
         self.accounting = accounting
         # The nodes of the run's reservation: there a MAINTENANCE node takes the run's jobs.
         self.reserved = reserved
-        # submitit's job-state watcher is shared and not thread-safe: jobs started ahead (see
-        # run/runner.py) are waited for from several threads.
+        # submitit's submission and its sacct watcher are not thread-safe: jobs started ahead (see
+        # run/runner.py) are submitted and waited for from several threads.
         self.submitit_lock = threading.RLock()
+        # Accounting's word on this launcher's jobs only (``job_state``): one sacct for all of
+        # them, as submitit asks, with no final state of another launcher's job under a reused id.
+        self.sacct = SlurmInfoWatcher(delay_s=600)
         self._lock = threading.Lock()
         self._watched: dict[str, Job[Any]] = {}  # job id → the job, submitted and not yet seen to end
         self._ending: set[str] = set()  # results all read, the job not yet seen to leave the queue
@@ -126,12 +132,12 @@ class SlurmWatcher:
         return contextlib.nullcontext() if self.accounting else sacct_bypass_quiet()
 
     def job_state(self, job: submitit.Job[Any], force: bool) -> str:
-        """The job's state: accounting's (submitit's watcher; ``force``: asked now, else its last
-        answer), else the queue's. A job the queue no longer knows has ended ("GONE"), so no
+        """The job's state: accounting's (this watcher's ``sacct``; ``force``: asked now, else its
+        last answer), else the queue's. A job the queue no longer knows has ended ("GONE"), so no
         wait outlives it."""
         job_id = str(job.job_id)
         with self.submitit_lock, self.sacct_quiet():
-            state = str(job.watcher.get_state(job_id, mode="force" if force else "cache")).upper()
+            state = str(self.sacct.get_state(job_id, mode="force" if force else "cache")).upper()
         if state != "UNKNOWN":
             return state
         if force:  # no accounting (sacct fails) or not recorded yet: ask the queue
@@ -143,9 +149,9 @@ class SlurmWatcher:
         return self._queue_said.get(job_id) or state
 
     def sacct_done(self, job: submitit.Job[Any]) -> bool:
-        """submitit's watcher's last word: the job is done."""
+        """Accounting's last word: the job is done."""
         with self.submitit_lock:
-            return bool(job.watcher.is_done(str(job.job_id), mode="cache"))
+            return bool(self.sacct.is_done(str(job.job_id), mode="cache"))
 
     def last_queue_state(self, job_id: str) -> str:
         """The job's state as the queue last said it ("GONE": it left), "" when not asked."""
