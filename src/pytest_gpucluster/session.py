@@ -42,6 +42,7 @@ from pytest_gpucluster.items import (
     skipped,
 )
 from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
+from pytest_gpucluster.launch.lost import LostNodes
 from pytest_gpucluster.options import Outputs, soak_fits
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE, NOT_JUDGED
 from pytest_gpucluster.plan import Facts, Plan, last_order
@@ -141,7 +142,7 @@ class GpuClusterSession:
             named=settings.nodes,
             check_named=settings.is_controller,
             reservation_from=settings.reservation_from,
-            lost=lambda: self.jobs.launched.lost_nodes if self.jobs.launched is not None else {},
+            lost=LostNodes(),
         )
         self._lost_recorded: dict[str, str] = {}
         self.progress = Progress(self._waiter)
@@ -554,11 +555,7 @@ class GpuClusterSession:
 
     def lost_evidence(self, node: str) -> str:
         """How this run learned it lost ``node``: Slurm's state or what a job saw, when, and where."""
-        launcher = self.jobs.launched
-        seen = launcher.lost_seen.get(node) if launcher is not None else None
-        if not seen:
-            return self.lost_nodes.get(node, "lost")
-        return f"{seen['why']} (seen {seen['how']}, {seen['when']})"
+        return self.node_set.lost_record.evidence(node)
 
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         """Nodes lost during this test go to the results, with when and how each was seen (also
@@ -566,8 +563,7 @@ class GpuClusterSession:
         lost = self.lost_nodes
         if lost and lost != self._lost_recorded:
             self._lost_recorded = lost
-            launcher = self.jobs.launched
-            seen = launcher.lost_seen if launcher is not None else {}
+            seen = self.node_set.lost_record.seen
             facts = {n: dict(seen.get(n) or {"why": why}) for n, why in lost.items()}
             item.user_properties.append((PROPERTY, {"kind": "environment", "facts": {"lost_nodes": facts}}))
 

@@ -87,7 +87,7 @@ def test_a_lost_node_is_learned_once_with_its_first_evidence():
     from pytest_gpucluster.launch.watcher import SlurmWatcher
 
     watcher = SlurmWatcher()
-    watcher.learn_lost({"node4": "DOWN"}, job_id="7", how="under job 7 (probe), RUNNING")
-    watcher.learn_lost({"node4": "silent", "node3": "DRAIN"}, job_id="9", how="under job 9 (nccl), FAILED")
-    assert watcher.lost_nodes == {"node4": "DOWN", "node3": "DRAIN"}
-    assert watcher.lost_seen["node4"]["job"] == "7" and watcher.lost_seen["node3"]["job"] == "9"
+    watcher.lost.learn({"node4": "DOWN"}, job_id="7", how="under job 7 (probe), RUNNING")
+    watcher.lost.learn({"node4": "silent", "node3": "DRAIN"}, job_id="9", how="under job 9 (nccl), FAILED")
+    assert watcher.lost.nodes == {"node4": "DOWN", "node3": "DRAIN"}
+    assert watcher.lost.seen["node4"]["job"] == "7" and watcher.lost.seen["node3"]["job"] == "9"

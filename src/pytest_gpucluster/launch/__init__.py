@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from pytest_gpucluster.launch.lost import LostNodes
 from pytest_gpucluster.workloads.xid import XidWatch
 
 R = TypeVar("R")
@@ -124,8 +125,7 @@ class Launcher(Protocol):
     """Runs workloads on the cluster. ``submitit_backend.SubmititLauncher`` (Slurm, and this
     machine through submitit's local executor) implements it; the session holds a ``Launcher``."""
 
-    lost_nodes: dict[str, str]  # nodes this run saw fail under a job: name → Slurm's state and reason
-    lost_seen: dict[str, dict[str, str]]  # how this run learned it lost each node: {"why", "when", "job", "how"}
+    lost: LostNodes  # the nodes the run lost under its jobs, with how it learned each (the run's one record)
     # Every Xid watch of the run's tasks whose results were read, failed tasks' included: (job id, task) → watch.
     xid_watches: dict[tuple[str, int], XidWatch]
 

@@ -209,7 +209,7 @@ class SubmititJob(Job[R]):
         self, message: str, state: str, lost: dict[str, str], *, ran_on: tuple[str, ...] | None = None
     ) -> NodeLostError:
         how = f"under job {self.job_id} ({self.spec.name}), {state}"
-        self._watcher.learn_lost(lost, job_id=self.job_id, how=how)
+        self._watcher.lost.learn(lost, job_id=self.job_id, how=how)
         self._launcher.status(self.job_id, "NODE_FAIL", "; ".join(f"{n} is {why}" for n, why in lost.items()))
         err = self._error(NodeLostError, message, state, ran_on=ran_on, lost=lost)
         assert isinstance(err, NodeLostError)

@@ -23,6 +23,7 @@ from pytest_gpucluster.errors import DaemonUnreachable, LaunchError, NodeLostErr
 from pytest_gpucluster.launch import JobSpec, Launcher, StatusCallback, TaskResult
 from pytest_gpucluster.launch import wait_rules as rules
 from pytest_gpucluster.launch.job import SubmititJob
+from pytest_gpucluster.launch.lost import LostNodes
 from pytest_gpucluster.launch.node import TaskOutput, run_on_node
 from pytest_gpucluster.launch.watcher import SETTLE_S, SlurmWatcher, submitit_logs_to_stderr
 from pytest_gpucluster.slurm_retry import OUTAGES
@@ -64,6 +65,7 @@ class SubmititLauncher(Launcher):
         accounting: bool = True,
         visible_gpus: tuple[int, ...] | None = None,
         run_prefix: str = "",
+        lost: LostNodes | None = None,
     ) -> None:
         self.executor = executor
         # Local executor: the machine's GPUs a job's tasks may get (NVML indices), as the caller's
@@ -88,11 +90,9 @@ class SubmititLauncher(Launcher):
         # What Slurm says of this launcher's jobs and their nodes, read once for all of them.
         # accounting False: the cluster runs without slurmdbd; jobs are followed through the queue.
         # reserved: the nodes of the run's reservation, where MAINTENANCE takes its jobs.
-        self.watcher = SlurmWatcher(accounting=accounting, reserved=reserved)
-        # The watcher's own maps: nodes seen to fail under a job (name → Slurm's state and
-        # reason), and how this run learned it lost each ({"why", "when", "job", "how"}).
-        self.lost_nodes: dict[str, str] = self.watcher.lost_nodes
-        self.lost_seen: dict[str, dict[str, str]] = self.watcher.lost_seen
+        # lost: the run's record of the nodes it lost (a new one when the caller keeps none).
+        self.watcher = SlurmWatcher(accounting=accounting, reserved=reserved, lost=lost)
+        self.lost = self.watcher.lost
         self.xid_watches: dict[tuple[str, int], XidWatch] = {}
 
     @property
@@ -105,10 +105,6 @@ class SubmititLauncher(Launcher):
         if watch is not None:
             self.xid_watches[(job_id, task)] = watch
 
-    def learn_lost(self, lost: Mapping[str, str], *, job_id: str, how: str) -> None:
-        """Remember nodes this run lost, once each (``SlurmWatcher.learn_lost``)."""
-        self.watcher.learn_lost(lost, job_id=job_id, how=how)
-
     def status(self, job_id: str, state: str, reason: str) -> None:
         """Tell the caller's status callback that a job's state changed."""
         if self.on_status is not None:
@@ -118,17 +114,16 @@ class SubmititLauncher(Launcher):
         """Start ``fn(ctx, **kwargs)`` on every task of ``spec``; returns at once. A job pinned to
         a node this run lost is refused without a submission, naming the first evidence, unless
         it asks for every tested node (``spec.all_nodes``): then it runs on the others."""
-        gone = [n for n in spec.nodelist if n in self.lost_nodes]
+        lost, seen_as = self.lost.nodes, self.lost.seen
+        gone = [n for n in spec.nodelist if n in lost]
         if gone and spec.all_nodes and len(gone) < len(spec.nodelist):
-            kept = tuple(n for n in spec.nodelist if n not in self.lost_nodes)
+            kept = tuple(n for n in spec.nodelist if n not in lost)
             spec = dataclasses.replace(spec, nodelist=kept, nodes=len(kept))
             gone = []
         if gone:
-            seen = "; ".join(
-                f"{n}: {self.lost_nodes[n]} (seen {self.lost_seen.get(n, {}).get('how', 'earlier')})" for n in gone
-            )
+            seen = "; ".join(f"{n}: {lost[n]} (seen {seen_as.get(n, {}).get('how', 'earlier')})" for n in gone)
             raise NodeLostError(
-                f"{spec.name}: not submitted: {seen}", lost={n: self.lost_nodes[n] for n in gone}, nodes=tuple(gone)
+                f"{spec.name}: not submitted: {seen}", lost={n: lost[n] for n in gone}, nodes=tuple(gone)
             )
         if self.executor == "local" and spec.nodes != 1:
             raise LaunchError(f"{spec.name}: the local executor runs on one node; {spec.nodes} were asked for.")

@@ -11,7 +11,8 @@ It owns
 * the node state: what Slurm says of the nodes under and around the jobs waited on, from one node
   listing of those nodes (not of the whole cluster) shared by every waiter for ``NODE_READ_S``,
   and the jobs that run or wait on those nodes;
-* the lost nodes: node → why, learned once, with the first evidence, and read by every job after.
+* the run's lost nodes (``launch.lost.LostNodes``, the run's one record, handed to it): learned
+  once, with the first evidence, and read by every job after.
 
 The launcher submits and cancels; jobs (``launch.job``) wait through this and the rules of
 ``launch.wait_rules``; the co-scheduled pair (``launch.together``) reads its members' states and
@@ -22,12 +23,11 @@ bounded retry of ``slurm_retry``).
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import submitit
@@ -37,6 +37,7 @@ from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.launch import Job
 from pytest_gpucluster.launch import wait_rules as rules
+from pytest_gpucluster.launch.lost import LostNodes
 from pytest_gpucluster.slurm import Holder, NodeInfo
 
 # How old the shared squeue read (job states and reasons) and node listing may be when read.
@@ -52,7 +53,9 @@ class SlurmWatcher:
     """What Slurm says of a launcher's jobs and their nodes, read once for all of them; and the
     nodes the run lost. Thread-safe: jobs are waited on from several threads."""
 
-    def __init__(self, *, accounting: bool = True, reserved: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, *, accounting: bool = True, reserved: frozenset[str] = frozenset(), lost: LostNodes | None = None
+    ) -> None:
         # False: the cluster runs without slurmdbd; jobs are followed through the queue, and
         # submitit's warnings that sacct failed say nothing (``sacct_quiet``).
         self.accounting = accounting
@@ -78,11 +81,8 @@ class SlurmWatcher:
         self._nodes_read_at = float("-inf")
         self._job_nodes: dict[str, tuple[str, ...]] = {}
         self._nodes_used: set[str] = set()  # every node a job of this run was pinned to
-        # Nodes seen to fail under a job: node → Slurm's state and reason, or what this run saw.
-        self.lost_nodes: dict[str, str] = {}
-        # node → how this run learned it lost the node: {"why", "when" (UTC), "job", "how"}; the
-        # first evidence is kept, later sightings do not overwrite it.
-        self.lost_seen: dict[str, dict[str, str]] = {}
+        # The nodes the run lost under its jobs: the run's one record (a new one when none is given).
+        self.lost = LostNodes() if lost is None else lost
 
     # ------------------------------------------------------------------ the jobs waited on
 
@@ -271,29 +271,19 @@ class SlurmWatcher:
         """Why a job pinned to ``nodes`` may still wait, as one clause (``rules.held_clause``):
         ``holders`` on those nodes, and the nodes this run used that Slurm cannot use or lost."""
         used = sorted(self._nodes_used | {n for h in holders for n in h.nodes})
-        return rules.held_clause(nodes, holders, {**self.unusable(used), **self.lost_nodes})
+        return rules.held_clause(nodes, holders, {**self.unusable(used), **self.lost.nodes})
 
     def ending_on_lost(self, nodes: Sequence[str], job_id: str) -> str:
         """The jobs Slurm is still ending on a node this run lost that hold ``nodes``, when only
         such jobs hold them (``rules.ending_on_lost``); else empty."""
-        if not self.lost_nodes:
+        lost = self.lost.nodes
+        if not lost:
             return ""
         try:
             holders = self.holders(nodes, besides=job_id)
         except Exception:  # cannot tell: the wait counts as any other
             return ""
-        return rules.ending_on_lost(holders, self.lost_nodes)
-
-    # ------------------------------------------------------------------ lost nodes
-
-    def learn_lost(self, lost: Mapping[str, str], *, job_id: str, how: str) -> None:
-        """Remember nodes this run lost, once each: later jobs are planned without them and the
-        checks they would have had fail with this first evidence."""
-        when = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-        with self._lock:
-            for node, why in lost.items():
-                self.lost_nodes.setdefault(node, why)
-                self.lost_seen.setdefault(node, {"why": why, "when": when, "job": job_id, "how": how})
+        return rules.ending_on_lost(holders, lost)
 
 
 def submitit_logs_to_stderr() -> None:

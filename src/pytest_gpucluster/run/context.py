@@ -153,6 +153,7 @@ class JobContext:
                 accounting=self.profile.accounting,
                 visible_gpus=self.local_gpus.indices if self.local_gpus and self.local_gpus.restricted else None,
                 run_prefix=f"gpucluster-{self.run_id}-",
+                lost=self.node_set.lost_record,
             )
         return self._launcher
 

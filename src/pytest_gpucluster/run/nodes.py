@@ -13,6 +13,7 @@ from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile
 from pytest_gpucluster.errors import ClusterFault, ConfigError, NodesHeld, SlurmQueryError
 from pytest_gpucluster.faults import cluster_fault, foreign_work, held_sentence, other_work
+from pytest_gpucluster.launch.lost import LostNodes
 from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.run.scope import Scope
 from pytest_gpucluster.run.shared_area import user_name
@@ -22,7 +23,7 @@ from pytest_gpucluster.slurm.reservation import reservation, reservation_names
 
 class NodeSet:
     """The tested nodes, resolved once on first use. ``named``: the nodes ``--gpucluster-nodes`` names;
-    ``lost``: the launcher's word on the nodes lost so far (name → Slurm's state and reason)."""
+    ``lost``: the run's record of the nodes it lost under its jobs, which its launcher extends."""
 
     def __init__(
         self,
@@ -30,12 +31,12 @@ class NodeSet:
         *,
         named: Sequence[str] = (),
         check_named: bool = False,
-        lost: Callable[[], Mapping[str, str]] = dict,
+        lost: LostNodes | None = None,
         reservation_from: str = "",
     ) -> None:
         self.profile = profile
         self.named = tuple(named)
-        self._lost = lost
+        self.lost_record = LostNodes() if lost is None else lost
         # The profile's reservation and constraint; the reservation as Slurm holds it, once read.
         self.scope = Scope(profile, reservation_from=reservation_from or f"profiles.{profile.name}.reservation")
         self._nodes: tuple[str, ...] | None = None
@@ -80,7 +81,7 @@ class NodeSet:
     @property
     def lost(self) -> dict[str, str]:
         """Nodes that failed under a job of this run (name → Slurm's state and reason)."""
-        return dict(self._lost())
+        return self.lost_record.nodes
 
     @property
     def live(self) -> tuple[str, ...]:
