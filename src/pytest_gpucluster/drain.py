@@ -17,7 +17,7 @@ def drain_rejected(
     *,
     executor: str,
     excluded: Collection[str] = (),
-    drain: Callable[[str, str], None] = slurm.drain,
+    drain: Callable[[str, str], None],
     right: DrainRight | None = None,
 ) -> dict[str, dict[str, str]]:
     """Drain each REJECTED node of ``nodes`` (the results' ``acceptance.nodes``) that this run
@@ -25,7 +25,8 @@ def drain_rejected(
     excluded before the run keeps the reason it has; without Slurm (``executor`` local) nothing
     is drained. ``right``: what Slurm said before any job of this user's right to drain; where it
     said no, no drain is tried and each node's error is that sentence, and a refusal Slurm could
-    not foretell names the right needed. The run's verdict never depends on it."""
+    not foretell names the right needed. ``drain(node, reason)`` drains one node (the run's
+    ``slurm.drain``). The run's verdict never depends on it."""
     if executor != "slurm":
         return {}
     out: dict[str, dict[str, str]] = {}

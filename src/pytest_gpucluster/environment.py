@@ -24,8 +24,11 @@ def version(dist: str) -> str | None:
         return None
 
 
-def run_environment(profile: Profile, thresholds_set: str, local_gpus: LocalGpus | None) -> dict[str, Any]:
-    """The results' ``environment`` at the start of a run."""
+def run_environment(
+    profile: Profile, thresholds_set: str, local_gpus: LocalGpus | None, client: slurm.Slurm
+) -> dict[str, Any]:
+    """The results' ``environment`` at the start of a run; Slurm's version asked through the
+    run's ``client``."""
     facts: dict[str, Any] = {
         "plugin": version("pytest-gpucluster"),
         "python": platform.python_version(),
@@ -40,7 +43,7 @@ def run_environment(profile: Profile, thresholds_set: str, local_gpus: LocalGpus
         facts["cuda_visible_devices"] = local_gpus.describe()
     if profile.executor == "slurm":
         with contextlib.suppress(GpuClusterError):
-            facts["slurm"] = slurm.version()
+            facts["slurm"] = slurm.version(client)
         # What every job asks of Slurm beyond its shape, and whether a measuring job has its nodes
         # to itself (false: the profile lets other jobs share them).
         facts.update({key: getattr(profile, key) for key in SUBMITTED_WITH if getattr(profile, key)})

@@ -67,9 +67,11 @@ from pytest_gpucluster.selection import (
     not_applicable,
     plan_selection,
 )
-from pytest_gpucluster.slurm import caller_env
+from pytest_gpucluster.slurm import Slurm, caller_env
+from pytest_gpucluster.slurm import drain as drain_node
 from pytest_gpucluster.slurm.health import default_partition, partitions
 from pytest_gpucluster.slurm.rights import DrainRight, drain_right
+from pytest_gpucluster.slurm_retry import Outages
 from pytest_gpucluster.verdict import Finding
 
 R = TypeVar("R")
@@ -137,12 +139,16 @@ class GpuClusterSession:
         self.thresholds: ThresholdSet = self.config.thresholds_for(
             self.profile, gpu_model=model, gpus_per_node=self.gpus_per_node
         )
+        # What the run learns of its Slurm (the daemons' outages, within the profile's retry
+        # window; which command lists nodes; sacct's output form), for every question it asks.
+        self.slurm = Slurm(Outages(window_s=float(self.profile.slurm_retry_s)))
         self.node_set = NodeSet(
             self.profile,
             named=settings.nodes,
             check_named=settings.is_controller,
             reservation_from=settings.reservation_from,
             lost=LostNodes(),
+            client=self.slurm,
         )
         self._lost_recorded: dict[str, str] = {}
         self.progress = Progress(self._waiter)
@@ -174,7 +180,7 @@ class GpuClusterSession:
                 thresholds_file=str(self.config.path),
                 thresholds_origin=settings.thresholds_origin,
                 thresholds_sha256=hashlib.sha256(self.config.path.read_bytes()).hexdigest(),
-                environment=run_environment(self.profile, self.thresholds.name, self.local_gpus),
+                environment=run_environment(self.profile, self.thresholds.name, self.local_gpus, self.slurm),
             )
         if self.profile.executor == "slurm" and self.results is not None:
             self.results.environment["caller_slurm_env"] = self.caller_env.to_json()
@@ -192,7 +198,7 @@ class GpuClusterSession:
         naming the duration and the limit otherwise); where Slurm cannot answer now, the run's
         Slurm health check says so later."""
         try:
-            found = partitions()
+            found = partitions(self.slurm)
         except SlurmQueryError:
             return
         name = self.profile.partition or default_partition(found)
@@ -599,7 +605,11 @@ class GpuClusterSession:
             interrupted=interrupted,
             collect_only=bool(session.config.option.collectonly),
             drain=lambda nodes: drain_rejected(
-                nodes, executor=self.profile.executor, excluded=self.excluded_nodes, right=self.drain_right
+                nodes,
+                executor=self.profile.executor,
+                excluded=self.excluded_nodes,
+                drain=lambda node, reason: drain_node(self.slurm, node, reason),
+                right=self.drain_right,
             ),
             here=str(self.settings.results_path or "(this run, no --gpucluster-results file)"),
         )

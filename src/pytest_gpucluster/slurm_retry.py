@@ -6,10 +6,11 @@ seconds. A Slurm command whose failure says its daemon could not be reached (``u
 tried again with backoff (``retry_delay``) until that daemon has not answered for the retry window
 (``slurm_retry_s`` of the profile); past it the command raises ``DaemonUnreachable``, a fault of
 the cluster, not of any node. The window counts from the first failure of the outage and is shared
-by every command and thread (``Outages``), so one outage costs the run at most one window however
-many commands meet it; the first command that succeeds ends the outage.
+by every command and thread (``Outages``, one per run, on the run's ``slurm.Slurm`` client), so
+one outage costs the run at most one window however many commands meet it; the first command that
+succeeds ends the outage.
 
-Pure apart from ``Outages``' clock and lock: no subprocess here (``slurm.run`` calls it).
+Pure apart from ``Outages``' clock and lock: no subprocess here (``slurm.Slurm.run`` calls it).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ _NO_ANSWER = (
     "socket timed out on send/recv operation",  # the request may have arrived
     "zero bytes were transmitted or received",
     "communication connection failure",
-    "did not answer within",  # slurm.run's own timeout
+    "did not answer within",  # the client's own timeout
     "reported errors and no data",  # slurm.run_json: a --json listing without an answer
 )
 
@@ -200,7 +201,3 @@ class Outages:
                 continue
             self.answered(DAEMON_OF.get(command, "slurmctld"))
             return value
-
-
-# The run's one tracker; the session sets its window from the profile (``slurm_retry_s``).
-OUTAGES = Outages()

@@ -11,23 +11,23 @@ from pytest_gpucluster import slurm
 pytestmark = [pytest.mark.slurm, pytest.mark.quick]
 
 
-def test_controller_answers(judge):
-    judge.findings(slurm.controller_findings(), "slurmctld does not answer")
+def test_controller_answers(cluster, judge):
+    judge.findings(slurm.controller_findings(cluster.slurm), "slurmctld does not answer")
 
 
 @pytest.mark.accounting
-def test_accounting_answers(judge):
-    judge.findings(slurm.accounting_findings(), "Slurm accounting (sacct) does not answer")
+def test_accounting_answers(cluster, judge):
+    judge.findings(slurm.accounting_findings(cluster.slurm), "Slurm accounting (sacct) does not answer")
 
 
-def test_partition_is_up(profile, judge):
-    judge.findings(slurm.partition_findings(profile.partition, slurm.partitions()), "partition not usable")
+def test_partition_is_up(cluster, profile, judge):
+    judge.findings(slurm.partition_findings(profile.partition, slurm.partitions(cluster.slurm)), "partition not usable")
 
 
 def test_nodes_are_usable(cluster, profile, judge):
-    partition = profile.partition or slurm.default_partition(slurm.partitions())
+    partition = profile.partition or slurm.default_partition(slurm.partitions(cluster.slurm))
     found = slurm.node_state_findings(
-        slurm.nodes(),
+        slurm.nodes(cluster.slurm),
         partition=partition,
         expected=profile.nodes,
         nodelist=profile.nodelist or cluster.candidates,
@@ -38,7 +38,7 @@ def test_nodes_are_usable(cluster, profile, judge):
 
 def test_nodes_advertise_expected_resources(cluster, profile, judge):
     chosen = profile.nodelist or cluster.candidates
-    known = [n for n in slurm.partition_nodes(profile.partition) if not chosen or n.name in chosen]
+    known = [n for n in slurm.partition_nodes(cluster.slurm, profile.partition) if not chosen or n.name in chosen]
     per_task = profile.cpus_per_task
     found = slurm.node_resource_findings(
         known,

@@ -228,7 +228,7 @@ def test_a_job_slurm_will_never_start_is_cancelled_at_once_saying_why(cluster: C
     # pends on PartitionConfig (sbatch refuses a job whose total would fit); a time limit past
     # the partition's MaxTime pends on PartitionTimeLimit.
     launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug", queue_timeout_s=60)
-    nodes = partition_nodes("debug")
+    nodes = partition_nodes(slurm_api.Slurm(), "debug")
     wide = 1 + max(n.cpus for n in nodes)
     for spec, reason, hint in [
         (
@@ -254,15 +254,15 @@ def test_jobs_waiting_at_once_share_one_queue_read(
     # Four jobs that each need every node queue behind one another; the launcher asks the queue
     # for their states and reasons with one squeue for all, not one per job.
     calls: list[list[str]] = []
-    real_run = slurm_api.commands.run
+    real_run = slurm_api.commands._run_once
 
     def counted(argv: list[str], *args: Any, **kwargs: Any) -> str:
         calls.append(list(argv))
         return real_run(argv, *args, **kwargs)
 
-    monkeypatch.setattr(slurm_api.commands, "run", counted)
+    monkeypatch.setattr(slurm_api.commands, "_run_once", counted)
     launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug", queue_timeout_s=120)
-    nodes = tuple(n.name for n in partition_nodes("debug"))
+    nodes = tuple(n.name for n in partition_nodes(slurm_api.Slurm(), "debug"))
     jobs = [
         launcher.submit(sleep, JobSpec(f"queued{i}", nodes=len(nodes), nodelist=nodes, exclusive=True), seconds=2.0)
         for i in range(4)

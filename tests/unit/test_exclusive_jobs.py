@@ -16,7 +16,6 @@ from pytest_gpucluster.run import Runner
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.nodes import NodeSet
 from pytest_gpucluster.run.produce import spec_of
-from pytest_gpucluster.slurm import node_info
 
 REPO = Path(__file__).resolve().parents[2]
 SINFO = REPO / "tests" / "data" / "slurm" / "sinfo-22.05-healthy.json"
@@ -24,7 +23,6 @@ SINFO = REPO / "tests" / "data" / "slurm" / "sinfo-22.05-healthy.json"
 
 def _context(monkeypatch: pytest.MonkeyPatch, **keys: bool) -> JobContext:
     monkeypatch.setattr(slurm.commands, "_run_once", lambda argv, timeout_s: SINFO.read_text())
-    monkeypatch.setattr(node_info, "LISTER", node_info.NodeLister())
     profile = Profile(
         "p", executor="slurm", partition="debug", nodes=2, gpus_per_node=4, gpus_are_real=False, thresholds="cpu"
     )

@@ -8,6 +8,7 @@ every job a launcher's watcher waits on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,17 @@ from pytest_gpucluster.errors import SlurmQueryError
 RECORDED = Path(__file__).parents[1] / "data" / "slurm" / "squeue-22.05-jobs-state-reason.txt"
 
 
+class Answering(slurm.Slurm):
+    """A run's client of Slurm whose commands ``answer`` gives the output of (the recording)."""
+
+    def __init__(self, answer: Callable[[list[str]], str]) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def run(self, argv: list[str], timeout_s: float = slurm.TIMEOUT_S) -> str:
+        return self.answer(argv)
+
+
 def test_each_listed_job_has_its_state_and_reason_and_one_call_serves_all(monkeypatch):
     calls = []
 
@@ -25,8 +37,7 @@ def test_each_listed_job_has_its_state_and_reason_and_one_call_serves_all(monkey
         calls.append(argv)
         return RECORDED.read_text()
 
-    monkeypatch.setattr(slurm.commands, "run", recorded)
-    entries = slurm.queue_entries(["3", "1", "2", "999999", "2"])
+    entries = slurm.queue_entries(Answering(recorded), ["3", "1", "2", "999999", "2"])
     assert entries == {"1": ("RUNNING", "None"), "2": ("PENDING", "Resources"), "3": ("PENDING", "Priority")}
     assert calls == [["squeue", "-h", "-j", "1,2,3,999999", "-o", "%i|%T|%r"]]
 
@@ -37,18 +48,16 @@ def test_a_single_id_the_queue_no_longer_knows_is_an_empty_answer(monkeypatch):
     def refused(argv, *args, **kwargs):
         raise SlurmQueryError(f"`{' '.join(argv)}` exited 1: slurm_load_jobs error: Invalid job id specified")
 
-    monkeypatch.setattr(slurm.commands, "run", refused)
-    assert slurm.queue_entries(["999999"]) == {}
-    assert slurm.queue_entries([]) == {}
+    assert slurm.queue_entries(Answering(refused), ["999999"]) == {}
+    assert slurm.queue_entries(Answering(refused), []) == {}
 
 
 def test_any_other_failure_is_raised(monkeypatch):
     def down(argv, *args, **kwargs):
         raise SlurmQueryError("`squeue -h ...` did not answer within 30 s.")
 
-    monkeypatch.setattr(slurm.commands, "run", down)
     with pytest.raises(SlurmQueryError, match="did not answer"):
-        slurm.queue_entries(["1", "2"])
+        slurm.queue_entries(Answering(down), ["1", "2"])
 
 
 class _Waited:
@@ -68,8 +77,7 @@ def test_the_watcher_answers_every_waiter_from_one_squeue(monkeypatch):
         calls.append(argv)
         return RECORDED.read_text()
 
-    monkeypatch.setattr(slurm.commands, "run", recorded)
-    watcher = SlurmWatcher()
+    watcher = SlurmWatcher(client=Answering(recorded))
     for job_id in ("1", "2", "3"):
         watcher.watch(_Waited(job_id))
     assert watcher.queue_state("1") == "RUNNING"

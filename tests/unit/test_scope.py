@@ -14,7 +14,6 @@ from pytest_gpucluster.config import Profile, features
 from pytest_gpucluster.errors import ConfigError, SlurmQueryError
 from pytest_gpucluster.run import nodes as nodes_module
 from pytest_gpucluster.run.nodes import NodeSet
-from pytest_gpucluster.slurm import node_info
 from pytest_gpucluster.slurm.reservation import parse_reservation
 
 DATA = Path(__file__).parents[1] / "data" / "slurm"
@@ -41,7 +40,6 @@ def slurm_says(monkeypatch):
             raise AssertionError(argv)
 
         monkeypatch.setattr(slurm.commands, "_run_once", recorded)
-        monkeypatch.setattr(node_info, "LISTER", node_info.NodeLister())
         return calls
 
     return use
@@ -78,7 +76,7 @@ def test_inside_its_reservation_the_run_tests_its_nodes_and_maintenance_is_no_fa
     assert ns.nodes == ("node1", "node2") and ns.excluded == {}
     assert ns.reserved == {"node1", "node2"} and ns.candidates == ("node1", "node2")
     assert ["scontrol", "-o", "show", "reservation", "gcmaint"] in calls
-    found = slurm.nodes()
+    found = slurm.nodes(ns.client)
     assert (
         slurm.node_state_findings(found, partition="debug", expected=2, nodelist=ns.candidates, reserved=ns.reserved)
         == []

@@ -36,7 +36,7 @@ def _answer(monkeypatch: pytest.MonkeyPatch, answers: dict[str, str], calls: lis
 def test_a_job_name_with_a_bar_stays_the_name_and_the_state_and_nodes_stay_theirs(monkeypatch):
     calls: list[list[str]] = []
     _answer(monkeypatch, {"squeue": (DATA / "squeue-22.05-holders-name-with-bar.txt").read_text()}, calls)
-    (held,) = slurm.holders(("node1",))
+    (held,) = slurm.holders(slurm.Slurm(), ("node1",))
     assert held == slurm.Holder("1", "train|llm v2", "RUNNING", ("node1",), "root")
     assert held.describe() == "job 1 of root (train|llm v2), RUNNING on node1"
     assert calls == [
@@ -47,13 +47,14 @@ def test_a_job_name_with_a_bar_stays_the_name_and_the_state_and_nodes_stay_their
 def test_a_pending_job_asking_for_a_node_by_name_is_found_whatever_its_name(monkeypatch):
     calls: list[list[str]] = []
     _answer(monkeypatch, {"squeue": (DATA / "squeue-22.05-pending-name-with-bar.txt").read_text()}, calls)
-    assert slurm.queued_for(("node1",)) == [slurm.Holder("2", "eval|x", "PENDING", ("node1",), "root")]
-    assert slurm.queued_for(("node2",)) == []
+    client = slurm.Slurm()
+    assert slurm.queued_for(client, ("node1",)) == [slurm.Holder("2", "eval|x", "PENDING", ("node1",), "root")]
+    assert slurm.queued_for(client, ("node2",)) == []
 
 
 def test_this_users_queue_keeps_whole_names(monkeypatch):
     _answer(monkeypatch, {"squeue": (DATA / "squeue-22.05-me-name-with-bar.txt").read_text()}, [])
-    assert slurm.my_queue() == {"2": "eval|x", "1": "train|llm v2"}
+    assert slurm.my_queue(slurm.Slurm()) == {"2": "eval|x", "1": "train|llm v2"}
 
 
 def test_a_line_without_all_fields_is_no_job():
@@ -71,11 +72,11 @@ def test_accounting_gives_a_jobs_nodes_from_its_json_record(monkeypatch):
         },
         calls,
     )
-    monkeypatch.setattr(queue, "_SACCT_TEXT_ONLY", [])
-    assert queue.accounted_nodes("1") == "node1"
-    assert queue.accounted_nodes("2") == "None assigned"  # cancelled while it waited
+    client = slurm.Slurm()
+    assert queue.accounted_nodes(client, "1") == "node1"
+    assert queue.accounted_nodes(client, "2") == "None assigned"  # cancelled while it waited
     # Accounting has no record yet: "Nothing found with query" in its errors, and no job.
-    assert queue.accounted_nodes("999999") == ""
+    assert queue.accounted_nodes(client, "999999") == ""
     assert calls == [["sacct", "--json", "-j", j] for j in ("1", "2", "999999")]
 
 
@@ -88,35 +89,29 @@ def test_a_sacct_without_json_output_is_read_as_one_field_of_text_from_then_on(m
         {"sacct --json": refusal, "sacct -X": (DATA / "sacct-22.05-nodelist-text.txt").read_text()},
         calls,
     )
-    monkeypatch.setattr(queue, "_SACCT_TEXT_ONLY", [])
-    assert queue.accounted_nodes("1") == "node1"
-    assert queue.accounted_nodes("1") == "node1"
+    client = slurm.Slurm()
+    assert queue.accounted_nodes(client, "1") == "node1"
+    assert queue.accounted_nodes(client, "1") == "node1"
     assert [c[1] for c in calls] == ["--json", "-X", "-X"]
+    assert client.sacct_text_only  # learned by this run's client, not by the module
 
 
 def test_a_sacct_that_cannot_reach_accounting_is_not_taken_for_one_without_json(monkeypatch):
     _answer(monkeypatch, {"sacct": "!sacct: error: Problem talking to the database: Connection refused"}, [])
-    monkeypatch.setattr(queue, "_SACCT_TEXT_ONLY", [])
-    monkeypatch.setattr(slurm.commands, "OUTAGES", Outages(0.0))  # no retry, and this run's own tracker
+    client = slurm.Slurm(Outages(0.0))  # no retry
     with pytest.raises(SlurmQueryError):
-        queue.accounted_nodes("1")
-    assert queue._SACCT_TEXT_ONLY == []
+        queue.accounted_nodes(client, "1")
+    assert not client.sacct_text_only
 
 
-@pytest.fixture
-def lister(monkeypatch: pytest.MonkeyPatch) -> node_info.NodeLister:
-    fresh = node_info.NodeLister()
-    monkeypatch.setattr(node_info, "LISTER", fresh)
-    return fresh
-
-
-def test_nodes_are_listed_by_the_one_command_that_lists_them_here(monkeypatch, lister):
+def test_nodes_are_listed_by_the_one_command_that_lists_them_here(monkeypatch):
     calls: list[list[str]] = []
     _answer(monkeypatch, {"sinfo --json": (DATA / "sinfo-22.05-healthy.json").read_text()}, calls)
-    assert [n.name for n in slurm.nodes()] == ["node1", "node2"]
+    client = slurm.Slurm()
+    assert [n.name for n in slurm.nodes(client)] == ["node1", "node2"]
     # Slurm 22.05's sinfo --json lists every node whatever it is asked: the run keeps those it needs.
-    assert [n.name for n in slurm.nodes(["node2"])] == ["node2"]
-    assert lister.source == "sinfo"
+    assert [n.name for n in slurm.nodes(client, ["node2"])] == ["node2"]
+    assert client.node_source == "sinfo"
     assert calls == [["sinfo", "--json"], ["sinfo", "--json"]]  # never also scontrol
 
 
@@ -141,7 +136,7 @@ def test_the_watcher_reads_the_nodes_of_the_run_not_the_cluster(monkeypatch):
 
     calls: list[list[str]] = []
 
-    def read(names):
+    def read(client, names):
         calls.append(list(names))
         return [n for n in slurm.parse_nodes(json.loads(text)) if n.name in names]
 

@@ -36,7 +36,6 @@ from pytest_gpucluster.launch.node import TaskOutput
 from pytest_gpucluster.launch.watcher import SlurmWatcher
 from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.slurm import Holder
-from pytest_gpucluster.slurm_retry import OUTAGES
 from pytest_gpucluster.workloads.gpu_environment import TorchGpuMismatch
 from pytest_gpucluster.workloads.net_settings import SettingMismatch
 from pytest_gpucluster.workloads.xid import XidWatch
@@ -87,6 +86,7 @@ class SubmititJob(Job[R]):
         self.spec = spec
         self._launcher = launcher
         self._watcher = launcher.watcher
+        self._outages = launcher.watcher.client.outages  # the run's record of the daemons' outages
         self._slurm = launcher.executor == "slurm"
         self._done = False
         self.submitted_at = time.monotonic()
@@ -161,7 +161,9 @@ class SubmititJob(Job[R]):
         if not self._done:
             try:
                 if self._slurm:
-                    slurm.cancel(self.job_id)  # tried again while slurmctld restarts (slurm_retry)
+                    slurm.cancel(
+                        self._watcher.client, self.job_id
+                    )  # tried again while slurmctld restarts (slurm_retry)
                 else:
                     with self._watcher.submitit_lock:
                         self._job.cancel(check=False)
@@ -244,7 +246,7 @@ class SubmititJob(Job[R]):
         last_loop = time.monotonic()
         while True:
             now = time.monotonic()
-            recovering = rules.is_waiting(last_state) and rules.after_outage(OUTAGES.ended_ago("slurmctld"))
+            recovering = rules.is_waiting(last_state) and rules.after_outage(self._outages.ended_ago("slurmctld"))
             excused = rules.excused_s(excused, now - last_loop, was_behind or recovering, queue_limit)
             last_loop = now
             force = now - last_sacct >= rules.state_every(now - self.submitted_at, self._some_results)
@@ -288,12 +290,12 @@ class SubmititJob(Job[R]):
                         self._watcher.nudge(self.job_id)
                     behind_lost = ending
                     was_behind = was_behind or bool(ending)
-                down = OUTAGES.down_s("slurmctld")
-                if down is not None and rules.controller_gone(down, OUTAGES.window_s):
-                    fault = DaemonUnreachable("slurmctld", down, OUTAGES.first_error("slurmctld"))
-                    fault.fault_sentence = OUTAGES.sentence("slurmctld")
+                down = self._outages.down_s("slurmctld")
+                if down is not None and rules.controller_gone(down, self._outages.window_s):
+                    fault = DaemonUnreachable("slurmctld", down, self._outages.first_error("slurmctld"))
+                    fault.fault_sentence = self._outages.sentence("slurmctld")
                     raise fault
-                outage = OUTAGES.downtime("slurmctld", self.submitted_at)
+                outage = self._outages.downtime("slurmctld", self.submitted_at)
                 counted = rules.queue_time_counted(now - self.submitted_at, excused, outage)
                 if counted > queue_limit and not self._behind_own_jobs(counted - queue_limit, now):
                     raise self._queue_timeout(state, pending_reason, queue_limit, excused)
@@ -338,8 +340,8 @@ class SubmititJob(Job[R]):
         held = self._watcher.what_holds(self.spec.nodelist, holders) if self._slurm else ""
         other = other_work(holders, self._launcher.run_prefix)
         sentence = held_sentence(other, self.spec.nodelist, queue_limit) if other else ""
-        recovering = rules.after_outage(OUTAGES.ended_ago("slurmctld"))
-        controller = OUTAGES.sentence("slurmctld") if recovering else ""
+        recovering = rules.after_outage(self._outages.ended_ago("slurmctld"))
+        controller = self._outages.sentence("slurmctld") if recovering else ""
         decision = rules.queue_timeout(
             state, queue_limit, excused, reason, held, bool(other), sentence, controller_sentence=controller
         )
@@ -516,7 +518,7 @@ class SubmititJob(Job[R]):
         if missed:
             # srun could not ask slurmctld for the job step: no task ran, on no node's account.
             fault = DaemonUnreachable.for_step(self.job_id, self.spec.name, missed)
-            fault.fault_sentence = OUTAGES.sentence("slurmctld") or fault.fault_sentence
+            fault.fault_sentence = self._outages.sentence("slurmctld") or fault.fault_sentence
             raise fault
         lost = self._watcher.lost_among(nodes, max_age_s=0) if self._slurm else {}
         unreached = files.launch_failures(stderr) if learn_lost else {}

@@ -26,7 +26,6 @@ from pytest_gpucluster.launch.job import SubmititJob
 from pytest_gpucluster.launch.lost import LostNodes
 from pytest_gpucluster.launch.node import TaskOutput, run_on_node
 from pytest_gpucluster.launch.watcher import SETTLE_S, SlurmWatcher, submitit_logs_to_stderr
-from pytest_gpucluster.slurm_retry import OUTAGES
 from pytest_gpucluster.workloads.xid import XidWatch
 
 __all__ = ["TASK_SETUP", "SubmititJob", "SubmititLauncher", "submitit_logs_to_stderr"]
@@ -66,6 +65,7 @@ class SubmititLauncher(Launcher):
         visible_gpus: tuple[int, ...] | None = None,
         run_prefix: str = "",
         lost: LostNodes | None = None,
+        client: slurm.Slurm | None = None,
     ) -> None:
         self.executor = executor
         # Local executor: the machine's GPUs a job's tasks may get (NVML indices), as the caller's
@@ -91,7 +91,8 @@ class SubmititLauncher(Launcher):
         # accounting False: the cluster runs without slurmdbd; jobs are followed through the queue.
         # reserved: the nodes of the run's reservation, where MAINTENANCE takes its jobs.
         # lost: the run's record of the nodes it lost (a new one when the caller keeps none).
-        self.watcher = SlurmWatcher(accounting=accounting, reserved=reserved, lost=lost)
+        # client: the run's client of Slurm, with its record of outages (likewise).
+        self.watcher = SlurmWatcher(accounting=accounting, reserved=reserved, lost=lost, client=client)
         self.lost = self.watcher.lost
         self.xid_watches: dict[tuple[str, int], XidWatch] = {}
 
@@ -185,7 +186,11 @@ class SubmititLauncher(Launcher):
         try:
             # sbatch is sent again while slurmctld cannot be reached, never after it may have
             # received the job (slurm_retry).
-            job = send() if self.executor == "local" else OUTAGES.attempt("sbatch", send, resend=False)
+            job = (
+                send()
+                if self.executor == "local"
+                else self.watcher.client.outages.attempt("sbatch", send, resend=False)
+            )
         except OSError as exc:  # the job folder: read-only, full or gone
             raise SharedFsFault(
                 f"the shared filesystem cannot take the job's files: {folder}: {exc.strerror or exc}; every node "
@@ -211,7 +216,7 @@ class SubmititLauncher(Launcher):
         gpus = spec.gpus_per_node or (spec.gpus_per_task or 0) * spec.tasks_per_node
         cpus = spec.tasks_per_node * (spec.cpus_per_task or 1)
         try:
-            known = slurm.partition_nodes(self.partition)
+            known = slurm.partition_nodes(self.watcher.client, self.partition)
         except Exception:  # only an explanation; the refusal itself is the error
             return ""
         short = [

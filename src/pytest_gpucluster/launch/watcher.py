@@ -17,7 +17,7 @@ It owns
 The launcher submits and cancels; jobs (``launch.job``) wait through this and the rules of
 ``launch.wait_rules``; the co-scheduled pair (``launch.together``) reads its members' states and
 what holds their nodes here. Every Slurm command goes through ``slurm`` (and so through the
-bounded retry of ``slurm_retry``).
+bounded retry of ``slurm_retry``), on the run's one client (``slurm.Slurm``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.launch import Job
 from pytest_gpucluster.launch import wait_rules as rules
 from pytest_gpucluster.launch.lost import LostNodes
-from pytest_gpucluster.slurm import Holder, NodeInfo
+from pytest_gpucluster.slurm import Holder, NodeInfo, Slurm
 
 # How old the shared squeue read (job states and reasons) and node listing may be when read.
 QUEUE_READ_S = rules.QUICK_STATE_S
@@ -54,8 +54,16 @@ class SlurmWatcher:
     nodes the run lost. Thread-safe: jobs are waited on from several threads."""
 
     def __init__(
-        self, *, accounting: bool = True, reserved: frozenset[str] = frozenset(), lost: LostNodes | None = None
+        self,
+        *,
+        accounting: bool = True,
+        reserved: frozenset[str] = frozenset(),
+        lost: LostNodes | None = None,
+        client: Slurm | None = None,
     ) -> None:
+        # The run's client of Slurm: every question goes through it, and with it the run's record
+        # of the daemons' outages (a new one when none is given).
+        self.client = Slurm() if client is None else client
         # False: the cluster runs without slurmdbd; jobs are followed through the queue, and
         # submitit's warnings that sacct failed say nothing (``sacct_quiet``).
         self.accounting = accounting
@@ -115,7 +123,7 @@ class SlurmWatcher:
         deadline = time.monotonic() + limit_s
         while ending:
             try:
-                listed = slurm.my_queue()  # one question per look, however many jobs
+                listed = slurm.my_queue(self.client)  # one question per look, however many jobs
             except GpuClusterError:
                 break  # the queue cannot say: the caller's cancel covers them
             ending = [job_id for job_id in ending if job_id in listed]
@@ -166,7 +174,7 @@ class SlurmWatcher:
             if now - self._queue_read_at >= QUEUE_READ_S or not self._queue_read_ids.issuperset(job_ids):
                 with self._lock:
                     ids = frozenset(self._watched) | frozenset(job_ids)
-                self._queue_read = slurm.queue_entries(ids)
+                self._queue_read = slurm.queue_entries(self.client, ids)
                 self._queue_read_ids = ids
                 self._queue_read_at = time.monotonic()
             read = self._queue_read
@@ -176,7 +184,7 @@ class SlurmWatcher:
         """The job's state as the queue sees it (works without accounting), None once Slurm no
         longer knows it; a job the shared read no longer lists is asked after on its own."""
         entry = self.entries().get(job_id)
-        return entry[0] if entry else slurm.queue_state(job_id)
+        return entry[0] if entry else slurm.queue_state(self.client, job_id)
 
     def pending_reason(self, job_id: str) -> str:
         """Slurm's reason the job waits, from the shared read; "" when it cannot say."""
@@ -189,21 +197,21 @@ class SlurmWatcher:
     def controller_state(self, job_id: str) -> str | None:
         """The job's state as slurmctld has it (squeue, else scontrol); None when unknown."""
         try:
-            return slurm.queue_state(job_id)
+            return slurm.queue_state(self.client, job_id)
         except Exception:
             return None
 
     def controller_job(self, job_id: str) -> dict[str, str]:
         """What slurmctld holds about the job (``slurm.controller_job``); empty when it cannot say."""
         try:
-            return slurm.controller_job(job_id) or {}
+            return slurm.controller_job(self.client, job_id) or {}
         except Exception:  # the controller cannot say; what the waiters saw still does
             return {}
 
     def nudge(self, job_id: str) -> None:
         """Have Slurm look at a waiting job at once (``slurm.nudge_scheduler``)."""
         try:
-            slurm.nudge_scheduler(job_id)
+            slurm.nudge_scheduler(self.client, job_id)
         except Exception:  # a nudge only saves time; the queue bound still holds
             pass
 
@@ -219,7 +227,7 @@ class SlurmWatcher:
             if now - self._nodes_read_at > max_age_s or not self._nodes_read_names.issuperset(names):
                 with self._lock:
                     wanted = frozenset(self._nodes_used) | frozenset(names)
-                self._nodes_read = slurm.nodes(sorted(wanted))
+                self._nodes_read = slurm.nodes(self.client, sorted(wanted))
                 self._nodes_read_names = wanted
                 self._nodes_read_at = time.monotonic()
             wanted_now = set(names)
@@ -250,7 +258,7 @@ class SlurmWatcher:
         if known is not None:
             return known
         try:
-            nodes = slurm.job_nodes(job_id, expected)
+            nodes = slurm.job_nodes(self.client, job_id, expected)
         except Exception:
             return ()
         # Neither may list the whole allocation yet while the job starts: keep only a full one.
@@ -261,11 +269,11 @@ class SlurmWatcher:
     def holders(self, nodes: Sequence[str], *, besides: str = "") -> list[Holder]:
         """The jobs that run or end on ``nodes`` (any user's), but ``besides``; GpuClusterError
         when Slurm cannot say."""
-        return [h for h in slurm.holders(tuple(nodes)) if h.job_id != besides]
+        return [h for h in slurm.holders(self.client, tuple(nodes)) if h.job_id != besides]
 
     def queued_for(self, nodes: Sequence[str]) -> list[Holder]:
         """The pending jobs (any user's) that asked for any of ``nodes`` by name."""
-        return slurm.queued_for(tuple(nodes))
+        return slurm.queued_for(self.client, tuple(nodes))
 
     def what_holds(self, nodes: Sequence[str], holders: Sequence[Holder]) -> str:
         """Why a job pinned to ``nodes`` may still wait, as one clause (``rules.held_clause``):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pytest_gpucluster.config import Profile, ThresholdSet
 from pytest_gpucluster.plan import Plan
 from pytest_gpucluster.run.context import JobContext
+from pytest_gpucluster.slurm import Slurm
 from pytest_gpucluster.workloads.xid import XidWatch
 
 
@@ -46,6 +47,12 @@ class Cluster:
     def reserved(self) -> frozenset[str]:
         """The nodes of the profile's reservation: there MAINTENANCE is no fault."""
         return self._ctx.node_set.reserved
+
+    @property
+    def slurm(self) -> Slurm:
+        """The run's client of Slurm, for the checks that ask Slurm itself about its health (no
+        job): what it learns (an outage, the node-listing command) is the run's."""
+        return self._ctx.slurm
 
     @property
     def gpus_per_node(self) -> int:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pytest_gpucluster import slurm, slurm_retry
+from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile, ThresholdSet
 from pytest_gpucluster.errors import DAEMON_NAMES, ClusterFault, GpuClusterError, SharedFsFault
 from pytest_gpucluster.faults import GROUP_MARK
@@ -89,8 +89,9 @@ class JobContext:
         # The run's jobs (set when the run starts, from the requests of the selected, runnable
         # tests): which job rides in another, which start ahead. Empty until then.
         self.plan = Plan()
-        slurm_retry.OUTAGES.window_s = float(profile.slurm_retry_s)
-        slurm_retry.OUTAGES.on_change = self._on_outage
+        # The run's client of Slurm (the node set's): its outages are said as they begin and end.
+        self.slurm = nodes.client
+        self.slurm.outages.on_change = self._on_outage
 
     # ------------------------------------------------------------------ the nodes
 
@@ -154,6 +155,7 @@ class JobContext:
                 visible_gpus=self.local_gpus.indices if self.local_gpus and self.local_gpus.restricted else None,
                 run_prefix=f"gpucluster-{self.run_id}-",
                 lost=self.node_set.lost_record,
+                client=self.slurm,
             )
         return self._launcher
 
@@ -370,7 +372,7 @@ class JobContext:
         name = DAEMON_NAMES.get(daemon, daemon)
         if failure:
             line = f"{name} does not answer ({failure.splitlines()[0]}); Slurm commands are tried again for up to "
-            line += f"{slurm_retry.OUTAGES.window_s:.0f} s"
+            line += f"{self.slurm.outages.window_s:.0f} s"
         else:
             line = f"{name} answers again"
         self._status(line)
@@ -401,7 +403,7 @@ class JobContext:
                 Path(tempfile.mkdtemp(prefix=".pytest-gpucluster-probe-", dir=root)).rmdir()
             except OSError:
                 raise fault from None
-        elif not slurm.answers(fault.what):
+        elif not self.slurm.answers(fault.what):
             raise fault
         self.cluster_fault = None
 
@@ -414,7 +416,7 @@ class JobContext:
         cancelled = self._launcher.cancel_all() if self._launcher is not None else []
         if self.profile.executor == "slurm" and by_name:
             with contextlib.suppress(GpuClusterError):
-                cancelled += slurm.cancel_by_name_prefix(f"gpucluster-{self.run_id}-")
+                cancelled += slurm.cancel_by_name_prefix(self.slurm, f"gpucluster-{self.run_id}-")
         return cancelled
 
 

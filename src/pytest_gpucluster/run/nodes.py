@@ -23,7 +23,8 @@ from pytest_gpucluster.slurm.reservation import reservation, reservation_names
 
 class NodeSet:
     """The tested nodes, resolved once on first use. ``named``: the nodes ``--gpucluster-nodes`` names;
-    ``lost``: the run's record of the nodes it lost under its jobs, which its launcher extends."""
+    ``lost``: the run's record of the nodes it lost under its jobs, which its launcher extends;
+    ``client``: the run's client of Slurm."""
 
     def __init__(
         self,
@@ -33,8 +34,10 @@ class NodeSet:
         check_named: bool = False,
         lost: LostNodes | None = None,
         reservation_from: str = "",
+        client: slurm.Slurm | None = None,
     ) -> None:
         self.profile = profile
+        self.client = slurm.Slurm() if client is None else client  # the run's client of Slurm
         self.named = tuple(named)
         self.lost_record = LostNodes() if lost is None else lost
         # The profile's reservation and constraint; the reservation as Slurm holds it, once read.
@@ -117,7 +120,7 @@ class NodeSet:
         said = False
         while True:
             try:
-                others = foreign_work(other_work(slurm.holders(self.live), run_prefix))
+                others = foreign_work(other_work(slurm.holders(self.client, self.live), run_prefix))
             except SlurmQueryError:
                 return {}  # Slurm cannot say now: the jobs' own waits are bounded as ever
             if not others:
@@ -174,7 +177,7 @@ class NodeSet:
         Slurm cannot answer now, the run's node list says so later."""
         p = self.profile
         try:
-            self._partition = slurm.partition_nodes(p.partition)
+            self._partition = slurm.partition_nodes(self.client, p.partition)
         except SlurmQueryError:
             return
         held = {n.name for n in self._partition}
@@ -223,11 +226,11 @@ class NodeSet:
         """The partition's nodes and the profile's reservation, asked of Slurm once."""
         name = self.profile.reservation
         if name and self.scope.reservation is None:
-            held = reservation(name)
+            held = reservation(self.client, name)
             if held is not None:
                 self.scope = dataclasses.replace(self.scope, reservation=held)
         if self._partition is None:
-            self._partition = slurm.partition_nodes(self.profile.partition)
+            self._partition = slurm.partition_nodes(self.client, self.profile.partition)
 
     def _check_scope(self) -> None:
         """Before any job: the profile's reservation exists, is active and admits this user, and
@@ -238,7 +241,7 @@ class NodeSet:
         try:
             self._read_scope()
             if name and self.scope.reservation is None:
-                known = ", ".join(reservation_names()) or "none"
+                known = ", ".join(reservation_names(self.client)) or "none"
                 raise ConfigError(
                     f"{self.scope.reservation_from}={name}: Slurm holds no reservation {name!r} (reservations: "
                     f"{known}); name one that `scontrol show reservation` lists."

@@ -1,8 +1,10 @@
 """Questions the login node asks Slurm: the commands (``commands``), hostlists (``hostlist``), the
 queue and its jobs (``queue``), the nodes (``node_info``) and Slurm's own health (``health``). Every
-command has a timeout and an argv list (no shell); JSON output is preferred to parsing text."""
+command has a timeout and an argv list (no shell); JSON output is preferred to parsing text. Every
+question goes through the run's one client (``Slurm``), which keeps what the run has learned of
+its Slurm."""
 
-from pytest_gpucluster.slurm.commands import TIMEOUT_S, answers, expand_hostlist, run, run_json, telling_line, version
+from pytest_gpucluster.slurm.commands import TIMEOUT_S, Slurm, expand_hostlist, telling_line, version
 from pytest_gpucluster.slurm.health import (
     PartitionInfo,
     accounting_findings,
@@ -51,8 +53,8 @@ __all__ = [
     "Holder",
     "NodeInfo",
     "PartitionInfo",
+    "Slurm",
     "accounting_findings",
-    "answers",
     "cancel",
     "cancel_by_name_prefix",
     "controller_findings",
@@ -83,8 +85,6 @@ __all__ = [
     "queue_entries",
     "queue_state",
     "queued_for",
-    "run",
-    "run_json",
     "telling_line",
     "version",
 ]

@@ -1,25 +1,59 @@
 """Running Slurm's client commands from the login node: every command has a timeout and an argv
 list (no shell); one that cannot reach its daemon is tried again for the retry window
-(``slurm_retry``). JSON output is preferred to parsing text."""
+(``slurm_retry``). JSON output is preferred to parsing text.
+
+A run asks through its one ``Slurm``: what the run has learned of its Slurm lives there (the
+daemons' outages, which command lists nodes, whether sacct has JSON output), not in this module."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+import threading
 from typing import Any
 
 from pytest_gpucluster.errors import SlurmQueryError
-from pytest_gpucluster.slurm_retry import OUTAGES
+from pytest_gpucluster.slurm_retry import Outages
 
 TIMEOUT_S = 30.0
 
 
-def run(argv: list[str], timeout_s: float = TIMEOUT_S) -> str:
-    """Run a Slurm client command; its stdout, or SlurmQueryError naming the command. A failure
-    that says the daemon could not be reached is tried again until the daemon has not answered
-    for the retry window (``slurm_retry``), then raises ``DaemonUnreachable``."""
-    return OUTAGES.attempt(argv[0], lambda: _run_once(argv, timeout_s))
+class Slurm:
+    """One run's client of Slurm and what the run has learned of it: the daemons' outages
+    (``outages``: one retry window per outage, shared by every command and thread), the command
+    that lists nodes on this Slurm (``node_source``, ``node_info.nodes``) and whether its sacct
+    has JSON output (``sacct_text_only``, ``queue.accounted_nodes``). The session makes one per
+    run and hands it down; a launcher made on its own makes its own."""
+
+    def __init__(self, outages: Outages | None = None) -> None:
+        self.outages = Outages() if outages is None else outages
+        self.node_source: str | None = None  # "sinfo" or "scontrol", once an answer held nodes
+        self.sacct_text_only = False  # set once sacct is seen to have no JSON output
+        self.lock = threading.Lock()  # around what is learned, read from several threads
+
+    def run(self, argv: list[str], timeout_s: float = TIMEOUT_S) -> str:
+        """Run a Slurm client command; its stdout, or SlurmQueryError naming the command. A
+        failure that says the daemon could not be reached is tried again until the daemon has not
+        answered for the retry window (``slurm_retry``), then raises ``DaemonUnreachable``."""
+        return self.outages.attempt(argv[0], lambda: _run_once(argv, timeout_s))
+
+    def run_json(self, argv: list[str], timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+        """Run a command with ``--json`` output and parse it. A listing that carries only errors
+        (what ``sinfo --json`` prints, exiting 0, while slurmctld is down) is no answer: retried
+        as a command that could not reach its daemon."""
+        return self.outages.attempt(argv[0], lambda: _parse_json(argv, _run_once(argv, timeout_s)))
+
+    def answers(self, daemon: str) -> bool:
+        """One try, no retry: whether ``daemon`` (``slurmctld``, ``slurmdbd``) answers now; an
+        answer ends its outage."""
+        argv = ["sacct", "-X", "-n", "-j", "1"] if daemon == "slurmdbd" else ["scontrol", "ping"]
+        try:
+            _run_once(argv, TIMEOUT_S)
+        except SlurmQueryError:
+            return False
+        self.outages.answered(daemon)
+        return True
 
 
 def _run_once(argv: list[str], timeout_s: float) -> str:
@@ -44,13 +78,6 @@ def telling_line(text: str) -> str:
     return said[-1] if said else (lines[-1] if lines else "no output")
 
 
-def run_json(argv: list[str], timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
-    """Run a command with ``--json`` output and parse it. A listing that carries only errors (what
-    ``sinfo --json`` prints, exiting 0, while slurmctld is down) is no answer: retried as a
-    command that could not reach its daemon."""
-    return OUTAGES.attempt(argv[0], lambda: _parse_json(argv, _run_once(argv, timeout_s)))
-
-
 def _parse_json(argv: list[str], out: str) -> dict[str, Any]:
     try:
         data: dict[str, Any] = json.loads(out)
@@ -69,24 +96,13 @@ def ask_once(argv: list[str], timeout_s: float = TIMEOUT_S) -> str:
     return _run_once(argv, timeout_s)
 
 
-def answers(daemon: str) -> bool:
-    """One try, no retry: whether ``daemon`` (``slurmctld``, ``slurmdbd``) answers now."""
-    argv = ["sacct", "-X", "-n", "-j", "1"] if daemon == "slurmdbd" else ["scontrol", "ping"]
-    try:
-        _run_once(argv, TIMEOUT_S)
-    except SlurmQueryError:
-        return False
-    OUTAGES.answered(daemon)
-    return True
-
-
-def version() -> str:
+def version(client: Slurm) -> str:
     """``22.05.8`` etc."""
-    return run(["sinfo", "--version"]).split()[-1]
+    return client.run(["sinfo", "--version"]).split()[-1]
 
 
-def expand_hostlist(hostlist: str) -> tuple[str, ...]:
+def expand_hostlist(client: Slurm, hostlist: str) -> tuple[str, ...]:
     """``node[1-3]`` → node1, node2, node3, through Slurm itself."""
     if not hostlist or hostlist in ("None assigned", "(null)"):
         return ()
-    return tuple(run(["scontrol", "show", "hostnames", hostlist]).split())
+    return tuple(client.run(["scontrol", "show", "hostnames", hostlist]).split())

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pytest_gpucluster.checks.places import own_or_setup
 from pytest_gpucluster.errors import SlurmQueryError
-from pytest_gpucluster.slurm import commands
+from pytest_gpucluster.slurm.commands import Slurm
 from pytest_gpucluster.slurm.node_info import NodeInfo, number
 from pytest_gpucluster.verdict import Finding
 
@@ -77,20 +77,20 @@ def slurm_minutes(text: str) -> float | None:
     return float(((whole_days * 24 + h) * 60 + m) * 60 + s)
 
 
-def partitions() -> list[PartitionInfo]:
+def partitions(client: Slurm) -> list[PartitionInfo]:
     """Every partition the controller knows."""
-    return parse_partitions(commands.run(["scontrol", "-o", "show", "partition"]))
+    return parse_partitions(client.run(["scontrol", "-o", "show", "partition"]))
 
 
 def _controller(text: str) -> Finding:
     return Finding.outside("controller", text)
 
 
-def controller_findings() -> list[Finding]:
+def controller_findings(client: Slurm) -> list[Finding]:
     """Empty when every configured slurmctld answers ``scontrol ping`` with UP; else failures of
     the controller."""
     try:
-        out = commands.run(["scontrol", "ping"])
+        out = client.run(["scontrol", "ping"])
     except SlurmQueryError as exc:
         return [_controller(str(exc))]
     return parse_ping(out)
@@ -210,12 +210,12 @@ def node_spread(known: list[NodeInfo]) -> list[Finding]:
     ]
 
 
-def accounting_findings() -> list[Finding]:
+def accounting_findings(client: Slurm) -> list[Finding]:
     """Empty when ``sacct`` answers (slurmdbd reachable); else a failure of the controller:
     without accounting, job ends cannot be told apart and a job that dies without a result would
     be waited on until its time limit."""
     try:
-        commands.run(["sacct", "-X", "-n", "-P", "-S", "now-1hours", "-o", "JobID"])
+        client.run(["sacct", "-X", "-n", "-P", "-S", "now-1hours", "-o", "JobID"])
     except SlurmQueryError as exc:
         return [_controller(f"{exc} Check slurmdbd and AccountingStorageType in slurm.conf.")]
     return []

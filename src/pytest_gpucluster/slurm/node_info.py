@@ -3,13 +3,12 @@ those lost, and draining one."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpucluster.ranges import hostlist
-from pytest_gpucluster.slurm import commands
+from pytest_gpucluster.slurm.commands import Slurm
 
 
 def _text(value: Any) -> str:
@@ -109,35 +108,29 @@ def parse_nodes(data: dict[str, Any]) -> list[NodeInfo]:
     return nodes
 
 
-class NodeLister:
-    """Lists nodes through the one command that lists them on this Slurm, learned from the first
-    answer: Slurm 22.05's scontrol has no ``--json``, and its ``sinfo --json`` lists every node,
-    ignoring any filter (sinfo(1)); from 23.02 ``sinfo --json`` groups nodes instead, and
-    ``scontrol --json show nodes HOSTLIST`` lists the named nodes. Once learned, only that command
-    is asked: no second full listing of a large cluster on every read."""
-
-    def __init__(self) -> None:
-        self.source: str | None = None  # "sinfo" or "scontrol", once an answer held nodes
-        self._lock = threading.Lock()
-
-    def __call__(self, names: Sequence[str] = ()) -> list[NodeInfo]:
-        """The nodes ``names`` that Slurm knows (every node when empty)."""
-        with self._lock:
-            source = self.source
-        if source == "scontrol":
-            data = commands.run_json(scontrol_nodes_argv(names))
+def nodes(client: Slurm, names: Sequence[str] = ()) -> list[NodeInfo]:
+    """The nodes ``names`` as the controller knows them; every node when empty. Asked through the
+    one command that lists nodes on this Slurm, learned from the first answer and kept on
+    ``client`` (``Slurm.node_source``): Slurm 22.05's scontrol has no ``--json``, and its
+    ``sinfo --json`` lists every node, ignoring any filter (sinfo(1)); from 23.02 ``sinfo --json``
+    groups nodes instead, and ``scontrol --json show nodes HOSTLIST`` lists the named nodes. Once
+    learned, only that command is asked: no second full listing of a large cluster on every read."""
+    with client.lock:
+        source = client.node_source
+    if source == "scontrol":
+        data = client.run_json(scontrol_nodes_argv(names))
+    else:
+        data = client.run_json(["sinfo", "--json"])
+        if "nodes" in data:
+            source = "sinfo"
         else:
-            data = commands.run_json(["sinfo", "--json"])
-            if "nodes" in data:
-                source = "sinfo"
-            else:
-                data = commands.run_json(scontrol_nodes_argv(names))
-                source = "scontrol"
-        with self._lock:
-            self.source = source
-        found = parse_nodes(data)
-        wanted = set(names)
-        return [n for n in found if n.name in wanted] if wanted else found
+            data = client.run_json(scontrol_nodes_argv(names))
+            source = "scontrol"
+    with client.lock:
+        client.node_source = source
+    found = parse_nodes(data)
+    wanted = set(names)
+    return [n for n in found if n.name in wanted] if wanted else found
 
 
 def scontrol_nodes_argv(names: Sequence[str]) -> list[str]:
@@ -146,18 +139,9 @@ def scontrol_nodes_argv(names: Sequence[str]) -> list[str]:
     return ["scontrol", "--json", "show", "nodes", *([hostlist(names)] if names else [])]
 
 
-# The run's one lister: every thread and every reader asks through it.
-LISTER = NodeLister()
-
-
-def nodes(names: Sequence[str] = ()) -> list[NodeInfo]:
-    """The nodes ``names`` as the controller knows them; every node when empty."""
-    return LISTER(names)
-
-
-def partition_nodes(partition: str | None) -> list[NodeInfo]:
+def partition_nodes(client: Slurm, partition: str | None) -> list[NodeInfo]:
     """Nodes of ``partition`` (all nodes when None), sorted by name."""
-    return sorted((n for n in nodes() if partition is None or partition in n.partitions), key=lambda n: n.name)
+    return sorted((n for n in nodes(client) if partition is None or partition in n.partitions), key=lambda n: n.name)
 
 
 _LOST = {"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "UNKNOWN"}
@@ -192,7 +176,7 @@ def drain_reason(check: str, evidence: str) -> str:
     return text if len(text) <= DRAIN_REASON_CHARS else text[: DRAIN_REASON_CHARS - 1] + "…"
 
 
-def drain(node: str, reason: str) -> None:
+def drain(client: Slurm, node: str, reason: str) -> None:
     """``scontrol update nodename=NODE state=drain reason=...``; SlurmQueryError when refused.
     The reason travels as one argument: nothing goes through a shell."""
-    commands.run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
+    client.run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])

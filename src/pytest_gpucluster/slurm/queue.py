@@ -10,49 +10,46 @@ from typing import NamedTuple
 
 from pytest_gpucluster.errors import DaemonUnreachable, SlurmQueryError
 from pytest_gpucluster.slurm import commands
+from pytest_gpucluster.slurm.commands import Slurm
 from pytest_gpucluster.slurm.hostlist import parse_hostlist
 
 
-def job_nodes(job_id: str, expected: int | None = None) -> tuple[str, ...]:
+def job_nodes(client: Slurm, job_id: str, expected: int | None = None) -> tuple[str, ...]:
     """The nodes a job ran or runs on, from accounting, else from the controller's memory of it.
     When accounting lists fewer than ``expected`` nodes (its record can hold part of the
     allocation, e.g. for a job cancelled right after it started), the controller is asked too and
     its list is taken if it is the full one."""
     try:
-        listed = accounted_nodes(job_id)
+        listed = accounted_nodes(client, job_id)
     except SlurmQueryError:
-        record = controller_job(job_id) or {}
-        return commands.expand_hostlist(record.get("NodeList", ""))
-    nodes = commands.expand_hostlist(listed)
+        record = controller_job(client, job_id) or {}
+        return commands.expand_hostlist(client, record.get("NodeList", ""))
+    nodes = commands.expand_hostlist(client, listed)
     if expected is not None and len(nodes) != expected:
         try:
-            record = controller_job(job_id) or {}
+            record = controller_job(client, job_id) or {}
         except SlurmQueryError:
             return nodes
-        held = commands.expand_hostlist(record.get("NodeList", ""))
+        held = commands.expand_hostlist(client, record.get("NodeList", ""))
         if len(held) == expected:
             return held
     return nodes
 
 
-def accounted_nodes(job_id: str) -> str:
+def accounted_nodes(client: Slurm, job_id: str) -> str:
     """The hostlist accounting holds for a job (``None assigned`` while it waits, empty when
     accounting has no record of it yet): ``sacct --json``, which every Slurm since 21.08 filters by
     job id, else sacct's one-field text form where this sacct has no JSON output."""
-    if not _SACCT_TEXT_ONLY:
+    if not client.sacct_text_only:
         try:
-            return parse_sacct_nodes(commands.run(["sacct", "--json", "-j", job_id]), job_id)
+            return parse_sacct_nodes(client.run(["sacct", "--json", "-j", job_id]), job_id)
         except SlurmQueryError as exc:
             if not _no_json_output(str(exc)):
                 raise
-            _SACCT_TEXT_ONLY.append(True)
-    out = commands.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "NodeList"])
+            client.sacct_text_only = True  # later reads go straight to text
+    out = client.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "NodeList"])
     lines = [line.strip() for line in out.splitlines() if line.strip()]
     return lines[0] if lines else ""
-
-
-# Set once this Slurm's sacct is seen to have no JSON output: later reads go straight to text.
-_SACCT_TEXT_ONLY: list[bool] = []
 
 
 def _no_json_output(failure: str) -> bool:
@@ -86,11 +83,11 @@ def parse_controller_job(text: str) -> dict[str, str]:
     }
 
 
-def controller_job(job_id: str) -> dict[str, str] | None:
+def controller_job(client: Slurm, job_id: str) -> dict[str, str] | None:
     """What slurmctld still holds about a job (it keeps ended jobs for MinJobAge, 300 s by
     default): works without accounting. None once it forgot the job."""
     try:
-        out = commands.run(["scontrol", "show", "job", "-o", job_id])
+        out = client.run(["scontrol", "show", "job", "-o", job_id])
     except SlurmQueryError as exc:
         if "Invalid job id" in str(exc):
             return None
@@ -98,7 +95,7 @@ def controller_job(job_id: str) -> dict[str, str] | None:
     return parse_controller_job(out) or None
 
 
-def queue_entries(job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+def queue_entries(client: Slurm, job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
     """One squeue for many jobs: job id → (state, reason) for each job the queue still lists.
     A job missing from the answer has left the queue: squeue leaves unknown ids out of a list
     of several and refuses a list of one."""
@@ -106,7 +103,7 @@ def queue_entries(job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
     if not ids:
         return {}
     try:
-        out = commands.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i|%T|%r"])
+        out = client.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i|%T|%r"])
     except SlurmQueryError as exc:
         if "Invalid job id" in str(exc):
             return {}
@@ -120,19 +117,19 @@ def queue_entries(job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
     return entries
 
 
-def nudge_scheduler(job_id: str) -> None:
+def nudge_scheduler(client: Slurm, job_id: str) -> None:
     """Ask slurmctld to schedule now, by an update of a pending job that changes nothing (its
     own nice value). Nodes freed when Slurm gives up ending a job on a dead node start no
     scheduling pass of their own; without this, a job waiting for them starts only at the
     next backfill cycle (``bf_interval``, 30 s by default)."""
-    nice = commands.run(["squeue", "-h", "-j", job_id, "-o", "%y"]).strip()
+    nice = client.run(["squeue", "-h", "-j", job_id, "-o", "%y"]).strip()
     if nice.lstrip("-").isdigit():
-        commands.run(["scontrol", "update", f"JobId={job_id}", f"Nice={nice}"])
+        client.run(["scontrol", "update", f"JobId={job_id}", f"Nice={nice}"])
 
 
-def my_queue() -> dict[str, str]:
+def my_queue(client: Slurm) -> dict[str, str]:
     """This user's jobs the queue still lists (pending, running, completing): id → name."""
-    out = commands.run(["squeue", "--me", "-h", "-o", "%i|%j"])
+    out = client.run(["squeue", "--me", "-h", "-o", "%i|%j"])
     return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
 
 
@@ -175,11 +172,11 @@ def parse_holders(text: str) -> list[Holder]:
     return rows
 
 
-def holders(nodes: tuple[str, ...]) -> list[Holder]:
+def holders(client: Slurm, nodes: tuple[str, ...]) -> list[Holder]:
     """Jobs that run or end on any of ``nodes`` (any user's), with their user."""
     if not nodes:
         return []
-    out = commands.run(
+    out = client.run(
         [
             "squeue",
             "-h",
@@ -194,20 +191,20 @@ def holders(nodes: tuple[str, ...]) -> list[Holder]:
     return parse_holders(out)
 
 
-def queued_for(nodes: tuple[str, ...]) -> list[Holder]:
+def queued_for(client: Slurm, nodes: tuple[str, ...]) -> list[Holder]:
     """Pending jobs (any user's) that asked for any of ``nodes`` by name (``--nodelist``), with
     the nodes they asked for: what Slurm starts ahead of a later job pinned to those nodes."""
     if not nodes:
         return []
-    out = commands.run(["squeue", "-h", "-t", "PENDING", "-o", PENDING_FIELDS])
+    out = client.run(["squeue", "-h", "-t", "PENDING", "-o", PENDING_FIELDS])
     wanted = set(nodes)
     return [h for h in parse_holders(out) if wanted & set(h.nodes)]
 
 
-def cancel(job_id: str) -> None:
+def cancel(client: Slurm, job_id: str) -> None:
     """``scancel JOB``; a job that has already ended is no error."""
     try:
-        commands.run(["scancel", job_id])
+        client.run(["scancel", job_id])
     except DaemonUnreachable:
         raise
     except SlurmQueryError as exc:
@@ -215,19 +212,19 @@ def cancel(job_id: str) -> None:
             raise
 
 
-def cancel_by_name_prefix(prefix: str) -> list[str]:
+def cancel_by_name_prefix(client: Slurm, prefix: str) -> list[str]:
     """Cancel this user's jobs whose name starts with ``prefix``; returns their ids."""
-    ids = [job_id for job_id, name in my_queue().items() if name.startswith(prefix)]
+    ids = [job_id for job_id, name in my_queue(client).items() if name.startswith(prefix)]
     if ids:
-        commands.run(["scancel", *ids])
+        client.run(["scancel", *ids])
     return ids
 
 
-def queue_state(job_id: str) -> str | None:
+def queue_state(client: Slurm, job_id: str) -> str | None:
     """The job's state as the queue sees it (``PENDING``, ``RUNNING``, ...), or None once the
     queue no longer lists it. Works without accounting, unlike sacct."""
     try:
-        out = commands.run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+        out = client.run(["squeue", "-h", "-j", job_id, "-o", "%T"])
     except SlurmQueryError as exc:
         if "Invalid job id" in str(exc):
             return None
@@ -236,5 +233,5 @@ def queue_state(job_id: str) -> str | None:
     if lines:
         return lines[0].upper()
     # squeue lists no ended job; the controller still knows how it ended.
-    record = controller_job(job_id)
+    record = controller_job(client, job_id)
     return record["JobState"].upper() if record and "JobState" in record else None

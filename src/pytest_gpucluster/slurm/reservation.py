@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from pytest_gpucluster.errors import SlurmQueryError
-from pytest_gpucluster.slurm import commands
+from pytest_gpucluster.slurm.commands import Slurm
 from pytest_gpucluster.slurm.hostlist import parse_hostlist
 
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z]+)=(\S*)")
@@ -62,11 +62,11 @@ def parse_reservation(text: str) -> Reservation | None:
     return None
 
 
-def reservation(name: str) -> Reservation | None:
+def reservation(client: Slurm, name: str) -> Reservation | None:
     """Reservation ``name`` as the controller holds it; None when it holds none of that name.
     SlurmQueryError when the controller cannot say."""
     try:
-        out = commands.run(["scontrol", "-o", "show", "reservation", name])
+        out = client.run(["scontrol", "-o", "show", "reservation", name])
     except SlurmQueryError as exc:
         if "not found" in str(exc).lower():
             return None
@@ -74,7 +74,7 @@ def reservation(name: str) -> Reservation | None:
     return parse_reservation(out)
 
 
-def reservation_names() -> list[str]:
+def reservation_names(client: Slurm) -> list[str]:
     """The names of every reservation the controller holds (for a message naming the choices)."""
-    out = commands.run(["scontrol", "-o", "show", "reservation"])
+    out = client.run(["scontrol", "-o", "show", "reservation"])
     return [m.group(1) for m in re.finditer(r"ReservationName=(\S+)", out)]
