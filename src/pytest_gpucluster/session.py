@@ -57,7 +57,7 @@ from pytest_gpucluster.run.areas.soak import job_minutes as soak_job_minutes
 from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext, ahead_limit_s
 from pytest_gpucluster.run.nodes import NodeSet
-from pytest_gpucluster.run.runner import SharedFailure
+from pytest_gpucluster.run.runner import RunningTest, SharedFailure
 from pytest_gpucluster.run.shared_area import user_name
 from pytest_gpucluster.selection import (
     Needs,
@@ -152,7 +152,7 @@ class GpuClusterSession:
         )
         self._lost_recorded: dict[str, str] = {}
         self.progress = Progress(self._waiter)
-        self.runner = Runner(limit_s=ahead_limit_s(self.profile), record_to_test=self._record_to_test)
+        self.runner = Runner(limit_s=ahead_limit_s(self.profile))
         self.jobs = JobContext(
             self.profile,
             run_id=settings.run_id,
@@ -163,16 +163,11 @@ class GpuClusterSession:
             local_gpus=self.local_gpus,
             runner=self.runner,
             is_xdist_worker=settings.is_xdist_worker,
-            say=self.say,
-            status=self.progress.status,
-            on_job_status=self._on_status,
-            reader=lambda: self.current_item.nodeid if self.current_item is not None else None,
-            present=lambda: list(self._jobs_of_current()),
+            progress=self.progress,
         )
         self.cluster = Cluster(self.jobs)
         self._collected: list[Needs] = []  # every collected check's needs, before deselection
         self.selection: Selection | None = None
-        self.current_item: pytest.Item | None = None
         self.results: ResultsDocument | None = None
         if settings.is_controller:
             self.results = ResultsDocument(
@@ -251,31 +246,18 @@ class GpuClusterSession:
         )
         return plan_of(items, known)
 
-    def _jobs_of_current(self) -> Iterator[dict[str, Any]]:
-        if self.current_item is None:
-            return iter(())
-        return (
-            v
-            for k, v in self.current_item.user_properties
-            if k == PROPERTY and isinstance(v, dict) and v.get("kind") == "job"
-        )
-
     def record(self, entry: dict[str, Any]) -> None:
         """Attach ``entry`` to the running test; it travels to the results file (also from xdist
         workers) and to JUnit XML as a property. While a ``once`` value is produced, entries go
         to it first and reach the tests that take the value."""
         self.runner.record(entry)
 
-    def _record_to_test(self, entry: dict[str, Any]) -> None:
-        if self.current_item is not None:
-            self.current_item.user_properties.append((PROPERTY, entry))
-
     def _waiter(self) -> str:
         """Who waits on a pending job: an early start, or the running test."""
         early = self.runner.ahead_label
         if early:
             return f"(started ahead for {early})"
-        return f"for {self.current_item.name}" if self.current_item is not None else ""
+        return f"for {self.runner.test.name}" if self.runner.test is not None else ""
 
     def say(self, line: str) -> None:
         """One live ``[gpucluster]`` line (``progress.Progress``)."""
@@ -284,9 +266,6 @@ class GpuClusterSession:
     @property
     def status_lines(self) -> list[str]:
         return self.progress.lines
-
-    def _on_status(self, job_id: str, state: str, reason: str) -> None:
-        self.progress.job_status(job_id, state, reason)
 
     # ------------------------------------------------------------------ needs
 
@@ -446,7 +425,8 @@ class GpuClusterSession:
         """Track the running test so jobs and measurements are attributed to it; a per-node
         check's node goes on its record as a field. A test under way when the run is interrupted
         keeps in the results what it recorded (its jobs, findings, a soak's cycles)."""
-        self.current_item = item
+        # The runner files what the test's jobs record on it, and names it as a value's reader.
+        self.runner.test = RunningTest(item.nodeid, item.name, item.user_properties, PROPERTY)
         node = subject_node(item)
         if node:
             item.user_properties.append((PROPERTY, {"kind": "subject", "node": node}))
@@ -457,7 +437,7 @@ class GpuClusterSession:
                 self.results.fold_interrupted(item.nodeid, item.user_properties)
             raise
         finally:
-            self.current_item = None
+            self.runner.test = None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:

@@ -280,7 +280,7 @@ PROGRESS = """
 from pytest_gpucluster.plugin import SESSION_KEY
 
 def test_waits(pytestconfig, gpucluster):
-    pytestconfig.stash[SESSION_KEY]._on_status("4711", "PENDING", "Resources")
+    pytestconfig.stash[SESSION_KEY].progress.job_status("4711", "PENDING", "Resources")
 """
 
 

@@ -12,6 +12,7 @@ import pytest
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile, load
 from pytest_gpucluster.plan import jobs
+from pytest_gpucluster.progress import Progress
 from pytest_gpucluster.run import Runner
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.nodes import NodeSet
@@ -35,12 +36,8 @@ def _context(monkeypatch: pytest.MonkeyPatch, **keys: bool) -> JobContext:
         thresholds=load(REPO / "thresholds.toml").thresholds_for(profile),
         nodes=NodeSet(profile),
         local_gpus=None,
-        runner=Runner(limit_s=1.0, record_to_test=lambda entry: None),
-        say=lambda line: None,
-        status=lambda line: None,
-        on_job_status=lambda job, state, reason: None,
-        reader=lambda: None,
-        present=list,
+        runner=Runner(limit_s=1.0),
+        progress=Progress(),
     )
 
 

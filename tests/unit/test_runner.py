@@ -11,12 +11,15 @@ import pytest
 
 from pytest_gpucluster.errors import GpuClusterError, LaunchError
 from pytest_gpucluster.run import Runner, Start
-from pytest_gpucluster.run.runner import SharedFailure
+from pytest_gpucluster.run.runner import RunningTest, SharedFailure
 
 
-def _runner(limit_s: float = 5.0) -> tuple[Runner, list[dict]]:
-    recorded: list[dict] = []
-    return Runner(limit_s=limit_s, record_to_test=recorded.append), recorded
+def _runner(limit_s: float = 5.0) -> tuple[Runner, list[tuple[str, dict]]]:
+    """A runner whose running test keeps what is recorded on it (as pytest's user_properties)."""
+    runner = Runner(limit_s=limit_s)
+    properties: list[tuple[str, dict]] = []
+    runner.test = RunningTest("t.py::test_t", "test_t", properties, "gpucluster")
+    return runner, properties
 
 
 def test_a_value_is_produced_once_and_its_jobs_reach_every_reader():
@@ -33,7 +36,7 @@ def test_a_value_is_produced_once_and_its_jobs_reach_every_reader():
     assert runner.once("k", produce, reader="b") == 42
     assert calls == [1]
     # The first reader gets everything recorded; a later one only the jobs it does not hold yet.
-    assert recorded == [
+    assert [entry for _, entry in recorded] == [
         {"kind": "job", "job_id": "7"},
         {"kind": "series", "name": "busbw"},
         {"kind": "job", "job_id": "7"},

@@ -26,6 +26,7 @@ from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult, togethe
 from pytest_gpucluster.launch.local_gpus import LocalGpus
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.plan import Plan
+from pytest_gpucluster.progress import Progress
 from pytest_gpucluster.run import shared_area
 from pytest_gpucluster.run.nodes import NodeSet
 from pytest_gpucluster.run.runner import Runner
@@ -40,9 +41,10 @@ LOCAL_JOB_ROOT_PREFIX = "pytest-gpucluster-jobs-"
 class JobContext:
     """Submits and waits for the run's jobs on the tested nodes.
 
-    ``say`` prints a live line; ``status`` keeps a line for the run's log and prints it;
-    ``on_job_status`` hears every job's state changes; ``reader`` names the test being run and
-    ``present`` lists the job entries it already holds (``Runner.once``)."""
+    What the run has learned is handed to it, not asked of the session: ``nodes`` (the tested,
+    excluded, held and lost nodes, and the run's client of Slurm with its record of outages),
+    ``runner`` (values measured once, early starts, the test being run) and ``progress`` (the
+    live lines and the run's log, which hears every job's state changes)."""
 
     def __init__(
         self,
@@ -56,11 +58,7 @@ class JobContext:
         local_gpus: LocalGpus | None,
         runner: Runner,
         is_xdist_worker: bool = False,
-        say: Callable[[str], None],
-        status: Callable[[str], None],
-        on_job_status: Callable[[str, str, str], None],
-        reader: Callable[[], str | None],
-        present: Callable[[], list[dict[str, Any]]],
+        progress: Progress,
     ) -> None:
         self.profile = profile
         self.run_id = run_id
@@ -72,11 +70,7 @@ class JobContext:
         self.runner = runner
         self.is_xdist_worker = is_xdist_worker  # another process controls the run (pytest-xdist)
         self.started_epoch = time.time()  # when the run started: what a node logged before is older
-        self.say = say
-        self._status = status
-        self._on_job_status = on_job_status
-        self._reader = reader
-        self._present = present
+        self.progress = progress
         self._job_root: Path | None = None
         self._area: shared_area.Area | None = None
         self.owns_job_root = False
@@ -123,6 +117,10 @@ class JobContext:
         """The tested nodes Slurm says have fewer than ``gpus`` GPUs (``NodeSet.short_of_gpus``)."""
         return self.node_set.short_of_gpus(gpus)
 
+    def say(self, line: str) -> None:
+        """One live ``[gpucluster]`` line (``progress.Progress.say``)."""
+        self.progress.say(line)
+
     # ------------------------------------------------------------------ the launcher
 
     @property
@@ -150,7 +148,7 @@ class JobContext:
                 env=env,
                 queue_timeout_s=self.profile.queue_timeout_s,
                 mem_gb=self.profile.mem_gb,
-                on_status=self._on_job_status,
+                on_status=self.progress.job_status,
                 accounting=self.profile.accounting,
                 visible_gpus=self.local_gpus.indices if self.local_gpus and self.local_gpus.restricted else None,
                 run_prefix=f"gpucluster-{self.run_id}-",
@@ -182,7 +180,7 @@ class JobContext:
                     "keep their files there, so it must be writable and not full.",
                 ) from None
             if area.note:
-                self._status(f"warning: {area.note}")
+                self.progress.status(f"warning: {area.note}")
             self.runner.record({"kind": "environment", "facts": {"shared_area": str(area.path)}})
             self._area = area
         return self._area.path
@@ -322,7 +320,7 @@ class JobContext:
         every later one in a line naming that test. ``light``: the jobs it submits measure no
         speed and may run beside the jobs started ahead; any other submission waits until those
         have ended."""
-        return self.runner.once(key, produce, light=light, reader=self._reader(), present=self._present)
+        return self.runner.once(key, produce, light=light)
 
     @staticmethod
     def results_together(*jobs: Job[Any]) -> list[list[TaskResult[Any]]]:
@@ -345,7 +343,7 @@ class JobContext:
                 self._group.mark = ""
 
         watcher = self.launcher.watcher if isinstance(self.launcher, SubmititLauncher) else None
-        return together.run_together(marked, say=self.say, watcher=watcher)
+        return together.run_together(marked, say=self.progress.say, watcher=watcher)
 
     def note_parts(self, job_id: str, parts: Mapping[str, tuple[float, float]]) -> None:
         """For a job that serves several areas: when each area's part of the workload ran
@@ -362,7 +360,7 @@ class JobContext:
         still = self.runner.await_ahead()
         if still:
             limit = ahead_limit_s(self.profile)
-            self._status(f"early jobs still running after {limit:.0f} s: {', '.join(still)}; going on")
+            self.progress.status(f"early jobs still running after {limit:.0f} s: {', '.join(still)}; going on")
 
     # ------------------------------------------------------------------ faults outside the nodes
 
@@ -375,7 +373,7 @@ class JobContext:
             line += f"{self.slurm.outages.window_s:.0f} s"
         else:
             line = f"{name} answers again"
-        self._status(line)
+        self.progress.status(line)
 
     def note_fault(self, exc: ClusterFault) -> None:
         """Remember the first fault outside the nodes that stopped a job; other work that held

@@ -47,6 +47,26 @@ class SharedFailure(GpuClusterError):
         self.original = original
 
 
+@dataclass(frozen=True)
+class RunningTest:
+    """The test the main thread runs, as the session hands it to the runner: its id and name, and
+    the list its recorded entries go on (``properties``, as ``(key, entry)`` pairs: pytest's
+    ``user_properties``)."""
+
+    nodeid: str
+    name: str
+    properties: list[tuple[str, Any]]
+    key: str
+
+    def record(self, entry: dict[str, Any]) -> None:
+        """``entry`` on the test."""
+        self.properties.append((self.key, entry))
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """The job entries the test holds already."""
+        return [v for k, v in self.properties if k == self.key and isinstance(v, dict) and v.get("kind") == "job"]
+
+
 class _Slot:
     """One ``once`` value: produced by one thread, waited for by the others."""
 
@@ -61,11 +81,12 @@ class _Slot:
 
 class Runner:
     """Once-values and early starts for one run. ``record`` attaches an entry to whatever the
-    calling thread is working for; ``limit_s`` bounds every wait for another thread's value."""
+    calling thread is working for; ``limit_s`` bounds every wait for another thread's value.
+    ``test``: the test the main thread runs (the session sets it), None between tests."""
 
-    def __init__(self, *, limit_s: float, record_to_test: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, *, limit_s: float) -> None:
         self.limit_s = limit_s
-        self._record_to_test = record_to_test
+        self.test: RunningTest | None = None
         self._cache: dict[Hashable, _Slot] = {}
         self._lock = threading.Lock()
         self._local = threading.local()  # per thread: record sink, early-start label, light depth
@@ -93,8 +114,8 @@ class Runner:
         sink = self.sink
         if sink is not None:
             sink.append(entry)
-        else:
-            self._record_to_test(entry)
+        elif self.test is not None:
+            self.test.record(entry)
 
     # ------------------------------------------------------------------ once
 
@@ -105,13 +126,18 @@ class Runner:
         *,
         light: bool = False,
         reader: str | None = None,
-        present: Callable[[], list[dict[str, Any]]] = list,
+        present: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> R:
         """Measure once per run, judge many times. The first reader gets everything recorded while
         the value was produced, every other one its jobs (``present``: what the reader holds
         already). ``light``: the jobs ``produce`` submits measure no speed and may run beside the
         early starts. A failure reaches the first reader as it was raised; later readers get a
-        one-line ``SharedFailure`` naming the first reader."""
+        one-line ``SharedFailure`` naming the first reader. The reader is the running test
+        (``test``) unless ``reader`` and ``present`` name another."""
+        test = self.test
+        if reader is None and test is not None:
+            reader, present = test.nodeid, present or test.jobs
+        present = present or list
         with self._lock:
             slot = self._cache.get(key)
             mine = slot is None
