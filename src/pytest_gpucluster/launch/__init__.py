@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from pytest_gpucluster.launch.lost import LostNodes
 from pytest_gpucluster.workloads.xid import XidWatch
 
 R = TypeVar("R")
@@ -125,7 +124,6 @@ class Launcher(Protocol):
     """Runs workloads on the cluster. ``submitit_backend.SubmititLauncher`` (Slurm, and this
     machine through submitit's local executor) implements it; the session holds a ``Launcher``."""
 
-    lost: LostNodes  # the nodes the run lost under its jobs, with how it learned each (the run's one record)
     # Every Xid watch of the run's tasks whose results were read, failed tasks' included: (job id, task) → watch.
     xid_watches: dict[tuple[str, int], XidWatch]
 

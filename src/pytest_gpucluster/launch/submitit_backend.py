@@ -93,7 +93,6 @@ class SubmititLauncher(Launcher):
         # lost: the run's record of the nodes it lost (a new one when the caller keeps none).
         # client: the run's client of Slurm, with its record of outages (likewise).
         self.watcher = SlurmWatcher(accounting=accounting, reserved=reserved, lost=lost, client=client)
-        self.lost = self.watcher.lost
         self.xid_watches: dict[tuple[str, int], XidWatch] = {}
 
     @property
@@ -115,7 +114,7 @@ class SubmititLauncher(Launcher):
         """Start ``fn(ctx, **kwargs)`` on every task of ``spec``; returns at once. A job pinned to
         a node this run lost is refused without a submission, naming the first evidence, unless
         it asks for every tested node (``spec.all_nodes``): then it runs on the others."""
-        lost, seen_as = self.lost.nodes, self.lost.seen
+        lost, seen_as = self.watcher.lost.nodes, self.watcher.lost.seen
         gone = [n for n in spec.nodelist if n in lost]
         if gone and spec.all_nodes and len(gone) < len(spec.nodelist):
             kept = tuple(n for n in spec.nodelist if n not in lost)
