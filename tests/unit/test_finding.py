@@ -33,6 +33,16 @@ def test_outside_the_nodes_and_warnings_convict_nobody():
         Finding.outside("node", "x")
 
 
+def test_a_switch_or_a_link_names_switches_as_culprits_and_convicts_no_node():
+    leaf = Finding.in_network("switch", ["leaf2"], ["node3", "node4"], "leaf leaf2: slow")
+    path = Finding.in_network("link", ["leaf1", "leaf2"], ["node1", "node3"], "the path between leaf1 and leaf2: slow")
+    assert (leaf.culprits, leaf.convicts, leaf.place) == (("leaf2",), (), "leaf2")
+    assert (path.nodes, path.convicts, path.place) == (("node1", "node3"), (), "leaf1–leaf2")
+    assert Finding.from_json(path.to_json()) == path
+    with pytest.raises(ValueError, match="not a scope of the network"):
+        Finding.in_network("nodes", ["leaf1"], ["node1"], "x")
+
+
 def test_a_finding_round_trips_through_the_results_file():
     found = Finding.on_node("node1", "slow", gpu=2, metric="compute.matmul_bf16", value=300.0, unit="TFLOP/s")
     data = found.to_json()

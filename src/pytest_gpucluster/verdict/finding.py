@@ -20,6 +20,9 @@ Scope = Literal[
     "node",  # one node
     "node_setting",  # one configuration setting of one node: ``setting``, ``found``, ``expected``, ``remedy``
     "nodes",  # several nodes together (a pair, every node): ``culprits`` name the bad ones when known
+    "switch",  # a switch of the network (a leaf): ``culprits`` name it, ``nodes`` the nodes beneath it
+    "link",  # the links between switches (a leaf's uplinks, the path between two leaves): ``culprits``
+    # name the switches at its ends, ``nodes`` the nodes it slows
     "config",  # the run's configuration: a profile key or a variable it sets (``setting``)
     "environment",  # the run's Python environment (torch and the nodes' driver)
     "queue",  # other work in the queue holding nodes
@@ -32,6 +35,8 @@ Severity = Literal["fail", "warn", "not_judged"]
 NODE_SCOPES: frozenset[str] = frozenset({"gpu", "port", "node", "node_setting"})
 # Scopes outside the nodes: such a finding convicts no node, whatever it names.
 OUTSIDE_SCOPES: frozenset[str] = frozenset({"config", "environment", "queue", "controller", "shared_fs", "harness"})
+# Scopes of the network between the nodes: its culprits are switches, and it convicts no node.
+NETWORK_SCOPES: frozenset[str] = frozenset({"switch", "link"})
 
 
 @dataclass(frozen=True)
@@ -114,10 +119,27 @@ class Finding:
             raise ValueError(f"{scope!r} is a scope of the nodes; use on_node or across")
         return cls(text, scope, tuple(dict.fromkeys(nodes)), (), severity, setting=setting)
 
+    @classmethod
+    def in_network(
+        cls,
+        scope: Scope,
+        switches: Iterable[str],
+        nodes: Iterable[str],
+        text: str,
+        *,
+        severity: Severity = "fail",
+        **more: Any,
+    ) -> Finding:
+        """A finding about a switch or the links between switches (``NETWORK_SCOPES``): the
+        switches are its culprits, the nodes it slows are named, and none of them is convicted."""
+        if scope not in NETWORK_SCOPES:
+            raise ValueError(f"{scope!r} is not a scope of the network; use on_node, across or outside")
+        return cls(text, scope, tuple(dict.fromkeys(nodes)), tuple(dict.fromkeys(switches)), severity, **more)
+
     @property
     def convicts(self) -> tuple[str, ...]:
         """The nodes this finding rejects: its culprits, for a failure of the nodes' own."""
-        if self.severity != "fail" or self.scope in OUTSIDE_SCOPES:
+        if self.severity != "fail" or self.scope in OUTSIDE_SCOPES or self.scope in NETWORK_SCOPES:
             return ()
         return self.culprits
 
@@ -128,6 +150,8 @@ class Finding:
             where = self.nodes[0] + (f":gpu{self.gpu}" if self.gpu is not None else "")
             detail = self.setting if self.scope == "node_setting" else self.port
             return f"{where} {detail}" if detail else where
+        if self.scope in NETWORK_SCOPES:
+            return "–".join(self.culprits)
         return "+".join(self.nodes) if self.nodes else self.scope
 
     def to_json(self) -> dict[str, Any]:
