@@ -1,8 +1,9 @@
-"""Slurm's switch tree read from topology.conf and from `scontrol show topology` output, and a
-profile's topology_file checked when thresholds.toml is loaded."""
+"""Slurm's switch tree read from topology.conf and from `scontrol show topology` output (topology/tree
+and topology/block), and a profile's topology_file checked when thresholds.toml is loaded."""
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from pytest_gpucluster.config import load
 from pytest_gpucluster.config.topology import TopologyError, parse_topology, read_topology
 from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.plan.rounds import plan_rounds
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topology"
 
@@ -154,3 +156,52 @@ def test_a_topology_error_in_thresholds_toml_ends_in_one_stop(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(_write(tmp_path, 'topology_file = "tree.conf"'))
     assert str(info.value).endswith("line 2, SwitchName: switch 'l1' is named again (first on line 1).")
+
+
+# --------------------------------------------------------------------------- topology/block
+
+
+def test_scontrol_output_of_blocks_reads_blocks_as_leaves_under_their_aggregates():
+    topology = read_topology(DATA / "scontrol-24.11-show-topology-block_representative_sample.txt")
+    assert topology.plugin == "block"
+    assert [(leaf.name, len(leaf.nodes)) for leaf in topology.leaves] == [(f"nvl{i}", 18) for i in range(1, 5)]
+    assert topology.ancestors("nvl3") == ("nvl[3-4]", "nvl[1-4]")
+    assert topology.switches["nvl[1-4]"].children == ("nvl[1-2]", "nvl[3-4]")
+    assert topology.levels == 3
+    assert topology.leaf_of()["gb200-019"] == "nvl2"
+
+
+def test_topology_conf_of_blocks_with_block_sizes():
+    topology = read_topology(DATA / "topology-block_representative_sample.conf")
+    assert topology.plugin == "block" and topology.levels == 1
+    assert [len(leaf.nodes) for leaf in topology.leaves] == [18, 18, 18, 16]
+    assert all(leaf.parent is None for leaf in topology.leaves)
+
+
+def test_blocks_plan_rounds_like_leaves():
+    topology = read_topology(DATA / "scontrol-24.11-show-topology-block_representative_sample.txt")
+    plan = plan_rounds([n for leaf in topology.leaves for n in leaf.nodes], topology)
+    assert [r.stage for r in plan.rounds].count("between leaves") == 3
+    assert {frozenset(g.leaves) for r in plan.stage("between leaves") for g in r.groups} == {
+        frozenset(pair) for pair in itertools.combinations(("nvl1", "nvl2", "nvl3", "nvl4"), 2)
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key", "says"),
+    [
+        ("BlockName=b1 Nodes=n[1-2]\nSwitchName=s1 Nodes=n[3-4]", 2, "SwitchName", "one topology plugin"),
+        ("BlockName=b1 Nodes=n[1-2]\nBlockName=b1 Nodes=n[3-4]", 2, "BlockName", "named again"),
+        ("BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[2-3]", 2, "Nodes", "already in block 'b1'"),
+        ("BlockName=b1 Nodes=n[1-2]\nAggregatedBlock=b[1-2] Nodes=n[1-4]", 2, "Nodes", "no block within it: n3"),
+        ("BlockName=b1 Nodes=n[1-2] BlockIndex=x", 1, "BlockIndex", "whole number"),
+        ("BlockName=b1 Nodes=n[1-2]\nBlockSizes=2,four", 2, "BlockSizes", "whole numbers"),
+        ("BlockName=b1\n", 1, "Nodes", "names no Nodes"),
+        ("BlockNam=b1 Nodes=n1", 1, "BlockNam", "Perhaps you meant 'BlockName'?"),
+    ],
+)
+def test_a_bad_block_line_is_named_by_its_number_and_key(text, line, key, says):
+    with pytest.raises(TopologyError) as caught:
+        parse_topology(text)
+    assert (caught.value.line, caught.value.key) == (line, key)
+    assert says in str(caught.value)

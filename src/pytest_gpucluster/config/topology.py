@@ -1,10 +1,17 @@
-"""The cluster's switch tree, read from Slurm's topology/tree syntax.
+"""The cluster's switch tree, read from Slurm's topology/tree or topology/block syntax.
 
 Two texts say the same thing: ``topology.conf`` (``SwitchName=leaf1 Nodes=node[01-16]``,
 ``SwitchName=spine Switches=leaf[1-4]``) and the output of ``scontrol show topology``, which adds
 ``Level=`` and ``LinkSpeed=`` and lists on every upper switch the nodes beneath it. Both are read
 into one frozen ``Topology``: its leaves (the switches nodes hang from) with their nodes, and every
 switch's parent. A line that cannot be read raises ``TopologyError`` with its line number and key.
+
+Under topology/block (Slurm 23.11 and later) the text names blocks of nodes instead:
+``topology.conf`` has ``BlockName=b1 Nodes=node[01-16]`` and ``BlockSizes=16,32``; ``scontrol show
+topology`` prints ``BlockName=b1 BlockIndex=0 Nodes=node[01-16] BlockSize=16`` for every block and
+``AggregatedBlock=b[1-2] BlockIndex=0 Nodes=node[01-32] BlockSize=32`` for every aggregate of
+blocks the larger block sizes make. A block is read as a leaf (its nodes are closest to each
+other), an aggregated block as the switch above the blocks it holds.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from pathlib import Path
 
 # Keys as Slurm writes them; Slurm reads them without regard to case, and so does this module.
 KEYS = ("SwitchName", "Nodes", "Switches", "Level", "LinkSpeed")
-_BY_LOWER = {k.lower(): k for k in KEYS}
+BLOCK_KEYS = ("BlockName", "AggregatedBlock", "BlockIndex", "BlockSize", "BlockSizes")
+_BY_LOWER = {k.lower(): k for k in (*KEYS, *BLOCK_KEYS)}
 
 
 class TopologyError(ValueError):
@@ -53,6 +61,7 @@ class Topology:
     """The switch tree: switches by name in the order the text names them."""
 
     switches: Mapping[str, Switch]
+    plugin: str = "tree"  # Slurm's topology plugin the text is written for: "tree" or "block"
 
     @property
     def leaves(self) -> tuple[Switch, ...]:
@@ -90,6 +99,8 @@ def parse_topology(text: str) -> Topology:
     lines = [line for line in lines if line.values]
     if not lines:
         raise TopologyError("names no switch (expected lines such as SwitchName=leaf1 Nodes=node[01-16])")
+    if any(k in line.values for line in lines for k in BLOCK_KEYS):
+        return _parse_blocks(lines)
     declared: dict[str, _Line] = {}
     for line in lines:
         name = line.values.get("SwitchName")
@@ -144,8 +155,8 @@ def _read_line(number: int, line: str) -> _Line:
         if not eq:
             raise TopologyError(f"{word!r} is not KEY=VALUE", line=number, key=key)
         if known is None:
-            guess = difflib.get_close_matches(key, KEYS, n=1)
-            hint = f" Perhaps you meant '{guess[0]}'?" if guess else f" Known keys: {', '.join(KEYS)}."
+            guess = difflib.get_close_matches(key, (*KEYS, *BLOCK_KEYS), n=1)
+            hint = f" Perhaps you meant '{guess[0]}'?" if guess else f" Known keys: {', '.join((*KEYS, *BLOCK_KEYS))}."
             raise TopologyError(f"unknown key.{hint}", line=number, key=key)
         if known in values:
             raise TopologyError("given twice on one line", line=number, key=known)
@@ -253,3 +264,84 @@ def _check_level(line: _Line, level: int) -> None:
         raise TopologyError(
             f"says {given}, but the switches beneath it put it at level {level}", line=line.number, key="Level"
         )
+
+
+def _parse_blocks(lines: list[_Line]) -> Topology:
+    """topology/block: every block a leaf; every aggregated block the switch above the largest
+    blocks and aggregates within it, which must hold its nodes exactly."""
+    blocks: dict[str, tuple[_Line, tuple[str, ...]]] = {}
+    aggregates: dict[str, tuple[_Line, tuple[str, ...]]] = {}
+    for line in lines:
+        tree_keys = [k for k in ("SwitchName", "Switches", "Level", "LinkSpeed") if k in line.values]
+        if tree_keys:
+            raise TopologyError(
+                "topology/tree and topology/block lines in one text; a cluster has one topology plugin",
+                line=line.number,
+                key=tree_keys[0],
+            )
+        for key in ("BlockIndex", "BlockSize"):
+            if key in line.values and not line.values[key].isdigit():
+                raise TopologyError(f"expected a whole number, got {line.values[key]!r}", line=line.number, key=key)
+        if "BlockSizes" in line.values:
+            sizes = line.values["BlockSizes"].split(",")
+            if not all(size.isdigit() for size in sizes) or len(line.values) > 1:
+                raise TopologyError(
+                    "expected a line of its own with whole numbers, as in BlockSizes=16,32",
+                    line=line.number,
+                    key="BlockSizes",
+                )
+            continue
+        named = [k for k in ("BlockName", "AggregatedBlock") if k in line.values]
+        if len(named) != 1:
+            raise TopologyError(
+                "a line must name one block (BlockName=... or AggregatedBlock=...)",
+                line=line.number,
+                key=named[-1] if named else "BlockName",
+            )
+        key = named[0]
+        name = line.values[key]
+        if name in blocks or name in aggregates:
+            first = (blocks.get(name) or aggregates[name])[0].number
+            raise TopologyError(f"block {name!r} is named again (first on line {first})", line=line.number, key=key)
+        nodes = _names(line, "Nodes")
+        if not nodes:
+            raise TopologyError(f"block {name!r} names no Nodes", line=line.number, key="Nodes")
+        (blocks if key == "BlockName" else aggregates)[name] = (line, nodes)
+    if not blocks:
+        raise TopologyError("names no block (expected lines such as BlockName=b1 Nodes=node[01-16])")
+    block_of: dict[str, str] = {}
+    for name, (line, nodes) in blocks.items():
+        for node in nodes:
+            if node in block_of:
+                raise TopologyError(
+                    f"node {node!r} is already in block {block_of[node]!r}", line=line.number, key="Nodes"
+                )
+            block_of[node] = name
+    # Smallest aggregates first: each takes as children the blocks and aggregates within it that
+    # no smaller aggregate has taken yet.
+    level = dict.fromkeys(blocks, 0)
+    below = {name: nodes for name, (_, nodes) in blocks.items()}
+    parent: dict[str, str] = {}
+    children: dict[str, tuple[str, ...]] = {}
+    for name, (line, nodes) in sorted(aggregates.items(), key=lambda item: len(item[1][1])):
+        held = set(nodes)
+        kids = tuple(k for k in below if k not in parent and k != name and set(below[k]) <= held)
+        covered = {n for k in kids for n in below[k]}
+        if covered != held:
+            loose = sorted(held - covered)[:3]
+            raise TopologyError(
+                f"aggregated block {name!r} holds nodes of no block within it: {', '.join(loose)}",
+                line=line.number,
+                key="Nodes",
+            )
+        for kid in kids:
+            parent[kid] = name
+        children[name] = kids
+        level[name] = 1 + max(level[k] for k in kids)
+        below[name] = tuple(n for k in kids for n in below[k])
+    switches = {
+        name: Switch(name, 0, nodes, (), parent.get(name), line.number) for name, (line, nodes) in blocks.items()
+    }
+    for name, (line, _) in aggregates.items():
+        switches[name] = Switch(name, level[name], below[name], children[name], parent.get(name), line.number)
+    return Topology(types.MappingProxyType(switches), plugin="block")
