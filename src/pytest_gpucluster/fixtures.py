@@ -74,11 +74,20 @@ class Judge:
             warnings.warn(ThresholdWarning(verdict.sentence), stacklevel=4)
         return verdict
 
-    def verdict(self, made: Verdict | None, measurement: Measurement | None, metric: str) -> None:
+    def verdict(
+        self, made: Verdict | None, measurement: Measurement | None, metric: str, *, named: Iterable[Finding] = ()
+    ) -> None:
         """Record a verdict a check made once (``checks.nccl.Check.verdict``, which its retries
         and bad-node isolation read too) and end the test by it, never judging again. Without a
         verdict, a measurement is kept unjudged (no bound for ``metric``: the check could not
-        judge)."""
+        judge). ``named``: what the check named beside its measurement, each as what it is (the
+        rounds over the switch tree: a node, a switch, a link); the verdict is then recorded
+        without the finding it would make alone, and the test ends by those findings first."""
+        found = list(named)
+        if made is not None and found:
+            self.attributed([made], (), found, metric)
+            self._conclude([made])
+            return
         if made is not None:
             self._conclude([self._record(made)])
             return

@@ -66,7 +66,7 @@ def atomic_write_json(path: Path, document: Any) -> None:
 
 # Record kinds kept whole under the test's own key: the fabric check's per-port and per-link
 # counters, the Xid check's sources and events.
-DETAIL_KINDS = ("fabric", "xid", "storage")
+DETAIL_KINDS = ("fabric", "xid", "storage", "rounds")
 
 
 def entries_of(user_properties: Iterable[Any]) -> list[dict[str, Any]]:

@@ -33,7 +33,10 @@ def test_busbw_inside_node(measured, judge, record, node, op):
 @pytest.mark.across_nodes
 @pytest.mark.uses(jobs.NCCL_INTER)
 def test_busbw_across_nodes(measured, judge, record, op):
-    check = measured()  # judged once; a miss is re-measured, then narrowed down to the bad node by pairs
+    check = measured()  # judged once; by rounds over the switch tree where known, else re-measured and paired
     record("series", **check.series)
+    if check.rounds is not None:
+        record("rounds", **check.rounds.to_json())  # every group's busbw, for the report
     judge.findings(check.problems, f"{op} across nodes returned wrong results (never retried)")
-    judge.verdict(check.verdict, check.measurement, check.metric)  # no bound: kept unjudged, not judged
+    named = check.rounds.findings if check.rounds is not None else ()  # a node, a switch or a link
+    judge.verdict(check.verdict, check.measurement, check.metric, named=named)  # no bound: kept unjudged

@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_gpucluster.checks.busbw import describe_judged
 from pytest_gpucluster.checks.pairing import Isolation
+from pytest_gpucluster.checks.rounds import RoundsCheck
 from pytest_gpucluster.config import NVLS_COLLECTIVES, NcclSettings, Threshold
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
@@ -36,6 +37,7 @@ class Check:
     attempts: tuple[SweepResult, ...] = ()
     isolation: Isolation | None = None
     series: dict[str, Any] = field(default_factory=dict)
+    rounds: RoundsCheck | None = None  # across nodes over the switch tree: every group, what they name
 
     @functools.cached_property
     def verdict(self) -> Verdict | None:
@@ -162,6 +164,16 @@ def needs_isolation(check: Check) -> bool:
 def pair_passes(check: Check) -> bool:
     """A pair passes when its results are right and its busbw is not under the fail line."""
     return not check.problems and check.measurement is not None and not check.fails
+
+
+def with_rounds(check: Check, found: RoundsCheck) -> Check:
+    """``check`` (the whole-cluster round) with what the rounds over the switch tree named: the
+    nodes they convict as the measurement's culprits (a switch or link convicts none)."""
+    measurement = check.measurement
+    if measurement is not None:
+        convicted = tuple(n for f in found.findings for n in f.convicts)
+        measurement = dataclasses.replace(measurement, culprits=convicted)
+    return dataclasses.replace(check, rounds=found, measurement=measurement)
 
 
 def with_isolation(check: Check, found: Isolation) -> Check:

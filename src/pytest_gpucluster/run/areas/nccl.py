@@ -18,6 +18,7 @@ from pytest_gpucluster.checks import nccl as judging
 from pytest_gpucluster.checks.pairing import Pair, isolate
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.areas.nccl_jobs import IntraNodeRun, inter_env, intra_env, run_job, settings
+from pytest_gpucluster.run.areas.nccl_rounds import rounds_check, topology_of
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.produce import produces
 from pytest_gpucluster.workloads.busbw import SweepResult
@@ -90,8 +91,12 @@ def intra_node(ctx: JobContext, node: str | None = None, op: str | None = None) 
 def inter_node(ctx: JobContext, op: str) -> judging.Check:
     """``op`` over every tested node on one communicator on ``[nccl] inter_node_algo`` (Ring
     unless the profile says otherwise), so busbw is the network's and not inflated by tree or
-    NVLS algorithms. A miss is re-measured; one that stays is narrowed down by pairs."""
+    NVLS algorithms. A miss is re-measured; one that stays is narrowed down by pairs. Where the
+    switch tree is known, the rounds over it run instead (``run/areas/nccl_rounds.py``)."""
     ops = _ops(ctx, op)
+    topology = topology_of(ctx)
+    if topology is not None:
+        return rounds_check(ctx, topology, ops, op)
     nodes = tuple(ctx.nodes)
     all_ops = ctx.once(
         ("nccl", "inter_node", ops),

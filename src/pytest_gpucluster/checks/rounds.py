@@ -1,0 +1,179 @@
+"""The across-node rounds over the switch tree, judged: every group's busbw against the across-node
+line, what ``localise`` names turned into findings of the scope it is (a node, a switch, the links
+between switches), and the record of every group's busbw that the report draws from.
+
+A node is convicted only when the rounds name it; a slow leaf is a finding of its switch, slow
+uplinks or a slow path between two leaves one of the links, and neither convicts the nodes
+beneath them. Pure: the rounds' sweeps in, typed results out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_gpucluster.checks.localise import Culprit, Localisation, localise
+from pytest_gpucluster.plan.rounds import Group, RoundPlan
+from pytest_gpucluster.verdict import Finding
+from pytest_gpucluster.workloads.busbw import SweepResult
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """One group of one round: its lowest busbw over the judged sizes (None without a result)
+    and its wrong results."""
+
+    round: int  # 1-based
+    group: Group
+    busbw: float | None
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RoundsCheck:
+    """What the rounds measured and what they name."""
+
+    op: str
+    metric: str
+    plan: RoundPlan
+    results: tuple[GroupResult, ...]
+    fail_below: float | None  # the across-node line; None: no bound, nothing is named slow
+    localisation: Localisation | None
+    findings: tuple[Finding, ...]  # the named culprits, unexplained slow groups, wrong results
+
+    def to_json(self) -> dict[str, Any]:
+        """The results' ``rounds`` entry of the test: leaves, every group's busbw by round, and
+        what was named (``report/fabric.py`` renders it)."""
+        stage = {i: r.stage for i, r in enumerate(self.plan.rounds, start=1)}
+        return {
+            "op": self.op,
+            "metric": self.metric,
+            "unit": "GB/s",
+            "fail_below": self.fail_below,
+            "levels": self.plan.levels,
+            "leaves": {leaf.name: list(leaf.nodes) for leaf in self.plan.leaves},
+            "groups": [
+                {
+                    "round": r.round,
+                    "stage": stage[r.round],
+                    "nodes": list(r.group.nodes),
+                    "leaves": list(r.group.leaves),
+                    "busbw": r.busbw,
+                    **({"problems": list(r.problems)} if r.problems else {}),
+                }
+                for r in self.results
+            ],
+            "culprits": [
+                {"kind": c.kind, "name": c.name, "nodes": list(c.nodes), "rounds": list(c.rounds)}
+                for c in (self.localisation.culprits if self.localisation else ())
+            ],
+        }
+
+
+def group_results(
+    plan: RoundPlan,
+    sweeps: Mapping[int, Sequence[SweepResult]],
+    op: str,
+    busbw_of: Callable[[SweepResult], float | None],
+) -> tuple[GroupResult, ...]:
+    """Every group of the plan with its sweep of ``op`` from its round's results (``sweeps``:
+    round number → what its job returned); ``busbw_of`` is the judged busbw of a sweep."""
+    out = []
+    for number, rnd in enumerate(plan.rounds, start=1):
+        found = {frozenset(s.nodes): s for s in sweeps.get(number, ()) if s.op == op}
+        for group in rnd.groups:
+            sweep = found.get(frozenset(group.nodes))
+            if sweep is None:
+                out.append(GroupResult(number, group, None))
+                continue
+            out.append(GroupResult(number, group, busbw_of(sweep), tuple(sweep.correctness_problems())))
+    return tuple(out)
+
+
+def judge_rounds(
+    plan: RoundPlan,
+    results: Sequence[GroupResult],
+    *,
+    op: str,
+    metric: str,
+    fail_below: float | None,
+    parents: Mapping[str, str],
+) -> RoundsCheck:
+    """Name what is slow (``localise``) and turn it into findings; ``parents``: each leaf's
+    switch above it, the far end of its uplinks."""
+    findings: list[Finding] = []
+    for r in results:
+        findings += [Finding.across(r.group.nodes, f"{op} in round {r.round}: {p}") for p in r.problems]
+    right = {r.group: r.busbw for r in results if r.busbw is not None and not r.problems}
+    if fail_below is None:
+        return RoundsCheck(op, metric, plan, tuple(results), None, None, tuple(findings))
+    found = localise(plan, right, fail_below)
+    worst = _worst(results)
+    for culprit in found.culprits:
+        findings.append(_finding(culprit, op, metric, worst, fail_below, parents))
+    line = f"under the fail line {fail_below:.4g} GB/s"
+    for g in found.unexplained:
+        findings.append(
+            Finding.across(
+                g.nodes,
+                f"{op} across {'+'.join(g.nodes)}: {right[g]:.4g} GB/s, {line}; no one node, switch or link "
+                "explains it",
+                metric=metric,
+                value=right[g],
+                unit="GB/s",
+            )
+        )
+    if found.whole_cluster_only:
+        whole = plan.stage("whole cluster")[0].groups[0]
+        findings.append(
+            Finding.across(
+                whole.nodes,
+                f"{op} across all {len(whole.nodes)} nodes: {right[whole]:.4g} GB/s, {line}, while every "
+                "smaller group is fast: a fault that needs the whole fabric loaded",
+                metric=metric,
+                value=right[whole],
+                unit="GB/s",
+            )
+        )
+    unmeasured = [g for g in found.unmeasured if not any(r.group == g and r.problems for r in results)]
+    if unmeasured:
+        nodes = tuple(dict.fromkeys(n for g in unmeasured for n in g.nodes))
+        findings.append(
+            Finding.across(
+                nodes, f"{op}: {len(unmeasured)} group(s) of the rounds returned no result", severity="not_judged"
+            )
+        )
+    return RoundsCheck(op, metric, plan, tuple(results), fail_below, found, tuple(findings))
+
+
+def _worst(results: Sequence[GroupResult]) -> Callable[[Sequence[Group]], float | None]:
+    by_group = {r.group: r.busbw for r in results}
+
+    def lowest(groups: Sequence[Group]) -> float | None:
+        values = [v for g in groups if (v := by_group.get(g)) is not None]
+        return min(values) if values else None
+
+    return lowest
+
+
+def _finding(
+    c: Culprit,
+    op: str,
+    metric: str,
+    worst: Callable[[Sequence[Group]], float | None],
+    fail_below: float,
+    parents: Mapping[str, str],
+) -> Finding:
+    value = worst(c.evidence)
+    said = f"{op}: {c.sentence()}; lowest {value:.4g} GB/s, fail line {fail_below:.4g} GB/s"
+    more: dict[str, Any] = {"metric": metric, "value": value, "unit": "GB/s"}
+    if c.kind == "node":
+        return Finding.on_node(c.name, said, **more)
+    if c.kind == "leaf":
+        return Finding.in_network("switch", (c.name,), c.nodes, said, **more)
+    if c.kind == "uplinks":
+        above = parents.get(c.name)
+        return Finding.in_network("link", (c.name, *((above,) if above else ())), c.nodes, said, **more)
+    a, _, b = c.name.partition("–")
+    return Finding.in_network("link", (a, b), c.nodes, said, **more)

@@ -1,0 +1,77 @@
+"""The across-node collectives over the switch tree: the rounds of ``plan/rounds.py`` run through
+Slurm, one job per round, one after another (every round holds nearly every node); inside a job
+every group is its own communicator and all run at once. Each job is bounded as every job of the
+run is (the profile's ``job_timeout_min``, the sweep's ``timeout_s``).
+
+Every round sweeps the profile's collectives once, shared by each collective's test; the rounds
+before the last sweep only the judged sizes (from ``judge_from_bytes`` up), the whole-cluster round
+the full sweep, whose series the test shows. Judging is ``checks/rounds.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pytest_gpucluster.checks import nccl as judging
+from pytest_gpucluster.checks.rounds import group_results, judge_rounds
+from pytest_gpucluster.config.topology import Topology
+from pytest_gpucluster.plan.rounds import RoundPlan, plan_rounds
+from pytest_gpucluster.run.areas.nccl_jobs import inter_env, run_job, settings
+from pytest_gpucluster.run.context import JobContext
+from pytest_gpucluster.workloads.busbw import SweepResult
+
+
+def topology_of(ctx: JobContext) -> Topology | None:
+    """The switch tree the rounds follow: the profile's ``topology_file``; None without one."""
+    return ctx.profile.topology
+
+
+def run_rounds(ctx: JobContext, plan: RoundPlan, ops: tuple[str, ...]) -> dict[int, list[SweepResult]]:
+    """Every round's sweeps (round number, 1-based → sweeps), measured once per run."""
+
+    def measure() -> dict[int, list[SweepResult]]:
+        s = settings(ctx, across=True)
+        judge_from = min(s.judge_from_bytes, s.max_bytes)
+        out: dict[int, list[SweepResult]] = {}
+        for number, rnd in enumerate(plan.rounds, start=1):
+            nodes = tuple(n for g in rnd.groups for n in g.nodes)
+            whole = rnd.stage == "whole cluster"
+            out[number] = run_job(
+                ctx,
+                f"nccl-round{number}",
+                groups=[list(g.nodes) for g in rnd.groups],
+                ops=ops,
+                env=inter_env(ctx, f"round{number}"),
+                nodelist=nodes if ctx.profile.executor == "slurm" else None,
+                min_bytes=None if whole else judge_from,
+            ).sweeps
+        return out
+
+    return ctx.once(("nccl", "rounds", ops, plan.nodes), measure)
+
+
+def rounds_check(ctx: JobContext, topology: Topology, ops: tuple[str, ...], op: str) -> judging.Check:
+    """``op`` across nodes by the rounds: the whole-cluster round's check (the test's measurement
+    and series) with the rounds' findings and every group's busbw on it."""
+    plan = plan_rounds(ctx.live_nodes, topology)
+    sweeps = run_rounds(ctx, plan, ops)
+    metric = judging.metric_name(op, "inter_node", nvls=ctx.profile.nccl.nvls)
+    threshold = ctx.thresholds.get(metric)
+    s = settings(ctx, across=True)
+
+    def busbw(sweep: SweepResult) -> float | None:
+        row = sweep.judged_row(s.judge_from_bytes)
+        return row.busbw if row is not None else None
+
+    results = group_results(plan, sweeps, op, busbw)
+    parents = {leaf.name: p for leaf in plan.leaves if (p := topology.switches[leaf.name].parent) is not None}
+    fail_below = threshold.fail_below if threshold is not None else None
+    found = judge_rounds(plan, results, op=op, metric=metric, fail_below=fail_below, parents=parents)
+    whole = _whole(plan, sweeps, op)
+    check = judging.make_check(whole, metric, threshold, s)
+    return judging.with_rounds(check, found)
+
+
+def _whole(plan: RoundPlan, sweeps: Mapping[int, Sequence[SweepResult]], op: str) -> SweepResult:
+    last = len(plan.rounds)
+    return judging.find(sweeps[last], plan.rounds[-1].groups[0].nodes, op)

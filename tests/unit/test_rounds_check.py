@@ -1,0 +1,126 @@
+"""The across-node rounds judged (checks/rounds.py): every group's busbw against the line, what
+the rounds name as findings of its own scope, and the node verdicts those findings leave: a slow
+switch or link convicts no node. The tree is the recorded one-spine topology.conf."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from result_docs import document, record_of_test
+
+from pytest_gpucluster import verdict
+from pytest_gpucluster.checks.rounds import GroupResult, group_results, judge_rounds
+from pytest_gpucluster.config.topology import read_topology
+from pytest_gpucluster.plan.rounds import RoundPlan, plan_rounds
+from pytest_gpucluster.workloads.busbw import SizeResult, SweepResult
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "topology"
+TREE = read_topology(DATA / "topology-one-spine_representative_sample.conf")  # leaf1–leaf4 of 16 under spine
+NODES = [n for leaf in TREE.leaves for n in leaf.nodes]
+PLAN = plan_rounds(NODES, TREE)
+LINE = 40.0
+METRIC = "nccl.all_reduce.inter_node"
+PARENTS = {leaf.name: "spine" for leaf in TREE.leaves}
+
+
+def measured(plan: RoundPlan, is_slow) -> list[GroupResult]:
+    return [
+        GroupResult(i, g, 12.0 if is_slow(g) else 45.0) for i, r in enumerate(plan.rounds, start=1) for g in r.groups
+    ]
+
+
+def judged(results):
+    return judge_rounds(PLAN, results, op="all_reduce", metric=METRIC, fail_below=LINE, parents=PARENTS)
+
+
+def verdicts_of(found):
+    test = record_of_test(
+        "test_nccl.py::test_busbw_across_nodes[all_reduce]", "fail", findings=[f.to_json() for f in found.findings]
+    )
+    doc = document([test], nodes=NODES)
+    return {v.node: v.verdict for v in verdict.node_verdicts(doc, "REJECTED").verdicts}
+
+
+def test_a_slow_path_between_two_leaves_is_a_link_finding_and_convicts_no_node():
+    found = judged(measured(PLAN, lambda g: set(g.leaves) == {"leaf1", "leaf3"} or len(g.leaves) == 4))
+    (link,) = found.findings
+    assert (link.scope, link.culprits, link.convicts) == ("link", ("leaf1", "leaf3"), ())
+    assert set(link.nodes) == set(TREE.switches["leaf1"].nodes) | set(TREE.switches["leaf3"].nodes)
+    assert link.value == 12.0 and link.metric == METRIC
+    assert "path between leaves leaf1 and leaf3" in link.text
+    assert set(verdicts_of(found).values()) == {"ACCEPTED"}
+
+
+def test_a_slow_leaf_is_a_switch_finding_and_its_nodes_stay_accepted():
+    found = judged(measured(PLAN, lambda g: "leaf2" in g.leaves))
+    (switch,) = found.findings
+    assert (switch.scope, switch.culprits, switch.convicts) == ("switch", ("leaf2",), ())
+    assert set(verdicts_of(found).values()) == {"ACCEPTED"}
+
+
+def test_slow_uplinks_name_the_leaf_and_the_switch_above_it():
+    found = judged(measured(PLAN, lambda g: "leaf4" in g.leaves and len(g.leaves) > 1))
+    (uplinks,) = found.findings
+    assert (uplinks.scope, uplinks.culprits) == ("link", ("leaf4", "spine"))
+    assert uplinks.place == "leaf4–spine"
+
+
+def test_a_slow_node_is_the_nodes_own_finding_and_the_only_node_rejected():
+    found = judged(measured(PLAN, lambda g: "node23" in g.nodes))
+    (node,) = found.findings
+    assert (node.scope, node.culprits) == ("node", ("node23",))
+    verdicts = verdicts_of(found)
+    assert [n for n, v in verdicts.items() if v == "REJECTED"] == ["node23"]
+
+
+def test_every_group_fast_names_nothing():
+    found = judged(measured(PLAN, lambda g: False))
+    assert found.findings == () and found.localisation is not None and not found.localisation.culprits
+
+
+def test_a_wrong_result_is_a_finding_of_its_group_and_not_read_as_slow():
+    results = measured(PLAN, lambda g: False)
+    results[0] = GroupResult(1, results[0].group, 45.0, ("2 of 4 ranks returned wrong values",))
+    found = judged(results)
+    (wrong,) = found.findings
+    assert wrong.scope == "nodes" and wrong.nodes == results[0].group.nodes and wrong.culprits == ()
+    assert "round 1" in wrong.text
+
+
+def test_without_a_line_nothing_is_named_slow():
+    found = judge_rounds(
+        PLAN, measured(PLAN, lambda g: True), op="all_reduce", metric=METRIC, fail_below=None, parents={}
+    )
+    assert found.findings == () and found.localisation is None
+
+
+def test_the_record_holds_every_group_by_round_and_what_was_named():
+    found = judged(measured(PLAN, lambda g: set(g.leaves) == {"leaf1", "leaf3"} or len(g.leaves) == 4))
+    record = found.to_json()
+    assert record["leaves"]["leaf2"] == list(TREE.switches["leaf2"].nodes)
+    assert len(record["groups"]) == len(PLAN.groups)
+    assert {g["stage"] for g in record["groups"]} == {"inside leaves", "between leaves", "whole cluster"}
+    (culprit,) = record["culprits"]
+    assert (culprit["kind"], culprit["name"], len(culprit["nodes"]), len(culprit["rounds"])) == (
+        "link",
+        "leaf1–leaf3",
+        32,
+        1,
+    )
+
+
+def sweep(nodes, busbw, op="all_reduce"):
+    rows = tuple(SizeResult(2**s, 2**s // 4, p, 10.0, busbw, busbw, 0) for s in (20, 21) for p in (False, True))
+    nodes = tuple(nodes)
+    return SweepResult(op, nodes, 2 * len(nodes), "gloo", op, rows, 1, 3)
+
+
+def test_each_group_is_found_in_its_rounds_results_by_its_nodes():
+    small = plan_rounds(["node01", "node02", "node17", "node33"], TREE)  # leaf1: 2 nodes, leaf2 and leaf3: 1
+    groups = [(i, g) for i, r in enumerate(small.rounds, start=1) for g in r.groups]
+    sweeps = {i: [sweep(reversed(g.nodes), 2.0 + i), sweep(g.nodes, 9.0, op="all_gather")] for i, g in groups if i != 2}
+    found = group_results(small, sweeps, "all_reduce", lambda s: s.rows[0].busbw)
+    assert [(r.round, r.busbw) for r in found] == [(i, None if i == 2 else 2.0 + i) for i, _ in groups]
+    judged_small = judge_rounds(small, found, op="all_reduce", metric=METRIC, fail_below=1.0, parents={})
+    (unmeasured,) = judged_small.findings  # round 2 returned nothing: not judged, not slow
+    assert unmeasured.severity == "not_judged" and set(unmeasured.nodes) == set(groups[1][1].nodes)
