@@ -13,6 +13,7 @@ from pytest_gpucluster.config import load
 from pytest_gpucluster.config.topology import TopologyError, parse_topology, read_topology
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.plan.rounds import plan_rounds
+from pytest_gpucluster.slurm.topology import topology_of_output
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topology"
 
@@ -205,3 +206,11 @@ def test_a_bad_block_line_is_named_by_its_number_and_key(text, line, key, says):
         parse_topology(text)
     assert (caught.value.line, caught.value.key) == (line, key)
     assert says in str(caught.value)
+
+
+def test_slurm_without_a_topology_plugin_prints_nothing_and_has_no_tree():
+    # Slurm 22.05 with TopologyPlugin=topology/none: no line on stdout, the error on stderr.
+    assert topology_of_output("") is None and topology_of_output("\n") is None
+    text = (DATA / "scontrol-24.11-show-topology-block_representative_sample.txt").read_text()
+    found = topology_of_output(text)
+    assert found is not None and found.plugin == "block"

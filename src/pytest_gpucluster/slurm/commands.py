@@ -8,9 +8,11 @@ daemons' outages, which command lists nodes, whether sacct has JSON output), not
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from pytest_gpucluster.errors import SlurmQueryError
@@ -57,10 +59,16 @@ class Slurm:
 
 
 def _run_once(argv: list[str], timeout_s: float) -> str:
+    return _run_with(argv, timeout_s, None)
+
+
+def _run_with(argv: list[str], timeout_s: float, env: Mapping[str, str] | None) -> str:
+    """One try of ``argv``; ``env``: variables set for it over the process's own."""
     if shutil.which(argv[0]) is None:
         raise SlurmQueryError(f"`{argv[0]}` is not on PATH; is slurm-client installed on this login node?")
+    full = {**os.environ, **env} if env else None
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False, env=full)
     except subprocess.TimeoutExpired:
         raise SlurmQueryError(f"`{' '.join(argv)}` did not answer within {timeout_s:.0f} s.") from None
     if proc.returncode != 0:
@@ -90,10 +98,10 @@ def _parse_json(argv: list[str], out: str) -> dict[str, Any]:
     return data
 
 
-def ask_once(argv: list[str], timeout_s: float = TIMEOUT_S) -> str:
+def ask_once(argv: list[str], timeout_s: float = TIMEOUT_S, env: Mapping[str, str] | None = None) -> str:
     """One try of a Slurm command, no retry window: for a question the run can do without
-    (SlurmQueryError when it fails)."""
-    return _run_once(argv, timeout_s)
+    (SlurmQueryError when it fails). ``env``: variables set for it over the process's own."""
+    return _run_once(argv, timeout_s) if env is None else _run_with(argv, timeout_s, env)
 
 
 def version(client: Slurm) -> str:

@@ -18,12 +18,18 @@ from pytest_gpucluster.config.topology import Topology
 from pytest_gpucluster.plan.rounds import RoundPlan, plan_rounds
 from pytest_gpucluster.run.areas.nccl_jobs import inter_env, run_job, settings
 from pytest_gpucluster.run.context import JobContext
+from pytest_gpucluster.slurm.topology import slurm_topology
 from pytest_gpucluster.workloads.busbw import SweepResult
 
 
 def topology_of(ctx: JobContext) -> Topology | None:
-    """The switch tree the rounds follow: the profile's ``topology_file``; None without one."""
-    return ctx.profile.topology
+    """The switch tree the rounds follow: the profile's ``topology_file``, else on Slurm the tree
+    or blocks Slurm knows (asked once per run); None without either."""
+    if ctx.profile.topology is not None:
+        return ctx.profile.topology
+    if ctx.profile.executor != "slurm":
+        return None
+    return ctx.once(("slurm", "topology"), slurm_topology, light=True)
 
 
 def run_rounds(ctx: JobContext, plan: RoundPlan, ops: tuple[str, ...]) -> dict[int, list[SweepResult]]:
