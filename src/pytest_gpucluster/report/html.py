@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.fold import fold_lines
-from pytest_gpucluster.report import figures, handover, inventory, model, plots, soak
+from pytest_gpucluster.report import figures, handover, inventory, model, plots, rounds, soak
 from pytest_gpucluster.timing import start_up_note
 from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
 from pytest_gpucluster.verdict.run import COUNTED
@@ -312,6 +312,27 @@ def gpu_map_block(doc: Mapping[str, Any]) -> str:
     return _render("gpumap.html.j2", maps=maps, uniform=uniform, shades=figures.SHADES)
 
 
+def rounds_block(doc: Mapping[str, Any]) -> str:
+    """The across-node rounds over the switch tree, where they ran: per collective what they named
+    (a node, a leaf, a leaf's uplinks, a path between leaves), the leaf-to-leaf heatmap of the lowest
+    busbw, each leaf's nodes, accepted nodes and lowest busbw, and the slowest groups."""
+    found = rounds.sections(doc)
+    if not found:
+        return ""
+    drawn = [
+        {
+            "s": s,
+            "uri": plots.heatmap(f"{s.op}: lowest busbw between leaves", s.matrix_labels, s.matrix, s.fail_below),
+        }
+        for s in found
+    ]
+    return _render(
+        "rounds.html.j2",
+        sections=[{**vars(d["s"]), "uri": d["uri"]} for d in drawn],
+        value=rounds.value_text,
+    )
+
+
 def soak_block(doc: Mapping[str, Any]) -> str:
     """The soak, where one ran: per node how it ended, how long it ran of the length asked for, its
     cycles and its recorded verdicts; per node TFLOP/s, SM clock, temperature and power over time,
@@ -466,6 +487,7 @@ def render_page(
         matrix_block(recorded.matrix),
         gpu_map_block(doc),
         plots_block(doc),
+        rounds_block(doc),
         soak_block(doc),
         baseline_block(doc.get("baseline")),
         timing_block(doc),

@@ -339,3 +339,46 @@ def small_multiples(title: str, panels: Sequence[Panel], marks: Sequence[Mark], 
             columnspacing=1.0,
         )
     return _to_uri(fig, compact=True)
+
+
+# ----------------------------------------------------------------------------- heatmap
+
+
+def heatmap(title: str, labels: Sequence[str], cells: Sequence[Sequence[float | None]], line: float | None) -> str:
+    """A square map of ``cells`` (row i, column j: the value between ``labels[i]`` and
+    ``labels[j]``), pale where high and dark where low, every cell under ``line`` outlined red,
+    an empty cell grey. Labels are drawn while they stay readable (up to 40); past that every
+    tenth. A data URI."""
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    n = len(labels)
+    values = np.array([[math.nan if v is None else float(v) for v in row] for row in cells], dtype=float)
+    side = min(7.0, 2.6 + 0.09 * n)
+    fig = _figure(width=side + 1.2, height=side)
+    ax = fig.subplots()
+    cmap = _cmap()
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, interpolation="nearest")
+    colourbar = fig.colorbar(image, ax=ax, shrink=0.8)
+    colourbar.set_label("lowest busbw, GB/s", fontsize=8)
+    if line is not None:
+        colourbar.ax.axhline(line, color=STATUS_COLOURS["fail"], linewidth=1.5)
+        for i in range(n):
+            for j in range(n):
+                if not math.isnan(values[i, j]) and values[i, j] < line:
+                    box = Rectangle(
+                        (j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor=STATUS_COLOURS["fail"], linewidth=1.2
+                    )
+                    ax.add_patch(box)
+    step = 1 if n <= 40 else 10
+    ticks = list(range(0, n, step))
+    ax.set_xticks(ticks, [labels[t] for t in ticks], rotation=90, fontsize=6 if n > 16 else 8)
+    ax.set_yticks(ticks, [labels[t] for t in ticks], fontsize=6 if n > 16 else 8)
+    ax.set_title(title, fontsize=9)
+    return _to_uri(fig, compact=True)
+
+
+def _cmap() -> Any:
+    import matplotlib
+
+    return matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")

@@ -86,6 +86,7 @@ class HtmlReportHooks:
                 html.matrix_block(recorded.matrix),
                 html.gpu_map_block(doc),
                 html.plots_block(doc),
+                html.rounds_block(doc),
                 html.soak_block(doc),
                 html.baseline_block(doc.get("baseline")),
                 html.timing_block(doc),
