@@ -254,6 +254,16 @@ class TestCluster:
             raise ValueError(f"no such node: {node}")
         netns.set_node_link(node, up)
 
+    def slow_path(self, node: str, sources: tuple[str, ...], rate: str | None) -> None:
+        """Limit what reaches ``node`` from the nodes ``sources`` to ``rate`` (``40mbit``), or
+        lift the limit (``None``): a slow path between them, each node's other traffic as fast
+        as before; netns mode only."""
+        names = config.node_names(self.nodes)
+        for n in (node, *sources):
+            if n not in names:
+                raise ValueError(f"no such node: {n}")
+        netns.slow_traffic(node, [str(config.node_address(names.index(n))) for n in sources], rate)
+
     # --- internals ----------------------------------------------------------
 
     def _say(self, msg: str) -> None:

@@ -64,6 +64,30 @@ def set_node_link(node: str, up: bool) -> None:
     run(["ip", "-n", node, "link", "set", config.NODE_IFACE, "up" if up else "down"])
 
 
+def slow_traffic(node: str, sources: list[str], rate: str | None) -> None:
+    """Limit the traffic reaching ``node`` from the addresses ``sources`` to ``rate`` (tc's
+    syntax, e.g. ``40mbit``), on the bridge side of its veth: a slow path between that node and
+    those, the rest of its traffic untouched. ``rate`` None removes the limit. An ``htb`` qdisc
+    (netem and prio are not in every kernel; htb and u32 are in the common ones) sends the
+    sources' packets to a class of ``rate``, everything else to one of 10 Gbit/s."""
+    config.validate_node_name(node)
+    if not netns_exists(node):
+        raise ClusterError(f"{node} has no network namespace (a cluster with --network host has none to slow)")
+    if packages.which("tc") is None:
+        raise ClusterError("no `tc` command (iproute2) on this machine, needed to slow a node's traffic")
+    veth = config.veth_name(node)
+    run(["tc", "qdisc", "del", "dev", veth, "root"], check=False)
+    if rate is None:
+        return
+    tc = ["tc", "class", "add", "dev", veth, "parent", "1:", "classid"]
+    run(["tc", "qdisc", "add", "dev", veth, "root", "handle", "1:", "htb", "default", "10"])
+    run([*tc, "1:10", "htb", "rate", "10gbit"])
+    run([*tc, "1:30", "htb", "rate", rate, "ceil", rate])
+    for source in sources:
+        match = ["match", "ip", "src", f"{source}/32"]
+        run(["tc", "filter", "add", "dev", veth, "parent", "1:", "protocol", "ip", "u32", *match, "flowid", "1:30"])
+
+
 def netns_pids(node: str) -> list[int]:
     if not netns_exists(node):
         return []
