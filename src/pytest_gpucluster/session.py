@@ -354,7 +354,9 @@ class GpuClusterSession:
             for line in self.plan.lines():
                 terminal.write_line(line)
             if self.plan.has(planned_jobs.NCCL_INTER.key):
-                for line in dry_run_lines(self.nodes, self.profile.topology, ops=len(self.profile.nccl.ops)):
+                at_once = self.profile.nccl_across.groups_at_once
+                ops = len(self.profile.nccl.ops)
+                for line in dry_run_lines(self.nodes, self.profile.topology, ops=ops, groups_at_once=at_once):
                     terminal.write_line(line)
         if config.option.collectonly or session.testsfailed:
             return

@@ -11,7 +11,7 @@ import pytest
 from pytest_gpucluster.checks.localise import localise
 from pytest_gpucluster.config.topology import Topology, parse_topology, read_topology
 from pytest_gpucluster.plan.round_cost import cost, dry_run_lines, lines
-from pytest_gpucluster.plan.rounds import Group, RoundPlan, UnplacedNodes, plan_rounds, tournament
+from pytest_gpucluster.plan.rounds import Group, RoundPlan, UnplacedNodes, batches, plan_rounds, tournament
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topology"
 TWO_LEVEL = "scontrol-22.05-show-topology-2level_representative_sample.txt"  # leaves of 16, 16, 11, 1
@@ -266,3 +266,17 @@ def test_the_dry_run_says_in_one_line_when_the_tree_misses_tested_nodes():
 def test_the_dry_run_of_fewer_than_two_nodes_plans_no_rounds():
     assert dry_run_lines([], tree(TWO_LEVEL), ops=3) == ["fabric: 0 tested node(s): no across-node rounds"]
     assert dry_run_lines(["gpu-001"], None, ops=3) == ["fabric: 1 tested node(s): no across-node rounds"]
+
+
+def test_a_round_of_more_groups_than_a_job_holds_runs_as_several_keeping_leaf_pairs_whole():
+    plan = plan_rounds(all_nodes(synthetic(8, 4)), synthetic(8, 4))  # 8 leaves of 4: 4 pairs of 4 groups a round
+    between = plan.stage("between leaves")[0]
+    jobs = batches(between, 8)
+    assert [len(j.groups) for j in jobs] == [8, 8]
+    assert all(len({g.leaves for g in j.groups}) == 2 for j in jobs)  # two whole leaf pairs each
+    assert [g for j in jobs for g in j.groups] == list(between.groups)
+    small = batches(between, 3)  # a leaf pair of 4 groups is split: 3 + 1, the 1 shares a job
+    assert all(len(j.groups) <= 3 for j in small) and [g for j in small for g in j.groups] == list(between.groups)
+    assert batches(between, None) == (between,) and batches(between, 16) == (between,)
+    assert cost(plan, groups_at_once=8).jobs == 2 + 7 * 2 + 1  # inside: 16 pairs; between: 7 rounds of 16
+    assert lines(plan, cost(plan, groups_at_once=8))[-1].endswith("(35 s per job assumed)")

@@ -214,3 +214,10 @@ def test_slurm_without_a_topology_plugin_prints_nothing_and_has_no_tree():
     text = (DATA / "scontrol-24.11-show-topology-block_representative_sample.txt").read_text()
     found = topology_of_output(text)
     assert found is not None and found.plugin == "block"
+
+
+def test_groups_at_once_is_read_from_nccl_across_and_refused_below_one(tmp_path):
+    profile = load(_write(tmp_path, "[profiles.big.nccl_across]\ngroups_at_once = 8")).profiles["big"]
+    assert profile.nccl_across.groups_at_once == 8
+    with pytest.raises(ConfigError, match=r"nccl_across.groups_at_once.*at least 1 group a job; got 0"):
+        load(_write(tmp_path, "[profiles.big.nccl_across]\ngroups_at_once = 0"))

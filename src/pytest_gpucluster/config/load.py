@@ -379,6 +379,9 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
         raise bad("nccl_across", f"need 0 < min_bytes ≤ judge_from_bytes ≤ max_bytes{inherited}.")
     if a.iters < 1 or a.warmup_iters < 0 or a.retries < 0 or a.timeout_s < 1:
         raise bad("nccl_across", "iters ≥ 1, warmup_iters ≥ 0, retries ≥ 0 and timeout_s ≥ 1 are required.")
+    at_once = p.nccl_across.groups_at_once
+    if at_once is not None and at_once < 1:
+        raise bad("nccl_across.groups_at_once", f"at least 1 group a job; got {at_once}.")
     for key in ("inter_node_fail_fraction", "inter_node_warn_fraction"):
         fraction = getattr(n, key)
         if not 0 < fraction <= 1:

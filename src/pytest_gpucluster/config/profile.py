@@ -64,6 +64,13 @@ class NcclAcross:
     iters: int | None = None
     timeout_s: int | None = None
     retries: int | None = None
+    # The rounds over the switch tree: at most this many groups in one job (None: a round's groups
+    # all at once, in one job); a round of more runs as several jobs, one after another.
+    groups_at_once: int | None = None
+
+
+# Keys of ``[nccl_across]`` that are not sweep settings (``across_nodes`` leaves them out).
+ROUND_KEYS = ("groups_at_once",)
 
 
 # The fields of the node-side configs that a profile's [training], [compute] and [sdc] tables may set;
@@ -199,7 +206,9 @@ def node_network_gbps(profile: Profile) -> float | None:
 
 def across_nodes(profile: Profile) -> NcclSettings:
     """The across-node sweeps' settings: ``[nccl]`` with what ``[nccl_across]`` sets laid over it."""
-    own = {f.name: getattr(profile.nccl_across, f.name) for f in dataclasses.fields(NcclAcross)}
+    own = {
+        f.name: getattr(profile.nccl_across, f.name) for f in dataclasses.fields(NcclAcross) if f.name not in ROUND_KEYS
+    }
     return dataclasses.replace(profile.nccl, **{k: v for k, v in own.items() if v is not None})
 
 

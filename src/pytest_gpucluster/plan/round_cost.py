@@ -13,7 +13,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_gpucluster.config.topology import Topology
-from pytest_gpucluster.plan.rounds import STAGES, Group, Round, RoundPlan, Stage, UnplacedNodes, plan_rounds
+from pytest_gpucluster.plan.rounds import (
+    STAGES,
+    Group,
+    Round,
+    RoundPlan,
+    Stage,
+    UnplacedNodes,
+    batches,
+    plan_rounds,
+)
 
 # Assumed seconds, not measured on a large cluster: a job's start on many nodes, and one
 # collective's across-node sweep from judge_from_bytes up.
@@ -34,9 +43,18 @@ class RoundCost:
         return self.jobs * self.round_s
 
 
-def cost(plan: RoundPlan, *, ops: int = 3, start_s: float = START_S, sweep_s: float = SWEEP_S) -> RoundCost:
-    """Jobs (one per round), groups, and the seconds one round is assumed to take."""
-    return RoundCost(jobs=len(plan.rounds), groups=len(plan.groups), round_s=start_s + ops * sweep_s)
+def cost(
+    plan: RoundPlan,
+    *,
+    ops: int = 3,
+    start_s: float = START_S,
+    sweep_s: float = SWEEP_S,
+    groups_at_once: int | None = None,
+) -> RoundCost:
+    """Jobs (one per round, more where a round has more than ``groups_at_once`` groups), groups,
+    and the seconds one job is assumed to take."""
+    jobs = sum(len(batches(r, groups_at_once)) for r in plan.rounds)
+    return RoundCost(jobs=jobs, groups=len(plan.groups), round_s=start_s + ops * sweep_s)
 
 
 def lines(plan: RoundPlan, spent: RoundCost) -> list[str]:
@@ -64,9 +82,10 @@ def lines(plan: RoundPlan, spent: RoundCost) -> list[str]:
         which = f"round {first}" if first == last else f"rounds {first}–{last}"
         out.append(f"  {which}, {stage}: {_describe(stage, rounds, len(plan.leaves))}")
         first = last + 1
+    per = "round" if spent.jobs == len(plan.rounds) else "job"
     out.append(
         f"fabric: {spent.jobs} jobs, {spent.groups} groups, about {_duration(spent.estimate_s)} "
-        f"({_duration(spent.round_s)} per round assumed)"
+        f"({_duration(spent.round_s)} per {per} assumed)"
     )
     return out
 
@@ -100,7 +119,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def dry_run_lines(nodes: Sequence[str], topology: Topology | None, *, ops: int) -> list[str]:
+def dry_run_lines(
+    nodes: Sequence[str], topology: Topology | None, *, ops: int, groups_at_once: int | None = None
+) -> list[str]:
     """The fabric rounds' lines for ``--gpucluster-dry-run``; a tree that misses tested nodes is
     said in one line instead, as is a run of fewer than two nodes."""
     if len(set(nodes)) < 2:
@@ -109,4 +130,4 @@ def dry_run_lines(nodes: Sequence[str], topology: Topology | None, *, ops: int) 
         plan = plan_rounds(nodes, topology)
     except UnplacedNodes as exc:
         return [f"fabric: cannot plan the rounds: {exc}"]
-    return lines(plan, cost(plan, ops=ops))
+    return lines(plan, cost(plan, ops=ops, groups_at_once=groups_at_once))

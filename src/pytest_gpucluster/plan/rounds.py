@@ -160,3 +160,23 @@ def _between(a: Leaf, b: Leaf) -> list[Group]:
         members = [*joined[k], own] if large is a else [own, *joined[k]]
         groups.append(Group(tuple(members), names))
     return groups
+
+
+def batches(rnd: Round, at_most: int | None) -> tuple[Round, ...]:
+    """``rnd``'s groups as jobs of at most ``at_most`` groups (None: the whole round, one job).
+    The groups of one leaf, or of one pair of leaves, stay in one job where they fit, so the load
+    a leaf pair puts on its uplinks is measured whole; a leaf pair of more groups than ``at_most``
+    is split."""
+    if at_most is None or len(rnd.groups) <= at_most:
+        return (rnd,)
+    units: dict[tuple[str, ...], list[Group]] = {}
+    for g in rnd.groups:
+        units.setdefault(g.leaves, []).append(g)
+    jobs: list[list[Group]] = [[]]
+    for unit in units.values():
+        for start in range(0, len(unit), at_most):
+            part = unit[start : start + at_most]
+            if len(jobs[-1]) + len(part) > at_most:
+                jobs.append([])
+            jobs[-1].extend(part)
+    return tuple(Round(rnd.stage, tuple(job)) for job in jobs if job)

@@ -1,7 +1,8 @@
 """The across-node collectives over the switch tree: the rounds of ``plan/rounds.py`` run through
 Slurm, one job per round, one after another (every round holds nearly every node); inside a job
-every group is its own communicator and all run at once. Each job is bounded as every job of the
-run is (the profile's ``job_timeout_min``, the sweep's ``timeout_s``).
+every group is its own communicator and all run at once. ``[nccl_across] groups_at_once`` caps the
+groups of one job: a larger round runs as several jobs (``plan.rounds.batches``). Each job is
+bounded as every job of the run is (the profile's ``job_timeout_min``, the sweep's ``timeout_s``).
 
 Every round sweeps the profile's collectives once, shared by each collective's test; the rounds
 before the last sweep only the judged sizes (from ``judge_from_bytes`` up), the whole-cluster round
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pytest_gpucluster.checks import nccl as judging
 from pytest_gpucluster.checks.rounds import group_results, judge_rounds
 from pytest_gpucluster.config.topology import Topology
-from pytest_gpucluster.plan.rounds import RoundPlan, plan_rounds
+from pytest_gpucluster.plan.rounds import RoundPlan, batches, plan_rounds
 from pytest_gpucluster.run.areas.nccl_jobs import inter_env, run_job, settings
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.slurm.topology import slurm_topology
@@ -38,19 +39,23 @@ def run_rounds(ctx: JobContext, plan: RoundPlan, ops: tuple[str, ...]) -> dict[i
     def measure() -> dict[int, list[SweepResult]]:
         s = settings(ctx, across=True)
         judge_from = min(s.judge_from_bytes, s.max_bytes)
+        at_most = ctx.profile.nccl_across.groups_at_once
         out: dict[int, list[SweepResult]] = {}
         for number, rnd in enumerate(plan.rounds, start=1):
-            nodes = tuple(n for g in rnd.groups for n in g.nodes)
-            whole = rnd.stage == "whole cluster"
-            out[number] = run_job(
-                ctx,
-                f"nccl-round{number}",
-                groups=[list(g.nodes) for g in rnd.groups],
-                ops=ops,
-                env=inter_env(ctx, f"round{number}"),
-                nodelist=nodes if ctx.profile.executor == "slurm" else None,
-                min_bytes=None if whole else judge_from,
-            ).sweeps
+            jobs = batches(rnd, at_most)
+            out[number] = []
+            for part, job in enumerate(jobs, start=1):
+                name = f"round{number}" + (f".{part}" if len(jobs) > 1 else "")
+                nodes = tuple(n for g in job.groups for n in g.nodes)
+                out[number] += run_job(
+                    ctx,
+                    f"nccl-{name}",
+                    groups=[list(g.nodes) for g in job.groups],
+                    ops=ops,
+                    env=inter_env(ctx, name),
+                    nodelist=nodes if ctx.profile.executor == "slurm" else None,
+                    min_bytes=None if rnd.stage == "whole cluster" else judge_from,
+                ).sweeps
         return out
 
     return ctx.once(("nccl", "rounds", ops, plan.nodes), measure)
