@@ -4,12 +4,13 @@ switch or link convicts no node. The tree is the recorded one-spine topology.con
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from result_docs import document, record_of_test
 
 from pytest_gpucluster import verdict
-from pytest_gpucluster.checks.rounds import GroupResult, group_results, judge_rounds
+from pytest_gpucluster.checks.rounds import GroupResult, group_results, groups_of, judge_rounds
 from pytest_gpucluster.config.topology import read_topology
 from pytest_gpucluster.plan.rounds import RoundPlan, plan_rounds
 from pytest_gpucluster.workloads.busbw import SizeResult, SweepResult
@@ -98,8 +99,14 @@ def test_the_record_holds_every_group_by_round_and_what_was_named():
     found = judged(measured(PLAN, lambda g: set(g.leaves) == {"leaf1", "leaf3"} or len(g.leaves) == 4))
     record = found.to_json()
     assert record["leaves"]["leaf2"] == list(TREE.switches["leaf2"].nodes)
-    assert len(record["groups"]) == len(PLAN.groups)
-    assert {g["stage"] for g in record["groups"]} == {"inside leaves", "between leaves", "whole cluster"}
+    assert record["stages"] == ["inside leaves", *["between leaves"] * 3, "whole cluster"]
+    assert record["groups"][0].startswith("0+1=45 2+3=45 ")  # round 1: node01+node02, node03+node04, ...
+    back = groups_of(json.loads(json.dumps(record)))
+    assert [(g.round, g.nodes, g.leaves, g.busbw) for g in back] == [
+        (r.round, r.group.nodes, tuple(x for x in ("leaf1", "leaf2", "leaf3", "leaf4") if x in r.group.leaves), r.busbw)
+        for r in found.results
+    ]
+    assert {g.stage for g in back} == {"inside leaves", "between leaves", "whole cluster"}
     (culprit,) = record["culprits"]
     assert (culprit["kind"], culprit["name"], len(culprit["nodes"]), len(culprit["rounds"])) == (
         "link",

@@ -43,9 +43,18 @@ class RoundsCheck:
     findings: tuple[Finding, ...]  # the named culprits, unexplained slow groups, wrong results
 
     def to_json(self) -> dict[str, Any]:
-        """The results' ``rounds`` entry of the test: leaves, every group's busbw by round, and
-        what was named (``report/fabric.py`` renders it)."""
-        stage = {i: r.stage for i, r in enumerate(self.plan.rounds, start=1)}
+        """The results' ``rounds`` entry of the test: leaves, each round's stage, every group's
+        busbw, what was named. Compact, since a thousand nodes make 32 769 groups and the results
+        file is indented: one line per round, ``groups[k]`` holding round k + 1's groups as
+        ``i+j=busbw`` separated by spaces, a node given by its index in the leaves' lists one
+        after another (``=`` alone: no result). ``groups_of`` reads it back."""
+        index = {n: i for i, n in enumerate(n for leaf in self.plan.leaves for n in leaf.nodes)}
+        rounds: list[list[str]] = [[] for _ in self.plan.rounds]
+        problems: list[list[Any]] = []
+        for r in self.results:
+            value = "" if r.busbw is None else f"{r.busbw:.5g}"
+            rounds[r.round - 1].append("+".join(str(index[n]) for n in r.group.nodes) + "=" + value)
+            problems += [[r.round, list(r.group.nodes), p] for p in r.problems]
         return {
             "op": self.op,
             "metric": self.metric,
@@ -53,22 +62,43 @@ class RoundsCheck:
             "fail_below": self.fail_below,
             "levels": self.plan.levels,
             "leaves": {leaf.name: list(leaf.nodes) for leaf in self.plan.leaves},
-            "groups": [
-                {
-                    "round": r.round,
-                    "stage": stage[r.round],
-                    "nodes": list(r.group.nodes),
-                    "leaves": list(r.group.leaves),
-                    "busbw": r.busbw,
-                    **({"problems": list(r.problems)} if r.problems else {}),
-                }
-                for r in self.results
-            ],
+            "stages": [r.stage for r in self.plan.rounds],
+            "groups": [" ".join(groups) for groups in rounds],
+            **({"problems": problems} if problems else {}),
             "culprits": [
                 {"kind": c.kind, "name": c.name, "nodes": list(c.nodes), "rounds": list(c.rounds)}
                 for c in (self.localisation.culprits if self.localisation else ())
             ],
         }
+
+
+@dataclass(frozen=True)
+class RecordedGroup:
+    """One group as a ``rounds`` record holds it, its nodes and leaves by name."""
+
+    round: int
+    stage: str
+    nodes: tuple[str, ...]
+    leaves: tuple[str, ...]
+    busbw: float | None
+
+
+def groups_of(record: Mapping[str, Any]) -> list[RecordedGroup]:
+    """The groups of a ``rounds`` record (``RoundsCheck.to_json``), names restored."""
+    leaves: Mapping[str, Sequence[str]] = record.get("leaves", {})
+    names = [str(n) for nodes in leaves.values() for n in nodes]
+    leaf_of = {str(n): str(leaf) for leaf, nodes in leaves.items() for n in nodes}
+    stages = list(record.get("stages", []))
+    out = []
+    for number, line in enumerate(record.get("groups", []), start=1):
+        stage = str(stages[number - 1]) if number <= len(stages) else ""
+        for word in str(line).split():
+            members, _, value = word.partition("=")
+            nodes = tuple(names[int(i)] for i in members.split("+"))
+            held = {leaf_of[n] for n in nodes}
+            busbw = float(value) if value else None
+            out.append(RecordedGroup(number, stage, nodes, tuple(str(x) for x in leaves if x in held), busbw))
+    return out
 
 
 def group_results(

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpucluster.checks.rounds import groups_of
 from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.report.plots import natural
 
@@ -84,7 +85,8 @@ def section(record: Mapping[str, Any], accepted: set[str]) -> Section:
     leaves: dict[str, list[str]] = {str(k): [str(n) for n in v] for k, v in record.get("leaves", {}).items()}
     order = sorted(leaves, key=natural)
     index = {name: i for i, name in enumerate(order)}
-    groups = [g for g in record.get("groups", []) if g.get("busbw") is not None]
+    every = groups_of(record)
+    groups = [g for g in every if g.busbw is not None]
     # The map shows the switches and links: a group slow for a node the rounds named is left out
     # of it, so a bad node does not paint its leaf's row (the node is listed as named).
     bad_nodes = {str(n) for c in record.get("culprits", []) if c.get("kind") == "node" for n in c.get("nodes", [])}
@@ -92,8 +94,8 @@ def section(record: Mapping[str, Any], accepted: set[str]) -> Section:
     inside: dict[str, float] = {}
     across: dict[str, float] = {}
     for g in groups:
-        names = [str(n) for n in g.get("leaves", [])]
-        value = float(g["busbw"])
+        names = list(g.leaves)
+        value = float(g.busbw or 0.0)
         if len(names) == 1:
             inside[names[0]] = min(inside.get(names[0], value), value)
             key = (index[names[0]], index[names[0]])
@@ -104,7 +106,7 @@ def section(record: Mapping[str, Any], accepted: set[str]) -> Section:
             key = (i, j)
         else:
             continue
-        if not bad_nodes.intersection(map(str, g["nodes"])):
+        if not bad_nodes.intersection(g.nodes):
             cells[key] = min(cells.get(key, value), value)
     matrix = tuple(tuple(cells.get((min(i, j), max(i, j))) for j in range(len(order))) for i in range(len(order)))
     named = tuple(_named(c) for c in record.get("culprits", []))
@@ -125,18 +127,18 @@ def section(record: Mapping[str, Any], accepted: set[str]) -> Section:
     fail_below = float(line) if line is not None else None
     slowest = tuple(
         Slow(
-            float(g["busbw"]),
-            int(g["round"]),
-            str(g.get("stage", "")),
-            "all" if g.get("stage") == "whole cluster" else "–".join(g.get("leaves", [])),
-            hostlist([str(n) for n in g["nodes"]]),
-            fail_below is not None and float(g["busbw"]) < fail_below,
+            float(g.busbw or 0.0),
+            g.round,
+            g.stage,
+            "all" if g.stage == "whole cluster" else "–".join(g.leaves),
+            hostlist(g.nodes),
+            fail_below is not None and float(g.busbw or 0.0) < fail_below,
         )
-        for g in sorted(groups, key=lambda g: float(g["busbw"]))[:SLOWEST]
+        for g in sorted(groups, key=lambda g: float(g.busbw or 0.0))[:SLOWEST]
     )
     nodes = sum(len(v) for v in leaves.values())
-    rounds = len({g.get("round") for g in record.get("groups", [])})
-    summary = f"{nodes} nodes under {len(leaves)} leaves, {rounds} rounds, {len(record.get('groups', []))} groups; " + (
+    rounds = len(record.get("stages", []))
+    summary = f"{nodes} nodes under {len(leaves)} leaves, {rounds} rounds, {len(every)} groups; " + (
         f"named: {'; '.join(f'{n.kind} {n.name}' for n in named)}" if named else "nothing named slow"
     )
     return Section(
