@@ -93,6 +93,8 @@ class Judge:
             return
         if measurement is not None:
             self._unjudged(self._placed(measurement) if not measurement.nodes else measurement, metric)
+        if found:  # without a bound only a wrong result is named: it fails all the same
+            self.findings(found, metric)
         self._conclude([])
 
     def _placed(self, m: Measurement) -> Measurement:
