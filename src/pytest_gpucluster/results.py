@@ -65,8 +65,9 @@ def atomic_write_json(path: Path, document: Any) -> None:
 
 
 # Record kinds kept whole under the test's own key: the fabric check's per-port and per-link
-# counters, the Xid check's sources and events.
-DETAIL_KINDS = ("fabric", "xid", "storage", "rounds")
+# counters, the Xid check's sources and events, the across-node rounds, the straggler check's
+# rounds of node pairs.
+DETAIL_KINDS = ("fabric", "xid", "storage", "rounds", "pairs")
 
 
 def entries_of(user_properties: Iterable[Any]) -> list[dict[str, Any]]:

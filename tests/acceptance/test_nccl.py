@@ -1,19 +1,24 @@
 """Collective bus bandwidth, measured and checked the way nccl-tests does it:
 inside every node at once (one test per node and collective, so a slow node is named), and
-across all nodes with NCCL_ALGO=Ring; a miss across nodes is narrowed down to the bad node."""
+across all nodes with NCCL_ALGO=Ring, alltoall among the collectives; a miss across nodes is
+narrowed down to the bad node."""
 
 from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster.config.profile import across_nodes
 from pytest_gpucluster.plan import facts, jobs
 from pytest_gpucluster.plugin import SESSION_KEY
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One test per collective the profile sweeps (``[profiles.X.nccl] ops``)."""
+    """One test per collective the profile sweeps: ``[profiles.X.nccl] ops`` inside a node,
+    ``[profiles.X.nccl_across] ops`` (those and alltoall unless set) across nodes."""
     if "op" in metafunc.fixturenames:
-        ops = list(metafunc.config.stash[SESSION_KEY].profile.nccl.ops)
+        profile = metafunc.config.stash[SESSION_KEY].profile
+        across = metafunc.function.__name__ == "test_busbw_across_nodes"
+        ops = list(across_nodes(profile).ops if across else profile.nccl.ops)
         metafunc.parametrize("op", ops, ids=ops)
 
 

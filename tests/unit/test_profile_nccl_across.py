@@ -4,6 +4,7 @@ sweep without shrinking the intra-node one."""
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -69,7 +70,8 @@ iters = 5
 def test_without_the_table_both_sweeps_use_nccl(tmp_path):
     profile = load_text(tmp_path, BASE).profile("lab")
     assert profile.nccl_across == NcclAcross()
-    assert across_nodes(profile) == profile.nccl
+    # The same sweep settings; alltoall is judged across nodes besides [nccl] ops.
+    assert across_nodes(profile) == dataclasses.replace(profile.nccl, ops=(*profile.nccl.ops, "alltoall"))
 
 
 def test_extends_merges_the_across_node_table_key_by_key(tmp_path):

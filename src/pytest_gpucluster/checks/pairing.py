@@ -160,3 +160,24 @@ def isolate(
             return state.result()
         outcome = run_round(pairs)
         state.record((pair, bool(outcome.get(pair, False))) for pair in pairs)
+
+
+def neighbour_rounds(nodes: Sequence[str]) -> list[list[Pair]]:
+    """The edges of the ring of ``nodes`` (each node paired with the one before and the one after
+    it) in rounds of disjoint pairs, each round run at once: ``(n0, n1), (n2, n3), ...``, then
+    ``(n1, n2), (n3, n4), ...``, and for an odd count a third round of the pair that closes the
+    ring. From three nodes on, every node has two partners, so a node slow with both is told from
+    a pair slow together; two nodes make one pair, one node none."""
+    n = len(nodes)
+    if len(set(nodes)) != n:
+        raise ValueError(f"node names repeat: {list(nodes)}")
+    if n < 2:
+        return []
+    if n == 2:
+        return [[(nodes[0], nodes[1])]]
+    first = [(nodes[i], nodes[i + 1]) for i in range(0, n - 1, 2)]
+    second = [(nodes[i], nodes[(i + 1) % n]) for i in range(1, n, 2)]
+    if n % 2 == 0:
+        return [first, second]
+    # odd: the last node's pair with the first closes the ring in a round of its own
+    return [first, second, [(nodes[-1], nodes[0])]]

@@ -366,10 +366,11 @@ def _check_profile(p: Profile, where: str, file: str) -> None:
     n = p.nccl
     if not 0 < n.min_bytes <= n.judge_from_bytes <= n.max_bytes:
         raise bad("nccl", "need 0 < min_bytes ≤ judge_from_bytes ≤ max_bytes.")
-    for op in n.ops:
-        if not any(m.startswith(f"nccl.{op}.") for m in METRICS):
-            known = sorted({m.split(".")[1] for m in METRICS if m.startswith("nccl.")})
-            raise bad("nccl.ops", f"unknown collective {op!r}; known: {', '.join(known)}.")
+    for key, ops in (("nccl.ops", n.ops), ("nccl_across.ops", p.nccl_across.ops or ())):
+        for op in ops:
+            if not any(m.startswith(f"nccl.{op}.inter_node") for m in METRICS):
+                known = sorted({m.split(".")[1] for m in METRICS if m.endswith(".inter_node")})
+                raise bad(key, f"unknown collective {op!r}; known: {', '.join(known)}.")
     if n.iters < 1 or n.warmup_iters < 0 or n.retries < 0 or n.timeout_s < 1:
         raise bad("nccl", "iters ≥ 1, warmup_iters ≥ 0, retries ≥ 0 and timeout_s ≥ 1 are required.")
     a = across_nodes(p)

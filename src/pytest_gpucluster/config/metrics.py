@@ -42,6 +42,13 @@ _SCOPES = {
     "intra_node_nvls": "bus bandwidth inside one node with NVLink SHARP (NVLS) allowed",
     "inter_node": "bus bandwidth across all nodes, on [nccl] inter_node_algo (Ring unless set)",
 }
+# The fabric judged layer by layer (docs/nccl.md, "Layer by layer"): all_reduce with NCCL kept to one
+# path, so a slow NVLink, NIC or cable shows by itself instead of inside a mixed figure.
+LAYER_SCOPES = {
+    "nvlink_only": "bus bandwidth inside one node on NVLink alone (NCCL_P2P_LEVEL=NVL, no NIC, no shared memory)",
+    "network_only": "bus bandwidth inside one node with every GPU through its NIC (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE)",
+    "network_only_inter_node": "bus bandwidth across all nodes with every GPU through its NIC, even inside a node",
+}
 
 METRICS: dict[str, Metric] = {
     m.name: m
@@ -113,6 +120,20 @@ METRICS: dict[str, Metric] = {
         _m("inventory.memory_spread", "%", "lower", "host RAM difference from the nodes' median"),
         _m("telemetry.gpu_idle_fraction", "%", "lower", "time a GPU idled while its peers worked"),
         _m("robustness.rank_failure_teardown", "s", "lower", "time survivors took to stop"),
+        # neighbour node pairs at once (the straggler check, checks/straggler.py)
+        _m(
+            "nccl.sendrecv.pair_latency",
+            "ms",
+            "lower",
+            "a node pair's slowest rank: one send/recv exchange of a small message with its partner",
+        ),
+        _m(
+            "nccl.sendrecv.pair_busbw",
+            "GB/s",
+            "higher",
+            "a node pair's slowest rank: bytes per second each way in send/recv with its partner",
+            calibrate=True,
+        ),
         # results comparison
         _m("baseline.regression", "%", "lower", "drop against the baseline run"),
     ]
@@ -124,6 +145,9 @@ for _op in _COLLECTIVES:
             continue
         _name = f"nccl.{_op}.{_scope}"
         METRICS[_name] = Metric(_name, "GB/s", "higher", f"{_op} {_what}", calibrate=True)
+for _scope, _what in LAYER_SCOPES.items():
+    _name = f"nccl.all_reduce.{_scope}"
+    METRICS[_name] = Metric(_name, "GB/s", "higher", f"all_reduce {_what}", calibrate=True)
 
 
 def known_metric_names() -> list[str]:

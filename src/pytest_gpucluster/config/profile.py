@@ -50,6 +50,10 @@ class NcclSettings:
     inter_node_warn_fraction: float = 0.85
 
 
+# Judged across nodes whatever ``[nccl] ops`` says, unless ``[nccl_across] ops`` names the collectives.
+ACROSS_BY_DEFAULT = "alltoall"
+
+
 @dataclass(frozen=True)
 class NcclAcross:
     """``[profiles.NAME.nccl_across]``: the across-node sweeps' sizes and repetitions, where they
@@ -57,6 +61,10 @@ class NcclAcross:
     slower than NVLink (sockets, a test cluster) then gets short across-node sweeps while the
     intra-node sweep keeps the sizes its lines were measured at."""
 
+    # The collectives judged across nodes; unset: ``[nccl] ops`` and alltoall, the traffic of expert
+    # parallelism, which sends from every node to every other one where a Ring passes each node
+    # boundary once (``across_nodes``).
+    ops: tuple[str, ...] | None = None
     min_bytes: Bytes | None = None
     max_bytes: Bytes | None = None
     judge_from_bytes: Bytes | None = None
@@ -209,6 +217,8 @@ def across_nodes(profile: Profile) -> NcclSettings:
     own = {
         f.name: getattr(profile.nccl_across, f.name) for f in dataclasses.fields(NcclAcross) if f.name not in ROUND_KEYS
     }
+    if own["ops"] is None:
+        own["ops"] = tuple(dict.fromkeys((*profile.nccl.ops, ACROSS_BY_DEFAULT)))
     return dataclasses.replace(profile.nccl, **{k: v for k, v in own.items() if v is not None})
 
 

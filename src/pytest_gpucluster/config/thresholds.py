@@ -12,7 +12,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_gpucluster.config.metrics import METRICS
+from pytest_gpucluster.config.metrics import LAYER_SCOPES, METRICS
 from pytest_gpucluster.config.profile import Profile, node_network_gbps
 from pytest_gpucluster.errors import ConfigError, MissingThresholdError
 
@@ -121,9 +121,14 @@ class ThresholdSet:
                 f'{self.file}: no threshold for {metric!r} {where}: declare it under [metrics."{metric}"] '
                 f'(unit, better) and add its bounds under [thresholds.{self.name}."{metric}"].'
             )
+        calibrate = (
+            " or run with --gpucluster-calibrate=PATH on known-good nodes to write one from their measurements"
+            if METRICS[metric].calibrate
+            else ""
+        )
         return (
             f"{self.file}: no threshold for {metric!r} {where}; add [thresholds.{self.name}.{metric}] with "
-            f'unit = "{METRICS[metric].unit}" and its bounds.'
+            f'unit = "{METRICS[metric].unit}" and its bounds{calibrate}.'
         )
 
     def _no_line_for_shape(self, metric: str) -> str:
@@ -140,8 +145,9 @@ class ThresholdSet:
 
 def shape_specific(metric: str) -> bool:
     """Whether a line of ``metric`` holds for one node shape only: intra-node busbw depends on how
-    many GPUs share the node's NVLink (docs/thresholds.md has the H200 figures per shape)."""
-    return metric.startswith("nccl.") and ".intra_node" in metric
+    many GPUs share the node's NVLink (docs/thresholds.md has the H200 figures per shape), and the
+    layer-by-layer busbw on how many GPUs share its NVLink or its NICs."""
+    return metric.startswith("nccl.") and (".intra_node" in metric or metric.rsplit(".", 1)[-1] in LAYER_SCOPES)
 
 
 def choose_set(

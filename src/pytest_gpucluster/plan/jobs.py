@@ -26,6 +26,7 @@ from pytest_gpucluster.workloads import (
     isolation,
     node_probe,
     nvbandwidth,
+    pair_exchange,
     placement,
     rank_failure,
     sdc,
@@ -81,7 +82,8 @@ class JobRequest:
     ``after_checks``: it follows the one-shot checks (the soak), ahead of the ``runs_last`` jobs,
     which then read what it left behind too; it never starts ahead.
     ``workload``: the function that runs on the nodes; ``shape``: where; ``args``: the workload's
-    keyword arguments, from the profile and the GPUs per node (none if not given). A job whose
+    keyword arguments, from the profile and the GPUs per node (none if not given); ``env``: the
+    variables the job runs with, over the profile's own (a path NCCL is kept to). A job whose
     value needs more than one workload call (retries, rounds of pairs, jobs that must run
     together) has a producer in ``run/areas/`` that says how it calls the workload."""
 
@@ -101,6 +103,7 @@ class JobRequest:
     max_gpus: int | None = None
     runs_last: bool = False
     after_checks: bool = False
+    env: tuple[tuple[str, str], ...] = ()
 
 
 # Facts of a run (``Facts.flags``) that the suite's requests refer to.
@@ -134,6 +137,36 @@ NCCL_INTER = JobRequest(
     "nccl-inter",
     "the collective sweeps across every node",
     workload=collectives.collective_sweeps,
+    shape=Shape(tasks_per_node=RANKS),
+)
+# The fabric layer by layer (docs/nccl.md, "Layer by layer"): all_reduce with NCCL kept to one path.
+# NVLink alone: peer-to-peer only over NVLink, no shared memory, and no NIC (sockets, were NCCL to
+# fall back to a network, read far below the line and name themselves in NCCL's log).
+NVLINK_ONLY_ENV = (("NCCL_P2P_LEVEL", "NVL"), ("NCCL_SHM_DISABLE", "1"), ("NCCL_NET", "Socket"))
+# The network alone: no peer-to-peer and no shared memory, so every GPU reaches every other one,
+# on its node too, through its NIC.
+NETWORK_ONLY_ENV = (("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1"))
+NCCL_NVLINK_ONLY = JobRequest(
+    "nccl-nvlink-only",
+    "every node's all_reduce on NVLink alone (NCCL_P2P_LEVEL=NVL, no shared memory, no NIC)",
+    workload=collectives.collective_sweeps,
+    shape=Shape(tasks_per_node=RANKS),
+    exists_if=(INTRA_NODE_PEERS,),
+    env=NVLINK_ONLY_ENV,
+)
+# One job: every node's own communicator, then all nodes on one (``collectives.layered_sweeps``).
+NCCL_NETWORK_ONLY = JobRequest(
+    "nccl-network-only",
+    "all_reduce with every GPU through its NIC: inside every node, then across all nodes",
+    workload=collectives.layered_sweeps,
+    shape=Shape(tasks_per_node=RANKS),
+    env=NETWORK_ONLY_ENV,
+)
+# The straggler check: neighbour node pairs exchanging at once, round by round (checks/straggler.py).
+NEIGHBOUR_PAIRS = JobRequest(
+    "neighbour-pairs",
+    "send/recv between neighbour node pairs, every pair at once, each node with two partners",
+    workload=pair_exchange.exchange_rounds,
     shape=Shape(tasks_per_node=RANKS),
 )
 NODE_PROBE = JobRequest(
@@ -327,6 +360,9 @@ SOAK = JobRequest(
 SUITE = (
     NCCL_INTRA,
     NCCL_INTER,
+    NCCL_NVLINK_ONLY,
+    NCCL_NETWORK_ONLY,
+    NEIGHBOUR_PAIRS,
     NODE_PROBE,
     INFINIBAND,
     CEILINGS,

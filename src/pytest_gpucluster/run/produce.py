@@ -94,6 +94,10 @@ def spec_of(ctx: JobContext, request: JobRequest, *, name: str | None = None, **
     # A job that measures has its nodes to itself: no other user's job shares them while it runs
     # (the profile's ``exclusive``). Light jobs run beside each other on the same nodes.
     args["exclusive"] = shape.exclusive or (ctx.profile.exclusive and not request.light)
+    # The declared environment under what the area adds (NCCL's log files, its algorithm).
+    env = {**dict(request.env), **(override.pop("env", None) or {})}
+    if env:
+        args["env"] = env
     args.update(override)
     return ctx.spec(name or request.key, **args)
 

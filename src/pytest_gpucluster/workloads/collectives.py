@@ -53,6 +53,9 @@ ENV_FACTS = (
     "NCCL_SOCKET_IFNAME",
     "NCCL_NET_GDR_LEVEL",
     "NCCL_P2P_LEVEL",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_NET",
     "NCCL_MIN_NCHANNELS",
     "NCCL_MAX_NCHANNELS",
     "NCCL_BUFFSIZE",
@@ -495,3 +498,22 @@ def _wrong_places(
     _gather_into(dist)(everyone, mine, group=group)
     unit = "gpu" if backend == "nccl" else "rank"
     return tuple(f"{m.node}:{unit}{m.local_rank}" for m, w in zip(members, everyone.tolist(), strict=True) if w)
+
+
+def layered_sweeps(
+    ctx: TaskContext,
+    *,
+    layouts: Sequence[Groups] = ("node", "world"),
+    backend: str | None = None,
+    timeout_s: float = 600.0,
+    **sweep: Any,
+) -> list[SweepResult]:
+    """``collective_sweeps`` on each layout of ``layouts`` in turn (every node's own communicator,
+    then all nodes on one) on one process group: one job where the environment, which NCCL reads
+    once per process, holds for both."""
+    with process_group(ctx, backend=backend, timeout_s=timeout_s):
+        return [
+            result
+            for groups in layouts
+            for result in collective_sweeps(ctx, groups=groups, backend=backend, timeout_s=timeout_s, **sweep)
+        ]

@@ -8,6 +8,7 @@ from pytest_gpucluster.run.areas import (  # noqa: F401
     ib_write_bw,
     isolation,
     nccl,
+    nccl_layers,
     nvbandwidth,
     placement,
     probe,

@@ -41,9 +41,10 @@ def ceilings_ride_along(ctx: JobContext) -> ComputePlan | None:
     return plan_compute(ctx.profile.compute, gpus_per_node=ctx.gpus_per_node, real_gpus=ctx.profile.gpus_are_real)
 
 
-def _ops(ctx: JobContext, op: str | None = None) -> tuple[str, ...]:
-    """The profile's collectives, and ``op`` if it is not one of them."""
-    ops = tuple(ctx.profile.nccl.ops)
+def _ops(ctx: JobContext, op: str | None = None, *, across: bool = False) -> tuple[str, ...]:
+    """The profile's collectives inside a node (``[nccl] ops``) or across nodes (``[nccl_across]
+    ops``, alltoall among them unless set), and ``op`` if it is not one of them."""
+    ops = tuple(settings(ctx, across=across).ops)
     return ops if op is None or op in ops else (*ops, op)
 
 
@@ -93,7 +94,7 @@ def inter_node(ctx: JobContext, op: str) -> judging.Check:
     unless the profile says otherwise), so busbw is the network's and not inflated by tree or
     NVLS algorithms. A miss is re-measured; one that stays is narrowed down by pairs. Where the
     switch tree is known, the rounds over it run instead (``run/areas/nccl_rounds.py``)."""
-    ops = _ops(ctx, op)
+    ops = _ops(ctx, op, across=True)
     topology = topology_of(ctx)
     if topology is not None:
         return rounds_check(ctx, topology, ops, op)

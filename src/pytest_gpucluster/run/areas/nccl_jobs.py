@@ -96,7 +96,7 @@ def run_job(
     ``probe`` every node's probe is read before anything else."""
     across = groups != "node"
     s = settings(ctx, across=across)
-    _check_memory(ctx, s, across)
+    check_memory(ctx, s, across)
     use_tool = groups == "node" and facts.uses_nccl_tests(ctx.profile, ctx.gpus_per_node)
     request = jobs.NCCL_INTER if across else jobs.NCCL_INTRA
     where: dict[str, Any] = {"all_nodes": False, "nodelist": nodelist} if nodelist is not None else {}
@@ -163,7 +163,7 @@ def run_job(
     )
 
 
-def _check_memory(ctx: JobContext, s: NcclSettings, across: bool) -> None:
+def check_memory(ctx: JobContext, s: NcclSettings, across: bool) -> None:
     """Refuse, before any job, sizes that do not fit a GPU's memory."""
     memory = gpu_memory_bytes(ctx.gpu_model) if ctx.profile.gpus_are_real and ctx.gpus_per_node else None
     if memory is None:

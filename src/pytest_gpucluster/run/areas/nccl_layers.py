@@ -1,0 +1,113 @@
+"""The fabric layer by layer: all_reduce kept to NVLink alone inside every node, kept to the
+network alone inside every node and across all nodes, and neighbour node pairs exchanging at once
+(the straggler check). Each is a job of its own declaration (``plan/jobs.py``), its environment
+there; these producers give the jobs their sizes and the pairs their rounds. Judging is
+``checks/nccl.py`` (the sweeps) and ``checks/straggler.py`` (the pairs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_gpucluster.checks import nccl as judging
+from pytest_gpucluster.checks.pairing import Pair, neighbour_rounds
+from pytest_gpucluster.plan import facts, jobs
+from pytest_gpucluster.plan.jobs import JobRequest
+from pytest_gpucluster.run.areas.nccl_jobs import check_memory, inter_env, intra_env, settings
+from pytest_gpucluster.run.context import JobContext
+from pytest_gpucluster.run.produce import produces, spec_of
+from pytest_gpucluster.workloads.busbw import SweepResult
+from pytest_gpucluster.workloads.collectives import Groups
+from pytest_gpucluster.workloads.pair_exchange import PairResult
+
+OP = "all_reduce"
+NVLINK_ONLY = f"nccl.{OP}.nvlink_only"
+NETWORK_ONLY = f"nccl.{OP}.network_only"
+NETWORK_ONLY_ACROSS = f"nccl.{OP}.network_only_inter_node"
+# A small message for the pairs' latency; the bandwidth is measured at the sweeps' judged size.
+LATENCY_BYTES = 8 * 2**10
+
+
+@dataclass(frozen=True)
+class NeighbourPairs:
+    """The straggler check's job: its rounds of pairs and every pair's figures."""
+
+    rounds: tuple[tuple[Pair, ...], ...]
+    results: tuple[PairResult, ...]
+    job_id: str
+
+
+def _sweeps(
+    ctx: JobContext, request: JobRequest, *, across: bool, layouts: tuple[Groups, ...], env: dict[str, str]
+) -> list[SweepResult]:
+    """``request``'s job: all_reduce at the judged sizes only (from ``judge_from_bytes`` up) on
+    each layout of communicators in turn, with the declared environment under ``env``."""
+    s = settings(ctx, across=across)
+    check_memory(ctx, s, across)
+    kwargs = dict(
+        ops=(OP,),
+        min_bytes=s.judge_from_bytes,
+        max_bytes=s.max_bytes,
+        warmup_iters=s.warmup_iters,
+        iters=s.iters,
+        timeout_s=s.timeout_s,
+    )
+    spec = spec_of(ctx, request, env=env)
+    if len(layouts) == 1:
+        results = ctx.run(request.workload, spec, groups=layouts[0], **kwargs)  # type: ignore[arg-type]
+    else:
+        results = ctx.run(request.workload, spec, layouts=layouts, **kwargs)  # type: ignore[arg-type]
+    return [sweep for r in results for sweep in r.value]
+
+
+def _judged(ctx: JobContext, sweep: SweepResult, metric: str, *, across: bool) -> judging.Check:
+    return judging.make_check(sweep, metric, ctx.thresholds.get(metric), settings(ctx, across=across))
+
+
+@produces(jobs.NCCL_NVLINK_ONLY)
+def nvlink_only(ctx: JobContext, node: str) -> judging.Check:
+    """``node``'s all_reduce on NVLink alone, from the one job over every node (each its own
+    communicator); not re-measured: a miss is the node's NVLink or its GPUs' peer access."""
+    sweeps = ctx.once(
+        ("nccl", "nvlink_only"),
+        lambda: _sweeps(ctx, jobs.NCCL_NVLINK_ONLY, across=False, layouts=("node",), env=intra_env(ctx, "nvlink-only")),
+    )
+    return _judged(ctx, judging.find(sweeps, (node,), OP), NVLINK_ONLY, across=False)
+
+
+@produces(jobs.NCCL_NETWORK_ONLY)
+def network_only(ctx: JobContext, node: str | None = None) -> judging.Check:
+    """All_reduce with every GPU through its NIC: ``node``'s own, or without ``node`` all nodes on
+    one communicator (Ring unless the profile says otherwise), from one job that runs both."""
+    inside = facts.no_intra_node_collective(ctx.gpus_per_node) is None
+    layouts = (("node",) if inside else ()) + (("world",) if len(ctx.nodes) > 1 else ())
+    sweeps = ctx.once(
+        ("nccl", "network_only"),
+        lambda: _sweeps(ctx, jobs.NCCL_NETWORK_ONLY, across=True, layouts=layouts, env=inter_env(ctx, "network-only")),
+    )
+    if node is not None:
+        return _judged(ctx, judging.find(sweeps, (node,), OP), NETWORK_ONLY, across=True)
+    return _judged(ctx, judging.find(sweeps, tuple(ctx.nodes), OP), NETWORK_ONLY_ACROSS, across=True)
+
+
+@produces(jobs.NEIGHBOUR_PAIRS)
+def neighbour_pairs(ctx: JobContext) -> NeighbourPairs:
+    """Every node paired with its ring neighbours (``checks.pairing.neighbour_rounds``), each
+    round's pairs exchanging at once, all rounds in one job."""
+
+    def run() -> NeighbourPairs:
+        rounds = tuple(tuple(r) for r in neighbour_rounds(ctx.nodes))
+        s = settings(ctx, across=True)
+        found = ctx.run(
+            jobs.NEIGHBOUR_PAIRS.workload,  # type: ignore[arg-type]
+            spec_of(ctx, jobs.NEIGHBOUR_PAIRS),
+            rounds=rounds,
+            latency_bytes=LATENCY_BYTES,
+            bandwidth_bytes=s.judge_from_bytes,
+            warmup_iters=s.warmup_iters,
+            iters=s.iters,
+            timeout_s=s.timeout_s,
+        )
+        return NeighbourPairs(rounds, tuple(p for r in found for p in r.value), found[0].job_id)
+
+    return ctx.once(("nccl", "neighbour_pairs"), run)
