@@ -146,6 +146,8 @@ def _layers_pass_and_keep_their_settings(run):
     assert len({j for t in network for j in t["job_ids"]}) == 1
     pairs = by_id["test_no_straggler_among_neighbour_pairs"]
     assert pairs["outcome"] == "passed", pairs
+    # The pairs ride after the sweeps in the across-node job: no job of their own.
+    assert pairs["job_ids"] == by_id["test_busbw_across_nodes[all_reduce]"]["job_ids"]
     statuses = {(m["metric"], m["where"], m["status"]) for m in pairs["measurements"]}
     assert statuses == {
         ("nccl.sendrecv.pair_latency", "node1+node2", "pass"),

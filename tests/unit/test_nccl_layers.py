@@ -68,6 +68,15 @@ def test_nvlink_alone_is_planned_only_where_a_node_has_peers():
     plan = _plan(8, 2)
     assert {"nccl-nvlink-only", "nccl-network-only", "neighbour-pairs"} <= set(plan.jobs)
     assert not any(plan.jobs[k].ahead for k in ("nccl-nvlink-only", "nccl-network-only", "neighbour-pairs"))
+    # Without the across-node sweeps in the run, the pairs are a job of their own ...
+    assert plan.rides_in("neighbour-pairs") is None
+    # ... with them, the pairs ride after the sweeps in their job.
+    f = Facts(gpus_per_node=8, flags=frozenset({TORCH_SWEEPS, INTRA_NODE_PEERS}), sees_whole_selection=True)
+    uses = [
+        Use(jobs.NCCL_INTER, "test_nccl.py::test_busbw_across_nodes"),
+        Use(jobs.NEIGHBOUR_PAIRS, "test_nccl_layers.py::test_no_straggler_among_neighbour_pairs"),
+    ]
+    assert make_plan(uses, f).rides_in("neighbour-pairs") == "nccl-inter"
 
 
 # ------------------------------------------------------------------ lines and settings

@@ -162,12 +162,14 @@ NCCL_NETWORK_ONLY = JobRequest(
     shape=Shape(tasks_per_node=RANKS),
     env=NETWORK_ONLY_ENV,
 )
-# The straggler check: neighbour node pairs exchanging at once, round by round (checks/straggler.py).
+# The straggler check: neighbour node pairs exchanging at once, round by round (checks/straggler.py),
+# after the across-node sweeps in their job where the run has it (same nodes, same ranks).
 NEIGHBOUR_PAIRS = JobRequest(
     "neighbour-pairs",
     "send/recv between neighbour node pairs, every pair at once, each node with two partners",
     workload=pair_exchange.exchange_rounds,
     shape=Shape(tasks_per_node=RANKS),
+    rides_in=NCCL_INTER.key,
 )
 NODE_PROBE = JobRequest(
     "node-probe",

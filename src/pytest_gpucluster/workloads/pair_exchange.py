@@ -123,3 +123,29 @@ def exchange_rounds(
                 )
         dist.barrier()
         return results if dist.get_rank() == 0 else []
+
+
+@dataclass(frozen=True)
+class SweepsAndPairs:
+    """One task's part of a job of sweeps with the neighbour pairs riding after them."""
+
+    sweeps: list[Any]  # workloads.busbw.SweepResult
+    pairs: list[PairResult]
+
+
+def sweeps_then_pairs(
+    ctx: TaskContext,
+    *,
+    rounds: Sequence[Round],
+    pairs: dict[str, Any],
+    backend: str | None = None,
+    timeout_s: float = 300.0,
+    **sweep: Any,
+) -> SweepsAndPairs:
+    """The collective sweeps, then the neighbour pairs' rounds (``pairs``: their sizes and
+    repetitions) on the same process group: one job where two would each pay a start."""
+    from pytest_gpucluster.workloads.collectives import collective_sweeps
+
+    with process_group(ctx, backend=backend, timeout_s=timeout_s):
+        found = collective_sweeps(ctx, backend=backend, timeout_s=timeout_s, **sweep)
+        return SweepsAndPairs(found, exchange_rounds(ctx, rounds=rounds, backend=backend, timeout_s=timeout_s, **pairs))

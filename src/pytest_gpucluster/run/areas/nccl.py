@@ -17,7 +17,16 @@ from collections.abc import Callable
 from pytest_gpucluster.checks import nccl as judging
 from pytest_gpucluster.checks.pairing import Pair, isolate
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.run.areas.nccl_jobs import IntraNodeRun, inter_env, intra_env, run_job, settings
+from pytest_gpucluster.run.areas.nccl_jobs import (
+    IntraNodeRun,
+    RidingPairs,
+    inter_env,
+    intra_env,
+    neighbour_rounds,
+    pair_args,
+    run_job,
+    settings,
+)
 from pytest_gpucluster.run.areas.nccl_rounds import rounds_check, topology_of
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.produce import produces
@@ -88,6 +97,25 @@ def intra_node(ctx: JobContext, node: str | None = None, op: str | None = None) 
     return _with_retries(ctx, first, metric, again)
 
 
+def pairs_ride_along(ctx: JobContext) -> RidingPairs | None:
+    """The neighbour pairs' rounds and sizes where the plan has them ride in the across-node job,
+    after its sweeps (one start of a job fewer)."""
+    if ctx.plan.rides_in(jobs.NEIGHBOUR_PAIRS.key) != jobs.NCCL_INTER.key:
+        return None
+    return RidingPairs(neighbour_rounds(ctx.nodes), pair_args(ctx))
+
+
+def inter_node_job(ctx: JobContext, ops: tuple[str, ...] | None = None) -> IntraNodeRun:
+    """The run's one across-node job (the collectives judged across nodes, or ``ops``), with the
+    neighbour pairs after its sweeps where they ride along."""
+    ops = _ops(ctx, across=True) if ops is None else ops
+    pairs = pairs_ride_along(ctx)
+    return ctx.once(
+        ("nccl", "inter_node", ops),
+        lambda: run_job(ctx, "nccl-inter", groups="world", ops=ops, env=inter_env(ctx), pairs=pairs),
+    )
+
+
 @produces(jobs.NCCL_INTER)
 def inter_node(ctx: JobContext, op: str) -> judging.Check:
     """``op`` over every tested node on one communicator on ``[nccl] inter_node_algo`` (Ring
@@ -99,10 +127,7 @@ def inter_node(ctx: JobContext, op: str) -> judging.Check:
     if topology is not None:
         return rounds_check(ctx, topology, ops, op)
     nodes = tuple(ctx.nodes)
-    all_ops = ctx.once(
-        ("nccl", "inter_node", ops),
-        lambda: run_job(ctx, "nccl-inter", groups="world", ops=ops, env=inter_env(ctx)).sweeps,
-    )
+    all_ops = inter_node_job(ctx, ops).sweeps
 
     def again() -> SweepResult:
         redo = run_job(ctx, "nccl-inter-retry", groups="world", ops=(op,), env=inter_env(ctx, "inter-retry")).sweeps

@@ -10,10 +10,11 @@ sweeps take their sizes and repetitions from ``[nccl_across]`` where the profile
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpucluster.checks import pairing
 from pytest_gpucluster.config import NcclSettings
 from pytest_gpucluster.config.profile import sweep_settings
 from pytest_gpucluster.plan import facts, jobs
@@ -26,6 +27,7 @@ from pytest_gpucluster.workloads.compute import ComputePlan, GpuCeiling
 from pytest_gpucluster.workloads.nccl_tests import run_nccl_tests
 from pytest_gpucluster.workloads.node_gpus import node_gpus_job
 from pytest_gpucluster.workloads.node_probe import NodeProbe
+from pytest_gpucluster.workloads.pair_exchange import PairResult, sweeps_then_pairs
 from pytest_gpucluster.workloads.telemetry import NodeTelemetry, under_telemetry
 
 # The areas (test files) the node probe serves: each is given the probe's part of a shared job.
@@ -38,14 +40,46 @@ NCCL_DEBUG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS")
 
 @dataclass(frozen=True)
 class IntraNodeRun:
-    """The run's intra-node job: every node's sweeps, what the telemetry sampler saw and, where
-    they rode along, every GPU's compute ceilings and every node's probe (node → NodeProbe)."""
+    """A job of sweeps: every node's or the nodes' together; for the run's intra-node job what the
+    telemetry sampler saw and, where they rode along, every GPU's compute ceilings and every
+    node's probe (node → NodeProbe); for the across-node job the neighbour pairs riding in it."""
 
     sweeps: list[SweepResult]
     telemetry: list[NodeTelemetry]
     ceilings: list[GpuCeiling] | None = None
     job_id: str = ""
     probes: dict[str, NodeProbe] | None = None
+    pairs: list[PairResult] | None = None  # the neighbour pairs, where they rode after the sweeps
+
+
+@dataclass(frozen=True)
+class RidingPairs:
+    """The neighbour pairs riding in the across-node job: their rounds and ``exchange_rounds``'
+    other arguments (sizes, repetitions)."""
+
+    rounds: tuple[tuple[tuple[str, str], ...], ...]
+    args: Mapping[str, Any]
+
+
+# A small message for the neighbour pairs' latency; their bandwidth is measured at the across-node
+# sweeps' judged size.
+PAIR_LATENCY_BYTES = 8 * 2**10
+
+
+def neighbour_rounds(nodes: Sequence[str]) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """The straggler check's rounds of neighbour pairs over ``nodes`` (``checks.pairing``)."""
+    return tuple(tuple(r) for r in pairing.neighbour_rounds(nodes))
+
+
+def pair_args(ctx: JobContext) -> dict[str, Any]:
+    """``exchange_rounds``' sizes and repetitions: those of the across-node sweeps."""
+    s = settings(ctx, across=True)
+    return {
+        "latency_bytes": PAIR_LATENCY_BYTES,
+        "bandwidth_bytes": s.judge_from_bytes,
+        "warmup_iters": s.warmup_iters,
+        "iters": s.iters,
+    }
 
 
 def settings(ctx: JobContext, *, across: bool) -> NcclSettings:
@@ -90,10 +124,12 @@ def run_job(
     sampled: bool = False,
     ceilings: ComputePlan | None = None,
     probe: bool = False,
+    pairs: RidingPairs | None = None,
 ) -> IntraNodeRun:
     """One job of sweeps; with ``sampled`` it runs under the telemetry sampler (one per node),
     with ``ceilings`` each GPU's compute ceilings are measured first in the same job, with
-    ``probe`` every node's probe is read before anything else."""
+    ``probe`` every node's probe is read before anything else, with ``pairs`` (the neighbour
+    pairs' rounds and sizes) the pairs exchange after the sweeps."""
     across = groups != "node"
     s = settings(ctx, across=across)
     check_memory(ctx, s, across)
@@ -150,6 +186,15 @@ def run_job(
             [p.ceiling for p in parts if p.ceiling is not None] if ceilings is not None else None,
             both[0].job_id,
             probes if probe else None,
+        )
+    if pairs is not None and fn is collective_sweeps:
+        riding = ctx.run(sweeps_then_pairs, spec, rounds=pairs.rounds, pairs=dict(pairs.args), **kwargs)
+        return IntraNodeRun(
+            [sweep for r in riding for sweep in r.value.sweeps],
+            [],
+            None,
+            riding[0].job_id,
+            pairs=[p for r in riding for p in r.value.pairs],
         )
     if not sampled:
         plain = ctx.run(fn, spec, **kwargs)

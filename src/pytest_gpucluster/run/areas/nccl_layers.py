@@ -10,10 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pytest_gpucluster.checks import nccl as judging
-from pytest_gpucluster.checks.pairing import Pair, neighbour_rounds
+from pytest_gpucluster.checks.pairing import Pair
 from pytest_gpucluster.plan import facts, jobs
 from pytest_gpucluster.plan.jobs import JobRequest
-from pytest_gpucluster.run.areas.nccl_jobs import check_memory, inter_env, intra_env, settings
+from pytest_gpucluster.run.areas import nccl
+from pytest_gpucluster.run.areas.nccl_jobs import (
+    check_memory,
+    inter_env,
+    intra_env,
+    neighbour_rounds,
+    pair_args,
+    settings,
+)
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.produce import produces, spec_of
 from pytest_gpucluster.workloads.busbw import SweepResult
@@ -24,8 +32,6 @@ OP = "all_reduce"
 NVLINK_ONLY = f"nccl.{OP}.nvlink_only"
 NETWORK_ONLY = f"nccl.{OP}.network_only"
 NETWORK_ONLY_ACROSS = f"nccl.{OP}.network_only_inter_node"
-# A small message for the pairs' latency; the bandwidth is measured at the sweeps' judged size.
-LATENCY_BYTES = 8 * 2**10
 
 
 @dataclass(frozen=True)
@@ -93,20 +99,21 @@ def network_only(ctx: JobContext, node: str | None = None) -> judging.Check:
 @produces(jobs.NEIGHBOUR_PAIRS)
 def neighbour_pairs(ctx: JobContext) -> NeighbourPairs:
     """Every node paired with its ring neighbours (``checks.pairing.neighbour_rounds``), each
-    round's pairs exchanging at once, all rounds in one job."""
+    round's pairs exchanging at once: after the across-node sweeps in their job where the plan has
+    them ride there, else all rounds in a job of their own."""
+    rounds = neighbour_rounds(ctx.nodes)
+    if nccl.pairs_ride_along(ctx) is not None:
+        inter = nccl.inter_node_job(ctx)
+        return NeighbourPairs(rounds, tuple(inter.pairs or ()), inter.job_id)
 
     def run() -> NeighbourPairs:
-        rounds = tuple(tuple(r) for r in neighbour_rounds(ctx.nodes))
         s = settings(ctx, across=True)
         found = ctx.run(
             jobs.NEIGHBOUR_PAIRS.workload,  # type: ignore[arg-type]
             spec_of(ctx, jobs.NEIGHBOUR_PAIRS),
             rounds=rounds,
-            latency_bytes=LATENCY_BYTES,
-            bandwidth_bytes=s.judge_from_bytes,
-            warmup_iters=s.warmup_iters,
-            iters=s.iters,
             timeout_s=s.timeout_s,
+            **pair_args(ctx),
         )
         return NeighbourPairs(rounds, tuple(p for r in found for p in r.value), found[0].job_id)
 
