@@ -21,6 +21,7 @@ from markupsafe import Markup
 from pytest_gpucluster import verdict
 from pytest_gpucluster.fold import fold_lines
 from pytest_gpucluster.report import figures, handover, inventory, model, plots, rounds, soak
+from pytest_gpucluster.report.node_fixes import node_fixes
 from pytest_gpucluster.timing import start_up_note
 from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
 from pytest_gpucluster.verdict.run import COUNTED
@@ -179,6 +180,7 @@ def acceptance_block(
         thresholds_sha256=doc.get("thresholds_sha256") or "not recorded",
         version=version,
         key_figures=figures.key_figures(doc),
+        node_fixes=node_fixes(doc),
         soak=soak.sheet_line(doc),
         sheet=handover.sheet(doc, recorded, results_file),
         nodes=nodes if nodes.verdicts else None,
