@@ -12,9 +12,14 @@ from pytest_gpucluster.plan import facts, jobs
 
 
 def gpucluster_not_applicable(cluster, name):
-    """At collection: a node of one GPU has no NVLink peer and no GPU to reach through a NIC."""
-    inside = ("test_busbw_on_nvlink_alone", "test_busbw_through_the_nics_alone")
-    return facts.no_intra_node_collective(cluster.gpus_per_node) if name in inside else None
+    """At collection: a node of one GPU has no NVLink peer and no GPU to reach through a NIC of
+    its node; GPUs without InfiniBand or RoCE NICs have no NIC layer."""
+    why = None
+    if name in ("test_busbw_on_nvlink_alone", "test_busbw_through_the_nics_alone"):
+        why = facts.no_intra_node_collective(cluster.gpus_per_node)
+    if "through_the_nics" in name:
+        why = why or facts.no_nic_layer(cluster.profile)
+    return why
 
 
 @pytest.mark.uses(jobs.NCCL_NVLINK_ONLY)

@@ -18,7 +18,7 @@ from pytest_gpucluster.config.load import load
 from pytest_gpucluster.config.profile import NcclAcross, across_nodes
 from pytest_gpucluster.config.thresholds import shape_specific
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.plan import Facts, Use, jobs, make_plan
+from pytest_gpucluster.plan import Facts, Use, facts, jobs, make_plan
 from pytest_gpucluster.plan.jobs import COMPUTE_RANKS_MATCH, INTRA_NODE_PEERS, TORCH_SWEEPS
 from pytest_gpucluster.workloads.pair_exchange import PairResult
 
@@ -121,10 +121,28 @@ def test_the_test_cluster_proves_the_paths_and_the_gpu_sets_say_why_they_do_not_
     for metric in ("nccl.all_reduce.network_only", "nccl.all_reduce.network_only_inter_node"):
         assert h200.get(metric) is None
         assert "--gpucluster-calibrate=PATH" in h200.missing(metric)
+    # Nodes of 8 H200: no line for NVLink alone either (none of that shape was recorded).
+    assert h200.get("nccl.all_reduce.nvlink_only") is None
     latency = h200["nccl.sendrecv.pair_latency"]
     assert latency.fail_above == 8 and "cluster-health-scanner" in latency.evidence
     # alltoall across nodes has its line from the fabric wherever the others do.
     assert h200["nccl.alltoall.inter_node"].origin == "derived"
+
+
+@pytest.mark.parametrize(("profile", "fail", "recorded"), [("testbox", 320, "355.0"), ("testbox-2x2", 295, "328.6")])
+def test_nvlink_alone_on_h200_shapes_whose_plain_sweep_went_over_nvlink_alone(shipped, profile, fail, recorded):
+    p = shipped.profile(profile)
+    line = shipped.thresholds_for(p, gpu_model=p.gpu_model, gpus_per_node=p.gpus_per_node)[
+        "nccl.all_reduce.nvlink_only"
+    ]
+    assert line.fail_below == fail and "P2P/CUMEM alone" in line.evidence and recorded in line.evidence
+    assert line.evidence.startswith("inferred, not yet run with these settings")
+
+
+def test_gpus_without_an_infiniband_nic_have_no_nic_layer(shipped):
+    assert "ib_hcas = 0" in facts.no_nic_layer(shipped.profile("testbox"))
+    assert facts.no_nic_layer(shipped.profile("nebius-h200")) is None
+    assert facts.no_nic_layer(shipped.profile("ci")) is None  # CPU stand-ins keep the path
 
 
 # ------------------------------------------------------------------ the straggler check's pairs

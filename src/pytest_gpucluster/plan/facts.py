@@ -21,6 +21,16 @@ def no_intra_node_collective(gpus_per_node: int) -> str | None:
     return "node has 1 GPU: no intra-node collective" if gpus_per_node == 1 else None
 
 
+def no_nic_layer(profile: Profile) -> str | None:
+    """Why the nodes have no NIC layer to measure by itself, or None: real GPUs with no
+    InfiniBand or RoCE NIC in the profile (``ib_hcas = 0``) would reach each other over sockets on
+    the node's Ethernet, which is no GPU's NIC. CPU stand-ins keep the path (gloo, the settings
+    recorded), as every other collective of theirs."""
+    if profile.gpus_are_real and profile.ib_hcas == 0:
+        return "the profile expects no InfiniBand or RoCE NIC (ib_hcas = 0): the GPUs have no NIC to go through"
+    return None
+
+
 def uses_nccl_tests(profile: Profile, gpus_per_node: int) -> bool:
     """Whether the intra-node sweeps run nccl-tests' binaries (``[nccl] nccl_tests_dir``) rather
     than torch: only on real GPUs."""
