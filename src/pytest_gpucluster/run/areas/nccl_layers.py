@@ -8,6 +8,7 @@ there; these producers give the jobs their sizes and the pairs their rounds. Jud
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_gpucluster.checks import nccl as judging
 from pytest_gpucluster.checks.pairing import Pair
@@ -25,7 +26,6 @@ from pytest_gpucluster.run.areas.nccl_jobs import (
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.produce import produces, spec_of
 from pytest_gpucluster.workloads.busbw import SweepResult
-from pytest_gpucluster.workloads.collectives import Groups
 from pytest_gpucluster.workloads.pair_exchange import PairResult
 
 OP = "all_reduce"
@@ -44,25 +44,24 @@ class NeighbourPairs:
 
 
 def _sweeps(
-    ctx: JobContext, request: JobRequest, *, across: bool, layouts: tuple[Groups, ...], env: dict[str, str]
+    ctx: JobContext, request: JobRequest, *, across: bool, env: dict[str, str], **communicators: Any
 ) -> list[SweepResult]:
     """``request``'s job: all_reduce at the judged sizes only (from ``judge_from_bytes`` up) on
-    each layout of communicators in turn, with the declared environment under ``env``."""
+    the communicators its workload takes (``groups`` or ``layouts``), with the declared
+    environment under ``env``."""
     s = settings(ctx, across=across)
     check_memory(ctx, s, across)
-    kwargs = dict(
+    results = ctx.run(
+        request.workload,  # type: ignore[arg-type]
+        spec_of(ctx, request, env=env),
         ops=(OP,),
         min_bytes=s.judge_from_bytes,
         max_bytes=s.max_bytes,
         warmup_iters=s.warmup_iters,
         iters=s.iters,
         timeout_s=s.timeout_s,
+        **communicators,
     )
-    spec = spec_of(ctx, request, env=env)
-    if len(layouts) == 1:
-        results = ctx.run(request.workload, spec, groups=layouts[0], **kwargs)  # type: ignore[arg-type]
-    else:
-        results = ctx.run(request.workload, spec, layouts=layouts, **kwargs)  # type: ignore[arg-type]
     return [sweep for r in results for sweep in r.value]
 
 
@@ -76,7 +75,7 @@ def nvlink_only(ctx: JobContext, node: str) -> judging.Check:
     communicator); not re-measured: a miss is the node's NVLink or its GPUs' peer access."""
     sweeps = ctx.once(
         ("nccl", "nvlink_only"),
-        lambda: _sweeps(ctx, jobs.NCCL_NVLINK_ONLY, across=False, layouts=("node",), env=intra_env(ctx, "nvlink-only")),
+        lambda: _sweeps(ctx, jobs.NCCL_NVLINK_ONLY, across=False, env=intra_env(ctx, "nvlink-only"), groups="node"),
     )
     return _judged(ctx, judging.find(sweeps, (node,), OP), NVLINK_ONLY, across=False)
 
@@ -89,7 +88,7 @@ def network_only(ctx: JobContext, node: str | None = None) -> judging.Check:
     layouts = (("node",) if inside else ()) + (("world",) if len(ctx.nodes) > 1 else ())
     sweeps = ctx.once(
         ("nccl", "network_only"),
-        lambda: _sweeps(ctx, jobs.NCCL_NETWORK_ONLY, across=True, layouts=layouts, env=inter_env(ctx, "network-only")),
+        lambda: _sweeps(ctx, jobs.NCCL_NETWORK_ONLY, across=True, env=inter_env(ctx, "network-only"), layouts=layouts),
     )
     if node is not None:
         return _judged(ctx, judging.find(sweeps, (node,), OP), NETWORK_ONLY, across=True)
