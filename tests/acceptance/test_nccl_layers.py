@@ -8,7 +8,10 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster.checks import straggler
+from pytest_gpucluster.checks.lines import missing_line
 from pytest_gpucluster.plan import facts, jobs
+
+GUIDE = "docs/nccl.md, Layer by layer, says what to expect"
 
 
 def gpucluster_not_applicable(cluster, name):
@@ -22,29 +25,36 @@ def gpucluster_not_applicable(cluster, name):
     return why
 
 
+def judged(judge, check, thresholds, nodes, what):
+    """The layer's verdict; without a line for the shape, its figure kept and a warning to set
+    the line: the layers say where a slowness is, the plain sweeps decide the speed."""
+    judge.findings(check.problems, what)
+    if check.verdict is None and check.measurement is not None:
+        judge.attributed((), [check.measurement], [missing_line(thresholds, check.metric, nodes, GUIDE)], what)
+    else:
+        judge.verdict(check.verdict, check.measurement, check.metric)
+
+
 @pytest.mark.uses(jobs.NCCL_NVLINK_ONLY)
-def test_busbw_on_nvlink_alone(measured, judge, record, node):
+def test_busbw_on_nvlink_alone(measured, judge, record, thresholds, node):
     check = measured()
     record("series", **check.series)
-    judge.findings(check.problems, f"{node}: all_reduce on NVLink alone returned wrong results")
-    judge.verdict(check.verdict, check.measurement, check.metric)  # no line for the shape: not judged
+    judged(judge, check, thresholds, [node], f"{node}: all_reduce on NVLink alone")
 
 
 @pytest.mark.uses(jobs.NCCL_NETWORK_ONLY)
-def test_busbw_through_the_nics_alone(measured, judge, record, node):
+def test_busbw_through_the_nics_alone(measured, judge, record, thresholds, node):
     check = measured()
     record("series", **check.series)
-    judge.findings(check.problems, f"{node}: all_reduce through the NICs alone returned wrong results")
-    judge.verdict(check.verdict, check.measurement, check.metric)
+    judged(judge, check, thresholds, [node], f"{node}: all_reduce through the NICs alone")
 
 
 @pytest.mark.across_nodes
 @pytest.mark.uses(jobs.NCCL_NETWORK_ONLY)
-def test_busbw_through_the_nics_alone_across_nodes(measured, judge, record):
+def test_busbw_through_the_nics_alone_across_nodes(measured, judge, record, thresholds, cluster):
     check = measured()
     record("series", **check.series)
-    judge.findings(check.problems, "all_reduce through the NICs alone across nodes returned wrong results")
-    judge.verdict(check.verdict, check.measurement, check.metric)
+    judged(judge, check, thresholds, list(cluster.nodes), "all_reduce through the NICs alone across nodes")
 
 
 @pytest.mark.across_nodes

@@ -124,8 +124,9 @@ def test_the_test_cluster_proves_the_paths_and_the_gpu_sets_say_why_they_do_not_
     for metric in ("nccl.all_reduce.network_only", "nccl.all_reduce.network_only_inter_node"):
         assert h200.get(metric) is None
         assert "--gpucluster-calibrate=PATH" in h200.missing(metric)
-    # Nodes of 8 H200: no line for NVLink alone either (none of that shape was recorded).
-    assert h200.get("nccl.all_reduce.nvlink_only") is None
+    # Nodes of 8 H200: NVLink alone takes the ring intra-node line, inferred as for 4 and 2 GPUs.
+    nvlink = h200["nccl.all_reduce.nvlink_only"]
+    assert nvlink.fail_below == h200["nccl.all_reduce.intra_node"].fail_below and "inferred" in nvlink.evidence
     latency = h200["nccl.sendrecv.pair_latency"]
     assert latency.fail_above == 8 and "cluster-health-scanner" in latency.evidence
     # alltoall across nodes has its line from the fabric wherever the others do.
@@ -244,14 +245,15 @@ def test_wrong_data_makes_a_pair_slow_whatever_its_speed():
     assert "3 element(s) received wrong" in finding.text and finding.severity == "fail"
 
 
-def test_without_a_bandwidth_line_the_check_is_not_judged_and_says_how_to_set_one(shipped):
+def test_without_a_bandwidth_line_the_pairs_are_judged_by_latency_and_warn_how_to_set_one(shipped):
     h200 = shipped.thresholds_for(shipped.profile("nebius-h200"))
     judged = straggler.judge_pairs([_recorded()], straggler.lines(h200))
     assert [v.metric for v in (v.measurement for v in judged.verdicts)] == [straggler.LATENCY]
     assert [m.metric for m in judged.unjudged] == [straggler.BANDWIDTH]
     (missing,) = straggler.with_missing(judged, h200)
-    assert missing.severity == "not_judged" and missing.convicts == ()
-    assert "--gpucluster-calibrate=PATH" in missing.text
+    assert missing.severity == "warn" and missing.convicts == ()
+    assert missing.setting == "thresholds.nebius-h200.nccl.sendrecv.pair_busbw"
+    assert "--gpucluster-calibrate=PATH" in missing.text and "docs/nccl.md" in missing.text
 
 
 # ------------------------------------------------------------------ the NIC layer's one job

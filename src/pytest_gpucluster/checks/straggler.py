@@ -14,11 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pytest_gpucluster.checks.lines import missing_line
 from pytest_gpucluster.checks.pairing import Pair
 from pytest_gpucluster.config import Threshold, ThresholdSet
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 from pytest_gpucluster.workloads.busbw import human_bytes
 from pytest_gpucluster.workloads.pair_exchange import PairResult
+
+GUIDE = "docs/nccl.md, Layer by layer, says what to expect"
 
 LATENCY = "nccl.sendrecv.pair_latency"
 BANDWIDTH = "nccl.sendrecv.pair_busbw"
@@ -126,17 +129,9 @@ def lines(thresholds: ThresholdSet) -> dict[str, Threshold | None]:
 
 
 def with_missing(judged: PairsJudged, thresholds: ThresholdSet) -> tuple[Finding, ...]:
-    """``judged``'s findings and, for each figure no line judged, why not and how to set one: the
-    check is then not judged, whatever the other figure read, never passed on half of it."""
+    """``judged``'s findings and, for each figure no line judged, a warning that says how to set
+    one: the pairs are judged by the lines there are (the latency line is the default set's), and
+    a figure without one is kept for the page and for ``--gpucluster-calibrate``."""
     missing = dict.fromkeys(m.metric for m in judged.unjudged)
     nodes = tuple(dict.fromkeys(n for m in judged.unjudged for n in m.nodes))
-    return judged.findings + tuple(
-        Finding.outside(
-            "config",
-            f"{metric} is not judged: {thresholds.missing(metric)}",
-            nodes=nodes,
-            setting=f"thresholds.{thresholds.name}.{metric}",
-            severity="not_judged",
-        )
-        for metric in missing
-    )
+    return judged.findings + tuple(missing_line(thresholds, metric, nodes, GUIDE) for metric in missing)
