@@ -1,5 +1,6 @@
 """The storage area through Slurm: on the ``ci`` profile every check of it passes (the run is
-PARTIAL, the area alone being selected); with node4's disk throttled (a blkio cgroup around its
+PARTIAL, the area alone being selected), the checkpoint from every CPU rank standing in for a GPU
+among them; with node4's disk throttled (a blkio cgroup around its
 slurmd, which its job steps inherit), node4 is rejected by name with its mount and node3 is not;
 with both nodes throttled under a line, the shared filesystem is named and no node is excluded."""
 
@@ -30,6 +31,8 @@ def test_the_storage_area_passes_on_the_ci_profile(run_acceptance):
     run = run_acceptance(AREA)
     tests = {t["nodeid"].split("::")[-1]: t for t in run.results["tests"]}
     assert sorted(tests) == [
+        "test_checkpoint_restores_bit_for_bit",
+        "test_checkpoint_save_and_restore_rates",
         "test_cold_import_of_the_framework",
         "test_lock_held_on_one_node_keeps_the_others_out",
         "test_metadata_rate",
@@ -44,9 +47,24 @@ def test_the_storage_area_passes_on_the_ci_profile(run_acceptance):
     for facts in nodes.values():
         assert facts["mode"] == "O_DIRECT" and facts["bytes"] == 256 * 2**20 and facts["tool"] == "python"
         assert len(facts["round_trips_ms"]) == 5 and facts["import_s"] > 0
-    assert not any(Path(SHARED).rglob("storage-*")), "the job's directory is removed"
+    checkpoint = tests["test_checkpoint_restores_bit_for_bit"]["storage"]["checkpoint"]
+    assert checkpoint["bit_for_bit"] and sorted(checkpoint["ranks"]) == [
+        f"{n}:cpu{r}" for n in ("node1", "node2") for r in (0, 1)
+    ], checkpoint
+    assert all(r["save_bytes"] > 0 and r["restore_gb_s"] > 0 for r in checkpoint["ranks"].values())
+    assert checkpoint["save"]["slowest"] in checkpoint["ranks"] and checkpoint["save"]["gb_s"] > 0
+    rates = tests["test_checkpoint_save_and_restore_rates"]
+    assert {m["metric"] for m in rates["measurements"]} >= {
+        "storage.checkpoint_save_per_gpu",
+        "storage.checkpoint_restore_aggregate",
+    }, rates
+    assert not any(Path(SHARED).rglob("storage-*")), "the jobs' directories are removed"
     imports = {n: round(f["import_s"], 2) for n, f in nodes.items()}
-    print(f"storage area on ci: {time.monotonic() - start:.1f} s; cold import {imports}")
+    save = checkpoint["save"]
+    print(
+        f"storage area on ci: {time.monotonic() - start:.1f} s; cold import {imports}; "
+        f"checkpoint {save['bytes'] / 1e6:.2f} MB saved in {save['s']:.2f} s, slowest {save['slowest']}"
+    )
 
 
 @contextmanager

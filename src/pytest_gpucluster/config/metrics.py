@@ -65,6 +65,10 @@ METRICS: dict[str, Metric] = {
         _m("storage.metadata_ops", "ops/s", "higher", "creates, stats and unlinks of small files per node", True),
         _m("storage.visibility_round_trip", "s", "lower", "a file written on one node seen on another and back"),
         _m("storage.cold_import", "s", "lower", "a fresh interpreter's import of the framework on a node"),
+        _m("storage.checkpoint_save_per_gpu", "GB/s", "higher", "one GPU's shard of a DCP checkpoint written", True),
+        _m("storage.checkpoint_restore_per_gpu", "GB/s", "higher", "one GPU's shard of a DCP checkpoint read", True),
+        _m("storage.checkpoint_save_aggregate", "GB/s", "higher", "a whole DCP checkpoint saved by every GPU", True),
+        _m("storage.checkpoint_restore_aggregate", "GB/s", "higher", "a whole DCP checkpoint restored", True),
         # GPU health (NVML)
         _m("gpu.temperature", "C", "lower", "GPU core temperature at rest"),
         _m("gpu.memory_temperature", "C", "lower", "HBM temperature at rest"),

@@ -32,6 +32,7 @@ from pytest_gpucluster.workloads import (
     sdc,
     sharedfs,
     storage,
+    storage_checkpoint,
     training,
     xid,
 )
@@ -269,6 +270,13 @@ STORAGE = JobRequest(
     workload=storage.measure_node,
     shape=Shape(gpus_per_node=0),
 )
+# Every GPU saves and restores its shard of a checkpoint: a rank per GPU, measuring, not light.
+STORAGE_CHECKPOINT = JobRequest(
+    "storage-checkpoint",
+    "every GPU's shard of a model and optimizer saved with torch.distributed.checkpoint, restored, compared",
+    workload=storage_checkpoint.save_and_restore,
+    shape=Shape(tasks_per_node=RANKS),
+)
 DCGM = JobRequest(
     "dcgm",
     "dcgmi diag on every node, exclusive",
@@ -377,6 +385,7 @@ SUITE = (
     PLACEMENT_EVERY_NODE,
     SHAREDFS,
     STORAGE,
+    STORAGE_CHECKPOINT,
     DCGM,
     TRAIN_PER_NODE,
     TRAIN_BASELINE,

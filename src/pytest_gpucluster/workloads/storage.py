@@ -55,6 +55,8 @@ class StorageConfig:
     visibility_timeout_s: float = 5.0  # the longest wait for one file to appear
     import_module: str = "torch"  # "" leaves the cold import out
     import_timeout_s: float = 120.0
+    checkpoint: bool = True  # false leaves the checkpoint from every GPU out
+    checkpoint_layers: int = 0  # the checkpoint's model: the training check's, with this many layers (0: its own)
 
     def __post_init__(self) -> None:
         if self.block_bytes < 4096 or self.block_bytes % 4096:
@@ -63,6 +65,10 @@ class StorageConfig:
             raise ValueError(f"file_bytes ({self.file_bytes}) must be at least block_bytes ({self.block_bytes})")
         if not 0 < self.max_free_share <= 0.5:
             raise ValueError(f"max_free_share must be in (0, 0.5], got {self.max_free_share:g}")
+        if self.checkpoint_layers < 0:
+            raise ValueError(
+                f"checkpoint_layers must be 0 (the training model's depth) or more, got {self.checkpoint_layers}"
+            )
         if self.metadata_files < 1 or self.visibility_tries < 1:
             raise ValueError("metadata_files and visibility_tries must be at least 1")
         if self.visibility_timeout_s <= 0 or self.import_timeout_s <= 0:

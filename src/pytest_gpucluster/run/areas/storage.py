@@ -1,10 +1,14 @@
-"""Storage: one GPU-less job on every node, in a fresh private directory the login node makes in
-this user's folder on the profile's ``shared_fs`` and removes afterwards, whatever the job did."""
+"""Storage: one GPU-less job on every node, and the checkpoint job (a rank per GPU), each in a fresh
+private directory the login node makes in this user's folder on the profile's ``shared_fs`` and
+removes afterwards, whatever the job did."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -14,6 +18,8 @@ from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.produce import produces, spec_of
 from pytest_gpucluster.workloads.storage import StorageReport
+from pytest_gpucluster.workloads.storage_checkpoint import CheckpointRank
+from pytest_gpucluster.workloads.training import plan_training
 
 # How long a node waits at each of the job's barriers for the others, at most.
 BARRIER_S = 120.0
@@ -27,31 +33,50 @@ class Stored(NamedTuple):
     nodes: tuple[str, ...]
 
 
+class Place(NamedTuple):
+    """A job's private directory: the root template the nodes expand, the directory's name under
+    it, and the directory as the login node sees it."""
+
+    root_template: str
+    name: str
+    directory: Path
+
+
+@contextmanager
+def private_directory(ctx: JobContext, what: str) -> Iterator[Place]:
+    """A fresh 0700 directory ``storage-*`` for one job in this user's folder on ``shared_fs``
+    (locally, in the run's job folder), removed afterwards whatever the job did."""
+    root = ctx.profile.shared_fs
+    if root is None and ctx.profile.executor == "slurm":
+        raise GpuClusterError(f"profile {ctx.profile.name!r} sets no shared_fs: no {what}")
+    base = ctx.area if root else Path(ctx.job_root)
+    try:
+        directory = Path(tempfile.mkdtemp(prefix="storage-", dir=base))  # mode 0700
+    except OSError as exc:
+        why = str(exc.strerror or exc)
+        raise SharedFsFault.cannot_write(str(base), why, f"cannot make the {what}'s directory") from exc
+    try:
+        name = str(directory.relative_to(ctx.shared_root if root else base))
+        yield Place(root or str(base), name, directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @produces(jobs.STORAGE)
 def stored(ctx: JobContext) -> Stored:
     """The run's storage job, once per run, sized by the profile's ``[storage]``; locally (one
     node) in the run's own temporary folder."""
-    root = ctx.profile.shared_fs
-    if root is None and ctx.profile.executor == "slurm":
-        raise GpuClusterError(f"profile {ctx.profile.name!r} sets no shared_fs: no storage job")
 
     def produce() -> Stored:
-        base = ctx.area if root else Path(ctx.job_root)
-        try:
-            directory = Path(tempfile.mkdtemp(prefix="storage-", dir=base))  # mode 0700
-        except OSError as exc:
-            raise SharedFsFault.cannot_write(
-                str(base), str(exc.strerror or exc), "cannot make the storage job's directory"
-            ) from exc
-        try:
+        with private_directory(ctx, "storage job") as place:
             assert jobs.STORAGE.workload is not None
             spec = spec_of(ctx, jobs.STORAGE)
             nodes = spec.nodelist or ctx.live_nodes
             job = ctx.submit(
                 jobs.STORAGE.workload,
                 spec,
-                root_template=root or str(base),
-                name=str(directory.relative_to(ctx.shared_root if root else base)),
+                root_template=place.root_template,
+                name=place.name,
                 config=ctx.profile.storage,
                 timeout_s=min(BARRIER_S, spec.timeout_min * 60 / 4),
             )
@@ -63,7 +88,47 @@ def stored(ctx: JobContext) -> Stored:
                     raise
                 return Stored([r.value for r in answered], job.job_id, nodes)
             return Stored([r.value for r in results], results[0].job_id, nodes)
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
 
     return ctx.once(jobs.STORAGE.key, produce, light=jobs.STORAGE.light)
+
+
+class Checkpointed(NamedTuple):
+    """Every rank's save and restore, the job id, its nodes, and what model it saved."""
+
+    ranks: list[CheckpointRank]
+    job_id: str
+    nodes: tuple[str, ...]
+    model: str
+
+
+@produces(jobs.STORAGE_CHECKPOINT)
+def checkpointed(ctx: JobContext) -> Checkpointed:
+    """The run's checkpoint job, once per run: the training check's model (the tiny CPU model
+    where the nodes have no GPUs; ``checkpoint_layers`` deep where the profile says), a rank per
+    GPU on every node."""
+    config = ctx.profile.storage
+    training = plan_training(ctx.profile.training, gpus_per_node=ctx.gpus_per_node, real_gpus=ctx.profile.gpus_are_real)
+    model = training.config.model
+    if config.checkpoint_layers:
+        model = dataclasses.replace(model, n_layers=config.checkpoint_layers)
+    said = f"d {model.d_model}, {model.n_layers} layers, vocab {model.vocab}, AdamW"
+
+    def produce() -> Checkpointed:
+        with private_directory(ctx, "checkpoint job") as place:
+            assert jobs.STORAGE_CHECKPOINT.workload is not None
+            spec = spec_of(ctx, jobs.STORAGE_CHECKPOINT)
+            nodes = spec.nodelist or ctx.live_nodes
+            job = ctx.submit(
+                jobs.STORAGE_CHECKPOINT.workload,
+                spec,
+                root_template=place.root_template,
+                name=place.name,
+                model=model,
+                max_free_share=config.max_free_share,
+                lr=training.config.lr,
+                timeout_s=spec.timeout_min * 60 / 2,
+            )
+            results = job.results()
+            return Checkpointed([r.value for r in results], results[0].job_id, nodes, said)
+
+    return ctx.once(jobs.STORAGE_CHECKPOINT.key, produce, light=jobs.STORAGE_CHECKPOINT.light)
