@@ -76,6 +76,14 @@ def test_lock_held_on_one_node_keeps_the_others_out(stored, judge):
 
 
 @STORAGE
+def test_large_directory_listed_from_another_node(stored, cluster, judge, record):
+    if not cluster.profile.storage.large_dir_files:
+        pytest.skip(f"profile {cluster.profile.name!r} leaves the large directory out ([storage] large_dir_files = 0)")
+    judged = coherence.large_directory(stored.reports, cluster.thresholds, stored.job_id)
+    _conclude(judge, record, stored, judged, f"job {stored.job_id}: one directory of many files listed on another node")
+
+
+@STORAGE
 def test_cold_import_of_the_framework(stored, cluster, judge, record):
     judged = storage_checks.cold_import(stored.reports, cluster.thresholds, stored.job_id)
     _conclude(judge, record, stored, judged, f"job {stored.job_id}: cold import in the jobs' interpreter")

@@ -9,18 +9,24 @@ import pytest
 from pytest_gpucluster.checks import storage as checks
 from pytest_gpucluster.checks import storage_coherence as coherence
 from pytest_gpucluster.config import Threshold, ThresholdSet
-from pytest_gpucluster.workloads.storage import DIRECT, MountFacts, StorageReport, Stream
-from pytest_gpucluster.workloads.storage_coherence import LockResult
+from pytest_gpucluster.workloads.storage import DIRECT, MountFacts, StorageReport, Stream, Streams
+from pytest_gpucluster.workloads.storage_coherence import LargeDirectory, LockResult
 
 NFS = MountFacts("/mnt/shared", "nfs4", "10.0.0.5:/export", ("hard", "nconnect=16", "proto=tcp", "rw", "vers=4.2"))
 NODES = ("node1", "node2", "node3")
 GB = 10**9
 
 
-def report(node: str, rank: int, write_mb_s: float, read_mb_s: float | None = None, **more) -> StorageReport:
+def streams(write_mb_s: float, read_mb_s: float | None = None, count: int = 1, verified: bool = True) -> Streams:
+    """``count`` streams at once whose node rates are ``write_mb_s`` and ``read_mb_s``."""
     size = 4 * GB
-    stream = Stream(DIRECT, size, 16 * 2**20, size / 1e6 / write_mb_s, size / 1e6 / (read_mb_s or write_mb_s), True)
-    fields = dict(mount=NFS, stream=stream, metadata_files=1000, metadata_s=(1.0, 0.5, 1.5))
+    write_s, read_s = count * size / 1e6 / write_mb_s, count * size / 1e6 / (read_mb_s or write_mb_s)
+    each = tuple(Stream(DIRECT, size, 16 * 2**20, write_s, read_s, verified) for _ in range(count))
+    return Streams("python", DIRECT, each, write_s, read_s)
+
+
+def report(node: str, rank: int, write_mb_s: float, read_mb_s: float | None = None, **more) -> StorageReport:
+    fields = dict(mount=NFS, stream=streams(write_mb_s, read_mb_s), metadata_files=1000, metadata_s=(1.0, 0.5, 1.5))
     fields.update(more)
     return StorageReport(node, rank, f"/mnt/shared/x/{node}", **fields)
 
@@ -43,7 +49,10 @@ SITE = lines(
         "storage.read_per_node": per_node(1000),
         "storage.write_aggregate": per_node(2500),
         "storage.read_aggregate": per_node(2500),
+        "storage.write_per_gpu": per_node(100),
+        "storage.read_per_gpu": per_node(100),
         "storage.metadata_ops": per_node(500, "ops/s"),
+        "storage.large_dir_list": ("s", {"fail_above": 10, "source": "the site's storage contract"}),
     }
 )
 
@@ -60,8 +69,10 @@ def test_every_node_at_its_line_passes_with_each_rate_and_the_sum_judged():
     assert metrics == [
         "storage.fraction_of_node_median",
         "storage.read_aggregate",
+        "storage.read_per_gpu",
         "storage.read_per_node",
         "storage.write_aggregate",
+        "storage.write_per_gpu",
         "storage.write_per_node",
     ]
     (total,) = [v for v in judged.verdicts if v.measurement.metric == "storage.write_aggregate"]
@@ -101,7 +112,15 @@ def test_a_line_the_site_has_not_set_warns_asking_for_it_and_keeps_the_value():
     assert fails(judged) == []
     warned = [f for f in judged.findings if f.severity == "warn"]
     assert {f.setting for f in warned} == {
-        f"thresholds.site.storage.{m}" for m in ("write_per_node", "read_per_node", "write_aggregate", "read_aggregate")
+        f"thresholds.site.storage.{m}"
+        for m in (
+            "write_per_node",
+            "read_per_node",
+            "write_aggregate",
+            "read_aggregate",
+            "write_per_gpu",
+            "read_per_gpu",
+        )
     }
     assert all(f.scope == "config" and "no threshold for" in f.text for f in warned)
     assert {m.metric for m in judged.unjudged} >= {"storage.write_per_node", "storage.write_aggregate"}
@@ -123,7 +142,7 @@ def test_a_stream_not_measured_for_lack_of_free_space_is_not_judged_and_no_nodes
 
 def test_a_silent_node_and_a_wrong_read_back_are_the_nodes():
     bad = report("node2", 1, 1500)
-    bad = StorageReport(**{**bad.__dict__, "stream": Stream(DIRECT, GB, 2**24, 1.0, 1.0, False)})
+    bad = StorageReport(**{**bad.__dict__, "stream": streams(1000, verified=False)})
     found = checks.not_measured([report("node1", 0, 1500), bad], NODES)
     assert sorted(f.convicts for f in found) == [("node2",), ("node3",)]
 
@@ -215,3 +234,43 @@ def test_a_lock_the_holder_could_not_take_leaves_the_check_not_judged():
     other = report("node2", 1, 1500, lock=LockResult(False, error="lock-held: rank(s) [0] missing after 120 s"))
     found = coherence.lock_findings([holder, other])
     assert [f.severity for f in found] == ["not_judged", "not_judged"] and all(f.convicts == () for f in found)
+
+
+def test_each_stream_is_judged_per_gpu_and_one_slow_stream_is_its_nodes():
+    fast = streams(1600, count=8)
+    slow_one = Streams("python", DIRECT, (*fast.each[:7], Stream(DIRECT, 4 * GB, 2**24, 80.0, 20.0, True)), 80.0, 20.0)
+    reports = [report("node1", 0, 1600, stream=fast), report("node2", 1, 1600, stream=slow_one)]
+    judged = checks.throughput(reports, ("node1", "node2"), SITE, "7")
+    per_gpu = [v for v in judged.verdicts if v.measurement.metric == "storage.write_per_gpu"]
+    assert len(per_gpu) == 16 and all(v.measurement.value == pytest.approx(200) for v in per_gpu[:15])
+    found = [f for f in fails(judged) if f.metric == "storage.write_per_gpu"]
+    assert [f.convicts for f in found] == [("node2",)] and "node2 stream 7" in judged.verdicts[15].measurement.detail
+
+
+def test_every_stream_of_every_node_slow_alike_is_the_shared_filesystems():
+    reports = [report(n, i, 1600, stream=streams(400, count=8)) for i, n in enumerate(NODES)]
+    judged = checks.throughput(reports, NODES, SITE, "7")
+    found = [f for f in fails(judged) if "every GPU writes its stream past the line alike" in f.text]
+    assert len(found) == 1 and found[0].scope == "shared_fs" and found[0].convicts == ()
+
+
+def listed(writer_files: int, listed_files: int, list_s: float = 2.0) -> list[StorageReport]:
+    return [
+        report("node1", 0, 1500, large_dir=LargeDirectory(True, writer_files, 30.0)),
+        report("node2", 1, 1500, large_dir=LargeDirectory(False, listed=listed_files, list_s=list_s)),
+    ]
+
+
+def test_a_large_directory_listed_whole_and_in_time_passes():
+    judged = coherence.large_directory(listed(100_000, 100_000), SITE, "7")
+    assert judged.findings == ()
+    (verdict,) = judged.verdicts
+    assert verdict.status == "pass" and verdict.measurement.nodes == ("node1", "node2")
+    assert "100000 files listed by node2" in verdict.measurement.detail
+
+
+def test_a_large_directory_listed_short_fails_the_pair_and_a_slow_listing_is_judged():
+    judged = coherence.large_directory(listed(100_000, 99_998, list_s=12.0), SITE, "7")
+    texts = [f.text for f in fails(judged)]
+    assert texts[0] == ("node2 lists 99998 files in the directory where node1 made 100000 (/mnt/shared/x/node1/large)")
+    assert all(f.culprits == () for f in fails(judged)) and len(texts) == 2  # and the 12 s listing

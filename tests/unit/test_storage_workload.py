@@ -32,6 +32,8 @@ SMALL = StorageConfig(
     visibility_tries=3,
     visibility_timeout_s=5.0,
     import_module="json",
+    engine="python",
+    large_dir_files=300,
 )
 
 # Lines as the kernel writes them: an NFS 4.2 mount with nconnect, and a tmpfs below it whose
@@ -47,7 +49,7 @@ MOUNTINFO = (
 def node(rank: int, world: int, root: str, name: str, config: StorageConfig = SMALL) -> StorageReport:
     hosts = tuple(f"n{i}" for i in range(world))
     ctx = TaskContext("1", rank, 0, rank, world, world, hosts[rank], hosts, hosts[0], 29500)
-    return measure_node(ctx, root_template=root, name=name, config=config, timeout_s=30)
+    return measure_node(ctx, root_template=root, name=name, config=config, streams=2, timeout_s=30)
 
 
 def run_nodes(root: Path, world: int = 2, config: StorageConfig = SMALL) -> list[StorageReport]:
@@ -62,7 +64,8 @@ def test_two_nodes_measure_every_part_and_leave_only_the_jobs_shared_files(tmp_p
     reports = run_nodes(tmp_path)
     for r in reports:
         assert r.barrier_timeout == "" and r.errors == ()
-        assert r.stream is not None and r.stream.verified and r.stream.size_bytes == 8 * 2**20
+        assert r.stream is not None and r.stream.verified and r.stream.size_bytes == 2 * 8 * 2**20
+        assert len(r.stream.each) == 2 and all(s.size_bytes == 8 * 2**20 for s in r.stream.each)
         assert r.stream.mode in (DIRECT, BUFFERED) and r.stream.write_mb_s > 0
         assert r.metadata_files == 50 and r.metadata_ops_s > 0
         assert len(r.round_trips_s) + r.round_trips_missed == 3 and r.round_trips_missed == 0
@@ -70,6 +73,9 @@ def test_two_nodes_measure_every_part_and_leave_only_the_jobs_shared_files(tmp_p
         assert r.mount is not None and r.tool == "python"
     assert [r.peer for r in reports] == ["n1", "n0"]
     holder, other = sorted(reports, key=lambda r: r.rank)
+    # Rank 0 made the large directory, the other node listed every file of it.
+    assert holder.large_dir is not None and holder.large_dir.writer and holder.large_dir.files == 300
+    assert other.large_dir is not None and other.large_dir.listed == 300 and other.large_dir.list_s > 0
     assert holder.lock is not None and holder.lock.holder
     assert other.lock is not None and other.lock.kept_out and other.lock.taken_after
     # What each node made of its own is gone; the barriers and the lock file stay for the login
@@ -85,10 +91,11 @@ def test_direct_false_measures_through_the_dropped_page_cache(tmp_path):
 
 def test_no_stream_where_it_would_take_more_than_its_share_of_free_space(tmp_path):
     free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
-    huge = StorageConfig(file_bytes=(free // 2**20 + 1) * 2**20, block_bytes=2**20, import_module="")
+    huge = StorageConfig(file_bytes=(free // 2**21 + 1) * 2**20, block_bytes=2**20, import_module="", large_dir_files=0)
     (tmp_path / "job").mkdir()
     r = node(0, 1, str(tmp_path), "job", huge)
-    assert r.stream is None and r.short_of_space and "would take more than 10% of the" in r.not_measured
+    assert r.stream is None and r.short_of_space and "2 stream(s)" in r.not_measured
+    assert "would take more than 10% of the" in r.not_measured
     assert not list((tmp_path / "job").glob("stream-*"))
 
 
@@ -107,6 +114,9 @@ def test_mount_facts_name_the_longest_mount_and_its_options():
         ("file_bytes", 4096, "at least block_bytes"),
         ("max_free_share", 0.9, "max_free_share"),
         ("import_module", "torch; import os", "dotted module name"),
+        ("engine", "elbencho", "engine must be one of auto, fio, python"),
+        ("streams_per_node", -1, "streams_per_node and large_dir_files"),
+        ("checkpoint_layers", -2, "checkpoint_layers must be 0"),
     ],
 )
 def test_settings_out_of_range_are_refused_naming_the_key(key, value, says):
@@ -125,7 +135,8 @@ def _profile_file(tmp_path: Path, table: str) -> Path:
 def test_a_profiles_storage_table_sets_sizes_as_written(tmp_path):
     storage = load(_profile_file(tmp_path, 'file_bytes = "64MiB"\nmetadata_files = 10')).profiles["x"].storage
     assert storage.file_bytes == 64 * 2**20 and storage.metadata_files == 10 and storage.block_bytes == 16 * 2**20
-    assert load(REPO / "thresholds.toml").profiles["ci"].storage.file_bytes == 256 * 2**20
+    ci = load(REPO / "thresholds.toml").profiles["ci"].storage
+    assert ci.file_bytes == 128 * 2**20 and ci.large_dir_files == 2000 and ci.streams_per_node == 0
 
 
 @pytest.mark.parametrize(

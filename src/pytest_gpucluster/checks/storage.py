@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_gpucluster.config import ThresholdSet
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
@@ -115,6 +115,45 @@ def rate(
     else:
         acc.findings += [f for v in past if (f := v.finding()) is not None]
     return acc.done()
+
+
+class PerGpu(NamedTuple):
+    """One GPU's value (a stream per GPU, a checkpoint shard): its node, its GPU index where it
+    has one, how a reader names it (``node1:gpu3``, ``node1 stream 3``) and what else to say."""
+
+    node: str
+    gpu: int | None
+    label: str
+    value: float
+    detail: str = ""
+
+
+def per_gpu(
+    values: Sequence[PerGpu], metric: str, unit: str, thresholds: ThresholdSet, *, what: str, where: str, job_id: str
+) -> Judged:
+    """Each GPU's value against the line: every GPU of more than one node past it alike is the
+    shared filesystem's (``where`` names it), otherwise each GPU past it is its node's."""
+    nodes = sorted({v.node for v in values})
+    measured = [
+        Measurement.at(metric, v.value, unit, v.node, gpu=v.gpu, detail=f"{v.label}: {v.detail}", job_id=job_id)
+        for v in values
+    ]
+    line = thresholds.get(metric)
+    if line is None:
+        return Judged(unjudged=tuple(measured), findings=(missing_line(thresholds, metric, nodes),))
+    verdicts = [judge(m, line) for m in measured]
+    past = [v for v in verdicts if v.status in ("fail", "warn")]
+    if past and len(past) == len(verdicts) and len(nodes) > 1:
+        said = ", ".join(f"{v.label} {v.value:.4g} {unit}" for v in values)
+        found = Finding.outside(
+            "shared_fs",
+            f"the shared filesystem ({where}): every GPU {what} past the line alike "
+            f"({said}; {line.describe()}; {line.evidence or line.source}); no node is at fault",
+            nodes=nodes,
+            severity=worst(past),
+        )
+        return Judged(tuple(verdicts), findings=(found,))
+    return Judged(tuple(verdicts), findings=tuple(f for v in past if (f := v.finding()) is not None))
 
 
 def _off_peers(
@@ -216,7 +255,8 @@ def not_measured(reports: Sequence[StorageReport], nodes: Sequence[str]) -> list
 
 
 def throughput(reports: Sequence[StorageReport], nodes: Sequence[str], thresholds: ThresholdSet, job_id: str) -> Judged:
-    """Every node's write and read-back rates, each node's and summed, by the module's rule."""
+    """Every node's write and read-back rates: each stream's (one per GPU) against the per-GPU
+    line, each node's streams together by the module's rule, and the nodes' summed."""
     where = mount_of(reports)
     streams = {r.node: r.stream for r in reports if r.stream is not None and r.stream.verified}
     judged = Judged(findings=tuple(not_measured(reports, nodes)))
@@ -224,6 +264,27 @@ def throughput(reports: Sequence[StorageReport], nodes: Sequence[str], threshold
         values = {n: s.write_mb_s if way == "write" else s.read_mb_s for n, s in streams.items()}
         if not values:
             continue
+        each = [
+            PerGpu(
+                n,
+                None,
+                f"{n} stream {i}",
+                one.write_mb_s if way == "write" else one.read_mb_s,
+                f"{one.size_bytes / 1e6:.4g} MB in {one.write_s if way == 'write' else one.read_s:.3g} s, "
+                f"{len(s.each)} at once, {s.tool}, {s.mode}",
+            )
+            for n, s in streams.items()
+            for i, one in enumerate(s.each)
+        ]
+        judged += per_gpu(
+            each,
+            f"storage.{way}_per_gpu",
+            "MB/s",
+            thresholds,
+            what=f"{way}s its stream",
+            where=where(next(iter(values))),
+            job_id=job_id,
+        )
         judged += rate(
             values, f"storage.{way}_per_node", "MB/s", thresholds, what=f"{way}s", where=where, job_id=job_id
         )
@@ -289,7 +350,8 @@ def cold_import(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_
 
 def section(reports: Sequence[StorageReport]) -> dict[str, Any]:
     """What each node measured, for the results (``storage`` on each storage test): the tool, the
-    stream's mode (O_DIRECT or the page cache dropped), its rates, the mount and its options."""
+    streams' mode (O_DIRECT or the page cache dropped), the node's rates and each stream's, the
+    mount and its options, the large directory (its writer's and its lister's figures)."""
     nodes: dict[str, Any] = {}
     for r in reports:
         s = r.stream
@@ -300,8 +362,11 @@ def section(reports: Sequence[StorageReport]) -> dict[str, Any]:
             "mode": s.mode if s else None,
             "bytes": s.size_bytes if s else 0,
             "block_bytes": s.block_bytes if s else 0,
+            "streams": len(s.each) if s else 0,
             "write_mb_s": round(s.write_mb_s, 1) if s else None,
             "read_mb_s": round(s.read_mb_s, 1) if s else None,
+            "write_mb_s_per_stream": [round(one.write_mb_s, 1) for one in s.each] if s else [],
+            "read_mb_s_per_stream": [round(one.read_mb_s, 1) for one in s.each] if s else [],
             "not_measured": r.not_measured,
             "metadata_ops_s": round(r.metadata_ops_s, 1) if r.metadata_files else None,
             "round_trips_ms": [round(t * 1e3, 2) for t in r.round_trips_s],
@@ -309,4 +374,10 @@ def section(reports: Sequence[StorageReport]) -> dict[str, Any]:
             "import_s": r.import_s,
             "python": r.python,
         }
+        if r.large_dir is not None and r.large_dir.writer:
+            nodes[r.node]["large_dir_files"] = r.large_dir.files
+            nodes[r.node]["large_dir_create_s"] = round(r.large_dir.create_s, 3)
+        if r.large_dir is not None and r.large_dir.listed is not None:
+            nodes[r.node]["large_dir_listed"] = r.large_dir.listed
+            nodes[r.node]["large_dir_list_s"] = round(r.large_dir.list_s, 3)
     return {"nodes": nodes}

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_gpucluster.checks.storage import Judged, missing_line, worst
+from pytest_gpucluster.checks.storage import Judged, PerGpu, missing_line, per_gpu
 from pytest_gpucluster.config import ThresholdSet
 from pytest_gpucluster.verdict import Finding, Measurement, judge
 from pytest_gpucluster.workloads.storage_checkpoint import CheckpointRank
@@ -112,36 +112,25 @@ def rates(ranks: Sequence[CheckpointRank], thresholds: ThresholdSet, job_id: str
 
 
 def _per_gpu(ranks: Sequence[CheckpointRank], way: str, what: str, thresholds: ThresholdSet, job_id: str) -> Judged:
-    metric = f"storage.checkpoint_{way}_per_gpu"
-    measured = [
-        Measurement.at(
-            metric,
-            _rate(r, way),
-            "GB/s",
+    values = [
+        PerGpu(
             r.node,
-            gpu=gpu_index(r.gpu),
-            detail=f"rank {r.rank} ({r.place}): {_bytes(r, way) / 1e6:.4g} MB in {_seconds(r, way):.3g} s",
-            job_id=job_id,
+            gpu_index(r.gpu),
+            r.place,
+            _rate(r, way),
+            f"rank {r.rank}, {_bytes(r, way) / 1e6:.4g} MB in {_seconds(r, way):.3g} s",
         )
         for r in ranks
     ]
-    nodes = sorted({r.node for r in ranks})
-    line = thresholds.get(metric)
-    if line is None:
-        return Judged(unjudged=tuple(measured), findings=(missing_line(thresholds, metric, nodes),))
-    verdicts = [judge(m, line) for m in measured]
-    past = [v for v in verdicts if v.status in ("fail", "warn")]
-    if past and len(past) == len(verdicts) and len(nodes) > 1:
-        said = ", ".join(f"{r.place} {_rate(r, way):.3g} GB/s" for r in ranks)
-        found = Finding.outside(
-            "shared_fs",
-            f"the shared filesystem ({ranks[0].path}): every GPU {what} its checkpoint shard past the line alike "
-            f"({said}; {line.describe()}; {line.evidence or line.source}); no node is at fault",
-            nodes=nodes,
-            severity=worst(past),
-        )
-        return Judged(tuple(verdicts), findings=(found,))
-    return Judged(tuple(verdicts), findings=tuple(f for v in past if (f := v.finding()) is not None))
+    return per_gpu(
+        values,
+        f"storage.checkpoint_{way}_per_gpu",
+        "GB/s",
+        thresholds,
+        what=f"{what} its checkpoint shard",
+        where=ranks[0].path,
+        job_id=job_id,
+    )
 
 
 def _aggregate(ranks: Sequence[CheckpointRank], way: str, what: str, thresholds: ThresholdSet, job_id: str) -> Judged:

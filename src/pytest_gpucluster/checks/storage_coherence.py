@@ -145,3 +145,44 @@ def lock_findings(reports: Sequence[StorageReport]) -> list[Finding]:
         for n in stuck
     ]
     return found
+
+
+def large_directory(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_id: str) -> Judged:
+    """The directory of many files one node wrote, as another node lists it: the count must
+    match (a fail of the pair, no culprit: either node's view may be wrong), and the seconds to
+    list it against ``storage.large_dir_list``."""
+    writer = next((r for r in reports if r.large_dir is not None and r.large_dir.writer), None)
+    lister = next((r for r in reports if r.large_dir is not None and r.large_dir.listed is not None), None)
+    if writer is None or writer.large_dir is None:
+        return Judged()
+    wrote = writer.large_dir
+    pair = [writer.node] + ([lister.node] if lister else [])
+    found = [
+        Finding.across(pair, f"{r.node}: large directory: {r.large_dir.error}")
+        for r in dict.fromkeys([writer, *([lister] if lister else [])])
+        if r.large_dir is not None and r.large_dir.error
+    ]
+    if lister is None or lister.large_dir is None or lister.large_dir.listed is None:
+        return Judged(findings=tuple(found) or (Finding.across(pair, "no node listed the large directory"),))
+    listed = lister.large_dir
+    if listed.listed != wrote.files:
+        found.append(
+            Finding.across(
+                pair,
+                f"{lister.node} lists {listed.listed} files in the directory where {writer.node} made {wrote.files} "
+                f"({writer.path}/large)",
+            )
+        )
+    m = Measurement.across(
+        "storage.large_dir_list",
+        listed.list_s,
+        "s",
+        pair,
+        detail=f"{listed.listed} files listed by {lister.node}; {writer.node} made them in {wrote.create_s:.3g} s",
+        job_id=job_id,
+    )
+    line = thresholds.get("storage.large_dir_list")
+    if line is None:
+        return Judged(unjudged=(m,), findings=(*found, missing_line(thresholds, "storage.large_dir_list", list(pair))))
+    verdict = judge(m, line)
+    return Judged((verdict,), findings=(*found, *([f] if (f := verdict.finding()) else [])))

@@ -14,8 +14,6 @@ in a lock held across nodes. Every wait is bounded; every file a node makes is r
 
 from __future__ import annotations
 
-import errno
-import mmap
 import os
 import socket
 import subprocess
@@ -27,11 +25,26 @@ from typing import Annotated
 
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.sharedfs import _barrier, expand
-from pytest_gpucluster.workloads.storage_coherence import LockResult, lock_across_nodes, ping_pong
+from pytest_gpucluster.workloads.storage_coherence import (
+    LargeDirectory,
+    LockResult,
+    large_directory,
+    lock_across_nodes,
+    ping_pong,
+)
+from pytest_gpucluster.workloads.storage_streams import (
+    BUFFERED,
+    DIRECT,
+    ENGINES,
+    Stream,
+    Streams,
+    measure_streams,
+    python_streams,
+)
+
+__all__ = ["BUFFERED", "DIRECT", "Stream", "Streams"]
 
 MiB = 2**20
-DIRECT = "O_DIRECT"
-BUFFERED = "page cache dropped (fsync + posix_fadvise DONTNEED)"
 # Runs in the fresh interpreter: the module's name comes as an argument, never as code.
 IMPORT_SCRIPT = (
     "import importlib, sys, time\n"
@@ -46,15 +59,19 @@ class StorageConfig:
     """``[profiles.NAME.storage]``: the sizes and bounds of the storage job."""
 
     # "bytes": thresholds.toml may write "4GiB"
-    file_bytes: Annotated[int, "bytes"] = 4 * 2**30  # one stream per node: written, then read back
+    file_bytes: Annotated[int, "bytes"] = 4 * 2**30  # each stream's file: written, then read back
     block_bytes: Annotated[int, "bytes"] = 16 * MiB  # each write and read; a multiple of 4 KiB (O_DIRECT)
     direct: bool = True  # false: through the page cache (dropped) even where O_DIRECT works
+    streams_per_node: int = 0  # streams at once on each node (0: one per GPU, or per CPU rank standing in)
+    engine: str = "auto"  # "fio" where the node has it, else the workload's own Python; or "fio", "python"
     max_free_share: float = 0.1  # all nodes' files together take at most this share of free space
     metadata_files: int = 2000  # small files created, stat'ed and unlinked per node
+    large_dir_files: int = 100_000  # one directory of this many files, listed from another node (0: none)
     visibility_tries: int = 10  # round trips between each node and its neighbour
     visibility_timeout_s: float = 5.0  # the longest wait for one file to appear
     import_module: str = "torch"  # "" leaves the cold import out
     import_timeout_s: float = 120.0
+    large_dir_timeout_s: float = 900.0  # the longest wait for the large directory's writer, then its lister
     checkpoint: bool = True  # false leaves the checkpoint from every GPU out
     checkpoint_layers: int = 0  # the checkpoint's model: the training check's, with this many layers (0: its own)
 
@@ -65,14 +82,18 @@ class StorageConfig:
             raise ValueError(f"file_bytes ({self.file_bytes}) must be at least block_bytes ({self.block_bytes})")
         if not 0 < self.max_free_share <= 0.5:
             raise ValueError(f"max_free_share must be in (0, 0.5], got {self.max_free_share:g}")
+        if self.streams_per_node < 0 or self.large_dir_files < 0:
+            raise ValueError("streams_per_node and large_dir_files must be 0 or more")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.checkpoint_layers < 0:
             raise ValueError(
                 f"checkpoint_layers must be 0 (the training model's depth) or more, got {self.checkpoint_layers}"
             )
         if self.metadata_files < 1 or self.visibility_tries < 1:
             raise ValueError("metadata_files and visibility_tries must be at least 1")
-        if self.visibility_timeout_s <= 0 or self.import_timeout_s <= 0:
-            raise ValueError("visibility_timeout_s and import_timeout_s must be positive")
+        if self.visibility_timeout_s <= 0 or self.import_timeout_s <= 0 or self.large_dir_timeout_s <= 0:
+            raise ValueError("visibility_timeout_s, import_timeout_s and large_dir_timeout_s must be positive")
         if self.import_module and not all(p.isidentifier() for p in self.import_module.split(".")):
             raise ValueError(f"import_module must be a dotted module name, got {self.import_module!r}")
 
@@ -116,26 +137,6 @@ def mount_facts(path: str, mountinfo: str) -> MountFacts | None:
 
 
 @dataclass(frozen=True)
-class Stream:
-    """One node's large-block write and read-back of one file."""
-
-    mode: str  # DIRECT or BUFFERED
-    size_bytes: int
-    block_bytes: int
-    write_s: float
-    read_s: float
-    verified: bool  # every block read back carried its own index
-
-    @property
-    def write_mb_s(self) -> float:
-        return self.size_bytes / 1e6 / self.write_s if self.write_s > 0 else float("nan")
-
-    @property
-    def read_mb_s(self) -> float:
-        return self.size_bytes / 1e6 / self.read_s if self.read_s > 0 else float("nan")
-
-
-@dataclass(frozen=True)
 class StorageReport:
     """What one node measured of the shared filesystem."""
 
@@ -145,7 +146,7 @@ class StorageReport:
     tool: str = "python"
     mount: MountFacts | None = None
     free_bytes: int = 0
-    stream: Stream | None = None
+    stream: Streams | None = None  # the node's streams, one per GPU, all at once
     not_measured: str = ""  # why the stream was not measured (free space, an error)
     short_of_space: bool = False  # not measured: the files would take too much of the free space
     metadata_files: int = 0
@@ -154,6 +155,7 @@ class StorageReport:
     round_trips_s: tuple[float, ...] = ()  # this node's write seen by the peer and its answer seen back
     round_trips_missed: int = 0  # tries whose answer did not appear within the timeout
     lock: LockResult | None = None
+    large_dir: LargeDirectory | None = None
     import_module: str = ""
     import_s: float | None = None
     import_error: str = ""
@@ -170,9 +172,16 @@ class StorageReport:
 
 
 def measure_node(
-    ctx: TaskContext, *, root_template: str, name: str, config: StorageConfig, timeout_s: float = 90.0
+    ctx: TaskContext,
+    *,
+    root_template: str,
+    name: str,
+    config: StorageConfig,
+    streams: int = 1,
+    timeout_s: float = 90.0,
 ) -> StorageReport:
-    """Run on every node (one task each) inside the private directory ``name`` under the root."""
+    """Run on every node (one task each) inside the private directory ``name`` under the root;
+    ``streams``: the node's streams at once (one per GPU, as the login node resolved it)."""
     directory = expand(root_template, os.environ) / name
     try:
         mountinfo = Path("/proc/self/mountinfo").read_text()
@@ -191,9 +200,9 @@ def measure_node(
         return replace(report, errors=(f"{directory} does not exist on this node",))
     world, rank = ctx.world_size, ctx.rank
 
-    def meet(barrier: str) -> str:
-        missing = _barrier(directory, barrier, rank, world, timeout_s)
-        return f"{barrier}: rank(s) {missing} missing after {timeout_s:.0f} s" if missing else ""
+    def meet(barrier: str, wait_s: float = timeout_s) -> str:
+        missing = _barrier(directory, barrier, rank, world, wait_s)
+        return f"{barrier}: rank(s) {missing} missing after {wait_s:.0f} s" if missing else ""
 
     if timeout := meet("start"):
         return replace(report, barrier_timeout=timeout)
@@ -205,19 +214,28 @@ def measure_node(
     report = replace(report, free_bytes=free)
     if timeout := meet("streams"):
         return replace(report, barrier_timeout=timeout)
-    wanted = config.file_bytes * world
+    wanted = config.file_bytes * streams * world
     if wanted > config.max_free_share * free:
         report = replace(
             report,
             short_of_space=True,
-            not_measured=f"{world} node(s) × {config.file_bytes / 2**30:.2f} GiB would take more than "
-            f"{config.max_free_share:.0%} of the {free / 2**30:.1f} GiB free",
+            not_measured=f"{world} node(s) × {streams} stream(s) × {config.file_bytes / 2**30:.2f} GiB would take "
+            f"more than {config.max_free_share:.0%} of the {free / 2**30:.1f} GiB free",
         )
     else:
         try:
-            report = replace(report, stream=measure_stream(directory / f"stream-{rank}.bin", config))
-        except OSError as exc:
-            report = replace(report, not_measured=f"the write/read stream failed: {exc}")
+            measured = measure_streams(
+                directory,
+                rank,
+                streams=streams,
+                size_bytes=config.file_bytes,
+                block_bytes=config.block_bytes,
+                direct=config.direct,
+                engine=config.engine,
+            )
+            report = replace(report, stream=measured, tool=measured.tool)
+        except (OSError, subprocess.SubprocessError) as exc:
+            report = replace(report, not_measured=f"the write/read streams failed: {exc}")
     if timeout := meet("metadata"):
         return replace(report, barrier_timeout=timeout)
     try:
@@ -243,6 +261,11 @@ def measure_node(
                 errors=(*report.errors, f"visibility phase failed: {exc}"),
             )
         report = replace(report, lock=lock_across_nodes(directory, rank, meet, config.visibility_timeout_s))
+    if config.large_dir_files:
+        if timeout := meet("large-dir"):
+            return replace(report, barrier_timeout=timeout)
+        found = large_directory(directory, rank, world, config.large_dir_files, meet, config.large_dir_timeout_s)
+        report = replace(report, large_dir=found)
     return report
 
 
@@ -268,64 +291,12 @@ def _cold_import(config: StorageConfig) -> tuple[float | None, str]:
 
 
 def measure_stream(path: Path, config: StorageConfig) -> Stream:
-    """Write ``file_bytes`` in ``block_bytes`` blocks, fsync, then read them back, each timed;
-    the file is removed afterwards whatever happens."""
-    blocks = config.file_bytes // config.block_bytes
-    buffer = mmap.mmap(-1, config.block_bytes)  # page-aligned, as O_DIRECT needs
-    buffer.write(os.urandom(config.block_bytes))
+    """One stream of ``file_bytes`` in ``block_bytes`` blocks through the Python engine, written,
+    fsync'd and read back; the file is removed afterwards whatever happens."""
     try:
-        mode, write_s = _write(path, buffer, blocks, direct=config.direct)
-        read_s, verified = _read(path, buffer, blocks, direct=mode == DIRECT)
-        return Stream(mode, blocks * config.block_bytes, config.block_bytes, write_s, read_s, verified)
+        return python_streams([path], config.file_bytes, config.block_bytes, config.direct).each[0]
     finally:
-        buffer.close()
         path.unlink(missing_ok=True)
-
-
-def _write(path: Path, buffer: mmap.mmap, blocks: int, *, direct: bool) -> tuple[str, float]:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    for mode in (DIRECT, BUFFERED) if direct else (BUFFERED,):
-        extra = getattr(os, "O_DIRECT", 0) if mode == DIRECT else 0
-        if mode == DIRECT and not extra:
-            continue
-        try:
-            fd = os.open(path, flags | extra, 0o600)
-        except OSError as exc:
-            if mode == DIRECT and exc.errno == errno.EINVAL:  # the filesystem refuses O_DIRECT
-                continue
-            raise
-        try:
-            start = time.perf_counter()
-            for i in range(blocks):
-                buffer[:8] = i.to_bytes(8, "little")
-                os.write(fd, buffer)
-            os.fsync(fd)
-            elapsed = time.perf_counter() - start
-            if mode == BUFFERED:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            return mode, elapsed
-        except OSError as exc:
-            if mode == DIRECT and exc.errno == errno.EINVAL:  # accepted at open, refused at write
-                continue
-            raise
-        finally:
-            os.close(fd)
-    raise OSError(errno.EINVAL, f"cannot write {path}")
-
-
-def _read(path: Path, buffer: mmap.mmap, blocks: int, *, direct: bool) -> tuple[float, bool]:
-    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if direct else 0))
-    try:
-        if not direct:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        verified = True
-        start = time.perf_counter()
-        for i in range(blocks):
-            got = os.readv(fd, [buffer])
-            verified = verified and got == len(buffer) and int.from_bytes(buffer[:8], "little") == i
-        return time.perf_counter() - start, verified
-    finally:
-        os.close(fd)
 
 
 def _metadata(directory: Path, count: int) -> tuple[float, float, float]:

@@ -154,3 +154,63 @@ def _try_lock(fd: int) -> bool:
         if exc.errno in (errno.EACCES, errno.EAGAIN):
             return False
         raise
+
+
+@dataclass(frozen=True)
+class LargeDirectory:
+    """One directory of many files written by one node and listed by another (the next rank)."""
+
+    writer: bool  # this node wrote the files
+    files: int = 0  # the writer: files it made
+    create_s: float = 0.0
+    listed: int | None = None  # the lister: files it counted (None: not the lister)
+    list_s: float = 0.0
+    error: str = ""
+
+
+def large_directory(
+    directory: Path, rank: int, world: int, count: int, meet: Callable[[str, float], str], timeout_s: float
+) -> LargeDirectory:
+    """Rank 0 creates ``count`` empty files in one directory; the next rank (rank 0 itself on one
+    node) then lists it, counting the entries; rank 0 removes the files afterwards. ``meet`` is the
+    job's bounded barrier, given ``timeout_s`` for the wait on the writer."""
+    large = directory / "large"
+    writer, lister = rank == 0, rank == 1 % world
+    result = LargeDirectory(writer)
+    made = 0
+    try:
+        if writer:
+            try:
+                large.mkdir()
+                start = time.perf_counter()
+                for made in range(count):
+                    os.close(os.open(large / f"f{made:07d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                made = count
+                result = LargeDirectory(True, made, time.perf_counter() - start)
+            except OSError as exc:
+                result = LargeDirectory(True, made, error=f"creating file {made} in {large}: {exc.strerror or exc}")
+        if timeout := meet("large-written", timeout_s):
+            return LargeDirectory(writer, result.files, result.create_s, error=timeout)
+        if lister:
+            try:
+                start = time.perf_counter()
+                with os.scandir(large) as entries:
+                    listed = sum(1 for _ in entries)
+                result = LargeDirectory(writer, result.files, result.create_s, listed, time.perf_counter() - start)
+            except OSError as exc:
+                result = LargeDirectory(writer, result.files, result.create_s, 0, error=f"listing {large}: {exc}")
+        if timeout := meet("large-listed", timeout_s):
+            return LargeDirectory(writer, result.files, result.create_s, result.listed, result.list_s, error=timeout)
+        return result
+    finally:
+        if writer:
+            _remove_files(large, made)
+
+
+def _remove_files(large: Path, count: int) -> None:
+    for i in range(count + 1):
+        (large / f"f{i:07d}").unlink(missing_ok=True)
+    try:
+        large.rmdir()
+    except OSError:
+        pass  # the login node removes the whole directory after the job

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from pytest_gpucluster.errors import GpuClusterError, NodeLostError, SharedFsFault
 from pytest_gpucluster.launch import TaskResult
 from pytest_gpucluster.plan import jobs
+from pytest_gpucluster.plan.facts import ranks_per_node
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.produce import produces, spec_of
 from pytest_gpucluster.workloads.storage import StorageReport
@@ -65,7 +66,9 @@ def private_directory(ctx: JobContext, what: str) -> Iterator[Place]:
 @produces(jobs.STORAGE)
 def stored(ctx: JobContext) -> Stored:
     """The run's storage job, once per run, sized by the profile's ``[storage]``; locally (one
-    node) in the run's own temporary folder."""
+    node) in the run's own temporary folder. Each node runs ``streams_per_node`` streams at once,
+    by default one per GPU (per CPU rank standing in where the GPUs are not real)."""
+    streams = ctx.profile.storage.streams_per_node or ranks_per_node(ctx.profile, ctx.gpus_per_node)
 
     def produce() -> Stored:
         with private_directory(ctx, "storage job") as place:
@@ -78,6 +81,7 @@ def stored(ctx: JobContext) -> Stored:
                 root_template=place.root_template,
                 name=place.name,
                 config=ctx.profile.storage,
+                streams=streams,
                 timeout_s=min(BARRIER_S, spec.timeout_min * 60 / 4),
             )
             try:
