@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.fold import fold_lines
-from pytest_gpucluster.report import figures, handover, inventory, model, plots, rounds, soak
+from pytest_gpucluster.report import figures, handover, inventory, model, plots, rounds, soak, storage
 from pytest_gpucluster.report.node_fixes import node_fixes
 from pytest_gpucluster.timing import start_up_note
 from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
@@ -182,6 +182,7 @@ def acceptance_block(
         key_figures=figures.key_figures(doc),
         node_fixes=node_fixes(doc),
         soak=soak.sheet_line(doc),
+        storage=storage.sheet_line(doc),
         sheet=handover.sheet(doc, recorded, results_file),
         nodes=nodes if nodes.verdicts else None,
         judged=sorted((v for v in nodes.verdicts if v.verdict in order), key=lambda v: order[v.verdict]),
@@ -355,6 +356,13 @@ def soak_block(doc: Mapping[str, Any]) -> str:
     return _render("soak.html.j2", soak=content, figures=drawn, shown=soak.SHOWN_FINDINGS)
 
 
+def storage_block(doc: Mapping[str, Any]) -> str:
+    """Storage, where its tests ran: the aggregate, each node's streams, visibility, the large
+    directory and the checkpoint from every GPU with its slowest rank."""
+    content = storage.view(doc)
+    return _render("storage.html.j2", s=content) if content is not None else ""
+
+
 def baseline_block(section: Mapping[str, Any] | None, limit: int = 40) -> str:
     """This run against the baseline: environment differences, then the largest changes."""
     if not section:
@@ -491,6 +499,7 @@ def render_page(
         plots_block(doc),
         rounds_block(doc),
         soak_block(doc),
+        storage_block(doc),
         baseline_block(doc.get("baseline")),
         timing_block(doc),
     ]

@@ -88,6 +88,7 @@ class HtmlReportHooks:
                 html.plots_block(doc),
                 html.rounds_block(doc),
                 html.soak_block(doc),
+                html.storage_block(doc),
                 html.baseline_block(doc.get("baseline")),
                 html.timing_block(doc),
             ]
