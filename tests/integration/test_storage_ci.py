@@ -64,8 +64,9 @@ def test_the_storage_area_passes_on_the_ci_profile(run_acceptance):
     assert not any(Path(SHARED).rglob("storage-*")), "the jobs' directories are removed"
     imports = {n: round(f["import_s"], 2) for n, f in nodes.items()}
     save = checkpoint["save"]
+    ran = {j["name"].rsplit("-", 1)[-1]: j.get("workload_s") for t in tests.values() for j in t.get("jobs", [])}
     print(
-        f"storage area on ci: {time.monotonic() - start:.1f} s; cold import {imports}; "
+        f"storage area on ci: {time.monotonic() - start:.1f} s; jobs ran {ran} s; cold import {imports}; "
         f"checkpoint {save['bytes'] / 1e6:.2f} MB saved in {save['s']:.2f} s, slowest {save['slowest']}"
     )
 
@@ -109,7 +110,9 @@ STORAGE = """
 [profiles.faults.storage]
 file_bytes = "32MiB"
 block_bytes = "4MiB"
+streams_per_node = 1
 metadata_files = 200
+large_dir_files = 0
 visibility_tries = 3
 import_module = ""
 """
