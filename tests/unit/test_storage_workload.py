@@ -137,6 +137,7 @@ def test_a_profiles_storage_table_sets_sizes_as_written(tmp_path):
     assert storage.file_bytes == 64 * 2**20 and storage.metadata_files == 10 and storage.block_bytes == 16 * 2**20
     ci = load(REPO / "thresholds.toml").profiles["ci"].storage
     assert ci.file_bytes == 128 * 2**20 and ci.large_dir_files == 2000 and ci.streams_per_node == 0
+    assert ci.checkpoint and ci.checkpoint_ranks_per_node == 1
 
 
 @pytest.mark.parametrize(

@@ -74,6 +74,7 @@ class StorageConfig:
     large_dir_timeout_s: float = 900.0  # the longest wait for the large directory's writer, then its lister
     checkpoint: bool = True  # false leaves the checkpoint from every GPU out
     checkpoint_layers: int = 0  # the checkpoint's model: the training check's, with this many layers (0: its own)
+    checkpoint_ranks_per_node: int = 0  # the checkpoint's ranks per node (0: one per GPU, or per CPU rank standing in)
 
     def __post_init__(self) -> None:
         if self.block_bytes < 4096 or self.block_bytes % 4096:
@@ -86,6 +87,8 @@ class StorageConfig:
             raise ValueError("streams_per_node and large_dir_files must be 0 or more")
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.checkpoint_ranks_per_node < 0:
+            raise ValueError(f"checkpoint_ranks_per_node must be 0 or more, got {self.checkpoint_ranks_per_node}")
         if self.checkpoint_layers < 0:
             raise ValueError(
                 f"checkpoint_layers must be 0 (the training model's depth) or more, got {self.checkpoint_layers}"

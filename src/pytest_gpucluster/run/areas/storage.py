@@ -109,7 +109,7 @@ class Checkpointed(NamedTuple):
 def checkpointed(ctx: JobContext) -> Checkpointed:
     """The run's checkpoint job, once per run: the training check's model (the tiny CPU model
     where the nodes have no GPUs; ``checkpoint_layers`` deep where the profile says), a rank per
-    GPU on every node."""
+    GPU on every node (``checkpoint_ranks_per_node`` where the profile says)."""
     config = ctx.profile.storage
     training = plan_training(ctx.profile.training, gpus_per_node=ctx.gpus_per_node, real_gpus=ctx.profile.gpus_are_real)
     model = training.config.model
@@ -120,7 +120,11 @@ def checkpointed(ctx: JobContext) -> Checkpointed:
     def produce() -> Checkpointed:
         with private_directory(ctx, "checkpoint job") as place:
             assert jobs.STORAGE_CHECKPOINT.workload is not None
-            spec = spec_of(ctx, jobs.STORAGE_CHECKPOINT)
+            spec = (
+                spec_of(ctx, jobs.STORAGE_CHECKPOINT, tasks_per_node=config.checkpoint_ranks_per_node)
+                if config.checkpoint_ranks_per_node
+                else spec_of(ctx, jobs.STORAGE_CHECKPOINT)
+            )
             nodes = spec.nodelist or ctx.live_nodes
             job = ctx.submit(
                 jobs.STORAGE_CHECKPOINT.workload,
