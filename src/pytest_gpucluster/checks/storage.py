@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from pytest_gpucluster.checks import lines
 from pytest_gpucluster.config import ThresholdSet
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 from pytest_gpucluster.verdict.finding import Severity
@@ -65,14 +66,8 @@ def mount_of(reports: Sequence[StorageReport]) -> Callable[[str], str]:
 
 
 def missing_line(thresholds: ThresholdSet, metric: str, nodes: Sequence[str]) -> Finding:
-    """The warning for a line the site has not set: what to add, where."""
-    return Finding.outside(
-        "config",
-        f"{metric} is not judged: {thresholds.missing(metric)} (docs/storage.md says what peers sustain)",
-        nodes=nodes,
-        setting=f"thresholds.{thresholds.name}.{metric}",
-        severity="warn",
-    )
+    """The warning for a storage line the site has not set: what to add, where."""
+    return lines.missing_line(thresholds, metric, nodes, "docs/storage.md says what peers sustain")
 
 
 def rate(
