@@ -18,10 +18,12 @@ from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.storage import (
     BUFFERED,
     DIRECT,
+    MIN_STREAM_BYTES,
     StorageConfig,
     StorageReport,
     measure_node,
     mount_facts,
+    stream_bytes,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,14 +91,26 @@ def test_direct_false_measures_through_the_dropped_page_cache(tmp_path):
     assert r.stream is not None and r.stream.mode == BUFFERED and r.stream.verified
 
 
-def test_no_stream_where_it_would_take_more_than_its_share_of_free_space(tmp_path):
+def test_no_stream_where_not_even_the_least_size_fits_its_share_of_free_space(tmp_path):
     free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
-    huge = StorageConfig(file_bytes=(free // 2**21 + 1) * 2**20, block_bytes=2**20, import_module="", large_dir_files=0)
+    # A share of free space that holds one least-sized stream file, not the two this node runs.
+    share = 1.5 * MIN_STREAM_BYTES / free
+    tight = StorageConfig(block_bytes=2**20, max_free_share=share, import_module="", large_dir_files=0)
     (tmp_path / "job").mkdir()
-    r = node(0, 1, str(tmp_path), "job", huge)
-    assert r.stream is None and r.short_of_space and "2 stream(s)" in r.not_measured
-    assert "would take more than 10% of the" in r.not_measured
+    r = node(0, 1, str(tmp_path), "job", tight)
+    assert r.stream is None and r.short_of_space and "2 stream(s) × 256 MiB, the least that measures" in r.not_measured
     assert not list((tmp_path / "job").glob("stream-*"))
+
+
+def test_stream_files_shrink_to_the_share_of_free_space_down_to_the_least_size():
+    config = StorageConfig(file_bytes=4 * 2**30, block_bytes=16 * 2**20, max_free_share=0.1)
+    # 63.9 GiB free (the one-H200 machine's disk), 2 nodes × 1 stream: 3.19 GiB each, whole blocks.
+    free = int(63.9 * 2**30)
+    assert stream_bytes(config, 2, free) == (int(0.1 * free) // 2) // (16 * 2**20) * (16 * 2**20)
+    assert stream_bytes(config, 2, 10 * 2**40) == 4 * 2**30  # room enough: the profile's size
+    assert stream_bytes(config, 64, free) == 0  # under 256 MiB each: not measured
+    small = StorageConfig(file_bytes=64 * 2**20, block_bytes=2**20)
+    assert stream_bytes(small, 2, free) == 64 * 2**20  # a profile asking for less than the floor gets it
 
 
 def test_mount_facts_name_the_longest_mount_and_its_options():

@@ -54,6 +54,20 @@ IMPORT_SCRIPT = (
 )
 
 
+# A stream's file is never smaller than this: below it the rate is the device's latency, not its
+# throughput.
+MIN_STREAM_BYTES = 256 * MiB
+
+
+def stream_bytes(config: StorageConfig, files: int, free: int) -> int:
+    """Each stream file's size: the profile's ``file_bytes``, smaller where ``files`` of them
+    would take more than ``max_free_share`` of ``free`` (whole blocks); 0 where what fits is less
+    than ``MIN_STREAM_BYTES`` (the streams are then not measured)."""
+    fits = int(config.max_free_share * free) // max(1, files)
+    size = min(config.file_bytes, fits - fits % config.block_bytes)
+    return size if size >= min(MIN_STREAM_BYTES, config.file_bytes) else 0
+
+
 @dataclass(frozen=True)
 class StorageConfig:
     """``[profiles.NAME.storage]``: the sizes and bounds of the storage job."""
@@ -217,13 +231,14 @@ def measure_node(
     report = replace(report, free_bytes=free)
     if timeout := meet("streams"):
         return replace(report, barrier_timeout=timeout)
-    wanted = config.file_bytes * streams * world
-    if wanted > config.max_free_share * free:
+    size = stream_bytes(config, streams * world, free)
+    if not size:
         report = replace(
             report,
             short_of_space=True,
-            not_measured=f"{world} node(s) × {streams} stream(s) × {config.file_bytes / 2**30:.2f} GiB would take "
-            f"more than {config.max_free_share:.0%} of the {free / 2**30:.1f} GiB free",
+            not_measured=f"{world} node(s) × {streams} stream(s) × {MIN_STREAM_BYTES / 2**20:.0f} MiB, the "
+            f"least that measures a stream, would take more than {config.max_free_share:.0%} of the "
+            f"{free / 2**30:.1f} GiB free",
         )
     else:
         try:
@@ -231,7 +246,7 @@ def measure_node(
                 directory,
                 rank,
                 streams=streams,
-                size_bytes=config.file_bytes,
+                size_bytes=size,
                 block_bytes=config.block_bytes,
                 direct=config.direct,
                 engine=config.engine,
