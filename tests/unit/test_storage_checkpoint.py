@@ -16,7 +16,14 @@ import pytest
 from pytest_gpucluster.checks import storage_checkpoint as checks
 from pytest_gpucluster.config import Threshold, ThresholdSet
 from pytest_gpucluster.workloads.context import TaskContext, master_port_for
-from pytest_gpucluster.workloads.storage_checkpoint import CheckpointRank, bits, mismatched, save_and_restore
+from pytest_gpucluster.workloads.storage_checkpoint import (
+    CheckpointRank,
+    bits,
+    fitting,
+    mismatched,
+    save_and_restore,
+    state_bytes,
+)
 from pytest_gpucluster.workloads.training import TINY
 
 torch = pytest.importorskip("torch")
@@ -60,6 +67,30 @@ def test_a_checkpoint_too_large_for_the_free_space_is_not_written(tmp_path):
     (found,) = checks.restored_bits(ranks, HOSTS)
     assert found.scope == "shared_fs" and found.severity == "not_judged"
     assert not any((tmp_path / "job").rglob("*"))
+
+
+def test_the_estimate_is_the_state_a_run_saves_and_a_small_share_keeps_fewer_blocks(tmp_path):
+    full = state_bytes(TINY.model)
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    # A share that holds the model with one block of its two, not both.
+    one = state_bytes(replace(TINY.model, n_layers=1))
+    ranks = run_ranks(tmp_path, max_free_share=(one + full) / 2 / free)
+    assert all(r.measured and r.mismatches == 0 for r in ranks)
+    assert (ranks[0].layers, ranks[0].layers_asked) == (1, 2)
+    # What was saved is the estimate, plus AdamW's step counters (one 4-byte scalar per tensor).
+    assert one <= ranks[0].total_bytes < one * 1.01
+    (aggregate,) = [m for m in checks.rates(ranks, ThresholdSet("t", {}), "1").unjudged if "aggregate" in m.metric][:1]
+    assert "1 of the model's 2 blocks, what the share of free space holds" in aggregate.detail
+
+
+def test_a_model_fits_by_its_blocks_or_not_at_all():
+    from pytest_gpucluster.workloads.training import TrainConfig
+
+    model = TrainConfig().model  # the training check's: 10.51 GiB of state, measured on an H200
+    assert round(state_bytes(model) / 2**30, 2) == 10.51
+    assert fitting(model, 0.1 * 63.9 * 2**30).n_layers == 8  # the H200 machine's free space
+    assert fitting(model, 2**40) == model
+    assert fitting(model, 2**20) is None
 
 
 def test_bits_compare_bits_not_values():

@@ -17,6 +17,7 @@ happened; the login node removes the whole directory after the job as well.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -57,6 +58,8 @@ class CheckpointRank:
     mismatched: tuple[str, ...] = ()  # the first few, by name
     not_measured: str = ""  # why no checkpoint was written (free space)
     short_of_space: bool = False
+    layers: int = 0  # the model's blocks as saved
+    layers_asked: int = 0  # the profile's; more than ``layers`` where the share of free space held fewer
 
     @property
     def place(self) -> str:
@@ -115,6 +118,29 @@ def _reader(path: Path) -> Any:
             return future
 
     return TimedReader(path)
+
+
+# fp32 parameters and AdamW's two fp32 moments: what a checkpoint of the model holds per parameter.
+STATE_BYTES_PER_PARAM = 12
+
+
+def state_bytes(cfg: ModelConfig) -> int:
+    """The checkpoint's size for ``cfg`` (workloads/model.py's decoder): per block 12 d² of
+    weights and two norms, the embeddings, the head and the final norm."""
+    d = cfg.d_model
+    per_block = 12 * d * d + 2 * d
+    rest = cfg.vocab * d + cfg.seq_len * d + d + d * cfg.vocab
+    return STATE_BYTES_PER_PARAM * (cfg.n_layers * per_block + rest)
+
+
+def fitting(cfg: ModelConfig, budget: float) -> ModelConfig | None:
+    """``cfg`` with as many of its blocks as a checkpoint of ``budget`` bytes holds (all of them
+    where it fits); None where not even one block fits."""
+    for layers in range(cfg.n_layers, 0, -1):
+        shaped = dataclasses.replace(cfg, n_layers=layers)
+        if state_bytes(shaped) <= budget:
+            return shaped
+    return None
 
 
 def _sharded(model_cfg: ModelConfig, device: Any, seed: int, lr: float) -> tuple[Any, Any]:
@@ -235,14 +261,31 @@ def _checkpoint(
     lr: float,
     device: Any,
 ) -> CheckpointRank:
-    import dataclasses
-
     import torch
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     from torch.distributed.checkpoint.state_dict_loader import load
     from torch.distributed.checkpoint.state_dict_saver import save
 
+    # Free space, read on rank 0 and judged alike everywhere: the checkpoint never takes more than
+    # the profile's share of what is free; the model keeps as many blocks as that share holds.
+    directory.mkdir(parents=True, exist_ok=True)
+    vfs = os.statvfs(directory)
+    free = torch.tensor([float(vfs.f_bavail * vfs.f_frsize)], dtype=torch.float64, device=device)
+    dist.broadcast(free, src=0)
+    free_bytes = int(free.item())
+    fits = fitting(model_cfg, max_free_share * free_bytes)
+    result = dataclasses.replace(result, free_bytes=free_bytes, layers_asked=model_cfg.n_layers)
+    if fits is None:
+        least = state_bytes(dataclasses.replace(model_cfg, n_layers=1))
+        return dataclasses.replace(
+            result,
+            short_of_space=True,
+            not_measured=f"the checkpoint's model with one block, {least / 2**30:.2f} GiB with its embeddings, would "
+            f"take more than {max_free_share:.0%} of the {free_bytes / 2**30:.1f} GiB free",
+        )
+    model_cfg = fits
+    result = dataclasses.replace(result, layers=model_cfg.n_layers)
     model, optimizer = _sharded(model_cfg, device, seed=0, lr=lr)
     tokens, targets = synthetic_batches(model_cfg, micro_batch=1, pool=1, seed=ctx.rank, device=device)[0]
     model(tokens, targets).backward()
@@ -250,16 +293,11 @@ def _checkpoint(
     model_state, optim_state = get_state_dict(model, optimizer)
     saved = {n: bits(t) for n, t in flat_tensors({"model": model_state, "optim": optim_state})}
 
-    # Free space, read on rank 0 and judged alike everywhere: the checkpoint never takes more than
-    # the profile's share of what is free.
-    directory.mkdir(parents=True, exist_ok=True)
-    vfs = os.statvfs(directory)
+    # The state as built, summed over ranks: the estimate above is checked before anything is written.
     total = torch.tensor([float(sum(t.numel() for t in saved.values()))], dtype=torch.float64, device=device)
-    free = torch.tensor([float(vfs.f_bavail * vfs.f_frsize)], dtype=torch.float64, device=device)
     dist.all_reduce(total)
-    dist.broadcast(free, src=0)
-    total_bytes, free_bytes = int(total.item()), int(free.item())
-    result = dataclasses.replace(result, total_bytes=total_bytes, free_bytes=free_bytes)
+    total_bytes = int(total.item())
+    result = dataclasses.replace(result, total_bytes=total_bytes)
     if total_bytes > max_free_share * free_bytes:
         return dataclasses.replace(
             result,
