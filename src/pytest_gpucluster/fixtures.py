@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_gpucluster.checks.lines import fold_missing
 from pytest_gpucluster.config import Profile, Threshold, ThresholdSet
 from pytest_gpucluster.errors import DeclarationError
 from pytest_gpucluster.fold import fold_lines
@@ -169,7 +170,7 @@ class Judge:
             self._session.record({"kind": "measurement", **v.to_json()})
         for m in unjudged:
             self._keep_unjudged(m)
-        self.findings(findings, what)
+        self.findings(fold_missing(findings), what)
 
     def findings(self, findings: Iterable[Finding], what: str) -> None:
         """Record every finding on the test and raise each warning (said beside a failure too),
