@@ -209,9 +209,15 @@ def aggregate(
     m = Measurement.across(
         metric, sum(values.values()), unit, nodes, detail=f"{len(nodes)} node(s) at once", job_id=job_id
     )
-    line = thresholds.get(metric)
+    return shared_fs_line(m, thresholds, nodes, what)
+
+
+def shared_fs_line(m: Measurement, thresholds: ThresholdSet, nodes: Sequence[str], what: str) -> Judged:
+    """A figure of every node at once against its line: a shortfall is the shared filesystem's,
+    on no node; without a line, the figure is kept and the line asked for."""
+    line = thresholds.get(m.metric)
     if line is None:
-        return Judged(unjudged=(m,), findings=(missing_line(thresholds, metric, nodes),))
+        return Judged(unjudged=(m,), findings=(missing_line(thresholds, m.metric, nodes),))
     verdict = judge(m, line)
     if verdict.status not in ("fail", "warn"):
         return Judged(verdicts=(verdict,))

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_gpucluster.checks.storage import Judged, PerGpu, missing_line, per_gpu
+from pytest_gpucluster.checks.storage import Judged, PerGpu, per_gpu, shared_fs_line
 from pytest_gpucluster.config import ThresholdSet
-from pytest_gpucluster.verdict import Finding, Measurement, judge
+from pytest_gpucluster.verdict import Finding, Measurement
 from pytest_gpucluster.workloads.storage_checkpoint import CheckpointRank
 
 WAYS = {"save": "saves", "restore": "restores"}
@@ -153,15 +153,7 @@ def _aggregate(ranks: Sequence[CheckpointRank], way: str, what: str, thresholds:
         detail=f"{total / 1e6:.4g} MB by {len(ranks)} rank(s) in {seconds:.3g} s{_depth(ranks[0])}",
         job_id=job_id,
     )
-    line = thresholds.get(metric)
-    if line is None:
-        return Judged(unjudged=(m,), findings=(missing_line(thresholds, metric, nodes),))
-    verdict = judge(m, line)
-    if verdict.status not in ("fail", "warn"):
-        return Judged(verdicts=(verdict,))
-    text = f"the shared filesystem: the checkpoint {what} {verdict.sentence}"
-    found = Finding.outside("shared_fs", text, nodes=nodes, severity=verdict.status)
-    return Judged(verdicts=(verdict,), findings=(found,))
+    return shared_fs_line(m, thresholds, nodes, f"the checkpoint {what}")
 
 
 def section(ranks: Sequence[CheckpointRank], note: str = "") -> dict[str, Any]:
