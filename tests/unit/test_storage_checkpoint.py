@@ -6,6 +6,7 @@ slow alike is the shared filesystem's, one slow GPU is its node's, an unset line
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -41,7 +42,9 @@ def rank(r: int, root: str, port: int, max_free_share: float) -> CheckpointRank:
 def run_ranks(root: Path, max_free_share: float = 0.1) -> list[CheckpointRank]:
     (root / "job").mkdir()
     port = master_port_for(str(os.getpid() + len(str(root))))
-    with ProcessPoolExecutor(2) as pool:
+    # Spawned, not forked: a fork of a process whose torch already ran threaded ops (an earlier
+    # test on this worker) inherits a broken thread pool, and its first parallel op never returns.
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(rank, range(2), [str(root)] * 2, [port] * 2, [max_free_share] * 2))
 
 
