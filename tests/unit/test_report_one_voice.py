@@ -15,7 +15,7 @@ import pytest
 from soak_dip_docs import dip_doc
 
 from pytest_gpucluster.config.gpu_specs import share, spec_of
-from pytest_gpucluster.report import figures, html, model
+from pytest_gpucluster.report import figures, html, model, plots
 from pytest_gpucluster.report.pytest_html_hooks import skip_sentence
 from pytest_gpucluster.results import with_verdicts
 from pytest_gpucluster.verdict import Recorded
@@ -116,3 +116,15 @@ def test_no_python_literal_in_a_page(name):
     text = visible(html.render_page(doc))
     found = LITERAL.search(text)
     assert found is None, text[max(0, found.start() - 200) : found.end() + 200]
+
+
+@pytest.mark.parametrize("metric", ["compute.fraction_of_node_median", "compute.matmul_bf16"])
+def test_the_map_the_plot_and_the_row_name_the_same_lowest_gpu(metric):
+    # A GPU's GEMM and copy fractions share one metric name: each part of the page picks the worst.
+    doc = sample("4xh200-slurm")
+    (gpu_map,) = [m for m in figures.gpu_maps(doc)[0] if m.title == metric]
+    (plot,) = [p for p in plots.spread_plots(doc) if p.title == f"{metric} by place"]
+    lowest = re.search(r"lowest: (\S+)", gpu_map.note).group(1)  # type: ignore[union-attr]
+    assert f"lowest {lowest} = " in plot.caption, (gpu_map.note, plot.caption)
+    if metric == "compute.fraction_of_node_median":
+        assert lowest == "node1:gpu2"  # GEMM 0.979 of the node median; the copy's last row was gpu1's 0.999

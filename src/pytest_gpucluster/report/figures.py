@@ -17,6 +17,8 @@ from pytest_gpucluster.config.gpu_specs import share, spec_of
 from pytest_gpucluster.config.metrics import METRICS
 from pytest_gpucluster.report.model import (
     SOURCE_LABELS,
+    badness,
+    better_of,
     describe_threshold,
     gpu_model,
     measurement_value,
@@ -49,23 +51,6 @@ def short_number(value: float) -> str:
     if abs(value) >= 10:
         return f"{value:.1f}"
     return f"{value:.3g}"
-
-
-def _better(threshold: Mapping[str, Any], metric: str) -> str:
-    """``higher`` or ``lower`` is better: from the bound's side, else the metric catalogue."""
-    if any(threshold.get(k) is not None for k in ("fail_below", "warn_below")):
-        return "higher"
-    if any(threshold.get(k) is not None for k in ("fail_above", "warn_above")):
-        return "lower"
-    known = METRICS.get(metric)
-    return known.better if known else ""
-
-
-def _badness(m: Mapping[str, Any]) -> tuple[int, float]:
-    """Worse first: the verdict, then the value on the bad side of the metric."""
-    value = _float(m.get("value")) or 0.0
-    better = _better(m.get("threshold", {}), str(m.get("metric", "")))
-    return SEVERITY.get(str(m.get("status")), 0), -value if better == "higher" else value
 
 
 def _line_of(threshold: Mapping[str, Any]) -> float | None:
@@ -141,7 +126,7 @@ def key_figures(doc: Mapping[str, Any], limit: int = 14) -> list[KeyFigure]:
         known = METRICS.get(metric)
         if not (known and known.calibrate) and SEVERITY.get(status, 0) < SEVERITY["warn"]:
             continue
-        bad = max(ms, key=_badness)
+        bad = max(ms, key=badness)
         values = [v for m in ms if (v := _float(m.get("value"))) is not None]
         unit = str(bad.get("unit", ""))
         rows.append(
@@ -201,7 +186,7 @@ class Uniform:
 
 
 def _cell(ms: Sequence[Mapping[str, Any]], median: float | None, place: str) -> MapCell:
-    m = max(ms, key=_badness)
+    m = max(ms, key=badness)
     status = str(m.get("status", "pass"))
     value = _float(m.get("value")) or 0.0
     unit = str(m.get("unit", ""))
@@ -212,7 +197,7 @@ def _cell(ms: Sequence[Mapping[str, Any]], median: float | None, place: str) -> 
         away = (median - value) / (median - line)  # 0 at the median, 1 at the line, < 0 better
         shade = max(0, min(SHADES - 1, int(away * SHADES)))
     lines = []
-    for x in sorted(ms, key=_badness, reverse=True):
+    for x in sorted(ms, key=badness, reverse=True):
         detail = f" ({x['detail']})" if x.get("detail") else ""
         lines.append(f"{place}: {x.get('metric')} = {measurement_value(x)}{detail}: {x.get('status')}")
     if median:
@@ -293,7 +278,7 @@ def _metric_map(
     if len(places) > 1 and _same_and_passed(all_ms):
         return Uniform(metric, f"{measurement_value(all_ms[0])} on all {len(places)} GPUs")
     gpus = sorted({g for _, g in places})
-    worst_of = {p: max(ms, key=_badness) for p, ms in places.items()}
+    worst_of = {p: max(ms, key=badness) for p, ms in places.items()}
     values = [v for m in worst_of.values() if (v := _float(m.get("value"))) is not None]
     median = statistics.median(values) if len(values) > 1 else None
     sample = next(iter(worst_of.values()))
@@ -313,7 +298,7 @@ def _metric_map(
             cells.append(cell)
             placed.append((f"{node}:gpu{g}", cell, _float(worst_of[(node, g)].get("value")) or 0.0))
         rows.append((node, tuple(cells)))
-    better = _better(sample.get("threshold", {}), metric)
+    better = better_of(sample.get("threshold", {}), metric)
     return Map(
         title=metric,
         unit=unit,
@@ -330,9 +315,7 @@ def _node_map(
 ) -> Map:
     medians: dict[str, float | None] = {}
     for metric in metrics:
-        values = [
-            v for ms in per_node[metric].values() if (v := _float(max(ms, key=_badness).get("value"))) is not None
-        ]
+        values = [v for ms in per_node[metric].values() if (v := _float(max(ms, key=badness).get("value"))) is not None]
         medians[metric] = statistics.median(values) if len(values) > 1 else None
     rows = []
     for node in nodes:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpucluster.config.gpu_specs import model_of, share, spec_of
+from pytest_gpucluster.config.metrics import METRICS
 from pytest_gpucluster.config.thresholds import origin_of
 from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.results import PROPERTY
@@ -117,6 +118,26 @@ class TestCells:
     count: int
 
 
+def better_of(threshold: Mapping[str, Any], metric: str) -> str:
+    """``higher`` or ``lower`` is better: from the bound's side, else the metric catalogue."""
+    if any(threshold.get(k) is not None for k in ("fail_below", "warn_below")):
+        return "higher"
+    if any(threshold.get(k) is not None for k in ("fail_above", "warn_above")):
+        return "lower"
+    known = METRICS.get(metric)
+    return known.better if known else ""
+
+
+def badness(m: Mapping[str, Any]) -> tuple[int, float]:
+    """Worse first: the verdict, then the value on the bad side of the metric. Every part of the
+    page that picks one measurement of several (a test's row, a map's cell, a plot's point) picks
+    by it, so each names the same worst GPU."""
+    value = m.get("value")
+    number = float(value) if isinstance(value, int | float) else 0.0
+    better = better_of(m.get("threshold", {}), str(m.get("metric", "")))
+    return SEVERITY.get(str(m.get("status")), 0), -number if better == "higher" else number
+
+
 def test_cells(test: Mapping[str, Any], gpu: str) -> TestCells:
     """Cells for one test record: its headline measurement, the worst value of one metric (with
     how many values of it there were and, where the GPU model's datasheet states the figure, its
@@ -130,12 +151,6 @@ def test_cells(test: Mapping[str, Any], gpu: str) -> TestCells:
         return TestCells("", "", verdict, _node_param(test), jobs, 0)
     headline = max(ms, key=lambda m: (SEVERITY.get(str(m.get("status")), 0), str(m.get("unit")) != "ratio"))
     ms = [m for m in ms if m.get("metric") == headline.get("metric")]
-
-    def badness(m: Mapping[str, Any]) -> tuple[int, float]:
-        # Among equally judged values, the one closest to (or furthest past) its fail line.
-        higher = any(k in m.get("threshold", {}) for k in ("fail_below", "warn_below"))
-        value = float(m.get("value") or 0.0)
-        return SEVERITY.get(str(m.get("status")), 0), -value if higher else value
 
     m = max(ms, key=badness)
     notes = [f"worst of {len(ms)}"] if len(ms) > 1 else []

@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_gpucluster.report.model import badness
+
 STATUS_COLOURS = {"pass": "#2e7d32", "warn": "#ef8f00", "fail": "#c62828", "xfail": "#7b1fa2"}
 MAX_SERIES_LINES = 24  # beyond this a legend is unreadable; the plot says how many were left out
 
@@ -131,7 +133,11 @@ def spread_plots(doc: Mapping[str, Any], *, min_places: int = 3) -> list[Plot]:
         for m in t.get("measurements", []):
             where = str(m.get("where", ""))
             if where and isinstance(m.get("value"), int | float) and m.get("metric") != "baseline.regression":
-                by_metric.setdefault(str(m.get("metric")), {})[where] = m
+                seen = by_metric.setdefault(str(m.get("metric")), {})
+                # Several of one metric at one place (a GPU's GEMM and copy fractions): its worst,
+                # as the per-GPU map and the test's row show it.
+                if where not in seen or badness(m) > badness(seen[where]):
+                    seen[where] = m
     plots = []
     for metric, places in by_metric.items():
         if len(places) < min_places:
