@@ -38,6 +38,7 @@ class Culprit:
     nodes: tuple[str, ...]
     evidence: tuple[Group, ...]
     rounds: tuple[int, ...]  # 1-based numbers of the rounds its evidence ran in
+    leaves: tuple[str, ...] = ()  # the switches it names: a leaf, or a link's two leaves; none for a node
 
     def sentence(self) -> str:
         where = _rounds(self.rounds)
@@ -51,7 +52,7 @@ class Culprit:
                 f"the uplinks of leaf {self.name}: every group between it and other leaves slow ({where}), "
                 "the groups inside it fast"
             )
-        a, _, b = self.name.partition("–")
+        a, b = self.leaves
         return (
             f"the path between leaves {a} and {b}: {slow} group(s) spanning the two slow ({where}), "
             "each leaf fast elsewhere"
@@ -116,7 +117,7 @@ def localise(plan: RoundPlan, busbw: Mapping[Group, float], floor: float) -> Loc
             bad_nodes -= set(leaf.nodes)
             shown = [g for g in (*own, *across[leaf.name]) if g in slow] if every_node else own
             found, rounds = evidence(sorted(shown, key=lambda g: round_of[g]))
-            culprits.append(Culprit("leaf", leaf.name, leaf.nodes, found, rounds))
+            culprits.append(Culprit("leaf", leaf.name, leaf.nodes, found, rounds, (leaf.name,)))
             explained |= set(found)
     for node in (n for n in plan.nodes if n in bad_nodes):
         found, rounds = evidence(groups_of[node])
@@ -131,7 +132,7 @@ def localise(plan: RoundPlan, busbw: Mapping[Group, float], floor: float) -> Loc
         others = {g.leaves[0] if g.leaves[1] == leaf.name else g.leaves[1] for g in out}
         if len(others) > 1 and all(g in slow for g in out) and not any(g in slow for g in inside[leaf.name]):
             found, rounds = evidence(out)
-            culprits.append(Culprit("uplinks", leaf.name, leaf.nodes, found, rounds))
+            culprits.append(Culprit("uplinks", leaf.name, leaf.nodes, found, rounds, (leaf.name,)))
             explained |= set(found)
 
     pairs: dict[tuple[str, ...], list[Group]] = defaultdict(list)
@@ -141,7 +142,7 @@ def localise(plan: RoundPlan, busbw: Mapping[Group, float], floor: float) -> Loc
     nodes_of = {leaf.name: leaf.nodes for leaf in plan.leaves}
     for (a, b), groups in pairs.items():
         found, rounds = evidence(groups)
-        culprits.append(Culprit("link", f"{a}–{b}", (*nodes_of[a], *nodes_of[b]), found, rounds))
+        culprits.append(Culprit("link", f"{a}–{b}", (*nodes_of[a], *nodes_of[b]), found, rounds, (a, b)))
         explained |= set(found)
 
     unexplained = tuple(g for g in measured if g in slow and g not in explained)

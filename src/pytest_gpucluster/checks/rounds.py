@@ -66,7 +66,13 @@ class RoundsCheck:
             "groups": [" ".join(groups) for groups in rounds],
             **({"problems": problems} if problems else {}),
             "culprits": [
-                {"kind": c.kind, "name": c.name, "nodes": list(c.nodes), "rounds": list(c.rounds)}
+                {
+                    "kind": c.kind,
+                    "name": c.name,
+                    "leaves": list(c.leaves),
+                    "nodes": list(c.nodes),
+                    "rounds": list(c.rounds),
+                }
                 for c in (self.localisation.culprits if self.localisation else ())
             ],
         }
@@ -205,5 +211,4 @@ def _finding(
     if c.kind == "uplinks":
         above = parents.get(c.name)
         return Finding.in_network("link", (c.name, *((above,) if above else ())), c.nodes, said, **more)
-    a, _, b = c.name.partition("–")
-    return Finding.in_network("link", (a, b), c.nodes, said, **more)
+    return Finding.in_network("link", c.leaves, c.nodes, said, **more)

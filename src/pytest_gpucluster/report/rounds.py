@@ -110,7 +110,7 @@ def section(record: Mapping[str, Any], accepted: set[str]) -> Section:
             cells[key] = min(cells.get(key, value), value)
     matrix = tuple(tuple(cells.get((min(i, j), max(i, j))) for j in range(len(order))) for i in range(len(order)))
     named = tuple(_named(c) for c in record.get("culprits", []))
-    hit = {part for c in record.get("culprits", []) if c.get("kind") != "node" for part in str(c["name"]).split("–")}
+    hit = {str(leaf) for c in record.get("culprits", []) for leaf in c.get("leaves", [])}
     rows = tuple(
         LeafRow(
             name,
