@@ -20,11 +20,11 @@ from pytest_gpucluster.results import ResultsDocument
 Drain = Callable[[Mapping[str, Any]], dict[str, dict[str, str]]]
 
 
-def record_verdicts(results: ResultsDocument, doc: Mapping[str, Any]) -> verdict.Acceptance:
-    """Decide the run's and the nodes' verdicts from ``doc`` (the results as they stand), once,
-    and record them in the results under ``acceptance``: the run's verdict and its reasons, each
-    node's verdict, and the node × check matrix the report renders."""
-    entry = verdict.decided(doc)
+def record_verdicts(results: ResultsDocument, run: verdict.RunRecord) -> verdict.Acceptance:
+    """Decide the run's and the nodes' verdicts from the checks' typed results, once, and record
+    them in the results under ``acceptance``: the run's verdict and its reasons, each node's
+    verdict, and the node × check matrix the report renders."""
+    entry = verdict.decided(run)
     results.extra["acceptance"] = entry
     return verdict.Acceptance.from_json(entry)
 
@@ -45,8 +45,8 @@ def finish(
     (``--collect-only``, ``--gpucluster-dry-run``) judged nothing: its verdict is recorded, nothing is
     acted on and pytest's status stands."""
     results.close(interrupted=interrupted)
-    doc = results.to_json()
-    acc = record_verdicts(results, doc)
+    run = results.run_record()
+    acc = record_verdicts(results, run)
     if collect_only:
         return pytest_status
     if outputs.drain_failed:
@@ -58,6 +58,6 @@ def finish(
     return verdict.exit_status(
         acc.verdict,
         pytest_status,
-        faults_only=verdict.stopped_by_faults_only(doc),
+        faults_only=verdict.stopped_by_faults_only(run),
         handover=handover["verdict"] if handover is not None else None,
     )

@@ -24,9 +24,11 @@ from typing import Any, TypedDict, cast
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.outcomes import decide
+from pytest_gpucluster.outcomes import decide, reason_of
 from pytest_gpucluster.selection import Selection
 from pytest_gpucluster.timing import timing_summary
+from pytest_gpucluster.verdict import CheckResult, Finding, RunRecord, Stopped, Verdict
+from pytest_gpucluster.verdict.check import split_nodeid
 
 SCHEMA_VERSION = 2
 # Version 1 wrote "skip" and "error" where version 2 decides "not_judged", "fault" or "fail"
@@ -77,17 +79,6 @@ def entries_of(user_properties: Iterable[Any]) -> list[dict[str, Any]]:
         if len(prop) == 2 and prop[0] == PROPERTY and isinstance(prop[1], dict):
             out.append(prop[1])
     return out
-
-
-def split_nodeid(nodeid: str) -> tuple[str, str, str]:
-    """``tests/acceptance/test_nccl.py::test_x[node1]`` → (area ``nccl``, ``test_x``, ``node1``)."""
-    path, _, rest = nodeid.partition("::")
-    stem = Path(path).stem
-    area = stem[5:] if stem.startswith("test_") else stem
-    func = rest.split("::")[-1] if rest else stem
-    match = re.match(r"^([^\[]*)(?:\[(.*)\])?$", func, re.DOTALL)
-    name, params = (match.group(1), match.group(2) or "") if match else (func, "")
-    return area or "tests", name, params
 
 
 def _tail(path: Path) -> str:
@@ -212,20 +203,47 @@ class TestRecord:
     # A fault outside the nodes stopped the check (faults.py): {"what", "sentence"}; not judged.
     cluster_fault: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # The check's typed result, made once its last phase is folded in (``conclude``).
+    result: CheckResult | None = field(default=None, repr=False)
 
-    @property
-    def verdict(self) -> str:
-        """The check's outcome (``outcomes.decide``): pass, warn, fail, xfail, xpass, n/a,
-        not_judged, fault or interrupted."""
-        warned = bool(self.warnings) or any(m.get("status") == "warn" for m in self.measurements)
-        warned = warned or any(f.get("severity") == "warn" for f in self.findings)
-        return decide(
+    def conclude(self) -> CheckResult:
+        """The check's typed result, its outcome decided here (``outcomes.decide``) and nowhere
+        else: pass, warn, fail, xfail, xpass, n/a, not_judged, fault or interrupted."""
+        verdicts = tuple(Verdict.from_json(m) for m in self.measurements)
+        findings = tuple(Finding.from_json(f) for f in self.findings)
+        warned = bool(self.warnings) or any(v.status == "warn" for v in verdicts)
+        warned = warned or any(f.severity == "warn" for f in findings)
+        outcome = decide(
             outcome=self.outcome,
             message=self.message,
             warned=warned,
             harness_error=bool(self.unjudged) and not self.cluster_fault,
             fault=bool(self.cluster_fault),
         )
+        fault = self.cluster_fault
+        return CheckResult(
+            nodeid=self.nodeid,
+            verdict=outcome,
+            node=self.node,
+            outcome=self.outcome,
+            message=self.message,
+            verdicts=verdicts,
+            findings=findings,
+            warnings=tuple(self.warnings),
+            unjudged=self.unjudged,
+            stopped=Stopped(fault.get("what", ""), fault.get("sentence", "")) if fault else None,
+            not_applicable=reason_of(self.message) if outcome == "n/a" else "",
+            job_ids=tuple(self.job_ids),
+        )
+
+    def typed(self) -> CheckResult:
+        """Its result: as concluded, or, for a check still running, as it stands now."""
+        return self.result if self.result is not None else self.conclude()
+
+    @property
+    def verdict(self) -> str:
+        """The check's outcome (``CheckResult.verdict``)."""
+        return self.typed().verdict
 
     @property
     def problems(self) -> list[str]:
@@ -233,9 +251,12 @@ class TestRecord:
         return [str(f.get("text", "")) for f in self.findings if f.get("severity", "fail") == "fail"]
 
     def add_warning(self, text: str) -> None:
-        """Record a warning once."""
+        """Record a warning once (pytest reports a check's warnings after its last phase: its
+        result is concluded again with them)."""
         if text not in self.warnings:
             self.warnings.append(text)
+            if self.result is not None:
+                self.result = self.conclude()
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict in schema order."""
@@ -335,7 +356,22 @@ class ResultsDocument:
             if record.outcome == "unknown":
                 record.outcome = "interrupted"
                 record.message = record.message or "the run was interrupted during this test"
+            if record.result is None or record.outcome == "interrupted":
+                record.result = record.conclude()
         self.finished = now_iso()
+
+    def run_record(self) -> RunRecord:
+        """The run as its verdicts read it: the checks' typed results as concluded, no JSON between."""
+        env = self.environment
+        return RunRecord(
+            tests=tuple(t.typed() for t in self.tests.values()),
+            nodes=tuple(self.nodes),
+            inventory=tuple(self.inventory),
+            lost=dict(env.get("lost_nodes") or {}),
+            excluded={str(k): str(v) for k, v in (env.get("excluded_nodes") or {}).items()},
+            selection=self.selection.to_json() if self.selection is not None else None,
+            status=self.status,
+        )
 
     def timing(self, tests: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Where the run's time went (``timing_summary``), from the tests' records."""
@@ -365,6 +401,8 @@ class ResultsDocument:
             message = _message(report)
             if message and not (report.when == "teardown" and rec.message):
                 rec.message = message
+        if report.when == "teardown":
+            rec.result = rec.conclude()
         return rec
 
     def fold_interrupted(self, nodeid: str, user_properties: Iterable[Any]) -> None:
@@ -482,7 +520,7 @@ def upgraded(doc: dict[str, Any]) -> dict[str, Any]:
         t.setdefault("findings", [])
     acceptance = doc.get("acceptance")
     if isinstance(acceptance, dict) and "matrix" not in acceptance:
-        acceptance["matrix"] = verdict.matrix(doc).to_json()
+        acceptance["matrix"] = verdict.matrix(RunRecord.from_json(doc)).to_json()
     doc["schema_version"] = SCHEMA_VERSION
     return doc
 
@@ -492,7 +530,7 @@ def with_verdicts(doc: dict[str, Any]) -> dict[str, Any]:
     end (killed before it could record them), decided now from what it holds."""
     recorded = doc.get("acceptance")
     if not isinstance(recorded, dict) or not {"verdict", "nodes", "matrix"} <= set(recorded):
-        doc["acceptance"] = {**(doc.get("acceptance") or {}), **verdict.decided(doc)}
+        doc["acceptance"] = {**(doc.get("acceptance") or {}), **verdict.decided(RunRecord.from_json(doc))}
     return doc
 
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.results import PROPERTY, ResultsDocument
+from pytest_gpucluster.verdict import RunRecord
 
 DOWN = "the Slurm controller (slurmctld) did not answer for 61 s: `sbatch` exited 1: Unable to contact slurm controller"
 
@@ -53,7 +54,9 @@ STOPPED = [
 
 
 def test_checks_stopped_by_the_controller_are_not_judged_and_the_sentence_comes_first():
-    acc = verdict.acceptance(_doc([_test("test_slurm_health.py::test_partition_is_up", "pass"), *STOPPED]))
+    acc = verdict.acceptance(
+        RunRecord.from_json(_doc([_test("test_slurm_health.py::test_partition_is_up", "pass"), *STOPPED]))
+    )
     assert acc.verdict == "INCOMPLETE"
     assert acc.headline == f"INCOMPLETE: {DOWN} (6 checks not judged)"
     assert acc.reasons == (  # one line, not one per check
@@ -63,7 +66,7 @@ def test_checks_stopped_by_the_controller_are_not_judged_and_the_sentence_comes_
 
 
 def test_no_node_is_rejected_excluded_or_drained_for_it():
-    nodes = verdict.node_verdicts(_doc(STOPPED))
+    nodes = verdict.node_verdicts(RunRecord.from_json(_doc(STOPPED)))
     assert {v.node: v.verdict for v in nodes.verdicts} == {"node1": "INCOMPLETE", "node2": "INCOMPLETE"}
     assert nodes.exclude == ""
     assert nodes.cluster_wide == ()
@@ -72,11 +75,11 @@ def test_no_node_is_rejected_excluded_or_drained_for_it():
 
 def test_a_judged_failure_still_rejects_with_the_fault_named_first():
     failed = _test("test_slurm_health.py::test_controller_answers", "fail", message="Failed: " + DOWN)
-    acc = verdict.acceptance(_doc([failed, *STOPPED]))
+    acc = verdict.acceptance(RunRecord.from_json(_doc([failed, *STOPPED])))
     assert acc.verdict == "REJECTED"
     assert acc.reasons[0].startswith(DOWN + " (6 checks not judged")
     assert acc.headline == f"REJECTED: 1 check failed; {DOWN} (6 checks not judged)"
-    assert verdict.node_verdicts(_doc([failed, *STOPPED])).exclude == ""
+    assert verdict.node_verdicts(RunRecord.from_json(_doc([failed, *STOPPED]))).exclude == ""
 
 
 WORKER_TEXT = "[gw1] linux -- Python 3.11.7 /venv/bin/python\nSharedFsFault: shared_fs '/mnt/s' cannot be written"

@@ -17,7 +17,7 @@ from pytest_gpucluster.config import Threshold
 from pytest_gpucluster.report import html, model, plots
 from pytest_gpucluster.results import ResultsDocument, with_verdicts
 from pytest_gpucluster.selection import Selection
-from pytest_gpucluster.verdict import Finding, Measurement, judge
+from pytest_gpucluster.verdict import Finding, Measurement, RunRecord, judge
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -233,7 +233,7 @@ def synthetic_64_node_doc() -> dict:
 
 def test_a_64_node_report_names_the_bad_nodes_and_stays_compact():
     doc = synthetic_64_node_doc()
-    nodes = verdict.node_verdicts(doc, verdict.acceptance(doc).verdict)
+    nodes = verdict.node_verdicts(RunRecord.from_json(doc), verdict.acceptance(RunRecord.from_json(doc)).verdict)
     assert nodes.summary == "60 of 64 nodes accepted; rejected: gpu-[017,033,051]; not judged in full: gpu-060"
     assert nodes.exclude == "gpu-[017,033,051]"
     decided = {v.node: v.checks for v in nodes.verdicts if v.checks}

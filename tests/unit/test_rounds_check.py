@@ -13,6 +13,7 @@ from pytest_gpucluster import verdict
 from pytest_gpucluster.checks.rounds import GroupResult, group_results, groups_of, judge_rounds
 from pytest_gpucluster.config.topology import read_topology
 from pytest_gpucluster.plan.rounds import RoundPlan, plan_rounds
+from pytest_gpucluster.verdict import RunRecord
 from pytest_gpucluster.workloads.busbw import SizeResult, SweepResult
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topology"
@@ -39,7 +40,7 @@ def verdicts_of(found):
         "test_nccl.py::test_busbw_across_nodes[all_reduce]", "fail", findings=[f.to_json() for f in found.findings]
     )
     doc = document([test], nodes=NODES)
-    return {v.node: v.verdict for v in verdict.node_verdicts(doc, "REJECTED").verdicts}
+    return {v.node: v.verdict for v in verdict.node_verdicts(RunRecord.from_json(doc), "REJECTED").verdicts}
 
 
 def test_a_slow_path_between_two_leaves_is_a_link_finding_and_convicts_no_node():

@@ -40,6 +40,16 @@ class Threshold:
         """What the bound rests on: ``reference``, ``calibration``, ``derived``, ``site`` or ``path``."""
         return "path" if self.path_only else origin_of(self.source, self.evidence)
 
+    @property
+    def better(self) -> str:
+        """``higher`` or ``lower`` is better: the side the bounds are on, else the metric's direction."""
+        if self.fail_below is not None or self.warn_below is not None:
+            return "higher"
+        if self.fail_above is not None or self.warn_above is not None:
+            return "lower"
+        known = METRICS.get(self.metric)
+        return known.better if known else ""
+
     def describe(self) -> str:
         """The bounds as a short phrase, e.g. ``fail < 350 GB/s, warn < 400 GB/s``."""
         parts = []

@@ -1,6 +1,6 @@
 """Every test's result put on the nodes its fields name: the placements the node verdicts are
-decided from, and the node × check matrix the report shows. Pure: a results document in, frozen
-dataclasses out; only fields are read (a test's ``node``, its findings' scope, nodes and culprits,
+decided from, and the node × check matrix the report shows. Pure: the run's typed results (``check.RunRecord``)
+in, frozen dataclasses out; only fields are read (a test's ``node``, its findings' scope, nodes and culprits,
 its measurements' nodes), never a sentence.
 
 The rules, per test:
@@ -22,12 +22,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gpucluster.outcomes import JUDGED_BAD, UNJUDGED, first_line, reason_of
+from pytest_gpucluster.outcomes import JUDGED_BAD, first_line, reason_of
+from pytest_gpucluster.outcomes import UNJUDGED as UNJUDGED_OUTCOMES
+from pytest_gpucluster.verdict.check import CheckResult, Column, RunRecord
 from pytest_gpucluster.verdict.finding import Finding
 from pytest_gpucluster.verdict.findings import worst
+from pytest_gpucluster.verdict.measurement import UNJUDGED
 
 CLUSTER_ROW = "(cluster-wide)"
-Column = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -85,138 +87,120 @@ class Matrix:
         return cls(tuple(data.get("rows", [])), columns, cells)
 
 
-def findings_of(test: Mapping[str, Any]) -> list[Finding]:
-    """The findings a test record holds."""
-    return [Finding.from_json(f) for f in test.get("findings") or []]
-
-
-def known_nodes(doc: Mapping[str, Any]) -> list[str]:
+def known_nodes(run: RunRecord) -> list[str]:
     """The tested nodes, then those the inventory, the findings and the measurements name."""
-    nodes = [str(n) for n in doc.get("nodes", [])]
-    nodes += [str(n) for n in doc.get("inventory", {})]
-    for t in doc.get("tests", []):
-        if t.get("node"):
-            nodes.append(str(t["node"]))
-        for m in t.get("measurements", []):
-            nodes += [str(n) for n in m.get("nodes") or []]
-        for f in t.get("findings") or []:
-            nodes += [str(n) for n in f.get("nodes") or []]
+    nodes = [*run.nodes, *run.inventory]
+    for t in run.tests:
+        if t.node:
+            nodes.append(t.node)
+        for v in t.verdicts:
+            nodes += v.measurement.nodes
+        for f in t.findings:
+            nodes += f.nodes
     return list(dict.fromkeys(nodes))
 
 
-def bad_already(doc: Mapping[str, Any]) -> set[str]:
+def bad_already(run: RunRecord) -> set[str]:
     """Nodes with a failure of their own somewhere in the run (a finding that convicts them: of
     the node, or of several nodes with them as its culprits), lost under a job, or left out
     before any job: a failure of several nodes together that names one of them is put on it."""
-    env = doc.get("environment", {})
-    bad = {*map(str, env.get("lost_nodes") or {}), *map(str, env.get("excluded_nodes") or {})}
-    for t in doc.get("tests", []):
-        if t.get("verdict") not in JUDGED_BAD:
-            continue
-        for f in findings_of(t):
-            bad.update(f.convicts)
+    bad = {*map(str, run.lost), *run.excluded}
+    for t in run.tests:
+        if t.verdict in JUDGED_BAD:
+            for f in t.findings:
+                bad.update(f.convicts)
     return bad
 
 
-def _failure_lines(t: Mapping[str, Any], col: Column, bad: set[str], label: str) -> Iterable[Placed]:
-    nodeid = str(t.get("nodeid", ""))
-    node = str(t.get("node") or "")
-    fails = [f for f in findings_of(t) if f.severity == "fail"]
+def _passed_beside(t: CheckResult) -> Iterable[Placed]:
+    for v in t.verdicts:
+        if v.status in ("pass", "warn", "xfail"):
+            for n in v.measurement.nodes:
+                yield Placed(n, t.column, v.status, v.sentence, t.nodeid)
+
+
+def _failure_lines(t: CheckResult, bad: set[str]) -> Iterable[Placed]:
+    col, label, node = t.column, t.label, t.node
+    fails = list(t.findings_of("fail"))
     if not fails:  # nothing recorded but the failure itself: the check's node, if it has one
-        text = first_line(str(t.get("message", ""))) or "failed"
+        text = first_line(t.message) or "failed"
         fails = [Finding.on_node(node, text) if node else Finding.across([], text)]
     convicted: set[str] = set()
     for f in fails:
         line = f"{f.text} ({label})"
         culprits = set(f.convicts) or ({n for n in f.nodes if n in bad} if f.scope == "nodes" else set())
         for n in [n for n in f.nodes if n in culprits] + sorted(culprits - set(f.nodes)):
-            yield Placed(n, col, "fail", line, nodeid, convicts=True)
+            yield Placed(n, col, "fail", line, t.nodeid, convicts=True)
         convicted |= culprits
         if not culprits:
-            yield Placed(CLUSTER_ROW, col, "fail", line, nodeid)
+            yield Placed(CLUSTER_ROW, col, "fail", line, t.nodeid)
     if node and node not in convicted:
         why = ", ".join(sorted(convicted)) or "no single node"
-        yield Placed(node, col, "not_judged", f"not judged: failed on account of {why} ({label})", nodeid)
-    for m in t.get("measurements", []):  # what passed beside the failure, on its nodes
-        if m.get("status") in ("pass", "warn", "xfail"):
-            for n in m.get("nodes") or []:
-                yield Placed(str(n), col, str(m["status"]), str(m.get("sentence", "")), nodeid)
+        yield Placed(node, col, "not_judged", f"not judged: failed on account of {why} ({label})", t.nodeid)
+    yield from _passed_beside(t)  # what passed beside the failure, on its nodes
 
 
-def _unjudged_lines(t: Mapping[str, Any], col: Column, status: str, label: str) -> Iterable[Placed]:
-    nodeid = str(t.get("nodeid", ""))
-    node = str(t.get("node") or "")
-    reasons = [f for f in findings_of(t) if f.severity == "not_judged"]
-    fault = t.get("cluster_fault") or {}
-    said = str(fault.get("sentence") or fault.get("what") or "") or reason_of(first_line(str(t.get("message", ""))))
+def _unjudged_lines(t: CheckResult) -> Iterable[Placed]:
+    col, label, status = t.column, t.label, t.verdict
+    said = t.stopped.said if t.stopped is not None else ""
+    said = said or reason_of(first_line(t.message))
     if status == "interrupted":
         said = "interrupted before it was judged"
     placed = False
-    for f in reasons:
+    for f in t.findings_of("not_judged"):
         for n in f.nodes:
             placed = True
-            yield Placed(n, col, status, f"{label}: not judged: {f.text}", nodeid)
-    for m in t.get("measurements", []):
-        if m.get("status") == "unjudged":  # measured, with no bound to judge it by
-            for n in m.get("nodes") or []:
-                placed = True
-                yield Placed(str(n), col, status, f"{label}: not judged: {m.get('sentence', '')}", nodeid)
-    if not placed:
-        yield Placed(node or CLUSTER_ROW, col, status, f"{label}: not judged: {said or 'no reason given'}", nodeid)
-
-
-def _judged_lines(t: Mapping[str, Any], col: Column, verdict: str, label: str) -> Iterable[Placed]:
-    nodeid = str(t.get("nodeid", ""))
-    node = str(t.get("node") or "")
-    placed = False
-    if node:
-        placed = True
-        yield Placed(node, col, verdict, f"{label}: {verdict}", nodeid)
-    for m in t.get("measurements", []):
-        status = "not_judged" if m.get("status") == "unjudged" else str(m.get("status", "pass"))
-        for n in m.get("nodes") or []:
+            yield Placed(n, col, status, f"{label}: not judged: {f.text}", t.nodeid)
+    for v in t.of_status(UNJUDGED):  # measured, with no bound to judge it by
+        for n in v.measurement.nodes:
             placed = True
-            yield Placed(str(n), col, status, str(m.get("sentence", "")), nodeid)
-    for f in findings_of(t):
-        if f.severity == "warn":
-            for n in f.nodes:
-                placed = True
-                yield Placed(n, col, "warn", f.text, nodeid)
+            yield Placed(n, col, status, f"{label}: not judged: {v.sentence}", t.nodeid)
     if not placed:
-        message = first_line(str(t.get("message", "")))
-        yield Placed(CLUSTER_ROW, col, verdict, f"{label}: {verdict}" + (f": {message}" if message else ""), nodeid)
+        yield Placed(t.node or CLUSTER_ROW, col, status, f"{label}: not judged: {said or 'no reason given'}", t.nodeid)
 
 
-def placements(doc: Mapping[str, Any]) -> list[Placed]:
+def _judged_lines(t: CheckResult) -> Iterable[Placed]:
+    col, label, verdict = t.column, t.label, t.verdict
+    placed = False
+    if t.node:
+        placed = True
+        yield Placed(t.node, col, verdict, f"{label}: {verdict}", t.nodeid)
+    for v in t.verdicts:
+        status = "not_judged" if v.status == UNJUDGED else v.status
+        for n in v.measurement.nodes:
+            placed = True
+            yield Placed(n, col, status, v.sentence, t.nodeid)
+    for f in t.findings_of("warn"):
+        for n in f.nodes:
+            placed = True
+            yield Placed(n, col, "warn", f.text, t.nodeid)
+    if not placed:
+        message = first_line(t.message)
+        yield Placed(CLUSTER_ROW, col, verdict, f"{label}: {verdict}" + (f": {message}" if message else ""), t.nodeid)
+
+
+def placements(run: RunRecord) -> list[Placed]:
     """Every test's lines on the rows its fields name (the rules of this module's docstring)."""
-    bad = bad_already(doc)
+    bad = bad_already(run)
     out: list[Placed] = []
-    for t in doc.get("tests", []):
-        col = column_of(t)
-        verdict = str(t.get("verdict", "not_judged"))
-        label = str(t.get("nodeid", "")).split("::")[-1]
-        if verdict in JUDGED_BAD:
-            out += _failure_lines(t, col, bad, label)
-        elif verdict in UNJUDGED:
-            out += _unjudged_lines(t, col, verdict, label)
+    for t in run.tests:
+        if t.verdict in JUDGED_BAD:
+            out += _failure_lines(t, bad)
+        elif t.verdict in UNJUDGED_OUTCOMES:
+            out += _unjudged_lines(t)
         else:
-            out += _judged_lines(t, col, verdict, label)
+            out += _judged_lines(t)
     return out
 
 
-def column_of(t: Mapping[str, Any]) -> Column:
-    """A test's matrix column: its area and its function's name."""
-    return (str(t.get("area", "tests")), str(t.get("name", t.get("nodeid"))))
-
-
-def matrix(doc: Mapping[str, Any], placed: Sequence[Placed] | None = None) -> Matrix:
+def matrix(run: RunRecord, placed: Sequence[Placed] | None = None) -> Matrix:
     """The node × check matrix of ``placements``: each cell the worst status met and its lines."""
-    placed = placements(doc) if placed is None else placed
-    columns = list(dict.fromkeys(column_of(t) for t in doc.get("tests", [])))
+    placed = placements(run) if placed is None else placed
+    columns = list(dict.fromkeys(t.column for t in run.tests))
     collected: dict[tuple[str, Column], list[tuple[str, str]]] = {}
     for p in placed:
         collected.setdefault((p.row, p.column), []).append((p.status, p.line))
-    nodes = known_nodes(doc)
+    nodes = known_nodes(run)
     rows = [n for n in nodes if any(key[0] == n for key in collected)] or list(nodes)
     rows += [r for r in dict.fromkeys(key[0] for key in collected) if r not in rows and r != CLUSTER_ROW]
     if any(key[0] == CLUSTER_ROW for key in collected):

@@ -1,4 +1,4 @@
-"""The run's verdicts, decided once from a results document, as the results record them under
+"""The run's verdicts, decided once from its typed results (``check.RunRecord``), as the results record them under
 ``acceptance`` (``finish.py`` records them; the report renders them back with ``Recorded``)."""
 
 from __future__ import annotations
@@ -8,19 +8,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpucluster.verdict.attribution import Matrix, matrix, placements
+from pytest_gpucluster.verdict.check import RunRecord
 from pytest_gpucluster.verdict.nodes import Nodes, node_verdicts
 from pytest_gpucluster.verdict.run import Acceptance, acceptance
 
 
-def decided(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``acceptance`` entry of ``doc``: the run's verdict and its reasons, each node's verdict,
-    and the node × check matrix, all from one attribution of the tests' findings."""
-    acc = acceptance(doc)
-    placed = placements(doc)
+def decided(run: RunRecord) -> dict[str, Any]:
+    """The ``acceptance`` entry of the run's results: the run's verdict and its reasons, each
+    node's verdict, and the node × check matrix, all from one attribution of the tests' findings."""
+    acc = acceptance(run)
+    placed = placements(run)
     return {
         **acc.to_json(),
-        "nodes": node_verdicts(doc, acc.verdict, placed).to_json(),
-        "matrix": matrix(doc, placed).to_json(),
+        "nodes": node_verdicts(run, acc.verdict, placed).to_json(),
+        "matrix": matrix(run, placed).to_json(),
     }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from pytest_gpucluster.fold import fold
 from pytest_gpucluster.outcomes import first_line
+from pytest_gpucluster.verdict.check import CheckResult
 
 # Worst first wins when several results meet (a matrix cell, a test's measurements).
 SEVERITY = {
@@ -62,21 +63,15 @@ def test_label(nodeid: str) -> str:
     return f"{path.rsplit('/', 1)[-1]}{sep}{rest}"
 
 
-def failure_sentences(test: Mapping[str, Any]) -> list[str]:
+def failure_sentences(test: CheckResult) -> list[str]:
     """What a failed check found, one sentence each, the culprit (node, GPU, port, job) first:
     the texts of its failing findings (its failed measurements among them); else its message's
     first line."""
-    found = [str(f.get("text", "")) for f in test.get("findings") or [] if f.get("severity", "fail") == "fail"]
-    found = [f for f in dict.fromkeys(found) if f]
-    if not found:
-        found = [first_line(str(test.get("message", ""))) or str(test.get("verdict", "failed"))]
-    return found
+    found = [f for f in dict.fromkeys(f.text for f in test.findings_of("fail")) if f]
+    return found or [first_line(test.message) or test.verdict]
 
 
-def failure_lines(test: Mapping[str, Any], nodes: Sequence[str] = ()) -> list[FailureLine]:
+def failure_lines(test: CheckResult, nodes: Sequence[str] = ()) -> list[FailureLine]:
     """A failed check's sentences folded (one line per node and cause), its label after each."""
-    label = test_label(str(test.get("nodeid")))
-    return [
-        FailureLine(f"{f.text} ({label})", f.count, str(test.get("nodeid")))
-        for f in fold(failure_sentences(test), nodes)
-    ]
+    label = test_label(test.nodeid)
+    return [FailureLine(f"{f.text} ({label})", f.count, test.nodeid) for f in fold(failure_sentences(test), nodes)]

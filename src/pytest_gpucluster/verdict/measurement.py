@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 from pytest_gpucluster.config import Threshold
 from pytest_gpucluster.verdict.finding import Finding
 
 Status = Literal["pass", "warn", "fail", "xfail"]
+# A measurement kept without a judgement: thresholds.toml has no bound for it (``Judge``).
+UNJUDGED = "unjudged"
 
 
 @dataclass(frozen=True)
@@ -68,8 +71,13 @@ class Verdict:
 
     measurement: Measurement
     threshold: Threshold
-    status: Status
+    status: Status | Literal["unjudged"]
     sentence: str
+
+    @property
+    def origin(self) -> str:
+        """What the line rests on (``Threshold.origin``), or ``missing`` for a measurement no line judged."""
+        return "missing" if self.status == UNJUDGED else self.threshold.origin
 
     def finding(self) -> Finding | None:
         """The finding a verdict past a line is (None for a pass or an expected failure): of the
@@ -99,6 +107,28 @@ class Verdict:
                 "origin": self.threshold.origin,
             },
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Verdict:
+        """The verdict a results file holds (``to_json``; a measurement kept unjudged, too)."""
+        value = data.get("value")
+        metric, unit = str(data.get("metric", "")), str(data.get("unit", ""))
+        gpu = data.get("gpu")
+        measurement = Measurement(
+            metric,
+            float(value) if isinstance(value, int | float) else math.nan,
+            unit,
+            str(data.get("where") or ""),
+            str(data.get("detail") or ""),
+            str(data["job_id"]) if data.get("job_id") else None,
+            tuple(str(n) for n in data.get("nodes") or ()),
+            int(gpu) if isinstance(gpu, int) else None,
+            tuple(str(n) for n in data.get("culprits") or ()),
+        )
+        bounds = data.get("threshold") or {}
+        known = {f.name for f in fields(Threshold)} - {"metric", "unit"}
+        threshold = Threshold(metric, unit, **{k: v for k, v in bounds.items() if k in known})
+        return cls(measurement, threshold, data.get("status", "pass"), str(data.get("sentence", "")))
 
 
 def _fmt(value: float) -> str:

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_gpucluster.ranges import hostlist
-from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Column, Matrix, matrix
+from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Matrix, matrix
+from pytest_gpucluster.verdict.check import Column, RunRecord
 from pytest_gpucluster.verdict.nodes import nodes_summary
 
 
@@ -47,7 +48,7 @@ def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any
     before = ((earlier.get("acceptance") or {}).get("nodes") or {}).get("verdicts") or {}
     now_acc = doc.get("acceptance") or {}
     now = (now_acc.get("nodes") or {}).get("verdicts") or {}
-    m = matrix(doc)
+    m = matrix(RunRecord.from_json(doc))
     merged: dict[str, dict[str, Any]] = {}
     partners: list[str] = []
     for node in dict.fromkeys([*before, *now]):

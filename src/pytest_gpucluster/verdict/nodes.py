@@ -2,7 +2,7 @@
 REJECTED for a failure of its own (or lost under a job, or left out before any job), INCOMPLETE
 when a check of it was not judged, otherwise ACCEPTED (PARTIAL in a partial run: only the
 selected checks speak for it). Failures on no node's account are listed apart: they may be the
-fabric's, not any node's. Pure: a results document in, frozen dataclasses out."""
+fabric's, not any node's. Pure: the run's typed results in, frozen dataclasses out."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pytest_gpucluster.fold import fold_lines
 from pytest_gpucluster.outcomes import UNJUDGED
 from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Placed, known_nodes, placements
+from pytest_gpucluster.verdict.check import RunRecord
 
 NodeOverall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE", "PARTIAL"]
 
@@ -60,16 +61,14 @@ class Nodes:
         return cls(verdicts, wide, str(data.get("summary", "")), str(data.get("exclude", "")))
 
 
-def node_verdicts(doc: Mapping[str, Any], run_verdict: str = "", placed: Sequence[Placed] | None = None) -> Nodes:
+def node_verdicts(run: RunRecord, run_verdict: str = "", placed: Sequence[Placed] | None = None) -> Nodes:
     """Per node, from the placements (``attribution.placements``): REJECTED when a failure is its
     own, it was lost during the run or left out before any job; INCOMPLETE when a check of it was
     not judged; otherwise ACCEPTED, or PARTIAL in a partial run."""
-    placed = placements(doc) if placed is None else placed
-    env = doc.get("environment", {})
-    lost = env.get("lost_nodes") or {}
-    excluded = env.get("excluded_nodes") or {}
-    known = known_nodes(doc)
-    partial = run_verdict == "PARTIAL" or bool((doc.get("selection") or {}).get("partial"))
+    placed = placements(run) if placed is None else placed
+    lost, excluded = run.lost, run.excluded
+    known = known_nodes(run)
+    partial = run_verdict == "PARTIAL" or run.partial
     out: list[NodeVerdict] = []
     for node in dict.fromkeys([*known, *map(str, excluded)]):
         mine = [p for p in placed if p.row == node]

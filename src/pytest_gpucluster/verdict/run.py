@@ -1,6 +1,6 @@
 """The run's acceptance verdict from its results document: ACCEPTED, REJECTED, INCOMPLETE or
-PARTIAL, the reasons for it, the counts behind it and the warnings. Pure: a plain dict in, a
-frozen dataclass out; no pytest, no HTML.
+PARTIAL, the reasons for it, the counts behind it and the warnings. Pure: the run's typed
+results (``check.RunRecord``) in, a frozen dataclass out; no pytest, no HTML.
 
 The verdict rule (also in docs/report.md), over the run's *required set* (``selection.py``):
 
@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pytest_gpucluster.fold import fold, fold_lines
 from pytest_gpucluster.outcomes import JUDGED_BAD, first_line, reason_of
 from pytest_gpucluster.verdict.attribution import known_nodes
+from pytest_gpucluster.verdict.check import CheckResult, RunRecord
 from pytest_gpucluster.verdict.findings import FailureLine, failure_lines, test_label
 
 Overall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE", "PARTIAL"]
@@ -76,34 +77,31 @@ class Acceptance:
 COUNTED = ("pass", "warn", "fail", "xfail", "xpass", "n/a", "not_judged", "fault", "interrupted")
 
 
-def acceptance(doc: Mapping[str, Any]) -> Acceptance:
-    """Apply the verdict rule of this module's docstring to a results document."""
-    tests = list(doc.get("tests", []))
-    by_id = {str(t.get("nodeid")): t for t in tests}
-    nodes = known_nodes(doc)
+def acceptance(run: RunRecord) -> Acceptance:
+    """Apply the verdict rule of this module's docstring to the run's results."""
+    tests = run.tests
+    by_id = {t.nodeid: t for t in tests}
+    nodes = known_nodes(run)
     counts = dict.fromkeys(COUNTED, 0)
     for t in tests:
-        counts[t.get("verdict", "not_judged")] = counts.get(t.get("verdict", "not_judged"), 0) + 1
-    sel = doc.get("selection") or None
+        counts[t.verdict] = counts.get(t.verdict, 0) + 1
+    sel = run.selection
     # The checks of this run that did not apply: the same tests ``counts["n/a"]`` counts, each with
     # the reason known at collection (the selection) or found when it ran.
     known_why = (sel or {}).get("not_applicable", {})
     not_applicable = [
-        f"{test_label(str(t.get('nodeid')))}: "
-        + str(known_why.get(str(t.get("nodeid"))) or reason_of(str(t.get("message", ""))))
+        f"{test_label(t.nodeid)}: " + str(known_why.get(t.nodeid) or t.not_applicable)
         for t in tests
-        if t.get("verdict") == "n/a"
+        if t.verdict == "n/a"
     ]
     warned = tuple(
         dict.fromkeys(
-            FailureLine(f"{f.text} ({test_label(str(t.get('nodeid')))})", f.count, str(t.get("nodeid"))).line
+            FailureLine(f"{f.text} ({test_label(t.nodeid)})", f.count, t.nodeid).line
             for t in tests
-            if t.get("verdict") == "warn"
+            if t.verdict == "warn"
             for f in fold(
                 dict.fromkeys(
-                    list(t.get("warnings", []))
-                    + [str(m.get("sentence")) for m in t.get("measurements", []) if m.get("status") == "warn"]
-                    + [str(x.get("text")) for x in t.get("findings") or [] if x.get("severity") == "warn"]
+                    [*t.warnings, *(v.sentence for v in t.of_status("warn")), *(x.text for x in t.findings_of("warn"))]
                     or ["warnings"]
                 ),
                 nodes,
@@ -130,7 +128,7 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         )
 
     faults = fault_reasons(tests)
-    bad = [t for t in tests if t.get("verdict") in JUDGED_BAD]
+    bad = [t for t in tests if t.verdict in JUDGED_BAD]
     if bad:
         found = [f for t in bad for f in failure_lines(t, nodes)]
         n = len(bad)
@@ -140,10 +138,9 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         return made("REJECTED", [*faults, *(f.line for f in found)], headline, found=found)
 
     reasons: list[str] = list(faults)
-    faulted = {str(t.get("nodeid")) for t in tests if t.get("verdict") == "fault"}
-    status = doc.get("status")
-    if status != "complete":
-        reasons.append(f"the run did not finish (status: {status}); results cover only the checks that ran")
+    faulted = {t.nodeid for t in tests if t.verdict == "fault"}
+    if run.status != "complete":
+        reasons.append(f"the run did not finish (status: {run.status}); results cover only the checks that ran")
     not_selected: list[str] = []
     if sel is not None:
         skipped_out = set(sel.get("not_selected", []))
@@ -151,12 +148,11 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
         for nodeid in sel.get("required", []):
             if nodeid in skipped_out or nodeid in faulted:
                 continue
-            t = by_id.get(nodeid)
-            reasons += _missing(nodeid, t)
+            reasons += _missing(nodeid, by_id.get(nodeid))
     else:  # a results file without a selection: every check in it is taken as required
         for t in tests:
-            if str(t.get("nodeid")) not in faulted:
-                reasons += _missing(str(t.get("nodeid")), t)
+            if t.nodeid not in faulted:
+                reasons += _missing(t.nodeid, t)
     narrowed = sel is not None and bool(not_selected or sel.get("named"))
     if counts["pass"] + counts["warn"] == 0 and not narrowed:
         reasons.append("no acceptance check passed")
@@ -183,18 +179,16 @@ def acceptance(doc: Mapping[str, Any]) -> Acceptance:
     return made("ACCEPTED", warned, f"ACCEPTED{w}")
 
 
-def fault_reasons(tests: Iterable[Mapping[str, Any]], *, short: bool = False) -> list[str]:
+def fault_reasons(tests: Iterable[CheckResult], *, short: bool = False) -> list[str]:
     """One line per fault outside the nodes (``faults.py``) that stopped checks, its sentence
     first, then how many checks it kept from being judged: "the Slurm controller (slurmctld)
     stopped answering at 10:14:05 UTC (...) (26 checks not judged: test_a, test_b, test_c and 23
     more)"; ``short``: without naming the checks (for a headline)."""
     stopped: dict[str, list[str]] = {}
     for t in tests:
-        fault = t.get("cluster_fault") or {}
-        if t.get("verdict") == "fault":
-            stopped.setdefault(str(fault.get("sentence") or fault.get("what")), []).append(
-                test_label(str(t.get("nodeid")))
-            )
+        if t.verdict == "fault":
+            said = t.stopped.said if t.stopped is not None else "a fault outside the nodes"
+            stopped.setdefault(said, []).append(test_label(t.nodeid))
     out = []
     for sentence, labels in stopped.items():
         count = f"{len(labels)} check{'s' if len(labels) != 1 else ''} not judged"
@@ -203,26 +197,24 @@ def fault_reasons(tests: Iterable[Mapping[str, Any]], *, short: bool = False) ->
     return out
 
 
-def _missing(nodeid: str, t: Mapping[str, Any] | None) -> list[str]:
+def _missing(nodeid: str, t: CheckResult | None) -> list[str]:
     """Why a required check has no judgement, or nothing when it has one."""
     label = test_label(nodeid)
     if t is None:
         return [f"{label}: not reached (the run ended before it)"]
-    verdict = t.get("verdict")
-    if verdict == "not_judged" and t.get("unjudged"):
-        return [f"{label}: could not be judged ({t.get('unjudged')}): {first_line(str(t.get('message', '')))}"]
-    if verdict == "not_judged":
-        reasons = [str(f.get("text")) for f in t.get("findings") or [] if f.get("severity") == "not_judged"]
-        said = "; ".join(dict.fromkeys(reasons)) or reason_of(str(t.get("message", ""))) or "no reason given"
+    kept = [f.text for f in t.findings_of("not_judged")]
+    if t.verdict == "not_judged" and t.unjudged:
+        return [f"{label}: could not be judged ({t.unjudged}): {first_line(t.message)}"]
+    if t.verdict == "not_judged":
+        said = "; ".join(dict.fromkeys(kept)) or reason_of(t.message) or "no reason given"
         return [f"{label}: not judged: {said}"]
-    if verdict == "interrupted":
-        kept = [str(f.get("text")) for f in t.get("findings") or [] if f.get("severity") == "not_judged"]
+    if t.verdict == "interrupted":
         why = f": {'; '.join(dict.fromkeys(kept))}" if kept else ""
         return [f"{label}: interrupted before it was judged{why}"]
     return []
 
 
-def stopped_by_faults_only(doc: Mapping[str, Any]) -> bool:
+def stopped_by_faults_only(run: RunRecord) -> bool:
     """Whether every check pytest saw fail or error was stopped by a fault outside the nodes (the
     controller, the shared filesystem, other work): none of them is a judgement or a harness error."""
-    return all(t.get("verdict") == "fault" for t in doc.get("tests", []) if t.get("outcome") in ("failed", "error"))
+    return all(t.verdict == "fault" for t in run.tests if t.outcome in ("failed", "error"))

@@ -17,6 +17,7 @@ from pytest_gpucluster import verdict
 from pytest_gpucluster.checks.rounds import GroupResult, judge_rounds
 from pytest_gpucluster.config.topology import read_topology
 from pytest_gpucluster.plan.rounds import Group, plan_rounds
+from pytest_gpucluster.verdict import RunRecord
 
 HERE = Path(__file__).resolve().parent
 TREE = read_topology(HERE.parent / "topology" / "topology-one-spine_representative_sample.conf")
@@ -58,7 +59,7 @@ def main() -> None:
         "rounds": found.to_json(),
     }
     doc = {"status": "complete", "nodes": nodes, "tests": [test], "environment": {}, "inventory": {}}
-    doc["acceptance"] = verdict.decided(doc)
+    doc["acceptance"] = verdict.decided(RunRecord.from_json(doc))
     out = HERE / "results_64_nodes_4_leaves_synthetic.json"
     out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
