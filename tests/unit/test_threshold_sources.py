@@ -78,7 +78,7 @@ def test_report_shows_the_source_beside_the_number():
         judge(Measurement("gpu.temperature", 40.0, "C", "n1:gpu0"), site).to_json(),
     ]
     assert ms[0]["threshold"]["origin"] == "calibration" and ms[1]["threshold"]["origin"] == "site"
-    assert model.threshold_source(ms[0]["threshold"]) == (
+    assert model.threshold_source(ms[0]) == (
         "calibration: calibrated from 3 run(s) started 2026-11-23 (t.toml [thresholds.c.compute.matmul_bf16])"
     )
     test = {"nodeid": "t::x", "verdict": "pass", "measurements": ms}
@@ -87,5 +87,5 @@ def test_report_shows_the_source_beside_the_number():
     assert "source of the bound" in details
     assert "calibration: calibrated from 3 run(s)" in details and "site&#39;s choice: t.toml" in details
     # a results file written before bounds carried their evidence: told from the location
-    old = {"fail_below": 1, "source": "derived: 8 × 400 Gb/s"}
+    old = {"metric": "nccl.all_reduce.inter_node", "threshold": {"fail_below": 1, "source": "derived: 8 × 400 Gb/s"}}
     assert model.threshold_source(old) == "derived from the fabric: derived: 8 × 400 Gb/s"

@@ -18,9 +18,9 @@ from pytest_gpucluster.config.metrics import METRICS
 from pytest_gpucluster.report.model import (
     SOURCE_LABELS,
     badness,
-    better_of,
     describe_threshold,
     gpu_model,
+    line_of,
     measurement_value,
     threshold_origin,
     threshold_source,
@@ -53,23 +53,21 @@ def short_number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _line_of(threshold: Mapping[str, Any]) -> float | None:
-    """The first line a value meets on its way from good to bad: warn, else fail."""
-    for key in ("warn_below", "fail_below", "warn_above", "fail_above"):
-        if _float(threshold.get(key)) is not None:
-            return _float(threshold.get(key))
-    return None
+def _first_line(m: Mapping[str, Any]) -> float | None:
+    """The first line a measurement's value meets on its way from good to bad: warn, else fail."""
+    t = line_of(m).threshold
+    return next((b for b in (t.warn_below, t.fail_below, t.warn_above, t.fail_above) if b is not None), None)
 
 
-def _short_source(threshold: Mapping[str, Any], metric: str) -> str:
+def _short_source(m: Mapping[str, Any], metric: str) -> str:
     """``reference · thresholds.toml [thresholds.h100]``: what the bound rests on and the set of
     the file that holds it (the row names the metric already)."""
-    where = str(threshold.get("source", ""))
+    where = line_of(m).threshold.source
     path, sep, key = where.partition(" [")
     if sep:
         key = key.partition("]")[0].removesuffix("." + metric).removesuffix(f'."{metric}"')
         where = f"{PurePath(path).name} [{key}]"
-    label = SOURCE_LABELS[threshold_origin(threshold)]
+    label = SOURCE_LABELS[threshold_origin(m)]
     return f"{label} · {where}" if where else label
 
 
@@ -116,7 +114,7 @@ def key_figures(doc: Mapping[str, Any], limit: int = 14) -> list[KeyFigure]:
             if _float(m.get("value")) is None:
                 continue
             # A pass against a line that only proves a path is no figure of the cluster's speed.
-            if m.get("status") == "pass" and threshold_origin(m.get("threshold", {})) == "path":
+            if m.get("status") == "pass" and threshold_origin(m) == "path":
                 continue
             by_metric.setdefault(str(m.get("metric")), []).append(m)
     rows: list[tuple[int, int, KeyFigure]] = []
@@ -139,9 +137,9 @@ def key_figures(doc: Mapping[str, Any], limit: int = 14) -> list[KeyFigure]:
                     worst=measurement_value(bad),
                     where=str(bad.get("where", "")),
                     median=f"{short_number(statistics.median(values))} {unit}".rstrip() if len(values) > 1 else "",
-                    line=describe_threshold(bad.get("threshold", {}), unit),
-                    source=_short_source(bad.get("threshold", {}), metric),
-                    source_detail=threshold_source(bad.get("threshold", {})),
+                    line=describe_threshold(bad),
+                    source=_short_source(bad, metric),
+                    source_detail=threshold_source(bad),
                     status=status,
                     spec=share(bad.get("value"), unit, spec_of(gpu, metric)),
                     measured=_measured(bad, doc),
@@ -190,9 +188,8 @@ def _cell(ms: Sequence[Mapping[str, Any]], median: float | None, place: str) -> 
     status = str(m.get("status", "pass"))
     value = _float(m.get("value")) or 0.0
     unit = str(m.get("unit", ""))
-    threshold = m.get("threshold", {})
     shade = 0
-    line = _line_of(threshold)
+    line = _first_line(m)
     if status == "pass" and median is not None and line is not None and median != line:
         away = (median - value) / (median - line)  # 0 at the median, 1 at the line, < 0 better
         shade = max(0, min(SHADES - 1, int(away * SHADES)))
@@ -202,7 +199,7 @@ def _cell(ms: Sequence[Mapping[str, Any]], median: float | None, place: str) -> 
         lines.append(f"{place}: {x.get('metric')} = {measurement_value(x)}{detail}: {x.get('status')}")
     if median:
         lines.append(f"{100 * value / median:.0f} % of the median {short_number(median)} {unit}".rstrip())
-    lines.append(describe_threshold(threshold, unit))
+    lines.append(describe_threshold(m))
     return MapCell(status, short_number(value), "\n".join(lines), shade)
 
 
@@ -298,11 +295,11 @@ def _metric_map(
             cells.append(cell)
             placed.append((f"{node}:gpu{g}", cell, _float(worst_of[(node, g)].get("value")) or 0.0))
         rows.append((node, tuple(cells)))
-    better = better_of(sample.get("threshold", {}), metric)
+    better = line_of(sample).threshold.better
     return Map(
         title=metric,
         unit=unit,
-        bounds=describe_threshold(sample.get("threshold", {}), unit),
+        bounds=describe_threshold(sample),
         columns=tuple(str(g) for g in gpus),
         rows=tuple(rows),
         note=_note(placed, median, unit, better) if len(placed) > 2 else "",

@@ -407,8 +407,8 @@ def details_of_test(test: Mapping[str, Any], *, limit: int = 200) -> str:
             "where": m.get("where", ""),
             "detail": m.get("detail", ""),
             "value": model.measurement_value(m),
-            "threshold": model.describe_threshold(m.get("threshold", {}), str(m.get("unit", ""))),
-            "source": model.threshold_source(m.get("threshold", {})),
+            "threshold": model.describe_threshold(m),
+            "source": model.threshold_source(m),
             "job": m.get("job_id") or "",
         }
         for m in ordered[:limit]

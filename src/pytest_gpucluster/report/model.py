@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpucluster.config.gpu_specs import model_of, share, spec_of
-from pytest_gpucluster.config.metrics import METRICS
-from pytest_gpucluster.config.thresholds import origin_of
 from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.results import PROPERTY
 from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Cell, Matrix
 from pytest_gpucluster.verdict.findings import SEVERITY, measurement_label, worst
+from pytest_gpucluster.verdict.measurement import Verdict
 
 
 def _fmt(value: Any) -> str:
@@ -29,15 +28,17 @@ def _fmt(value: Any) -> str:
     return f"{v:.4g}"
 
 
-def describe_threshold(threshold: Mapping[str, Any], unit: str) -> str:
-    """``{"fail_below": 320, "warn_below": 340}`` → ``fail < 320 GB/s, warn < 340 GB/s``."""
-    parts = []
-    for key, sign in (("fail_below", "<"), ("warn_below", "<"), ("fail_above", ">"), ("warn_above", ">")):
-        if threshold.get(key) is not None:
-            parts.append(f"{key.split('_')[0]} {sign} {_fmt(threshold[key])} {unit}".rstrip())
-    if threshold.get("xfail"):
-        parts.append(f"expected to fail: {threshold['xfail']}")
-    return ", ".join(parts) or "no bound"
+def line_of(m: Mapping[str, Any]) -> Verdict:
+    """A recorded measurement as the typed verdict it was judged into (its ``Threshold`` with it):
+    the report reads the line's bounds, origin and direction from it and works none of them out."""
+    return Verdict.from_json(m)
+
+
+def describe_threshold(m: Mapping[str, Any]) -> str:
+    """A measurement's line in words (``Threshold.describe``): ``fail < 320 GB/s, warn < 340 GB/s``,
+    and what an expected failure expects."""
+    t = line_of(m).threshold
+    return t.describe() + (f", expected to fail: {t.xfail}" if t.xfail else "")
 
 
 SOURCE_LABELS = {
@@ -50,20 +51,18 @@ SOURCE_LABELS = {
 }
 
 
-def threshold_origin(threshold: Mapping[str, Any]) -> str:
-    """What a recorded bound rests on: ``reference``, ``calibration``, ``derived``, ``site`` or
-    ``path`` (results written before bounds carried their evidence: told from the location alone)."""
-    origin = threshold.get("origin")
-    if origin in SOURCE_LABELS:
-        return str(origin)
-    return origin_of(str(threshold.get("source", "")), str(threshold.get("evidence", "")))
+def threshold_origin(m: Mapping[str, Any]) -> str:
+    """What a measurement's line rests on (``Verdict.origin``): ``reference``, ``calibration``,
+    ``derived``, ``site``, ``path``, or ``missing`` for a measurement no line judged."""
+    return line_of(m).origin
 
 
-def threshold_source(threshold: Mapping[str, Any]) -> str:
-    """The bound's source in words: its kind, then the evidence and where the bound is set, e.g.
+def threshold_source(m: Mapping[str, Any]) -> str:
+    """The line's source in words: its kind, then the evidence and where the bound is set, e.g.
     ``calibration: calibrated from 3 run(s) ... (thresholds.toml [thresholds.calibrated-x.compute.memcopy])``."""
-    label = SOURCE_LABELS[threshold_origin(threshold)]
-    evidence, where = str(threshold.get("evidence", "")), str(threshold.get("source", ""))
+    verdict = line_of(m)
+    label = SOURCE_LABELS[verdict.origin]
+    evidence, where = verdict.threshold.evidence, verdict.threshold.source
     if evidence and where:
         return f"{label}: {evidence} ({where})"
     return f"{label}: {evidence or where}" if (evidence or where) else label
@@ -82,7 +81,7 @@ def junit_properties(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, st
     for e in entries:
         kind = e.get("kind")
         if kind == "measurement":
-            bounds = describe_threshold(e.get("threshold", {}), str(e.get("unit", "")))
+            bounds = describe_threshold(e)
             props.append((measurement_label(e), f"{measurement_value(e)} {e.get('status', '?')} ({bounds})"))
         elif kind == "job":
             props.append((f"{PROPERTY}.job", f"{e.get('job_id')} {e.get('name', '')} {e.get('folder', '')}".strip()))
@@ -118,23 +117,13 @@ class TestCells:
     count: int
 
 
-def better_of(threshold: Mapping[str, Any], metric: str) -> str:
-    """``higher`` or ``lower`` is better: from the bound's side, else the metric catalogue."""
-    if any(threshold.get(k) is not None for k in ("fail_below", "warn_below")):
-        return "higher"
-    if any(threshold.get(k) is not None for k in ("fail_above", "warn_above")):
-        return "lower"
-    known = METRICS.get(metric)
-    return known.better if known else ""
-
-
 def badness(m: Mapping[str, Any]) -> tuple[int, float]:
     """Worse first: the verdict, then the value on the bad side of the metric. Every part of the
     page that picks one measurement of several (a test's row, a map's cell, a plot's point) picks
     by it, so each names the same worst GPU."""
     value = m.get("value")
     number = float(value) if isinstance(value, int | float) else 0.0
-    better = better_of(m.get("threshold", {}), str(m.get("metric", "")))
+    better = line_of(m).threshold.better
     return SEVERITY.get(str(m.get("status")), 0), -number if better == "higher" else number
 
 
@@ -158,8 +147,7 @@ def test_cells(test: Mapping[str, Any], gpu: str) -> TestCells:
     notes += [of_spec] if of_spec else []
     return TestCells(
         measured=measurement_value(m) + (f" ({'; '.join(notes)})" if notes else ""),
-        threshold=describe_threshold(m.get("threshold", {}), str(m.get("unit", "")))
-        + f" [{SOURCE_LABELS[threshold_origin(m.get('threshold', {}))]}]",
+        threshold=f"{describe_threshold(m)} [{SOURCE_LABELS[threshold_origin(m)]}]",
         verdict=verdict,
         where=str(m.get("where", "")) or _node_param(test),
         jobs=jobs,
