@@ -90,7 +90,7 @@ def selection_words(selection: Mapping[str, Any]) -> str:
 _NODE_SLOT = "\x00"
 
 
-def _grouped(lines: Sequence[str], nodes: Sequence[str] = ()) -> dict[str, list[str]]:
+def by_reason(lines: Sequence[str], nodes: Sequence[str] = ()) -> dict[str, list[str]]:
     """``"<check>: <reason>"`` lines grouped by reason, in order. Reasons that differ only in the
     one node they name (``dcgmi is not installed on node1`` / ``on node2``) are one reason naming
     those nodes as a hostlist (``on node[1-2]``)."""
@@ -122,7 +122,7 @@ def not_tested(doc: Mapping[str, Any], recorded: Recorded) -> list[NotTested]:
     nodes = [str(n) for n in doc.get("nodes", [])]
     out = [
         NotTested(f"not applicable: {reason}", tuple(checks))
-        for reason, checks in _grouped(acc.not_applicable, nodes).items()
+        for reason, checks in by_reason(acc.not_applicable, nodes).items()
     ]
     if acc.not_selected:
         out.append(NotTested(f"required, not selected ({selection_words(selection)})", tuple(acc.not_selected)))
@@ -139,7 +139,7 @@ def not_tested(doc: Mapping[str, Any], recorded: Recorded) -> list[NotTested]:
     ]
     out += [
         NotTested(f"selected, not judged: {reason}", tuple(checks))
-        for reason, checks in _grouped(unjudged, nodes).items()
+        for reason, checks in by_reason(unjudged, nodes).items()
     ]
     return out
 

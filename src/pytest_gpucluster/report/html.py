@@ -147,10 +147,6 @@ def acceptance_block(
     nodes = recorded.nodes
     order = {"REJECTED": 0, "INCOMPLETE": 1}
     skipped = [t for t in doc.get("tests", []) if t.get("verdict") in ("not_judged", "fault", "interrupted")]
-    grouped: dict[str, list[str]] = {}
-    for line in acc.not_applicable:
-        check, _, reason = line.partition(": ")
-        grouped.setdefault(reason, []).append(check)
     title = {"REJECTED": "Failures", "INCOMPLETE": "Why incomplete", "PARTIAL": "Left out of this run"}
     accepted = [v.node for v in nodes.verdicts if v.verdict == "ACCEPTED"]
     unsure = [v.node for v in nodes.verdicts if v.verdict not in ("ACCEPTED", "REJECTED")]
@@ -198,8 +194,18 @@ def acceptance_block(
         )
         if acc.verdict != "INCOMPLETE"
         else [],
-        not_applicable=[f"{reason} ({len(checks)}: {short_list(checks, 3)})" for reason, checks in grouped.items()],
+        not_applicable=[
+            f"{reason} ({len(checks)}: {short_list(checks, 3)})"
+            for reason, checks in not_applicable_groups(doc, recorded).items()
+        ],
     )
+
+
+def not_applicable_groups(doc: Mapping[str, Any], recorded: verdict.Recorded) -> dict[str, list[str]]:
+    """The checks that do not apply, by reason, in the order of the results: the summary's list and
+    pytest-html's table show the same groups. Reasons that differ only in the node they name are one
+    group naming the nodes as a hostlist, as on the handover sheet."""
+    return handover.by_reason(recorded.acceptance.not_applicable, [str(n) for n in doc.get("nodes", [])])
 
 
 COUNT_LABELS = {
@@ -436,6 +442,11 @@ def table_cells(test: Mapping[str, Any] | None, gpu_model: str = "") -> list[str
         str(cells.cell("where", c.where)),
         str(cells.cell("jobs", c.jobs)),
     ]
+
+
+def cells_macro(name: str, *args: Any) -> str:
+    """One macro of ``cells.html.j2`` (a results-table cell, a row's folded list), values escaped."""
+    return str(getattr(environment().get_template("cells.html.j2").module, name)(*args))
 
 
 TABLE_HEADER = [
