@@ -161,12 +161,14 @@ def test_report_shows_verdict_facts_matrix_plots_and_failures(gpc):
     extras = data["tests"][crash["nodeid"]][0]["extras"]
     assert "loading the &lt;b&gt;model&lt;/b&gt;" in extras[0]["content"]
 
-    # one voice: the check that does not apply reads as its sentence, not pytest's tuple
+    # one voice: the check that does not apply is a row of its reason, not pytest's tuple
     # (path, line, message), and the run's count of checks that ran is pytest-html's count
     skipped = next(t for t in doc["tests"] if t["name"] == "test_needs_eight_gpus")
-    log = data["tests"][skipped["nodeid"]][0]["log"]
-    assert unescape(log).startswith("Not applicable: profile 'local' has ") and "Skipped:" not in log
-    assert not re.search(r"\(['\"].*?, \d+, ['\"]", unescape(log))
+    assert skipped["nodeid"] not in data["tests"]
+    group = data["tests"]["gpucluster-not-applicable-1"][0]
+    assert unescape(group["testId"]).startswith("1 check not applicable: profile 'local' has ")
+    assert "test_cluster.py::test_needs_eight_gpus" in group["extras"][0]["content"]
+    assert not re.search(r"\(['\"].*?, \d+, ['\"]", unescape(json.dumps(data)))
     ran = sum(1 for t in doc["tests"] if t["outcome"] in ("passed", "failed"))
     assert f"{len(doc['tests'])} checks in 1 area: {ran} ran, 1 not applicable;" in summary
     assert f"{ran} tests took" in html

@@ -7,12 +7,14 @@ Page layout (the style sheet reorders pytest-html's blocks): title; acceptance s
 cluster, nodes, GPUs, counts, failures, skips with reasons); environment and inventory; node ×
 check matrix; plots; the soak, where one ran; baseline comparison; the results table with
 measured / threshold / verdict / node-GPU / job columns, each row expanding to every measurement
-and, for a failure, the end of its jobs' logs; pytest-html's own environment table last.
+and, for a failure, the end of its jobs' logs, the checks that do not apply one folded row per
+reason after the others; pytest-html's own environment table last.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
@@ -23,6 +25,7 @@ from pytest_gpucluster import verdict
 from pytest_gpucluster.report import html, model
 from pytest_gpucluster.report.handover import ResultsFile
 from pytest_gpucluster.session import GpuClusterSession
+from pytest_gpucluster.verdict.findings import test_label
 
 
 @pytest.hookimpl(trylast=True)
@@ -80,6 +83,14 @@ class HtmlReportHooks:
         outcomes = getattr(self.report_data, "outcomes", None)
         if isinstance(outcomes, dict):
             relabel_outcomes(outcomes, recorded.acceptance.counts)
+        data = getattr(self.report_data, "data", None)
+        if isinstance(data, dict) and isinstance(data.get("tests"), dict):
+            groups = html.not_applicable_groups(doc, recorded)
+            data["tests"] = group_not_applicable(data["tests"], groups, nodes_tested(doc))
+            if data.get("initialSort") == "result":
+                # The rows are in pytest-html's order of results already, the not-applicable
+                # groups after them; sorting by result again would put the groups first.
+                data["initialSort"] = "original"
         postfix.extend(
             [
                 html.environment_block(doc),
@@ -145,3 +156,101 @@ def relabel_outcomes(outcomes: dict[str, dict[str, Any]], counts: Mapping[str, i
             entry["label"] = words[other][0].upper() + words[other][1:]
         else:
             entry["label"] = f"{outcome.capitalize()} ({counts[plain]} {words[plain]}, {counts[other]} {words[other]})"
+
+
+# pytest-html's order of results when it sorts by result (``initialOrder`` in its app.js).
+RESULT_ORDER = ("Error", "Failed", "Rerun", "XFailed", "XPassed", "Skipped", "Passed")
+# The cells of a not-applicable group's row that its own checks' rows do not share.
+GROUP_EMPTY = ("measured", "threshold", "jobs", "links")
+
+Row = dict[str, Any]
+
+
+def group_not_applicable(
+    table: Mapping[str, Sequence[Row]], groups: Mapping[str, Sequence[str]], nodes: Mapping[str, str]
+) -> dict[str, list[Row]]:
+    """pytest-html's table (its ``tests``: node id → one row per phase it shows) with the checks that
+    do not apply as one row per reason: ``15 checks not applicable: profile 'local' has 1 node;
+    this check needs 2``, the checks listed under it, folded. The other rows come first, in
+    pytest-html's order of results (failures first), so the table opens with the checks that were
+    judged. ``groups``: reason → the checks' labels (``test_nccl.py::test_x[node1]``), as
+    ``html.not_applicable_groups`` gives them for the summary; ``nodes``: node id → the node a
+    per-node check tests, for the row's Node/GPU cell."""
+    nodeids = {test_label(nodeid): nodeid for nodeid in table}
+    rest = {nodeid: list(rows) for nodeid, rows in table.items()}
+    folded: dict[str, list[Row]] = {}
+    for reason, checks in groups.items():
+        members = [nodeids[label] for label in checks if label in nodeids]
+        skipped = [row for nodeid in members for row in table[nodeid] if row.get("result") == "Skipped"]
+        if not skipped:
+            continue
+        for nodeid in members:
+            rest[nodeid] = [row for row in rest[nodeid] if row.get("result") != "Skipped"]
+        where = verdict.hostlist(sorted({nodes[n] for n in members if nodes.get(n)}))
+        folded[f"gpucluster-not-applicable-{len(folded) + 1}"] = [
+            _group_row(reason, [test_label(n) for n in members], skipped, where)
+        ]
+
+    def rank(rows: Sequence[Row]) -> int:
+        found = [RESULT_ORDER.index(r["result"]) for r in rows if r.get("result") in RESULT_ORDER]
+        return min(found, default=len(RESULT_ORDER))
+
+    ordered = sorted(((n, rows) for n, rows in rest.items() if rows), key=lambda item: rank(item[1]))
+    return {**dict(ordered), **folded}
+
+
+def nodes_tested(doc: Mapping[str, Any]) -> dict[str, str]:
+    """Node id → the node a per-node check tests: its ``node`` field, or, in a results file that
+    predates the field, its parameter where that is one of the run's nodes."""
+    names = {str(n) for n in doc.get("nodes", [])}
+    out = {}
+    for t in doc.get("tests", []):
+        node = str(t.get("node") or "") or (str(t.get("params")) if t.get("params") in names else "")
+        if node:
+            out[str(t.get("nodeid"))] = node
+    return out
+
+
+def _group_row(reason: str, checks: Sequence[str], rows: Sequence[Row], where: str) -> Row:
+    """One row for the checks of one reason, made from their rows as pytest-html made them (the
+    result, the verdict and any column another plugin added stay as the first row has them)."""
+    title = f"{len(checks)} check{'s' if len(checks) != 1 else ''} not applicable: {reason}"
+    seconds = [_seconds(str(r.get("duration", ""))) for r in rows]
+    replaced = {
+        "testId": title,
+        "where": where,
+        "duration": _duration(sum(s for s in seconds if s is not None))
+        if None not in seconds
+        else str(rows[0].get("duration", "")),
+        **dict.fromkeys(GROUP_EMPTY, ""),
+    }
+    listing = html.cells_macro("not_applicable_checks", list(checks))
+    row: Row = {**rows[0], "log": "", "extras": [html_extras.html(listing)]}
+    cells = []
+    for cell in rows[0].get("resultsTableRow", []):
+        column = re.search(r'class="col-(\w+)', cell)
+        if column is not None and column.group(1) in replaced:
+            cell = html.cells_macro("cell", column.group(1), replaced[column.group(1)])
+            if column.group(1) in row:  # a sortable column: pytest-html keeps its text for sorting
+                row[column.group(1)] = re.sub(r"^<td[^>]*>|</td>$", "", cell)
+        cells.append(cell)
+    row["resultsTableRow"] = cells
+    return row
+
+
+def _seconds(duration: str) -> float | None:
+    """pytest-html's duration text (``12 ms``, ``00:01:05``) in seconds; None for another form."""
+    if found := re.fullmatch(r"(\d+) ms", duration.strip()):
+        return int(found.group(1)) / 1000
+    if found := re.fullmatch(r"(\d+):(\d+):(\d+)", duration.strip()):
+        hours, minutes, seconds = map(int, found.groups())
+        return hours * 3600 + minutes * 60 + seconds
+    return None
+
+
+def _duration(seconds: float) -> str:
+    """Seconds as pytest-html writes a duration: ``12 ms`` below a second, else ``00:01:05``."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    whole = round(seconds)
+    return f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
