@@ -7,7 +7,6 @@ row per phase, with its cells and the text of its sortable columns)."""
 from __future__ import annotations
 
 import html as html_text
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 
 from pytest_gpucluster.report import html
 from pytest_gpucluster.report.pytest_html_hooks import RESULT_ORDER, group_not_applicable, nodes_tested
-from pytest_gpucluster.results import with_verdicts
+from pytest_gpucluster.results import load_results, with_verdicts
 from pytest_gpucluster.verdict import Recorded
 
 SAMPLES = Path(__file__).resolve().parents[2] / "docs" / "samples"
@@ -27,7 +26,7 @@ SORTABLE = ("result", "testId", "duration", "measured", "verdict", "where")
 
 
 def sample(name: str) -> dict[str, Any]:
-    return with_verdicts(json.loads((SAMPLES / f"results-{name}.json").read_text()))
+    return with_verdicts(load_results(SAMPLES / f"results-{name}.json"))
 
 
 def duration_text(seconds: float) -> str:

@@ -200,15 +200,8 @@ def group_not_applicable(
 
 
 def nodes_tested(doc: Mapping[str, Any]) -> dict[str, str]:
-    """Node id → the node a per-node check tests: its ``node`` field, or, in a results file that
-    predates the field, its parameter where that is one of the run's nodes."""
-    names = {str(n) for n in doc.get("nodes", [])}
-    out = {}
-    for t in doc.get("tests", []):
-        node = str(t.get("node") or "") or (str(t.get("params")) if t.get("params") in names else "")
-        if node:
-            out[str(t.get("nodeid"))] = node
-    return out
+    """Node id → the node a per-node check tests (its ``node`` field), for the checks that test one."""
+    return {str(t.get("nodeid")): str(t["node"]) for t in doc.get("tests", []) if t.get("node")}
 
 
 def _group_row(reason: str, checks: Sequence[str], rows: Sequence[Row], where: str) -> Row:
