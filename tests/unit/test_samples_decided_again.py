@@ -44,7 +44,7 @@ def recorded_and_decided(path: Path) -> tuple[dict[str, Any], dict[str, Any], di
     doc = load_results(path)
     fresh = copy.deepcopy(doc)
     fresh.pop("acceptance")
-    return recorded, verdict.decided(fresh), doc
+    return recorded, verdict.decided(verdict.RunRecord.from_json(fresh)), doc
 
 
 def test_every_sample_records_its_verdicts():
