@@ -74,7 +74,8 @@ class HtmlReportHooks:
         self, prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session
     ) -> None:
         """Acceptance summary first; environment, matrix, plots, soak and baseline after pytest-html's
-        counts."""
+        counts. The last hook before pytest-html writes the page: the table's rows of checks that do
+        not apply become one row per reason here, when every row is in."""
         doc = self._doc()
         recorded = verdict.Recorded.of(doc)  # decided once, at the session's end (finish.py)
         written = self.session.settings.results_path  # written before pytest-html renders (tryfirst)
