@@ -9,8 +9,10 @@ stand-ins: only meaningful on a machine with a core per simulated GPU), and tear
 Per N it prints one JSON line: wall time and the harness split from the results' ``timing``, the
 pytest process's peak RSS (``/usr/bin/time``), the results JSON and HTML report sizes, the report's
 render time in headless Chromium (when installed), the Slurm commands the run issued (counted by a
-directory of small wrappers put first on PATH that log each call and exec the real command), and the
-dry run's wall time.
+directory of small wrappers put first on PATH that log each call and exec the real command), the
+RPCs slurmctld served meanwhile (``sdiag`` before and after), the pytest process's CPU time, the
+machine's load average before and after, and the dry run's wall time. ``--per-leaf K`` gives the
+profile a topology.conf of leaves of K nodes under one spine, so the dry run plans the rounds.
 
 The test cluster is shared by everything on the machine: run it under its lock.
 
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -93,11 +96,51 @@ def count_commands(log: Path, login: str) -> tuple[dict[str, int], int]:
     return dict(sorted(counts.items())), on_nodes
 
 
-def profile_text(base: str, nodes: int, gpus_per_node: int) -> str:
+def profile_text(base: str, nodes: int, gpus_per_node: int, topology_file: Path | None = None) -> str:
+    tree = f'topology_file = "{topology_file}"\n' if topology_file is not None else ""
     return (
         f'\n[profiles.scale{nodes}]\nextends = "{base}"\nnodes = {nodes}\ngpus_per_node = {gpus_per_node}\n'
-        f'description = "{base} at {nodes} nodes of {gpus_per_node} GPUs"\n'
+        f'description = "{base} at {nodes} nodes of {gpus_per_node} GPUs"\n{tree}'
     )
+
+
+def topology_conf(nodes: int, per_leaf: int) -> str:
+    """Slurm's topology.conf syntax: the test cluster's node1..nodeN under leaves of ``per_leaf``
+    nodes, every leaf under one spine."""
+    leaves = -(-nodes // per_leaf)
+    out = [f"# {nodes} nodes, leaves of {per_leaf}"]
+    for i in range(leaves):
+        first, last = i * per_leaf + 1, min((i + 1) * per_leaf, nodes)
+        out.append(f"SwitchName=leaf{i + 1} Nodes=node[{first}-{last}]")
+    out.append(f"SwitchName=spine Switches=leaf[1-{leaves}]")
+    return "\n".join(out) + "\n"
+
+
+SDIAG_RPC = re.compile(r"^\s*(\S+)\s+\(\s*\d+\)\s+count:(\d+)")
+
+
+def sdiag_counts(env: dict[str, str]) -> Counter[str]:
+    """slurmctld's RPC counts by message type since its start (``sdiag``'s first RPC table; the
+    table by user repeats the same calls)."""
+    proc = subprocess.run(["sdiag"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    counts: Counter[str] = Counter()
+    section = 0
+    for line in proc.stdout.splitlines():
+        if line.startswith("Remote Procedure Call statistics"):
+            section += 1
+            continue
+        if section == 1 and (m := SDIAG_RPC.match(line)):
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def rpc_delta(before: Counter[str], after: Counter[str]) -> dict[str, Any]:
+    diff = after - before
+    return {"total": sum(diff.values()), "by_type": dict(diff.most_common(8))}
+
+
+def load_average() -> list[float]:
+    return [round(x, 1) for x in os.getloadavg()]
 
 
 def render_s(html: Path, work: Path) -> float | None:
@@ -130,9 +173,10 @@ def job_start_ups(doc: dict[str, Any]) -> list[list[Any]]:
 def run_pytest(
     argv: list[str], env: dict[str, str], work: Path, tag: str, timeout_s: float
 ) -> tuple[subprocess.CompletedProcess[str], float, int | None]:
-    """pytest under ``/usr/bin/time``: the process, its wall time and its peak RSS (KiB)."""
+    """pytest under ``/usr/bin/time``: the process, its wall time and its peak RSS (KiB); its user
+    and system CPU seconds go to ``tag.rss`` beside the RSS (``cpu_s`` reads them)."""
     rss_file = work / f"{tag}.rss"
-    timer = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file)] if Path("/usr/bin/time").exists() else []
+    timer = ["/usr/bin/time", "-f", "%U %S %M", "-o", str(rss_file)] if Path("/usr/bin/time").exists() else []
     t0 = time.monotonic()
     proc = subprocess.run(
         [*timer, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *argv],
@@ -146,6 +190,16 @@ def run_pytest(
     wall = time.monotonic() - t0
     rss = int(rss_file.read_text().split()[-1]) if rss_file.exists() and rss_file.read_text().strip() else None
     return proc, wall, rss
+
+
+def cpu_s(work: Path, tag: str) -> float | None:
+    """User + system CPU seconds of the pytest process and the children it waited for."""
+    rss_file = work / f"{tag}.rss"
+    words = rss_file.read_text().split() if rss_file.exists() else []
+    try:
+        return round(float(words[-3]) + float(words[-2]), 1)
+    except (IndexError, ValueError):
+        return None
 
 
 def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -164,7 +218,14 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     try:
         thresholds = work / "thresholds.toml"
         base = (REPO / "thresholds.toml").read_text()
-        thresholds.write_text(base + profile_text(args.base, nodes, args.gpus_per_node))
+        tree = None
+        if args.per_leaf:
+            tree = work / f"topology-{nodes}.conf"
+            tree.write_text(topology_conf(nodes, args.per_leaf))
+        thresholds.write_text(base + profile_text(args.base, nodes, args.gpus_per_node, tree))
+        slurm_env = {**os.environ, "SLURM_CONF": slurm_conf(args.base)}
+        rpcs_before = sdiag_counts(slurm_env)
+        load_before = load_average()
         log = work / f"slurm-{nodes}.log"
         shims = work / "shims"
         write_shims(shims, log)
@@ -179,6 +240,8 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             f"run-{nodes}",
             args.timeout,
         )
+        load_after = load_average()
+        rpcs = rpc_delta(rpcs_before, sdiag_counts(slurm_env))
         doc = json.loads(results.read_text()) if results.exists() else {"tests": []}
         outcomes = Counter(str(t["outcome"]) for t in doc["tests"])
         timing = doc.get("timing") or {}
@@ -191,6 +254,9 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "timing": {k: timing.get(k) for k in ("wall_s", "workload_s", "harness_s", "harness_parts", "jobs")},
                 "start_up": job_start_ups(doc),
                 "peak_rss_mib": round(rss / 1024, 1) if rss else None,
+                "cpu_s": cpu_s(work, f"run-{nodes}"),
+                "load_average": {"before": load_before, "after": load_after},
+                "slurmctld_rpcs": rpcs,
                 "results_bytes": results.stat().st_size if results.exists() else None,
                 "html_bytes": html.stat().st_size if html.exists() else None,
                 "html_render_s": render_s(html, work),
@@ -229,6 +295,9 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         row["dry_run"] = {
             "returncode": dry.returncode,
             "wall_s": round(dry_wall, 1),
+            "cpu_s": cpu_s(work, f"dry-{nodes}"),
+            "load_average": load_average(),
+            "fabric": [ln.strip() for ln in dry.stdout.splitlines() if ln.lstrip().startswith(("fabric", "round"))],
             "peak_rss_mib": round(dry_rss / 1024, 1) if dry_rss else None,
             "output_lines": len(dry.stdout.splitlines()),
             "planned_jobs": next(
@@ -243,6 +312,12 @@ def measure(nodes: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return row
 
 
+def slurm_conf(base: str) -> str:
+    """The slurm.conf the base profile names (the test cluster's), for ``sdiag``."""
+    profiles = tomllib.loads((REPO / "thresholds.toml").read_text())["profiles"]
+    return str(profiles[base].get("slurm_conf") or os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 8, 16, 32, 64])
@@ -250,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default="ci", help="the profile the benchmark's profiles extend")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one pytest run may take")
     parser.add_argument("--keep", type=Path, help="keep results, reports and Slurm command logs here")
+    parser.add_argument("--per-leaf", type=int, default=0, help="a topology.conf of leaves of this many nodes")
     parser.add_argument("--verbose", action="store_true", help="print a failing run's output to stderr")
     parser.add_argument(
         "--run-gpu-checks",
