@@ -46,6 +46,14 @@ def test_node_names_and_addresses() -> None:
         config.node_names(0)
 
 
+def test_the_netns_network_holds_243_nodes_and_the_host_network_more() -> None:
+    config.check_node_count(243, "netns")
+    with pytest.raises(ValueError, match="too many nodes for the netns network: 244"):
+        config.check_node_count(244, "netns")
+    config.check_node_count(256, "host")  # one loopback address, a slurmd port each
+    assert config.node_names(256)[-1] == "node256"
+
+
 @pytest.mark.parametrize("name", ["", "Node1", "node 1", "node1;rm", "a" * 11, "1node"])
 def test_invalid_node_names_rejected(name: str) -> None:
     with pytest.raises(ValueError):

@@ -71,7 +71,7 @@ class TestCluster:
         need 8)."""
         if cpus_per_node is not None and cpus_per_node < 1:
             raise ValueError(f"cpus_per_node must be >= 1, not {cpus_per_node}")
-        config.node_names(nodes)
+        config.check_node_count(nodes, network)
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
         self.gpu_mode: GpuMode = gpu_mode

@@ -62,10 +62,18 @@ def node_names(count: int) -> tuple[str, ...]:
     """Names of the compute nodes, ``node1`` .. ``nodeN``."""
     if count < 1:
         raise ValueError(f"need at least one node, got {count}")
-    # Addresses .11 upwards must stay inside the /24.
-    if FIRST_NODE_HOST_PART + count > 254:
-        raise ValueError(f"too many nodes: {count}")
     return tuple(f"node{i}" for i in range(1, count + 1))
+
+
+def check_node_count(count: int, network: str) -> None:
+    """A node count the network mode can address: in netns mode the nodes' addresses, .11
+    upwards, stay inside the /24; in host mode they share the loopback address and each slurmd has
+    its own port from HOST_SLURMD_PORT up, so only the port range bounds them."""
+    node_names(count)
+    if network == "netns" and FIRST_NODE_HOST_PART + count > 254:
+        raise ValueError(f"too many nodes for the netns network: {count} (at most {254 - FIRST_NODE_HOST_PART})")
+    if network == "host" and HOST_SLURMD_PORT + count > 65535:
+        raise ValueError(f"too many nodes: {count}")
 
 
 def node_address(index: int) -> ipaddress.IPv4Address:
@@ -249,6 +257,7 @@ class ClusterSpec:
             raise ValueError(f"network must be 'netns' or 'host', not {self.network!r}")
         if not _HOSTNAME_RE.match(self.controller_host):
             raise ValueError(f"invalid controller host name: {self.controller_host!r}")
+        check_node_count(self.nodes, self.network)
         names = node_names(self.nodes)
         for node in self.gpuless_nodes:
             if node not in names:
