@@ -71,6 +71,7 @@ from pytest_gpucluster.slurm import Slurm, caller_env
 from pytest_gpucluster.slurm import drain as drain_node
 from pytest_gpucluster.slurm.health import default_partition, partitions
 from pytest_gpucluster.slurm.rights import DrainRight, drain_right
+from pytest_gpucluster.slurm.topology import tree_source
 from pytest_gpucluster.slurm_retry import Outages
 from pytest_gpucluster.verdict import Finding
 
@@ -356,7 +357,11 @@ class GpuClusterSession:
             if self.plan.has(planned_jobs.NCCL_INTER.key):
                 at_once = self.profile.nccl_across.groups_at_once
                 ops = len(self.profile.nccl.ops)
-                for line in dry_run_lines(self.nodes, self.profile.topology, ops=ops, groups_at_once=at_once):
+                on_slurm = self.profile.executor == "slurm"
+                source = tree_source(self.profile.topology, on_slurm=on_slurm, client=self.slurm)
+                for line in dry_run_lines(
+                    self.nodes, source.tree, ops=ops, groups_at_once=at_once, tree_from=source.where
+                ):
                     terminal.write_line(line)
         if config.option.collectonly or session.testsfailed:
             return

@@ -73,3 +73,17 @@ def test_a_slow_path_between_two_leaves_is_named_as_the_link(slurm_cluster, tmp_
     verdicts = acceptance["nodes"]["verdicts"]
     assert sorted(verdicts) == list(NODES) and "REJECTED" not in {v["verdict"] for v in verdicts.values()}, verdicts
     assert not acceptance["nodes"]["exclude"], acceptance["nodes"]
+
+
+def test_the_dry_run_asks_slurm_for_its_tree_where_the_profile_names_none(slurm_cluster, tmp_path):
+    """The test cluster's Slurm has no topology plugin: the dry run says so and plans the pairing."""
+    profile = fault_profile(
+        tmp_path, extra_text=LINE, nodes=4, nodelist=list(NODES), gpus_per_node=1, thresholds="rounds-ci"
+    )
+    run = run_pytest(
+        profile, tmp_path, "tests/acceptance/test_nccl.py", "-k", "across_nodes and all_reduce", "--gpucluster-dry-run"
+    )
+    assert run.returncode == 0, run.output
+    said = "fabric: no switch tree: the profile names no topology_file, and `scontrol show topology` printed none"
+    assert said in run.output
+    assert "fabric: no topology_file; one group of all 4 nodes" in run.output

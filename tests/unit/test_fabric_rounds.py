@@ -12,6 +12,8 @@ from pytest_gpucluster.checks.localise import localise
 from pytest_gpucluster.config.topology import Topology, parse_topology, read_topology
 from pytest_gpucluster.plan.round_cost import cost, dry_run_lines, lines
 from pytest_gpucluster.plan.rounds import Group, RoundPlan, UnplacedNodes, batches, plan_rounds, tournament
+from pytest_gpucluster.slurm import Slurm
+from pytest_gpucluster.slurm.topology import topology_of_output, tree_source
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topology"
 TWO_LEVEL = "scontrol-22.05-show-topology-2level_representative_sample.txt"  # leaves of 16, 16, 11, 1
@@ -149,6 +151,10 @@ def test_the_1024_node_plan_costs_leaves_plus_one_jobs():
     printed = lines(plan, spent)
     assert printed[0] == "fabric: 1024 nodes under 64 leaves of 16 nodes (2 levels of switches)"
     assert printed[2].startswith("  rounds 2–64, between leaves: 32 leaf pairs a round, 512 groups of 2 nodes")
+    assert printed[-2] == (
+        "  per leaf: 65 rounds (1 inside leaves, 63 between leaves, 1 whole cluster) for 64 leaves of 16 nodes: "
+        "leaf[0-63]"
+    )
     assert printed[-1] == "fabric: 65 jobs, 32769 groups, about 38 min (35 s per round assumed)"
 
 
@@ -280,3 +286,45 @@ def test_a_round_of_more_groups_than_a_job_holds_runs_as_several_keeping_leaf_pa
     assert batches(between, None) == (between,) and batches(between, 16) == (between,)
     assert cost(plan, groups_at_once=8).jobs == 2 + 7 * 2 + 1  # inside: 16 pairs; between: 7 rounds of 16
     assert lines(plan, cost(plan, groups_at_once=8))[-1].endswith("(35 s per job assumed)")
+
+
+def test_the_dry_run_of_slurms_recorded_tree_says_where_it_came_from_and_each_leafs_rounds():
+    """`scontrol show topology` as Slurm 22.05 prints it: leaves of 16, 16, 11 and 1 node."""
+    topology = topology_of_output((DATA / TWO_LEVEL).read_text())
+    assert topology is not None
+    where = "switch tree from `scontrol show topology` (the profile names no topology_file)"
+    printed = dry_run_lines(all_nodes(topology), topology, ops=3, tree_from=where)
+    assert printed[0] == f"fabric: {where}"
+    assert printed[1] == "fabric: 44 nodes under 4 leaves of 1–16 nodes (2 levels of switches)"
+    assert [line for line in printed if "per leaf" in line] == [
+        "  per leaf: 5 rounds (1 inside leaves, 3 between leaves, 1 whole cluster) for 2 leaves of 16 nodes: leaf[1-2]",
+        "  per leaf: 5 rounds (1 inside leaves, 3 between leaves, 1 whole cluster) for 1 leaf of 11 nodes: leaf3",
+        "  per leaf: 4 rounds (3 between leaves, 1 whole cluster) for 1 leaf of 1 node: leaf4",
+    ]
+    assert printed[-1] == "fabric: 5 jobs, 63 groups, about 3 min (35 s per round assumed)"
+
+
+def test_an_odd_number_of_leaves_sits_each_leaf_out_of_one_round_between_leaves():
+    topology = synthetic(5, 2)
+    plan = plan_rounds(all_nodes(topology), topology)
+    assert len(plan.stage("between leaves")) == 5
+    assert [line for line in lines(plan, cost(plan)) if "per leaf" in line] == [
+        "  per leaf: 6 rounds (1 inside leaves, 4 between leaves, 1 whole cluster) for 5 leaves of 2 nodes: leaf[0-4]"
+    ]
+
+
+def test_the_profiles_tree_is_taken_before_slurm_is_asked():
+    """A profile's topology_file wins, and the local executor has no Slurm to ask: neither asks."""
+    topology = tree(TWO_LEVEL)
+    found = tree_source(topology, on_slurm=True, client=Slurm())
+    assert found.tree is topology and found.where == "switch tree from the profile's topology_file"
+    local = tree_source(None, on_slurm=False, client=Slurm())
+    assert local.tree is None
+    assert (
+        local.where == "no switch tree: the profile names no topology_file, and the local executor has no Slurm to ask"
+    )
+    assert dry_run_lines(all_nodes(topology), None, ops=3, tree_from=local.where)[:2] == [
+        f"fabric: {local.where}",
+        "fabric: no topology_file; one group of all 44 nodes, and a slow result is isolated by pairing: "
+        "22 neighbour pairs, then each suspect with a cleared node (2 more jobs)",
+    ]

@@ -9,6 +9,7 @@ sweep_s)``; the default seconds are assumptions a site replaces with its own mea
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from pytest_gpucluster.plan.rounds import (
     batches,
     plan_rounds,
 )
+from pytest_gpucluster.ranges import hostlist
 
 # Assumed seconds, not measured on a large cluster: a job's start on many nodes, and one
 # collective's across-node sweep from judge_from_bytes up.
@@ -82,11 +84,32 @@ def lines(plan: RoundPlan, spent: RoundCost) -> list[str]:
         which = f"round {first}" if first == last else f"rounds {first}–{last}"
         out.append(f"  {which}, {stage}: {_describe(stage, rounds, len(plan.leaves))}")
         first = last + 1
+    out += per_leaf(plan)
     per = "round" if spent.jobs == len(plan.rounds) else "job"
     out.append(
         f"fabric: {spent.jobs} jobs, {spent.groups} groups, about {_duration(spent.estimate_s)} "
         f"({_duration(spent.round_s)} per {per} assumed)"
     )
+    return out
+
+
+def per_leaf(plan: RoundPlan) -> list[str]:
+    """The rounds each leaf plays, by stage: one line per kind of leaf (its size and its rounds),
+    the leaves of that kind folded, so that the lines stay few at hundreds of leaves."""
+    played: dict[str, Counter[Stage]] = {leaf.name: Counter() for leaf in plan.leaves}
+    for rnd in plan.rounds:
+        for name in {leaf for g in rnd.groups for leaf in g.leaves}:
+            played[name][rnd.stage] += 1
+    kinds: dict[tuple[int, tuple[int, ...]], list[str]] = {}
+    for leaf in plan.leaves:
+        counts = tuple(played[leaf.name][stage] for stage in STAGES)
+        kinds.setdefault((len(leaf.nodes), counts), []).append(leaf.name)
+    out = []
+    for (size, counts), names in kinds.items():
+        parts = ", ".join(f"{n} {stage}" for n, stage in zip(counts, STAGES, strict=True) if n)
+        leaves = f"{len(names)} leaves" if len(names) > 1 else "1 leaf"
+        nodes = f"{size} nodes" if size > 1 else "1 node"
+        out.append(f"  per leaf: {sum(counts)} rounds ({parts}) for {leaves} of {nodes}: {hostlist(names)}")
     return out
 
 
@@ -120,14 +143,21 @@ def _duration(seconds: float) -> str:
 
 
 def dry_run_lines(
-    nodes: Sequence[str], topology: Topology | None, *, ops: int, groups_at_once: int | None = None
+    nodes: Sequence[str],
+    topology: Topology | None,
+    *,
+    ops: int,
+    groups_at_once: int | None = None,
+    tree_from: str = "",
 ) -> list[str]:
-    """The fabric rounds' lines for ``--gpucluster-dry-run``; a tree that misses tested nodes is
-    said in one line instead, as is a run of fewer than two nodes."""
+    """The fabric rounds' lines for ``--gpucluster-dry-run``, after ``tree_from`` (where given: the
+    sentence saying where the switch tree came from or why there is none); a tree that misses
+    tested nodes is said in one line instead, as is a run of fewer than two nodes."""
+    said = [f"fabric: {tree_from}"] if tree_from else []
     if len(set(nodes)) < 2:
-        return [f"fabric: {len(set(nodes))} tested node(s): no across-node rounds"]
+        return [*said, f"fabric: {len(set(nodes))} tested node(s): no across-node rounds"]
     try:
         plan = plan_rounds(nodes, topology)
     except UnplacedNodes as exc:
-        return [f"fabric: cannot plan the rounds: {exc}"]
-    return lines(plan, cost(plan, ops=ops, groups_at_once=groups_at_once))
+        return [*said, f"fabric: cannot plan the rounds: {exc}"]
+    return [*said, *lines(plan, cost(plan, ops=ops, groups_at_once=groups_at_once))]

@@ -34,11 +34,14 @@ class Slurm:
         self.sacct_text_only = False  # set once sacct is seen to have no JSON output
         self.lock = threading.Lock()  # around what is learned, read from several threads
 
-    def run(self, argv: list[str], timeout_s: float = TIMEOUT_S) -> str:
+    def run(self, argv: list[str], timeout_s: float = TIMEOUT_S, env: Mapping[str, str] | None = None) -> str:
         """Run a Slurm client command; its stdout, or SlurmQueryError naming the command. A
         failure that says the daemon could not be reached is tried again until the daemon has not
-        answered for the retry window (``slurm_retry``), then raises ``DaemonUnreachable``."""
-        return self.outages.attempt(argv[0], lambda: _run_once(argv, timeout_s))
+        answered for the retry window (``slurm_retry``), then raises ``DaemonUnreachable``.
+        ``env``: variables set for it over the process's own."""
+        return self.outages.attempt(
+            argv[0], lambda: _run_once(argv, timeout_s) if env is None else _run_with(argv, timeout_s, env)
+        )
 
     def run_json(self, argv: list[str], timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
         """Run a command with ``--json`` output and parse it. A listing that carries only errors

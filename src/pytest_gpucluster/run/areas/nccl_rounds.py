@@ -30,7 +30,7 @@ def topology_of(ctx: JobContext) -> Topology | None:
         return ctx.profile.topology
     if ctx.profile.executor != "slurm":
         return None
-    return ctx.once(("slurm", "topology"), slurm_topology, light=True)
+    return ctx.once(("slurm", "topology"), lambda: slurm_topology(ctx.slurm), light=True)
 
 
 def run_rounds(ctx: JobContext, plan: RoundPlan, ops: tuple[str, ...]) -> dict[int, list[SweepResult]]:
