@@ -10,7 +10,7 @@ from pathlib import Path
 from result_docs import document, record_of_test
 
 from pytest_gpucluster import verdict
-from pytest_gpucluster.checks.rounds import GroupResult, group_results, groups_of, judge_rounds
+from pytest_gpucluster.checks.rounds import GroupResult, group_results, groups_of, judge_rounds, remeasure
 from pytest_gpucluster.config.topology import read_topology
 from pytest_gpucluster.plan.rounds import RoundPlan, plan_rounds
 from pytest_gpucluster.verdict import RunRecord
@@ -132,3 +132,92 @@ def test_each_group_is_found_in_its_rounds_results_by_its_nodes():
     judged_small = judge_rounds(small, found, op="all_reduce", metric=METRIC, fail_below=1.0, parents={})
     (unmeasured,) = judged_small.findings  # round 2 returned nothing: not judged, not slow
     assert unmeasured.severity == "not_judged" and set(unmeasured.nodes) == set(groups[1][1].nodes)
+
+
+# --------------------------------------------------------------------------- measured once more
+
+
+def again_of(chosen, is_slow=lambda g: True):
+    """The chosen groups measured once more: 11.0 where ``is_slow`` (every one unless given), else
+    44.0; by their round."""
+    return [GroupResult(n, g, 11.0 if is_slow(g) else 44.0) for n, rnd in chosen for g in rnd.groups]
+
+
+def test_a_one_off_dip_of_one_group_between_two_leaves_is_measured_again_and_names_nothing():
+    dipped = next(g for g in PLAN.stage("between leaves")[1].groups if set(g.leaves) == {"leaf1", "leaf3"})
+    first = measured(PLAN, lambda g: g == dipped)
+    assert [c.kind for c in judged(first).localisation.culprits] == ["link"]  # once: it would name the path
+    chosen = remeasure(PLAN, first, LINE)
+    assert [(n, rnd.stage, rnd.groups) for n, rnd in chosen] == [(3, "between leaves", (dipped,))]
+    found = judge_rounds(
+        PLAN,
+        first,
+        op="all_reduce",
+        metric=METRIC,
+        fail_below=LINE,
+        parents=PARENTS,
+        again=again_of(chosen, lambda g: False),
+    )
+    assert found.findings == () and not found.localisation.culprits
+    record = found.to_json()
+    index = [n for leaf in TREE.leaves for n in leaf.nodes].index
+    assert record["again"] == [[3, "+".join(str(index(n)) for n in dipped.nodes) + "=44"]]
+    assert set(verdicts_of(found).values()) == {"ACCEPTED"}
+
+
+def test_a_slow_path_measured_slow_again_is_named_with_its_higher_busbw():
+    first = measured(PLAN, lambda g: set(g.leaves) == {"leaf1", "leaf3"})
+    chosen = remeasure(PLAN, first, LINE)
+    ((number, rnd),) = chosen  # the leaf pair's 16 groups, without the other pair of their round
+    assert number == 3 and len(rnd.groups) == 16 and {g.leaves for g in rnd.groups} == {("leaf1", "leaf3")}
+    found = judge_rounds(
+        PLAN, first, op="all_reduce", metric=METRIC, fail_below=LINE, parents=PARENTS, again=again_of(chosen)
+    )
+    (link,) = found.findings
+    assert (link.scope, link.culprits, link.value) == ("link", ("leaf1", "leaf3"), 12.0)
+    slower_again = judge_rounds(
+        PLAN,
+        first,
+        op="all_reduce",
+        metric=METRIC,
+        fail_below=LINE,
+        parents=PARENTS,
+        again=[GroupResult(n, g, 8.0) for n, r in chosen for g in r.groups],
+    )
+    assert slower_again.findings[0].value == 12.0  # judged by the higher of its two measurements
+
+
+def test_a_slow_leaf_is_measured_again_inside_it_alone_and_half_fast_again_names_nothing():
+    first = measured(PLAN, lambda g: "leaf2" in g.leaves and len(g.leaves) == 1)
+    ((number, rnd),) = remeasure(PLAN, first, LINE)
+    assert number == 1 and rnd.stage == "inside leaves" and {g.leaves for g in rnd.groups} == {("leaf2",)}
+    confirmed = judge_rounds(
+        PLAN, first, op="all_reduce", metric=METRIC, fail_below=LINE, parents=PARENTS, again=again_of([(1, rnd)])
+    )
+    assert [(f.scope, f.culprits) for f in confirmed.findings] == [("switch", ("leaf2",))]
+    some_fast = again_of([(1, rnd)], lambda g: g != rnd.groups[0])
+    partly = judge_rounds(
+        PLAN, first, op="all_reduce", metric=METRIC, fail_below=LINE, parents=PARENTS, again=some_fast
+    )
+    assert "switch" not in {f.scope for f in partly.findings}  # not every group inside it slow twice
+
+
+def test_slow_uplinks_are_measured_again_in_each_round_that_showed_them():
+    first = measured(PLAN, lambda g: "leaf4" in g.leaves and len(g.leaves) == 2)
+    chosen = remeasure(PLAN, first, LINE)
+    assert [n for n, _ in chosen] == [2, 3, 4]
+    assert all(all("leaf4" in g.leaves for g in rnd.groups) for _, rnd in chosen)
+
+
+def test_a_slow_node_and_fast_groups_measure_nothing_again():
+    assert remeasure(PLAN, measured(PLAN, lambda g: "node23" in g.nodes), LINE) == ()
+    assert remeasure(PLAN, measured(PLAN, lambda g: False), LINE) == ()
+    assert remeasure(PLAN, measured(PLAN, lambda g: True), None) == ()
+
+
+def test_a_group_measured_again_without_a_result_keeps_its_first():
+    first = measured(PLAN, lambda g: set(g.leaves) == {"leaf1", "leaf3"})
+    chosen = remeasure(PLAN, first, LINE)
+    nothing = [GroupResult(n, g, None) for n, r in chosen for g in r.groups]
+    found = judge_rounds(PLAN, first, op="all_reduce", metric=METRIC, fail_below=LINE, parents=PARENTS, again=nothing)
+    assert [(f.scope, f.culprits) for f in found.findings] == [("link", ("leaf1", "leaf3"))]

@@ -4,7 +4,9 @@ between switches), and the record of every group's busbw that the report draws f
 
 A node is convicted only when the rounds name it; a slow leaf is a finding of its switch, slow
 uplinks or a slow path between two leaves one of the links, and neither convicts the nodes
-beneath them. Pure: the rounds' sweeps in, typed results out.
+beneath them. Before a switch or a link is named, the slow groups that show it are measured once
+more without the rest of their round (``remeasure``): a group counts as slow only when both of its
+measurements are, so a one-off dip names nothing. Pure: the rounds' sweeps in, typed results out.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpucluster.checks.localise import Culprit, Localisation, localise
-from pytest_gpucluster.plan.rounds import Group, RoundPlan
+from pytest_gpucluster.plan.rounds import Group, Round, RoundPlan
 from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.busbw import SweepResult
 
@@ -41,6 +43,7 @@ class RoundsCheck:
     fail_below: float | None  # the across-node line; None: no bound, nothing is named slow
     localisation: Localisation | None
     findings: tuple[Finding, ...]  # the named culprits, unexplained slow groups, wrong results
+    again: tuple[GroupResult, ...] = ()  # the groups measured once more before a switch or link is named
 
     def to_json(self) -> dict[str, Any]:
         """The results' ``rounds`` entry of the test: leaves, each round's stage, every group's
@@ -55,6 +58,10 @@ class RoundsCheck:
             value = "" if r.busbw is None else f"{r.busbw:.5g}"
             rounds[r.round - 1].append("+".join(str(index[n]) for n in r.group.nodes) + "=" + value)
             problems += [[r.round, list(r.group.nodes), p] for p in r.problems]
+        again: dict[int, list[str]] = {}
+        for r in self.again:
+            value = "" if r.busbw is None else f"{r.busbw:.5g}"
+            again.setdefault(r.round, []).append("+".join(str(index[n]) for n in r.group.nodes) + "=" + value)
         return {
             "op": self.op,
             "metric": self.metric,
@@ -65,6 +72,8 @@ class RoundsCheck:
             "stages": [r.stage for r in self.plan.rounds],
             "groups": [" ".join(groups) for groups in rounds],
             **({"problems": problems} if problems else {}),
+            # The groups measured once more, by the round they first ran in, written as ``groups``.
+            **({"again": [[number, " ".join(words)] for number, words in sorted(again.items())]} if again else {}),
             "culprits": [
                 {
                     "kind": c.kind,
@@ -127,6 +136,32 @@ def group_results(
     return tuple(out)
 
 
+def _right(results: Sequence[GroupResult]) -> dict[Group, float]:
+    """The busbw of every group that returned right results."""
+    return {r.group: r.busbw for r in results if r.busbw is not None and not r.problems}
+
+
+def remeasure(
+    plan: RoundPlan, results: Sequence[GroupResult], fail_below: float | None
+) -> tuple[tuple[int, Round], ...]:
+    """What to measure once more before a switch or a link is named: the slow groups that show
+    each leaf, leaf's uplinks or path between two leaves the first results name, without the rest
+    of their round. One job per round they ran in (round number, its groups to measure again):
+    groups of one round share no node, so those of two culprits met in one round run together.
+    A node is not measured again: it is named only when slow in every group it is in, which a
+    one-off dip of one group does not make. Empty where nothing in the network is named."""
+    if fail_below is None:
+        return ()
+    found = localise(plan, _right(results), fail_below)
+    wanted = {g for c in found.culprits if c.kind != "node" for g in c.evidence}
+    out = []
+    for number, rnd in enumerate(plan.rounds, start=1):
+        groups = tuple(g for g in rnd.groups if g in wanted)
+        if groups:
+            out.append((number, Round(rnd.stage, groups)))
+    return tuple(out)
+
+
 def judge_rounds(
     plan: RoundPlan,
     results: Sequence[GroupResult],
@@ -135,17 +170,23 @@ def judge_rounds(
     metric: str,
     fail_below: float | None,
     parents: Mapping[str, str],
+    again: Sequence[GroupResult] = (),
 ) -> RoundsCheck:
     """Name what is slow (``localise``) and turn it into findings; ``parents``: each leaf's
-    switch above it, the far end of its uplinks."""
+    switch above it, the far end of its uplinks. ``again``: the groups ``remeasure`` chose,
+    measured once more; each is judged by the higher of its two busbws, so it is slow only when
+    both measurements are (a re-measure without a result leaves the first)."""
     findings: list[Finding] = []
     for r in results:
         findings += [Finding.across(r.group.nodes, f"{op} in round {r.round}: {p}") for p in r.problems]
-    right = {r.group: r.busbw for r in results if r.busbw is not None and not r.problems}
+    right = _right(results)
     if fail_below is None:
-        return RoundsCheck(op, metric, plan, tuple(results), None, None, tuple(findings))
+        return RoundsCheck(op, metric, plan, tuple(results), None, None, tuple(findings), tuple(again))
+    for r in again:
+        if r.group in right and r.busbw is not None and not r.problems:
+            right[r.group] = max(right[r.group], r.busbw)
     found = localise(plan, right, fail_below)
-    worst = _worst(results)
+    worst = _worst(right)  # a group measured twice: the higher, as judged
     for culprit in found.culprits:
         findings.append(_finding(culprit, op, metric, worst, fail_below, parents))
     line = f"under the fail line {fail_below:.4g} GB/s"
@@ -180,11 +221,10 @@ def judge_rounds(
                 nodes, f"{op}: {len(unmeasured)} group(s) of the rounds returned no result", severity="not_judged"
             )
         )
-    return RoundsCheck(op, metric, plan, tuple(results), fail_below, found, tuple(findings))
+    return RoundsCheck(op, metric, plan, tuple(results), fail_below, found, tuple(findings), tuple(again))
 
 
-def _worst(results: Sequence[GroupResult]) -> Callable[[Sequence[Group]], float | None]:
-    by_group = {r.group: r.busbw for r in results}
+def _worst(by_group: Mapping[Group, float]) -> Callable[[Sequence[Group]], float | None]:
 
     def lowest(groups: Sequence[Group]) -> float | None:
         values = [v for g in groups if (v := by_group.get(g)) is not None]

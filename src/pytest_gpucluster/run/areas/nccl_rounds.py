@@ -6,17 +6,20 @@ bounded as every job of the run is (the profile's ``job_timeout_min``, the sweep
 
 Every round sweeps the profile's collectives once, shared by each collective's test; the rounds
 before the last sweep only the judged sizes (from ``judge_from_bytes`` up), the whole-cluster round
-the full sweep, whose series the test shows. Judging is ``checks/rounds.py``.
+the full sweep, whose series the test shows. Before a switch or a link is named, the slow groups
+that show it run once more without the rest of their round (``checks.rounds.remeasure``: one job
+per round they came from, the collective being judged only). Judging is ``checks/rounds.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 
 from pytest_gpucluster.checks import nccl as judging
-from pytest_gpucluster.checks.rounds import group_results, judge_rounds
+from pytest_gpucluster.checks.rounds import GroupResult, group_results, judge_rounds, remeasure
 from pytest_gpucluster.config.topology import Topology
-from pytest_gpucluster.plan.rounds import RoundPlan, batches, plan_rounds
+from pytest_gpucluster.plan.rounds import Round, RoundPlan, batches, plan_rounds
 from pytest_gpucluster.run.areas.nccl_jobs import inter_env, run_job, settings
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.slurm.topology import slurm_topology
@@ -77,10 +80,47 @@ def rounds_check(ctx: JobContext, topology: Topology, ops: tuple[str, ...], op: 
     results = group_results(plan, sweeps, op, busbw)
     parents = {leaf.name: p for leaf in plan.leaves if (p := topology.switches[leaf.name].parent) is not None}
     fail_below = threshold.fail_below if threshold is not None else None
-    found = judge_rounds(plan, results, op=op, metric=metric, fail_below=fail_below, parents=parents)
+    again = measure_again(ctx, plan, remeasure(plan, results, fail_below), op, busbw)
+    found = judge_rounds(plan, results, op=op, metric=metric, fail_below=fail_below, parents=parents, again=again)
     whole = _whole(plan, sweeps, op)
     check = judging.make_check(whole, metric, threshold, s)
     return judging.with_rounds(check, found)
+
+
+def measure_again(
+    ctx: JobContext,
+    plan: RoundPlan,
+    chosen: Sequence[tuple[int, Round]],
+    op: str,
+    busbw: Callable[[SweepResult], float | None],
+) -> tuple[GroupResult, ...]:
+    """The groups ``remeasure`` chose, measured once more: a job per round they came from, on
+    their nodes only, ``op`` alone from the judged sizes up; once per run for the same groups."""
+    if not chosen:
+        return ()
+    s = settings(ctx, across=True)
+    judge_from = min(s.judge_from_bytes, s.max_bytes)
+
+    def measure() -> dict[int, list[SweepResult]]:
+        out: dict[int, list[SweepResult]] = {}
+        for number, rnd in chosen:
+            name = f"again{number}"
+            out[number] = run_job(
+                ctx,
+                f"nccl-{name}",
+                groups=[list(g.nodes) for g in rnd.groups],
+                ops=(op,),
+                env=inter_env(ctx, name),
+                nodelist=tuple(n for g in rnd.groups for n in g.nodes) if ctx.profile.executor == "slurm" else None,
+                min_bytes=judge_from,
+            ).sweeps
+        return out
+
+    sweeps = ctx.once(("nccl", "again", op, tuple(chosen)), measure)
+    again = RoundPlan(plan.nodes, plan.leaves, tuple(rnd for _, rnd in chosen), plan.levels)
+    numbers = [number for number, _ in chosen]
+    found = group_results(again, {i: sweeps[n] for i, n in enumerate(numbers, start=1)}, op, busbw)
+    return tuple(dataclasses.replace(r, round=numbers[r.round - 1]) for r in found)
 
 
 def _whole(plan: RoundPlan, sweeps: Mapping[int, Sequence[SweepResult]], op: str) -> SweepResult:
