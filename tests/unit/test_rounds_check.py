@@ -10,7 +10,7 @@ from pathlib import Path
 from result_docs import document, record_of_test
 
 from pytest_gpucluster import verdict
-from pytest_gpucluster.checks.rounds import GroupResult, group_results, groups_of, judge_rounds, remeasure
+from pytest_gpucluster.checks.rounds import GroupResult, Lost, group_results, groups_of, judge_rounds, remeasure
 from pytest_gpucluster.config.topology import read_topology
 from pytest_gpucluster.plan.rounds import RoundPlan, plan_rounds
 from pytest_gpucluster.verdict import RunRecord
@@ -221,3 +221,34 @@ def test_a_group_measured_again_without_a_result_keeps_its_first():
     nothing = [GroupResult(n, g, None) for n, r in chosen for g in r.groups]
     found = judge_rounds(PLAN, first, op="all_reduce", metric=METRIC, fail_below=LINE, parents=PARENTS, again=nothing)
     assert [(f.scope, f.culprits) for f in found.findings] == [("link", ("leaf1", "leaf3"))]
+
+
+# --------------------------------------------------------------------------- a node lost under a round
+
+
+def test_a_node_lost_under_a_round_leaves_its_groups_not_measured_and_convicts_only_itself():
+    """node23 (leaf2) is lost under round 3's job: that job's groups and node23's later ones have
+    no result; its earlier groups were slow (it was failing), which must not name leaf2 or a path."""
+    lost = {"node23": Lost(3, "DOWN+NOT_RESPONDING: Not responding")}
+
+    def busbw(number, g):
+        if number == 3 or (number > 3 and "node23" in g.nodes):
+            return None
+        return 12.0 if "node23" in g.nodes else 45.0
+
+    results = [GroupResult(i, g, busbw(i, g)) for i, r in enumerate(PLAN.rounds, start=1) for g in r.groups]
+    assert remeasure(PLAN, results, LINE, lost) == ()
+    found = judge_rounds(PLAN, results, op="all_reduce", metric=METRIC, fail_below=LINE, parents=PARENTS, lost=lost)
+    own, unmeasured = found.findings
+    assert (own.scope, own.culprits, own.severity) == ("node", ("node23",), "fail")
+    assert "node23 was lost under round 3's job (DOWN+NOT_RESPONDING: Not responding)" in own.text
+    round3 = len(PLAN.rounds[2].groups)
+    later = sum(1 for r in PLAN.rounds[3:] for g in r.groups if "node23" in g.nodes)
+    assert f"{round3 + later} group(s) of the rounds were not measured" in own.text
+    assert unmeasured.severity == "not_judged" and unmeasured.culprits == ("node23",)
+    assert unmeasured.convicts == ()
+    assert "not measured: node23 was lost under round 3's job" in unmeasured.text
+    assert not [f for f in found.findings if f.scope in ("switch", "link")]
+    assert not found.localisation.culprits
+    verdicts = verdicts_of(found)
+    assert [n for n, v in verdicts.items() if v == "REJECTED"] == ["node23"]

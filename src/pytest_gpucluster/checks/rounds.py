@@ -11,7 +11,7 @@ measurements are, so a one-off dip names nothing. Pure: the rounds' sweeps in, t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,15 @@ class GroupResult:
     group: Group
     busbw: float | None
     problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A node lost under a round's job: the round (1-based) and Slurm's state and reason. That
+    job's groups and every later group holding the node return no result."""
+
+    round: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -142,17 +151,19 @@ def _right(results: Sequence[GroupResult]) -> dict[Group, float]:
 
 
 def remeasure(
-    plan: RoundPlan, results: Sequence[GroupResult], fail_below: float | None
+    plan: RoundPlan, results: Sequence[GroupResult], fail_below: float | None, lost: Iterable[str] = ()
 ) -> tuple[tuple[int, Round], ...]:
     """What to measure once more before a switch or a link is named: the slow groups that show
     each leaf, leaf's uplinks or path between two leaves the first results name, without the rest
     of their round. One job per round they ran in (round number, its groups to measure again):
     groups of one round share no node, so those of two culprits met in one round run together.
     A node is not measured again: it is named only when slow in every group it is in, which a
-    one-off dip of one group does not make. Empty where nothing in the network is named."""
+    one-off dip of one group does not make. Groups of a ``lost`` node count for nothing (as in
+    ``judge_rounds``). Empty where nothing in the network is named."""
     if fail_below is None:
         return ()
-    found = localise(plan, _right(results), fail_below)
+    gone = set(lost)
+    found = localise(plan, {g: v for g, v in _right(results).items() if not gone & set(g.nodes)}, fail_below)
     wanted = {g for c in found.culprits if c.kind != "node" for g in c.evidence}
     out = []
     for number, rnd in enumerate(plan.rounds, start=1):
@@ -171,15 +182,21 @@ def judge_rounds(
     fail_below: float | None,
     parents: Mapping[str, str],
     again: Sequence[GroupResult] = (),
+    lost: Mapping[str, Lost] | None = None,
 ) -> RoundsCheck:
     """Name what is slow (``localise``) and turn it into findings; ``parents``: each leaf's
     switch above it, the far end of its uplinks. ``again``: the groups ``remeasure`` chose,
     measured once more; each is judged by the higher of its two busbws, so it is slow only when
-    both measurements are (a re-measure without a result leaves the first)."""
+    both measurements are (a re-measure without a result leaves the first). ``lost``: nodes lost
+    under a round's job; each is a finding of its own, the groups it left without a result are
+    not judged, naming it, and no group holding it counts, so that neither the other members nor
+    a switch or link is convicted for what it did before it was lost."""
     findings: list[Finding] = []
     for r in results:
         findings += [Finding.across(r.group.nodes, f"{op} in round {r.round}: {p}") for p in r.problems]
-    right = _right(results)
+    lost = lost or {}
+    findings += _lost_findings(op, results, lost)
+    right = {g: v for g, v in _right(results).items() if not lost.keys() & set(g.nodes)}
     if fail_below is None:
         return RoundsCheck(op, metric, plan, tuple(results), None, None, tuple(findings), tuple(again))
     for r in again:
@@ -213,7 +230,10 @@ def judge_rounds(
                 unit="GB/s",
             )
         )
-    unmeasured = [g for g in found.unmeasured if not any(r.group == g and r.problems for r in results)]
+    by_loss = {r.group for r in results if _lost_in(r, lost) or lost.keys() & set(r.group.nodes)}
+    unmeasured = [
+        g for g in found.unmeasured if g not in by_loss and not any(r.group == g and r.problems for r in results)
+    ]
     if unmeasured:
         nodes = tuple(dict.fromkeys(n for g in unmeasured for n in g.nodes))
         findings.append(
@@ -222,6 +242,42 @@ def judge_rounds(
             )
         )
     return RoundsCheck(op, metric, plan, tuple(results), fail_below, found, tuple(findings), tuple(again))
+
+
+def _lost_in(r: GroupResult, lost: Mapping[str, Lost]) -> tuple[str, ...]:
+    """The lost nodes that left ``r`` without a result: one of its own, or one lost under its
+    round's job."""
+    if r.busbw is not None or r.problems:
+        return ()
+    own = tuple(n for n in r.group.nodes if n in lost)
+    return own or tuple(n for n, at in lost.items() if at.round == r.round)
+
+
+def _lost_findings(op: str, results: Sequence[GroupResult], lost: Mapping[str, Lost]) -> list[Finding]:
+    """Each lost node's finding, and the groups it left unmeasured as one finding, not judged,
+    of their other nodes that names it."""
+    out: list[Finding] = []
+    for node, at in lost.items():
+        left = [r for r in results if node in _lost_in(r, lost)]
+        out.append(
+            Finding.on_node(
+                node,
+                f"{op}: {node} was lost under round {at.round}'s job ({at.reason}); "
+                f"{len(left)} group(s) of the rounds were not measured for it",
+            )
+        )
+        others = tuple(dict.fromkeys(n for r in left for n in r.group.nodes if n not in lost))
+        if others:
+            out.append(
+                Finding.across(
+                    (*others, node),
+                    f"{op}: {len(left)} group(s) of the rounds not measured: {node} was lost under round "
+                    f"{at.round}'s job",
+                    culprits=(node,),
+                    severity="not_judged",
+                )
+            )
+    return out
 
 
 def _worst(by_group: Mapping[Group, float]) -> Callable[[Sequence[Group]], float | None]:

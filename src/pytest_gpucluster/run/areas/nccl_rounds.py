@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from pytest_gpucluster.checks import nccl as judging
-from pytest_gpucluster.checks.rounds import GroupResult, group_results, judge_rounds, remeasure
+from pytest_gpucluster.checks.rounds import GroupResult, Lost, group_results, judge_rounds, remeasure
 from pytest_gpucluster.config.topology import Topology
-from pytest_gpucluster.plan.rounds import Round, RoundPlan, batches, plan_rounds
+from pytest_gpucluster.errors import NodeLostError
+from pytest_gpucluster.plan.rounds import Group, Round, RoundPlan, batches, plan_rounds
 from pytest_gpucluster.run.areas.nccl_jobs import inter_env, run_job, settings
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.slurm.topology import slurm_topology
@@ -36,39 +38,65 @@ def topology_of(ctx: JobContext) -> Topology | None:
     return ctx.once(("slurm", "topology"), lambda: slurm_topology(ctx.slurm), light=True)
 
 
-def run_rounds(ctx: JobContext, plan: RoundPlan, ops: tuple[str, ...]) -> dict[int, list[SweepResult]]:
-    """Every round's sweeps (round number, 1-based → sweeps), measured once per run."""
+@dataclass(frozen=True)
+class RoundsRun:
+    """Every round's sweeps (round number, 1-based → sweeps) and the nodes lost under them."""
 
-    def measure() -> dict[int, list[SweepResult]]:
+    sweeps: dict[int, list[SweepResult]]
+    lost: dict[str, Lost]
+
+
+def run_rounds(ctx: JobContext, plan: RoundPlan, ops: tuple[str, ...]) -> RoundsRun:
+    """Every round's sweeps, measured once per run. A node lost under a round's job ends that job
+    without results; the later rounds run without the groups that hold it, and the whole-cluster
+    round over the nodes left, so that the others are still measured."""
+
+    def measure() -> RoundsRun:
         s = settings(ctx, across=True)
         judge_from = min(s.judge_from_bytes, s.max_bytes)
         at_most = ctx.profile.nccl_across.groups_at_once
         out: dict[int, list[SweepResult]] = {}
+        lost: dict[str, Lost] = {}
         for number, rnd in enumerate(plan.rounds, start=1):
-            jobs = batches(rnd, at_most)
             out[number] = []
-            for part, job in enumerate(jobs, start=1):
+            rnd = _without(rnd, lost)
+            if not rnd.groups:
+                continue
+            for part, job in enumerate(jobs := batches(rnd, at_most), start=1):
                 name = f"round{number}" + (f".{part}" if len(jobs) > 1 else "")
                 nodes = tuple(n for g in job.groups for n in g.nodes)
-                out[number] += run_job(
-                    ctx,
-                    f"nccl-{name}",
-                    groups=[list(g.nodes) for g in job.groups],
-                    ops=ops,
-                    env=inter_env(ctx, name),
-                    nodelist=nodes if ctx.profile.executor == "slurm" else None,
-                    min_bytes=None if rnd.stage == "whole cluster" else judge_from,
-                ).sweeps
-        return out
+                try:
+                    out[number] += run_job(
+                        ctx,
+                        f"nccl-{name}",
+                        groups=[list(g.nodes) for g in job.groups],
+                        ops=ops,
+                        env=inter_env(ctx, name),
+                        nodelist=nodes if ctx.profile.executor == "slurm" else None,
+                        min_bytes=None if rnd.stage == "whole cluster" else judge_from,
+                    ).sweeps
+                except NodeLostError as exc:
+                    lost.update({n: Lost(number, why) for n, why in exc.lost.items() if n not in lost})
+        return RoundsRun(out, lost)
 
     return ctx.once(("nccl", "rounds", ops, plan.nodes), measure)
+
+
+def _without(rnd: Round, lost: Mapping[str, Lost]) -> Round:
+    """``rnd`` less the groups that hold a lost node; the whole-cluster group over the nodes left."""
+    if not lost:
+        return rnd
+    if rnd.stage == "whole cluster":
+        left = tuple(n for n in rnd.groups[0].nodes if n not in lost)
+        return Round(rnd.stage, (Group(left, rnd.groups[0].leaves),) if len(left) > 1 else ())
+    return Round(rnd.stage, tuple(g for g in rnd.groups if not lost.keys() & set(g.nodes)))
 
 
 def rounds_check(ctx: JobContext, topology: Topology, ops: tuple[str, ...], op: str) -> judging.Check:
     """``op`` across nodes by the rounds: the whole-cluster round's check (the test's measurement
     and series) with the rounds' findings and every group's busbw on it."""
     plan = plan_rounds(ctx.live_nodes, topology)
-    sweeps = run_rounds(ctx, plan, ops)
+    measured = run_rounds(ctx, plan, ops)
     metric = judging.metric_name(op, "inter_node", nvls=ctx.profile.nccl.nvls)
     threshold = ctx.thresholds.get(metric)
     s = settings(ctx, across=True)
@@ -77,12 +105,14 @@ def rounds_check(ctx: JobContext, topology: Topology, ops: tuple[str, ...], op: 
         row = sweep.judged_row(s.judge_from_bytes)
         return row.busbw if row is not None else None
 
-    results = group_results(plan, sweeps, op, busbw)
+    results = group_results(plan, measured.sweeps, op, busbw)
     parents = {leaf.name: p for leaf in plan.leaves if (p := topology.switches[leaf.name].parent) is not None}
     fail_below = threshold.fail_below if threshold is not None else None
-    again = measure_again(ctx, plan, remeasure(plan, results, fail_below), op, busbw)
-    found = judge_rounds(plan, results, op=op, metric=metric, fail_below=fail_below, parents=parents, again=again)
-    whole = _whole(plan, sweeps, op)
+    again = measure_again(ctx, plan, remeasure(plan, results, fail_below, measured.lost), op, busbw)
+    found = judge_rounds(
+        plan, results, op=op, metric=metric, fail_below=fail_below, parents=parents, again=again, lost=measured.lost
+    )
+    whole = _whole(plan, measured, op)
     check = judging.make_check(whole, metric, threshold, s)
     return judging.with_rounds(check, found)
 
@@ -123,6 +153,12 @@ def measure_again(
     return tuple(dataclasses.replace(r, round=numbers[r.round - 1]) for r in found)
 
 
-def _whole(plan: RoundPlan, sweeps: Mapping[int, Sequence[SweepResult]], op: str) -> SweepResult:
+def _whole(plan: RoundPlan, measured: RoundsRun, op: str) -> SweepResult:
+    """The whole-cluster round's sweep: over every node, or over those left after a loss; where
+    none came back for a loss, the loss is raised (the test fails naming the lost nodes)."""
     last = len(plan.rounds)
-    return judging.find(sweeps[last], plan.rounds[-1].groups[0].nodes, op)
+    nodes = tuple(n for n in plan.rounds[-1].groups[0].nodes if n not in measured.lost)
+    if measured.lost and not any(s.op == op and set(s.nodes) == set(nodes) for s in measured.sweeps[last]):
+        lost = {n: at.reason for n, at in measured.lost.items()}
+        raise NodeLostError(f"{', '.join(lost)} lost under the rounds: the whole-cluster round did not run", lost=lost)
+    return judging.find(measured.sweeps[last], nodes, op)
