@@ -1,7 +1,8 @@
 """The across-node rounds over a switch tree, run through Slurm: four nodes under two simulated
 leaves (a profile's ``topology_file``), the path between the leaves slowed with tc (what node1 and
-node2 send to node3 and node4 limited to 1 MB/s). The rounds run as jobs, the path between the
-two leaves is named as a link, and no node is rejected or left out for it."""
+node2 send to node3 and node4 limited to 1 MB/s). The rounds run as jobs, the slow groups between
+the leaves are measured once more, the path between the two leaves is named as a link, and no
+node is rejected or left out for it."""
 
 from __future__ import annotations
 
@@ -68,6 +69,10 @@ def test_a_slow_path_between_two_leaves_is_named_as_the_link(slurm_cluster, tmp_
     ]
     inside = [g.busbw for g in groups if g.stage == "inside leaves"]
     assert len(inside) == 2 and min(inside) > 0.004, groups
+    # Measured once more on their own before the link was named, and slow again.
+    again = {number: line.split() for number, line in test["rounds"]["again"]}
+    assert list(again) == [2] and len(again[2]) == 2, test["rounds"]["again"]
+    assert all(0 < float(word.partition("=")[2]) < 0.004 for word in again[2]), again
     acceptance = run.results["acceptance"]
     assert acceptance["verdict"] == "REJECTED"
     verdicts = acceptance["nodes"]["verdicts"]
