@@ -195,7 +195,7 @@ def judge_rounds(
     for r in results:
         findings += [Finding.across(r.group.nodes, f"{op} in round {r.round}: {p}") for p in r.problems]
     lost = lost or {}
-    findings += _lost_findings(op, results, lost)
+    findings += _lost_findings(plan, op, results, lost)
     right = {g: v for g, v in _right(results).items() if not lost.keys() & set(g.nodes)}
     if fail_below is None:
         return RoundsCheck(op, metric, plan, tuple(results), None, None, tuple(findings), tuple(again))
@@ -253,12 +253,13 @@ def _lost_in(r: GroupResult, lost: Mapping[str, Lost]) -> tuple[str, ...]:
     return own or tuple(n for n, at in lost.items() if at.round == r.round)
 
 
-def _lost_findings(op: str, results: Sequence[GroupResult], lost: Mapping[str, Lost]) -> list[Finding]:
+def _lost_findings(plan: RoundPlan, op: str, results: Sequence[GroupResult], lost: Mapping[str, Lost]) -> list[Finding]:
     """Each lost node's finding, and the groups it left unmeasured as one finding, not judged,
-    of their other nodes that names it."""
+    of their other nodes that names it. The whole-cluster group is not among them: after a loss
+    it runs over the nodes left (``run/areas/nccl_rounds.py``), and that is the test's measurement."""
     out: list[Finding] = []
     for node, at in lost.items():
-        left = [r for r in results if node in _lost_in(r, lost)]
+        left = [r for r in results if node in _lost_in(r, lost) and plan.rounds[r.round - 1].stage != "whole cluster"]
         out.append(
             Finding.on_node(
                 node,
