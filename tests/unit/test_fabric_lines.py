@@ -174,7 +174,7 @@ def test_ring_is_the_default_and_nccl_logs_go_to_the_job_folder(tmp_path):
     gc = SimpleNamespace(profile=config.profiles["lab"], gpus_per_node=8, job_root=tmp_path / "jobs")
     env = inter_env(gc)
     assert env["NCCL_ALGO"] == "Ring"
-    assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT,ENV")
+    assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT,NET,ENV")
     assert env["NCCL_DEBUG_FILE"].startswith(str(tmp_path / "jobs" / "nccl-inter-"))
     assert env["NCCL_DEBUG_FILE"].endswith(".%h.%p.log")
     # a profile that sets NCCL's logging keeps it

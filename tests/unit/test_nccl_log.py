@@ -12,15 +12,8 @@ import dataclasses
 from pytest_gpucluster.checks.nccl import make_check
 from pytest_gpucluster.config import NcclSettings
 from pytest_gpucluster.workloads import collectives
-from pytest_gpucluster.workloads.busbw import (
-    NcclLog,
-    SizeResult,
-    SweepResult,
-    merge_logs,
-    nccl_debug_file,
-    parse_nccl_log,
-    transport_of,
-)
+from pytest_gpucluster.workloads.busbw import SizeResult, SweepResult
+from pytest_gpucluster.workloads.nccl_log import NcclLog, merge_logs, nccl_debug_file, parse_nccl_log, transport_of
 from pytest_gpucluster.workloads.nccl_tests import NcclTestsRun
 
 GiB = 2**30
@@ -75,7 +68,9 @@ def test_every_ranks_log_counts(tmp_path):
         def all_gather_object(self, out, obj, group=None):
             out[0] = obj
 
-    log = collectives._group_log(OneRank(), None, str(path), start=len(path.read_text().splitlines()[0]) + 1)
+    start = len(path.read_text().splitlines()[0]) + 1
+    log, nics = collectives._group_log(OneRank(), None, str(path), start, "gpu-a", 0)
+    assert [(n.name, n.port, n.directions) for n in nics[0].nics] == [("mlx5_0", 1, ("send", "receive"))]
     assert log.transports == ("NET/IB/GDRDMA", "P2P/CUMEM/read")  # lines before the group's start are not its own
     merged = merge_logs([NcclLog(None, None, ("P2P/CUMEM/read",)), NcclLog("2.27.5", "IB", ("NET/IB/GDRDMA",))])
     assert (merged.version, merged.network, merged.transports) == ("2.27.5", "IB", ("NET/IB/GDRDMA", "P2P/CUMEM/read"))

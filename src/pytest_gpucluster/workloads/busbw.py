@@ -12,9 +12,10 @@ Everything here follows NVIDIA/nccl-tests 2.x so a number from this suite and on
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from pytest_gpucluster.workloads.nccl_log import GpuNics
 
 OPS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
 ELEMENT_BYTES = 4  # float32, nccl-tests' default type
@@ -167,6 +168,7 @@ class SweepResult:
     nccl_proto: str | None = None
     transports: tuple[str, ...] = ()  # "NET/IB/GDRDMA", "P2P/CUMEM/read", "SHM/direct/direct", "NVLS"
     network: str | None = None  # NCCL's network module: "IB", "Socket", a plugin's name
+    nics: tuple[GpuNics, ...] = ()  # every rank's GPU and the NICs its network channels went through
 
     def nccl_choice(self) -> str:
         """Algorithm, protocol and transports as a failure message names them, e.g. ``NCCL_ALGO=Ring,
@@ -245,73 +247,3 @@ class SweepResult:
 def merge_rows(rows: Iterable[SizeResult]) -> tuple[SizeResult, ...]:
     """Rows sorted as nccl-tests prints them: by size, out-of-place before in-place."""
     return tuple(sorted(rows, key=lambda r: (r.size_bytes, r.in_place)))
-
-
-# --------------------------------------------------------------------------- NCCL's own account
-
-_LOG_VERSION = re.compile(r"NCCL INFO NCCL version (\d+\.\d+\.\d+)")
-_LOG_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
-_LOG_CHANNEL = re.compile(r"NCCL INFO Channel \d+(?:/\d+)? : .* via (\S+)")
-_LOG_NVLS = re.compile(r"NCCL INFO NVLS comm ")
-_NET_DEVICE = re.compile(r"\d+(?:\(\d+\))?")  # NET/IB/3(1)/GDRDMA: the NIC (and its PXN proxy)
-
-
-@dataclass(frozen=True)
-class NcclLog:
-    """What a process's NCCL INFO lines (``NCCL_DEBUG=INFO``) say about its communicators."""
-
-    version: str | None = None
-    network: str | None = None
-    transports: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()  # NCCL WARN lines, to be kept in the job's log
-
-
-def transport_of(via: str) -> str:
-    """A channel's ``via`` field without device numbers: ``NET/IB/0/GDRDMA`` → ``NET/IB/GDRDMA``."""
-    parts = via.split("/")
-    if parts[0] == "NET" and len(parts) > 1:
-        return "/".join([parts[0], parts[1], *(p for p in parts[2:] if not _NET_DEVICE.fullmatch(p))])
-    return via
-
-
-def parse_nccl_log(text: str) -> NcclLog:
-    """NCCL's version, network and the transports its channels use, from ``NCCL_DEBUG=INFO``
-    output (subsystems INIT and ENV suffice); transports sorted, network links first."""
-    version = network = None
-    transports: set[str] = set()
-    warnings: list[str] = []
-    for line in text.splitlines():
-        if m := _LOG_CHANNEL.search(line):
-            transports.add(transport_of(m.group(1)))
-        elif m := _LOG_VERSION.search(line):
-            version = m.group(1)
-        elif m := _LOG_NETWORK.search(line):
-            network = m.group(1)
-        elif _LOG_NVLS.search(line):
-            transports.add("NVLS")
-        elif "NCCL WARN" in line:
-            warnings.append(line.strip())
-    ordered = tuple(sorted(transports, key=lambda t: (not t.startswith("NET/"), t)))
-    return NcclLog(version, network, ordered, tuple(warnings))
-
-
-def nccl_debug_file(env: Mapping[str, str], pid: int, hostname: str) -> str | None:
-    """The file this process's NCCL writes its INFO lines to (``NCCL_DEBUG_FILE`` with ``%h`` the
-    host name up to its first dot and ``%p`` the pid, as NCCL expands them), or None when NCCL
-    writes no INFO lines to a file."""
-    path = env.get("NCCL_DEBUG_FILE")
-    if not path or env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
-        return None
-    expanded = {"h": hostname.split(".")[0], "p": str(pid), "%": "%"}
-    return re.sub(r"%(.)", lambda m: expanded.get(m.group(1), m.group(0)), path)
-
-
-def merge_logs(logs: Iterable[NcclLog]) -> NcclLog:
-    """Several ranks' logs as one: every transport any of them used; the first version and network."""
-    logs = list(logs)
-    transports = {t for log in logs for t in log.transports}
-    return NcclLog(
-        version=next((log.version for log in logs if log.version), None),
-        network=next((log.network for log in logs if log.network), None),
-        transports=tuple(sorted(transports, key=lambda t: (not t.startswith("NET/"), t))),
-    )

@@ -28,21 +28,18 @@ from typing import Any
 
 from pytest_gpucluster.workloads.busbw import (
     OPS,
-    NcclLog,
     SizeResult,
     SweepResult,
     algbw_gbps,
     busbw_gbps,
-    merge_logs,
     merge_rows,
-    nccl_debug_file,
-    parse_nccl_log,
     plan_sizes,
     shape_for,
 )
 from pytest_gpucluster.workloads.collective_data import compare, fill
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.distributed import device_for, process_group
+from pytest_gpucluster.workloads.nccl_log import GpuNics, NcclLog, merge_logs, nccl_debug_file, nics_of, parse_from
 
 # Environment facts worth keeping with a bandwidth: they change what NCCL does.
 ENV_FACTS = (
@@ -449,8 +446,11 @@ def collective_sweeps(
             if be == "nccl":
                 torch.cuda.empty_cache()
         if log_file is not None:
-            log = _group_log(dist, group, log_file, log_from)
-            results = [dataclasses.replace(r, transports=log.transports, network=log.network) for r in results]
+            me = members[ctx.rank]
+            log, nics = _group_log(dist, group, log_file, log_from, me.node, me.local_rank)
+            results = [
+                dataclasses.replace(r, transports=log.transports, network=log.network, nics=nics) for r in results
+            ]
         dist.barrier()
         return results if dist.get_rank(group) == 0 else []
 
@@ -462,20 +462,24 @@ def _size_of(path: str | None) -> int:
         return 0
 
 
-def _group_log(dist: Any, group: Any, path: str, start: int) -> NcclLog:
-    """What every rank of ``group`` read in its own NCCL INFO lines from byte ``start`` on, merged;
-    each rank's NCCL WARN lines go to its stderr, where the job's log keeps them."""
+def _group_log(
+    dist: Any, group: Any, path: str, start: int, node: str, gpu: int
+) -> tuple[NcclLog, tuple[GpuNics, ...]]:
+    """What every rank of ``group`` read in its own NCCL INFO lines from byte ``start`` on, merged,
+    and every rank's GPU with the NICs its network channels went through (``node``, ``gpu``: this
+    rank's); each rank's NCCL WARN lines go to its stderr, where the job's log keeps them."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            f.seek(start)
-            mine = parse_nccl_log(f.read())
+        with open(path, "rb") as f:
+            mine = parse_from(f.read(), start)
     except OSError:
         mine = NcclLog()
     for line in mine.warnings:
         print(line, file=sys.stderr)
     everyone: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(everyone, (mine.version, mine.network, mine.transports), group=group)
-    return merge_logs(NcclLog(v, n, tuple(t)) for v, n, t in everyone)
+    facts = (mine.version, mine.network, mine.transports, nics_of(mine, node, gpu))
+    dist.all_gather_object(everyone, facts, group=group)
+    merged = merge_logs(NcclLog(v, n, tuple(t)) for v, n, t, _ in everyone)
+    return merged, tuple(nics for *_, nics in everyone)
 
 
 def _wrong_places(

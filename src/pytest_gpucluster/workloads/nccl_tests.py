@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpucluster.workloads.busbw import SizeResult, SweepResult, merge_rows, nccl_debug_file, parse_nccl_log
+from pytest_gpucluster.workloads.busbw import SizeResult, SweepResult, merge_rows
 from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.nccl_log import nccl_debug_file, parse_nccl_log
 
 BINARIES = {
     "all_reduce": "all_reduce_perf",

@@ -95,7 +95,7 @@ def nccl_log_env(ctx: JobContext, name: str) -> dict[str, str]:
     if not (ctx.profile.gpus_are_real and ctx.gpus_per_node) or any(k in ctx.profile.env for k in NCCL_DEBUG_VARS):
         return {}
     path = ctx.job_root / f"nccl-{name}-{uuid.uuid4().hex[:6]}.%h.%p.log"
-    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV", "NCCL_DEBUG_FILE": str(path)}
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,ENV", "NCCL_DEBUG_FILE": str(path)}
 
 
 def intra_env(ctx: JobContext, name: str = "intra") -> dict[str, str]:
