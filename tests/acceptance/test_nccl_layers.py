@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster.checks import straggler
+from pytest_gpucluster.checks import nics, straggler
 from pytest_gpucluster.checks.lines import missing_line
 from pytest_gpucluster.plan import facts, jobs
 
@@ -25,14 +25,16 @@ def gpucluster_not_applicable(cluster, name):
     return why
 
 
-def judged(judge, check, thresholds, nodes, what):
+def judged(judge, check, thresholds, nodes, what, named=()):
     """The layer's verdict; without a line for the shape, its figure kept and a warning to set
-    the line: the layers say where a slowness is, the plain sweeps decide the speed."""
+    the line: the layers say where a slowness is, the plain sweeps decide the speed. ``named``:
+    the NICs behind a slow figure, a node without its RDMA devices (``checks.nics``)."""
     judge.findings(check.problems, what)
     if check.verdict is None and check.measurement is not None:
-        judge.attributed((), [check.measurement], [missing_line(thresholds, check.metric, nodes, GUIDE)], what)
+        missing = missing_line(thresholds, check.metric, nodes, GUIDE)
+        judge.attributed((), [check.measurement], [*named, missing], what)
     else:
-        judge.verdict(check.verdict, check.measurement, check.metric)
+        judge.verdict(check.verdict, check.measurement, check.metric, named=named)
 
 
 @pytest.mark.uses(jobs.NCCL_NVLINK_ONLY)
@@ -43,10 +45,11 @@ def test_busbw_on_nvlink_alone(measured, judge, record, thresholds, node):
 
 
 @pytest.mark.uses(jobs.NCCL_NETWORK_ONLY)
-def test_busbw_through_the_nics_alone(measured, judge, record, thresholds, node):
+def test_busbw_through_the_nics_alone(measured, judge, record, thresholds, cluster, node):
     check = measured()
     record("series", **check.series)
-    judged(judge, check, thresholds, [node], f"{node}: all_reduce through the NICs alone")
+    named = nics.of_check(check, cluster.profile, "the NICs alone")
+    judged(judge, check, thresholds, [node], f"{node}: all_reduce through the NICs alone", named)
 
 
 @pytest.mark.across_nodes
@@ -54,7 +57,8 @@ def test_busbw_through_the_nics_alone(measured, judge, record, thresholds, node)
 def test_busbw_through_the_nics_alone_across_nodes(measured, judge, record, thresholds, cluster):
     check = measured()
     record("series", **check.series)
-    judged(judge, check, thresholds, list(cluster.nodes), "all_reduce through the NICs alone across nodes")
+    named = nics.of_check(check, cluster.profile, "the NICs alone across nodes")
+    judged(judge, check, thresholds, list(cluster.nodes), "all_reduce through the NICs alone across nodes", named)
 
 
 @pytest.mark.across_nodes

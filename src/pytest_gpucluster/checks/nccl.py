@@ -131,6 +131,8 @@ def make_check(
         "transports": list(sweep.transports),
         "network": sweep.network,
     }
+    if sweep.nics:  # which NIC and port every GPU's network channels went through (NCCL's log)
+        series["nics"] = [dataclasses.asdict(g) for g in sweep.nics]
     return Check(
         sweep=sweep,
         metric=metric,
