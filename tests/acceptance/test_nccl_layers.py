@@ -67,6 +67,6 @@ def test_no_straggler_among_neighbour_pairs(measured, judge, record, thresholds)
     pairs = measured()  # every node with its ring neighbours, each round's pairs at once
     judged = straggler.judge_pairs(pairs.results, straggler.lines(thresholds), job_id=pairs.job_id)
     record("pairs", rounds=[["+".join(p) for p in r] for r in pairs.rounds], slow_nodes=list(judged.slow_nodes))
-    judge.attributed(
-        judged.verdicts, judged.unjudged, straggler.with_missing(judged, thresholds), "a node pair is slow"
-    )
+    named = nics.convicted(judged.slow_nodes, [g for p in pairs.results for g in p.nics], job_id=pairs.job_id)
+    found = (*straggler.with_missing(judged, thresholds), *named)
+    judge.attributed(judged.verdicts, judged.unjudged, found, "a node pair is slow")

@@ -112,3 +112,16 @@ def test_gpu_lists():
     assert nics.gpu_list([0, 1, 2, 3]) == "gpu0–3"
     assert nics.gpu_list([4, 0, 2]) == "gpu0, gpu2, gpu4"
     assert nics.gpu_list([0, 1, 4, 5, 6, 7]) == "gpu0–1, gpu4–7"
+
+
+def test_a_node_the_straggler_check_convicts_is_named_with_its_nics():
+    gpus = [
+        _gpu("ib_2.27.5_gpu-b_rank9_representative_sample.log", "gpu-b", 1),
+        _gpu("roce_2.21.5_gpu-c_rank0_representative_sample.log", "gpu-c", 0),
+    ]
+    found = nics.convicted(["gpu-c"], gpus, job_id="77")
+    assert [(f.scope, f.nodes, f.port, f.job_id, f.convicts) for f in found] == [
+        ("port", ("gpu-c",), "mlx5_0/1", "77", ("gpu-c",))
+    ]
+    assert found[0].text == "gpu-c: slow with every partner in send/recv: gpu0 via mlx5_0 port 1 (RoCE, GDR off)"
+    assert nics.convicted(["gpu-a"], gpus) == []

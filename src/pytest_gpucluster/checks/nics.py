@@ -182,3 +182,20 @@ def of_check(check: Check, profile: Profile, what: str) -> list[Finding]:
         link_layer=profile.ib_link_layer,
         profile=profile.name,
     )
+
+
+def convicted(nodes: Sequence[str], gpus: Sequence[GpuNics], *, job_id: str = "") -> list[Finding]:
+    """Each node the straggler check convicts (slow with every partner), one finding per NIC its
+    GPUs went through, the port a field of the finding; none for a node whose log named no NIC."""
+    out = []
+    for node in nodes:
+        for nic, on in node_nics([g for g in gpus if g.node == node]):
+            out.append(
+                Finding.on_node(
+                    node,
+                    f"{node}: slow with every partner in send/recv: {gpu_list(on)} via {_nic_words(nic)}",
+                    port=nic.label,
+                    job_id=job_id,
+                )
+            )
+    return out

@@ -4,19 +4,24 @@ Each round names disjoint node pairs; in a round, every rank exchanges buffers w
 the same local index on its partner node (both directions at once, ``batch_isend_irecv``), first a
 small message for the latency, then a large one for the bandwidth. A node in no pair of a round
 waits for the round to end. Rank 0 returns one ``PairResult`` per pair and round, every other rank
-an empty list. NCCL on GPUs, gloo on CPU, as the collective sweeps.
+an empty list. NCCL on GPUs, gloo on CPU, as the collective sweeps. Where NCCL writes its INFO
+lines to a file, each pair's result names the NICs its GPUs went through (``nccl_log.nics_of``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pytest_gpucluster.workloads.collectives import _gather_into, _members
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.distributed import device_for, process_group
+from pytest_gpucluster.workloads.nccl_log import GpuNics, NcclLog, nccl_debug_file, nics_of, parse_nccl_log
 
 Round = Sequence[Sequence[str]]  # disjoint pairs of node names
 
@@ -35,6 +40,7 @@ class PairResult:
     bandwidth_bytes: int
     iters: int
     wrong: int  # elements received with another value than the partner sent
+    nics: tuple[GpuNics, ...] = ()  # the pair's GPUs and the NICs NCCL's log says they went through
 
 
 def _exchange(dist: Any, send: Any, recv: Any, peer: int) -> None:
@@ -121,8 +127,22 @@ def exchange_rounds(
                         wrong=int(sum(lane[2] for lane in lanes)),
                     )
                 )
+        log_file = nccl_debug_file(os.environ, os.getpid(), ctx.hostname) if cuda else None
+        if log_file is not None:
+            results = _with_nics(dist, results, log_file, me.node, me.local_rank)
         dist.barrier()
         return results if dist.get_rank() == 0 else []
+
+
+def _with_nics(dist: Any, results: list[PairResult], path: str, node: str, gpu: int) -> list[PairResult]:
+    """``results`` with every pair's GPUs and their NICs, each rank's read from its own log."""
+    try:
+        log = parse_nccl_log(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        log = NcclLog()
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, nics_of(log, node, gpu))
+    return [dataclasses.replace(r, nics=tuple(g for g in everyone if g.node in r.nodes)) for r in results]
 
 
 @dataclass(frozen=True)

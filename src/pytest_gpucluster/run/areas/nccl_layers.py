@@ -19,6 +19,7 @@ from pytest_gpucluster.run.areas.nccl_jobs import (
     check_memory,
     inter_env,
     intra_env,
+    nccl_log_env,
     neighbour_rounds,
     pair_args,
     settings,
@@ -109,7 +110,7 @@ def neighbour_pairs(ctx: JobContext) -> NeighbourPairs:
         s = settings(ctx, across=True)
         found = ctx.run(
             jobs.NEIGHBOUR_PAIRS.workload,  # type: ignore[arg-type]
-            spec_of(ctx, jobs.NEIGHBOUR_PAIRS),
+            spec_of(ctx, jobs.NEIGHBOUR_PAIRS, env=nccl_log_env(ctx, "pairs")),
             rounds=rounds,
             timeout_s=s.timeout_s,
             **pair_args(ctx),
