@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.local_backend import LocalLauncher
 from pytest_gpucluster.workloads.compute import TINY, ComputeConfig, fractions_of_median, measure_ceilings
 
 _PASS_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
@@ -46,9 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             matmul_n=args.n, matmul_iters=args.iters, copy_bytes=int(args.copy_gib * 2**30), copy_iters=args.copy_iters
         )
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
-    launcher = SubmititLauncher(
-        executor="local", folder=Path(tempfile.mkdtemp(prefix="gpucluster-bench-")), env=env, queue_timeout_s=120
-    )
+    launcher = LocalLauncher(folder=Path(tempfile.mkdtemp(prefix="gpucluster-bench-")), env=env, queue_timeout_s=120)
     spec = JobSpec(name="bench-compute", tasks_per_node=tasks, gpus_per_node=gpus, timeout_min=10)
     results = launcher.run(measure_ceilings, spec, config=cfg)
     values = [r.value for r in results]

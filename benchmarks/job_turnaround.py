@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.slurm_backend import SlurmLauncher
 
 
 def heavy(ctx: Any) -> bool:
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus-per-task", type=int, default=8)
     parser.add_argument("--import-profile", action="store_true")
     args = parser.parse_args(argv)
-    launcher = SubmititLauncher(executor="slurm", folder=args.folder, partition=args.partition, poll_s=0.25)
+    launcher = SlurmLauncher(folder=args.folder, partition=args.partition, poll_s=0.25)
     kinds = {"light": light, "heavy": heavy}
     previous_end = None
     for name in ["light"] if args.import_profile else SEQUENCE:

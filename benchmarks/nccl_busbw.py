@@ -26,6 +26,8 @@ from typing import Any
 
 from pytest_gpucluster.config import NcclSettings, load, parse_bytes
 from pytest_gpucluster.launch import JobSpec
+from pytest_gpucluster.launch.local_backend import LocalLauncher
+from pytest_gpucluster.launch.slurm_backend import SlurmLauncher
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher, submitit_logs_to_stderr
 from pytest_gpucluster.workloads.collectives import collective_sweeps
 
@@ -51,15 +53,16 @@ def launcher_for(cluster: str | None, thresholds: Path, env: dict[str, str], *, 
     """The local executor, or the Slurm of profile ``cluster`` (job files on its shared_fs)."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     if not cluster:
-        return SubmititLauncher(executor="local", folder=folder, env=env, queue_timeout_s=60)
+        return LocalLauncher(folder=folder, env=env, queue_timeout_s=60)
     profile = load(thresholds).profile(cluster, option="--cluster")
     if profile.shared_fs:
         folder = Path(profile.shared_fs) / ".pytest-gpucluster" / "bench" / folder.name
         folder.mkdir(parents=True, exist_ok=True)
     if profile.slurm_conf:
         os.environ["SLURM_CONF"] = profile.slurm_conf
-    return SubmititLauncher(
-        executor=profile.executor,
+    if profile.executor == "local":
+        return LocalLauncher(folder=folder, env={**profile.env, **env}, queue_timeout_s=profile.queue_timeout_s)
+    return SlurmLauncher(
         folder=folder,
         partition=profile.partition,
         account=profile.account,

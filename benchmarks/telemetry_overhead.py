@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.local_backend import LocalLauncher
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.inventory import node_name
 from pytest_gpucluster.workloads.telemetry import DEFAULT_INTERVAL_S, Sampler
@@ -159,9 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         gpus = args.gpus or torch.cuda.device_count()
         tasks, rounds, iters = max(1, gpus), args.rounds, args.iters
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
-    launcher = SubmititLauncher(
-        executor="local", folder=Path(tempfile.mkdtemp(prefix="gpucluster-bench-")), env=env, queue_timeout_s=120
-    )
+    launcher = LocalLauncher(folder=Path(tempfile.mkdtemp(prefix="gpucluster-bench-")), env=env, queue_timeout_s=120)
     spec = JobSpec(name="bench-telemetry", tasks_per_node=tasks, gpus_per_node=gpus, timeout_min=20)
     results = launcher.run(
         telemetry_overhead,

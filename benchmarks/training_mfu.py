@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher, submitit_logs_to_stderr
+from pytest_gpucluster.launch.local_backend import LocalLauncher
+from pytest_gpucluster.launch.submitit_backend import submitit_logs_to_stderr
 from pytest_gpucluster.workloads.training import TINY, TrainConfig, TrainingSummary, summarise, train
 
 # Keep NVLink SHARP off where the host asks for it (shared 4×H200 test machine).
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
     folder = Path(tempfile.mkdtemp(prefix="gpucluster-bench-"))
-    launcher = SubmititLauncher(executor="local", folder=folder, env=env, queue_timeout_s=120)
+    launcher = LocalLauncher(folder=folder, env=env, queue_timeout_s=120)
     modes = tuple(m for m in args.modes.split(",") if m)
     status = 0
     for mb, accum in [(m, a) for m in _ints(args.micro_batch) for a in _ints(args.grad_accum)]:

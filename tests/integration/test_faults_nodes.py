@@ -30,7 +30,7 @@ from faults_support import (
 
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.slurm_backend import SlurmLauncher
 from pytest_gpucluster.workloads import sleep as sleep_workload
 
 pytestmark = pytest.mark.integration
@@ -146,9 +146,7 @@ def test_a_hung_rank_ends_the_job_through_the_collective_timeout(slurm_cluster, 
     monkeypatch.setenv("SLURM_CONF", SLURM_CONF)
     folder = slurm_cluster.shared_dir / f"faults-hang-{uuid.uuid4().hex[:8]}"
     tag = f"faults-{uuid.uuid4().hex[:8]}"
-    launcher = SubmititLauncher(
-        executor="slurm", folder=folder, partition="debug", sbatch_extra={"comment": tag}, queue_timeout_s=30
-    )
+    launcher = SlurmLauncher(folder=folder, partition="debug", sbatch_extra={"comment": tag}, queue_timeout_s=30)
     launcher.failed_task_grace_s = 5.0
     spec = JobSpec("hang", nodes=2, nodelist=("node3", "node4"), timeout_min=2)
     t0 = time.monotonic()

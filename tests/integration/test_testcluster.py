@@ -24,7 +24,7 @@ from gpucluster_testcluster import ClusterInfo, TestCluster
 from pytest_gpucluster import slurm as slurm_api
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.slurm_backend import SlurmLauncher
 from pytest_gpucluster.slurm import partition_nodes
 from pytest_gpucluster.workloads.sleep import sleep
 
@@ -208,7 +208,7 @@ def _never_runs(ctx: object) -> None:
 
 
 def test_a_job_no_node_can_hold_is_refused_naming_what_the_nodes_offer(cluster: ClusterInfo, job_folder: Path) -> None:
-    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug")
+    launcher = SlurmLauncher(folder=job_folder, partition="debug")
     with pytest.raises(LaunchError) as refused:
         launcher.submit(_never_runs, JobSpec("toobig", nodes=1, gpus_per_node=cluster.gpus_per_node + 1))
     want = cluster.gpus_per_node + 1
@@ -227,7 +227,7 @@ def test_a_job_slurm_will_never_start_is_cancelled_at_once_saying_why(cluster: C
     # Every node, with more tasks than a node has CPUs and more in all than the partition has,
     # pends on PartitionConfig (sbatch refuses a job whose total would fit); a time limit past
     # the partition's MaxTime pends on PartitionTimeLimit.
-    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug", queue_timeout_s=60)
+    launcher = SlurmLauncher(folder=job_folder, partition="debug", queue_timeout_s=60)
     nodes = partition_nodes(slurm_api.Slurm(), "debug")
     wide = 1 + max(n.cpus for n in nodes)
     for spec, reason, hint in [
@@ -261,7 +261,7 @@ def test_jobs_waiting_at_once_share_one_queue_read(
         return real_run(argv, *args, **kwargs)
 
     monkeypatch.setattr(slurm_api.commands, "_run_once", counted)
-    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug", queue_timeout_s=120)
+    launcher = SlurmLauncher(folder=job_folder, partition="debug", queue_timeout_s=120)
     nodes = tuple(n.name for n in partition_nodes(slurm_api.Slurm(), "debug"))
     jobs = [
         launcher.submit(sleep, JobSpec(f"queued{i}", nodes=len(nodes), nodelist=nodes, exclusive=True), seconds=2.0)
@@ -308,7 +308,7 @@ def _final_state(cluster: ClusterInfo, job_id: str, within_s: float) -> tuple[st
 def test_a_task_ends_once_its_result_is_written_with_the_workloads_exit_status(
     cluster: ClusterInfo, job_folder: Path
 ) -> None:
-    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug")
+    launcher = SlurmLauncher(folder=job_folder, partition="debug")
     job = launcher.submit(_slow_to_exit, JobSpec("exits", nodes=1), hook_s=120.0, fail=False)
     assert job.results()[0].value > 0
     # Within 20 s, not after the 120 s exit hook: that hook never runs.
@@ -336,7 +336,7 @@ def _threads_and_blas(ctx: object) -> tuple[int, str | None, bool]:
 def test_tasks_start_without_a_blas_thread_per_core_unless_the_user_asked(
     cluster: ClusterInfo, job_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug")
+    launcher = SlurmLauncher(folder=job_folder, partition="debug")
     # submitit's task entry has imported numpy by the time the workload runs; its OpenBLAS pool
     # would be a thread per core of the node.
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
@@ -351,7 +351,7 @@ def test_tasks_start_without_a_blas_thread_per_core_unless_the_user_asked(
 def test_at_a_runs_end_jobs_whose_results_are_in_leave_the_queue_by_themselves(
     cluster: ClusterInfo, job_folder: Path
 ) -> None:
-    launcher = SubmititLauncher(executor="slurm", folder=job_folder, partition="debug")
+    launcher = SlurmLauncher(folder=job_folder, partition="debug")
     job = launcher.submit(_slow_to_exit, JobSpec("settles", nodes=2), hook_s=0.0, fail=False)
     assert len(job.results()) == 2  # read once written: the job may still be in the queue
     assert launcher.settle(limit_s=30.0) == []

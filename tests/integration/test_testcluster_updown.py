@@ -20,7 +20,7 @@ from gpucluster_testcluster import ClusterInfo, TestCluster
 from gpucluster_testcluster import config as tc_config
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.slurm_backend import SlurmLauncher
 from pytest_gpucluster.workloads import rank_failure
 from pytest_gpucluster.workloads.sleep import sleep
 
@@ -116,7 +116,7 @@ def test_host_network_cluster_without_accounting_runs_jobs_and_reports_a_dead_ta
 
         os.environ["SLURM_CONF"] = str(info.slurm_conf)
         folder = info.shared_dir / f"hostnet-{os.getpid()}-{time.monotonic_ns()}"
-        launcher = SubmititLauncher(executor="slurm", folder=folder, partition="debug")
+        launcher = SlurmLauncher(folder=folder, partition="debug")
         t0 = time.monotonic()
         stamps = rank_failure.new_stamp_dir(folder)
         with pytest.raises(LaunchError) as failed:  # rank 1 exits with 17 after a gloo barrier
@@ -152,7 +152,7 @@ def test_a_job_id_a_fresh_controller_gives_again_is_read_as_the_new_job(
     try:
         running.down()
         running.up()  # fresh state: the next job is the first one
-        first = SubmititLauncher(executor="slurm", folder=folder / "first", partition="debug")
+        first = SlurmLauncher(folder=folder / "first", partition="debug")
         cancelled = first.submit(sleep, JobSpec("cancelled", nodes=1), seconds=300.0)
         subprocess.run(["scancel", cancelled.job_id], env=slurm_cluster.env(), timeout=30, check=True)
         with pytest.raises(LaunchError, match=r"ended CANCELLED"):
@@ -161,7 +161,7 @@ def test_a_job_id_a_fresh_controller_gives_again_is_read_as_the_new_job(
 
         running.down()
         running.up()
-        second = SubmititLauncher(executor="slurm", folder=folder / "second", partition="debug")
+        second = SlurmLauncher(folder=folder / "second", partition="debug")
         again = second.submit(sleep, JobSpec("again", nodes=1), seconds=1.0)
         ids.append(again.job_id)
         assert again.job_id == cancelled.job_id, ids  # the same id, from the fresh controller

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.local_backend import LocalLauncher
 from pytest_gpucluster.workloads.busbw import OPS
 from pytest_gpucluster.workloads.collectives import collective_sweeps
 
@@ -21,7 +21,7 @@ SMALL = {"min_bytes": 4096, "max_bytes": 16384, "warmup_iters": 1, "iters": 2, "
 
 @pytest.fixture
 def launcher(tmp_path):
-    return SubmititLauncher(executor="local", folder=tmp_path, queue_timeout_s=60, poll_s=0.2)
+    return LocalLauncher(folder=tmp_path, queue_timeout_s=60, poll_s=0.2)
 
 
 def _run(launcher, **kwargs):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.local_backend import LocalLauncher
 from pytest_gpucluster.workloads.isolation import gpu_view
 
 
 @pytest.fixture
 def launcher(tmp_path):
-    return SubmititLauncher(executor="local", folder=tmp_path, queue_timeout_s=60, poll_s=0.05)
+    return LocalLauncher(folder=tmp_path, queue_timeout_s=60, poll_s=0.05)
 
 
 def test_results_return_once_the_jobs_processes_have_ended(launcher, recwarn):

@@ -31,6 +31,8 @@ LOGIN_SIDE = (
     "pytest_gpucluster.report",
     "pytest_gpucluster.launch.submitit_backend",
     "pytest_gpucluster.launch.job",
+    "pytest_gpucluster.launch.slurm_backend",
+    "pytest_gpucluster.launch.local_backend",
     "pytest_gpucluster.launch.watcher",
     "pytest_gpucluster.launch.wait_rules",
     "pytest_gpucluster.launch.task_files",

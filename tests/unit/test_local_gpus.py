@@ -8,8 +8,8 @@ import pytest
 
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.launch import JobSpec
+from pytest_gpucluster.launch.local_backend import LocalLauncher
 from pytest_gpucluster.launch.local_gpus import local_gpus
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.workloads.isolation import gpu_view
 from pytest_gpucluster.workloads.nvml_util import NODE_GPUS_ENV, node_gpu_indices, visible_indices
 
@@ -100,9 +100,7 @@ def test_node_wide_readings_cover_the_nodes_gpus():
 @pytest.mark.parametrize(("asked", "seen"), [(2, "2,3"), (1, "2")])
 def test_tasks_get_the_callers_gpus_not_the_first_ones(tmp_path, asked, seen):
     gpus = local_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}, lambda: FOUR_H100)
-    launcher = SubmititLauncher(
-        executor="local", folder=tmp_path, queue_timeout_s=60, poll_s=0.05, visible_gpus=gpus.indices
-    )
+    launcher = LocalLauncher(folder=tmp_path, queue_timeout_s=60, poll_s=0.05, visible_gpus=gpus.indices)
     job = launcher.submit(gpu_view, JobSpec(name="cvd", nodes=1, gpus_per_node=asked, timeout_min=2), real=False)
     (view,) = [r.value for r in job.results()]
     assert view.cuda_visible_devices == seen

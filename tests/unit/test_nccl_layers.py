@@ -19,7 +19,7 @@ from pytest_gpucluster.config.profile import NcclAcross, across_nodes
 from pytest_gpucluster.config.thresholds import shape_specific
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.local_backend import LocalLauncher
 from pytest_gpucluster.plan import Facts, Use, facts, jobs, make_plan
 from pytest_gpucluster.plan.jobs import COMPUTE_RANKS_MATCH, INTRA_NODE_PEERS, TORCH_SWEEPS
 from pytest_gpucluster.workloads.collectives import layered_sweeps
@@ -262,7 +262,7 @@ def test_without_a_bandwidth_line_the_pairs_are_judged_by_latency_and_warn_how_t
 def test_one_job_sweeps_each_layout_in_turn_and_records_the_layers_settings(tmp_path):
     """Through submitit's local executor: two gloo ranks on this machine, the node's communicator
     then the world's, in one process group, the job's NCCL settings kept with each sweep."""
-    launcher = SubmititLauncher(executor="local", folder=tmp_path, queue_timeout_s=60, poll_s=0.2)
+    launcher = LocalLauncher(folder=tmp_path, queue_timeout_s=60, poll_s=0.2)
     spec = JobSpec(name="layers-unit", nodes=1, tasks_per_node=2, gpus_per_node=0, timeout_min=3)
     spec = dataclasses.replace(spec, env=dict(jobs.NCCL_NETWORK_ONLY.env))
     small = {"min_bytes": 4096, "max_bytes": 8192, "warmup_iters": 1, "iters": 2, "timeout_s": 60}

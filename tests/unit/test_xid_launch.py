@@ -8,14 +8,14 @@ import pytest
 
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.launch import JobSpec
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
+from pytest_gpucluster.launch.local_backend import LocalLauncher
 from pytest_gpucluster.workloads.sleep import sleep
 from pytest_gpucluster.workloads.xid import XidWatch
 
 
 @pytest.fixture
 def launcher(tmp_path):
-    return SubmititLauncher(executor="local", folder=tmp_path, queue_timeout_s=60, poll_s=0.05)
+    return LocalLauncher(folder=tmp_path, queue_timeout_s=60, poll_s=0.05)
 
 
 def test_a_task_given_gpus_returns_its_watch_and_the_launcher_keeps_it(launcher):

@@ -1,9 +1,11 @@
 """Launching workloads on nodes: the job shape, the task result and the protocol a backend fills in.
 
-``submitit_backend`` implements ``Launcher`` over submitit and ``job`` implements ``Job``; they
-serve both Slurm and the embedded local executor, so the same client code runs on a cluster and
-on a laptop. A launcher's jobs read Slurm through its one ``watcher`` and end their waits by the
-pure rules of ``wait_rules``; ``task_files`` reads what the tasks left in the job's folder, and
+``submitit_backend`` implements ``Launcher`` over submitit and ``job`` implements ``Job``, each as
+a base class whose backends fill in what differs, as submitit's executors do: ``slurm_backend``
+(``SlurmLauncher``, ``SlurmJob``) and ``local_backend`` (``LocalLauncher``, ``LocalJob``, the
+embedded local executor), so the same client code runs on a cluster and on a laptop. A
+launcher's jobs read Slurm through its one ``watcher`` and end their waits by the pure rules of
+``wait_rules``; ``task_files`` reads what the tasks left in the job's folder, and
 ``together`` waits on jobs that must run at once. ``node`` is what runs inside the job (the
 task's entry point); it imports nothing of the login side.
 """
@@ -121,8 +123,9 @@ class Job(Protocol[R]):
 
 
 class Launcher(Protocol):
-    """Runs workloads on the cluster. ``submitit_backend.SubmititLauncher`` (Slurm, and this
-    machine through submitit's local executor) implements it; the session holds a ``Launcher``."""
+    """Runs workloads on the cluster. ``slurm_backend.SlurmLauncher`` and, for this machine
+    through submitit's local executor, ``local_backend.LocalLauncher`` implement it; the session
+    holds a ``Launcher``."""
 
     # Every Xid watch of the run's tasks whose results were read, failed tasks' included: (job id, task) → watch.
     xid_watches: dict[tuple[str, int], XidWatch]

@@ -23,7 +23,9 @@ from pytest_gpucluster.config import Profile, ThresholdSet
 from pytest_gpucluster.errors import DAEMON_NAMES, ClusterFault, GpuClusterError, SharedFsFault
 from pytest_gpucluster.faults import GROUP_MARK
 from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult, together
+from pytest_gpucluster.launch.local_backend import LocalLauncher
 from pytest_gpucluster.launch.local_gpus import LocalGpus
+from pytest_gpucluster.launch.slurm_backend import SlurmLauncher
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.plan import Plan
 from pytest_gpucluster.progress import Progress
@@ -135,26 +137,36 @@ class JobContext:
             env = {"PYTHONUNBUFFERED": "1", **self.profile.env}
             if self.local_gpus is not None:
                 env.update(self.local_gpus.task_env())  # the node's GPUs, for its NVML readings
-            self._launcher = SubmititLauncher(
-                executor=self.profile.executor,
-                folder=self.job_root,
-                partition=self.profile.partition,
-                account=self.profile.account,
-                qos=self.profile.qos,
-                reservation=self.profile.reservation,
-                constraint=self.profile.constraint,
-                reserved=self.node_set.reserved,
-                sbatch_extra=self.profile.sbatch_extra,
-                env=env,
-                queue_timeout_s=self.profile.queue_timeout_s,
-                mem_gb=self.profile.mem_gb,
-                on_status=self.progress.job_status,
-                accounting=self.profile.accounting,
-                visible_gpus=self.local_gpus.indices if self.local_gpus and self.local_gpus.restricted else None,
-                run_prefix=f"gpucluster-{self.run_id}-",
-                lost=self.node_set.lost_record,
-                client=self.slurm,
-            )
+            # The profile's executor picks the backend once; every job of the run is of its kind.
+            if self.profile.executor == "slurm":
+                self._launcher = SlurmLauncher(
+                    folder=self.job_root,
+                    partition=self.profile.partition,
+                    account=self.profile.account,
+                    qos=self.profile.qos,
+                    reservation=self.profile.reservation,
+                    constraint=self.profile.constraint,
+                    reserved=self.node_set.reserved,
+                    sbatch_extra=self.profile.sbatch_extra,
+                    env=env,
+                    queue_timeout_s=self.profile.queue_timeout_s,
+                    mem_gb=self.profile.mem_gb,
+                    on_status=self.progress.job_status,
+                    accounting=self.profile.accounting,
+                    run_prefix=f"gpucluster-{self.run_id}-",
+                    lost=self.node_set.lost_record,
+                    client=self.slurm,
+                )
+            else:
+                self._launcher = LocalLauncher(
+                    folder=self.job_root,
+                    env=env,
+                    queue_timeout_s=self.profile.queue_timeout_s,
+                    on_status=self.progress.job_status,
+                    visible_gpus=self.local_gpus.indices if self.local_gpus and self.local_gpus.restricted else None,
+                    lost=self.node_set.lost_record,
+                    client=self.slurm,
+                )
         return self._launcher
 
     @property
