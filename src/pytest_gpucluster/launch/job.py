@@ -301,56 +301,22 @@ class SubmititJob(Job[R]):
                 break
             time.sleep(0.5)
         self._after_results()
-        out: list[TaskResult[R]] = []
-        failed: list[tuple[int, str]] = []  # (task index, why)
-        unusable: list[TorchGpuMismatch] = []  # tasks whose torch could not use the GPUs NVML sees
-        mismatched: list[SettingMismatch] = []  # tasks whose network setting matched nothing on their node
-        for index, task in enumerate(tasks):
-            if not task.paths.result_pickle.exists():
-                why = "no result"
-                if self._failed_tasks:
-                    first = min(self._failed_tasks)
-                    grace = self._launcher.failed_task_grace_s
-                    why += f" (still running {grace:.0f} s after task {first} failed; cancelled)"
-                failed.append((index, why))
-                continue
-            # Read the task's result file directly: submitit's own result() also waits for the
-            # process to exit (a second or more for a local task tearing down torch and CUDA).
-            outcome, output = files.read_result(Path(task.paths.result_pickle))
-            if outcome != "success":
-                failed.append((index, files.last_error_line(str(output).strip().splitlines())))
-                self._launcher.keep_watch(self.job_id, index, files.left_watch(Path(task.paths.result_pickle)))
-                record = files.left_environment(Path(task.paths.result_pickle))
-                if isinstance(record, TorchGpuMismatch):
-                    unusable.append(record)
-                elif isinstance(record, SettingMismatch):
-                    mismatched.append(record)
-                continue
-            ctx = output.context
-            watch = getattr(output, "xid", None)
+        missing = "no result"
+        if self._failed_tasks:
+            first = min(self._failed_tasks)
+            grace = self._launcher.failed_task_grace_s
+            missing += f" (still running {grace:.0f} s after task {first} failed; cancelled)"
+        read = files.read_tasks(self.job_id, [Path(t.paths.result_pickle) for t in tasks], missing)
+        for index, watch in read.watches.items():
             self._launcher.keep_watch(self.job_id, index, watch)
-            out.append(
-                TaskResult(
-                    self.job_id,
-                    ctx.hostname,
-                    ctx.rank,
-                    ctx.local_rank,
-                    ctx.node_rank,
-                    output.value,
-                    output.started,
-                    output.ended,
-                    getattr(output, "process_started", 0.0),
-                    getattr(output, "startup_cpu_s", 0.0),
-                    watch,
-                )
-            )
+        out: list[TaskResult[R]] = read.results
         self._note_ran(out)
-        if unusable:
-            raise self._environment_fault(unusable)
-        if mismatched:
-            raise self._setting_fault(mismatched, {r.node for r in out})
-        if failed:
-            self._raise_failed(state, failed, out, learn_lost)
+        if read.unusable:
+            raise self._environment_fault(read.unusable)
+        if read.mismatched:
+            raise self._setting_fault(read.mismatched, {r.node for r in out})
+        if read.failed:
+            self._raise_failed(state, read.failed, out, learn_lost)
         return sorted(out, key=lambda r: r.rank)
 
     def _note_ran(self, out: list[TaskResult[R]]) -> None:

@@ -1,7 +1,7 @@
-"""What a job's tasks leave in its submitit folder, read on the login side: their result files,
-the Xid watch a failed task left beside its result, the record of a task whose Python environment
-cannot use its GPUs, and the batch step's stderr (srun's word on
-nodes it could not start tasks on)."""
+"""What a job's tasks leave in its submitit folder, read on the login side: their result files
+(``read_tasks`` reads every task's once), the Xid watch a failed task left beside its result, the
+record of a task whose Python environment cannot use its GPUs, and the batch step's stderr (srun's
+word on nodes it could not start tasks on)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ import os
 import pickle
 import re
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import submitit
 
+from pytest_gpucluster.launch import TaskResult
 from pytest_gpucluster.launch.node import environment_path, xid_path
 from pytest_gpucluster.workloads.gpu_environment import TorchGpuMismatch
 from pytest_gpucluster.workloads.net_settings import SettingMismatch
@@ -113,3 +116,55 @@ def _left(path: Path) -> object:
         return pickle.loads(path.read_bytes())
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
         return None
+
+
+@dataclass
+class TasksRead:
+    """What a job's tasks left, read once after the job ended."""
+
+    results: list[TaskResult[Any]] = field(default_factory=list)  # the tasks that succeeded
+    failed: list[tuple[int, str]] = field(default_factory=list)  # (task index, why)
+    unusable: list[TorchGpuMismatch] = field(default_factory=list)  # torch could not use the GPUs NVML sees
+    mismatched: list[SettingMismatch] = field(default_factory=list)  # a network setting matched nothing
+    watches: dict[int, XidWatch | None] = field(default_factory=dict)  # task index → its Xid watch
+
+
+def read_tasks(job_id: str, result_pickles: Sequence[Path], missing: str = "no result") -> TasksRead:
+    """Every task's result file, in task order: a result, or why the task failed (``missing``
+    where it wrote none) with what it left beside it. Each file is read directly: submitit's own
+    result() also waits for the process to exit (a second or more for a local task tearing down
+    torch and CUDA)."""
+    read = TasksRead()
+    for index, path in enumerate(result_pickles):
+        if not path.exists():
+            read.failed.append((index, missing))
+            continue
+        outcome, output = read_result(path)
+        if outcome != "success":
+            read.failed.append((index, last_error_line(str(output).strip().splitlines())))
+            read.watches[index] = left_watch(path)
+            record = left_environment(path)
+            if isinstance(record, TorchGpuMismatch):
+                read.unusable.append(record)
+            elif isinstance(record, SettingMismatch):
+                read.mismatched.append(record)
+            continue
+        ctx = output.context
+        watch = getattr(output, "xid", None)
+        read.watches[index] = watch
+        read.results.append(
+            TaskResult(
+                job_id,
+                ctx.hostname,
+                ctx.rank,
+                ctx.local_rank,
+                ctx.node_rank,
+                output.value,
+                output.started,
+                output.ended,
+                getattr(output, "process_started", 0.0),
+                getattr(output, "startup_cpu_s", 0.0),
+                watch,
+            )
+        )
+    return read
