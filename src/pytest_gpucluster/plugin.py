@@ -18,6 +18,7 @@ from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile, load
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.options import SOAK_OPTION, Outputs, merge_belongs, with_reservation, with_soak, writable_file
+from pytest_gpucluster.phases import CheckPhases
 from pytest_gpucluster.results import load_node_verdicts
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
 from pytest_gpucluster.shipped import default_thresholds, suite_dir
@@ -408,6 +409,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "gpucluster-session")
+    config.pluginmanager.register(CheckPhases(session), "gpucluster-phases")
     run_installed_suite(config)
     install_sigterm_as_interrupt()
 

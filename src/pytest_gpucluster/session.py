@@ -14,7 +14,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Generator, Iterator, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,11 +26,8 @@ from pytest_gpucluster.drain import drain_rejected
 from pytest_gpucluster.environment import run_environment
 from pytest_gpucluster.errors import (
     ConfigError,
-    GpuClusterError,
-    MissingThresholdError,
     SlurmQueryError,
 )
-from pytest_gpucluster.faults import cluster_fault, error_findings
 from pytest_gpucluster.finish import finish
 from pytest_gpucluster.items import (
     declared_not_applicable,
@@ -44,20 +41,19 @@ from pytest_gpucluster.items import (
 from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
 from pytest_gpucluster.launch.lost import LostNodes
 from pytest_gpucluster.options import Outputs, soak_fits
-from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE, NOT_JUDGED
+from pytest_gpucluster.outcomes import NOT_APPLICABLE
 from pytest_gpucluster.plan import Facts, Plan, last_order
 from pytest_gpucluster.plan import facts as run_facts
 from pytest_gpucluster.plan import jobs as planned_jobs
 from pytest_gpucluster.plan.round_cost import dry_run_lines
 from pytest_gpucluster.progress import Progress
-from pytest_gpucluster.results import PROPERTY, ResultsDocument, entries_of
+from pytest_gpucluster.results import ResultsDocument
 from pytest_gpucluster.run import Runner, Start, shared_area
 from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
 from pytest_gpucluster.run.areas.soak import job_minutes as soak_job_minutes
 from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext, ahead_limit_s
 from pytest_gpucluster.run.nodes import NodeSet
-from pytest_gpucluster.run.runner import RunningTest, SharedFailure
 from pytest_gpucluster.run.shared_area import user_name
 from pytest_gpucluster.selection import (
     Needs,
@@ -73,7 +69,6 @@ from pytest_gpucluster.slurm.health import default_partition, partitions
 from pytest_gpucluster.slurm.rights import DrainRight, drain_right
 from pytest_gpucluster.slurm.topology import tree_source
 from pytest_gpucluster.slurm_retry import Outages
-from pytest_gpucluster.verdict import Finding
 
 R = TypeVar("R")
 
@@ -151,7 +146,6 @@ class GpuClusterSession:
             lost=LostNodes(),
             client=self.slurm,
         )
-        self._lost_recorded: dict[str, str] = {}
         self.progress = Progress(self._waiter)
         self.runner = Runner(limit_s=ahead_limit_s(self.profile))
         self.jobs = JobContext(
@@ -427,141 +421,13 @@ class GpuClusterSession:
             else:
                 self.results.selection.merge(Selection.from_json(data))
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
-        """Track the running test so jobs and measurements are attributed to it; a per-node
-        check's node goes on its record as a field. A test under way when the run is interrupted
-        keeps in the results what it recorded (its jobs, findings, a soak's cycles)."""
-        # The runner files what the test's jobs record on it, and names it as a value's reader.
-        self.runner.test = RunningTest(item.nodeid, item.name, item.user_properties, PROPERTY)
-        node = subject_node(item)
-        if node:
-            item.user_properties.append((PROPERTY, {"kind": "subject", "node": node}))
-        try:
-            return (yield)
-        except KeyboardInterrupt:
-            if self.results is not None:  # no report will come: keep what the test recorded so far
-                self.results.fold_interrupted(item.nodeid, item.user_properties)
-            raise
-        finally:
-            self.runner.test = None
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
-        """A check that reads a bound thresholds.toml lacks could not judge: it is skipped with the
-        reason naming the file, the set and the metric, never failed (the run is INCOMPLETE)."""
-        try:
-            return (yield)
-        except MissingThresholdError as exc:
-            raise pytest.skip.Exception(COULD_NOT_JUDGE + str(exc), _use_item_location=True) from None
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(
-        self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        """A failure shared with an earlier test (``run.runner.SharedFailure``) is reported in its
-        one line, which names that test: the traceback is shown once, not under every test. The
-        suite's own errors (a job refused, lost, timed out: ``GpuClusterError``) are reported as
-        their message, which names the job, node and logs; the harness's traceback says nothing
-        more to an operator (``--tb=long`` shows it)."""
-        report = yield
-        exc = call.excinfo.value if call.excinfo is not None else None
-        if exc is not None and report.failed and is_check(item) and not self._recorded_failure(item, exc):
-            # What the check's ending stands for, from the error's fields (faults.error_findings),
-            # on the test itself: its later phases' reports carry what this one found.
-            for f in error_findings(exc, node=subject_node(item), tested=self.nodes, lost=self.lost_nodes):
-                self._add(item, report, {"kind": "finding", **f.to_json()})
-        fault = cluster_fault(exc)
-        if fault is not None:
-            # Not a judgement of any node: the results mark the check not judged (faults.py), and
-            # pytest counts it so.
-            self._add(item, report, {"kind": "cluster_fault", "what": fault.what, "sentence": fault.sentence})
-            self.jobs.note_fault(fault)
-            if report.failed:
-                report.outcome = "skipped"
-                report.longrepr = (str(item.path), item.location[1] or 0, NOT_JUDGED + fault.sentence)
-                return report
-        if isinstance(exc, SharedFailure):
-            report.longrepr = str(exc)
-        elif isinstance(exc, GpuClusterError) and item.config.getoption("tbstyle", "auto") == "auto":
-            report.longrepr = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
-        return report
-
-    @staticmethod
-    def _add(item: pytest.Item, report: pytest.TestReport, entry: dict[str, Any]) -> None:
-        """An entry on this phase's report and on the test, for the reports of its later phases
-        (each report holds a copy of the test's entries as they stood)."""
-        report.user_properties.append((PROPERTY, entry))
-        item.user_properties.append((PROPERTY, entry))
-
-    @staticmethod
-    def _recorded_failure(item: pytest.Item, exc: BaseException) -> bool:
-        """Whether the check ended by a judgement whose failures it recorded as findings already
-        (``judge``): nothing more to derive from the exception."""
-        if not isinstance(exc, (pytest.fail.Exception, AssertionError)):
-            return False
-        return any(
-            e.get("kind") == "finding" and e.get("severity", "fail") == "fail" for e in entries_of(item.user_properties)
-        )
+    # Each test's reports are folded into self.results by recording.py (ResultsHooks), which
+    # also turns the data entries into readable JUnit properties.
 
     def _record_held(self) -> None:
         """The nodes other work held, in the results' environment (and a worker's view of it)."""
         if self.results is not None:
             self.results.environment["held_nodes"] = dict(self.node_set.held)
-
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        """A check on a node lost earlier in the run fails for that node with the first evidence
-        (no job is tried on it again); so does an across-nodes check once fewer than 2 nodes are
-        left, naming the lost nodes as its culprits, and a check of a node left against the others
-        is then not applicable (nothing to judge it by). A check of a node other work holds, or
-        across nodes when that leaves fewer than 2, is not judged, naming the holder (``NodesHeld``)."""
-        callspec = getattr(item, "callspec", None)
-        node = callspec.params.get("node") if callspec is not None else None
-        if self.node_set.held and is_check(item):
-            facts = {"held_nodes": dict(self.node_set.held)}  # to the results, also from an xdist worker
-            item.user_properties.append((PROPERTY, {"kind": "environment", "facts": facts}))
-            held = self.node_set.held_fault([node] if isinstance(node, str) else [])
-            if held is None and item.get_closest_marker("across_nodes") and len(self.live_nodes) < 2:
-                held = self.node_set.held_fault(self.nodes)
-            if held is not None:
-                raise held
-        lost = self.lost_nodes
-        if not lost:
-            return
-        if node in lost:
-            pytest.fail(
-                f"{node} was lost earlier in this run: {self.lost_evidence(node)}; not tested again", pytrace=False
-            )
-        if item.get_closest_marker("across_nodes") and len(self.live_nodes) < 2:
-            gone = "; ".join(f"{n}: {self.lost_evidence(n)}" for n in lost)
-            if isinstance(node, str):
-                # A check of this node against the others, with none left: nothing to judge it by.
-                raise pytest.skip.Exception(
-                    f"{NOT_APPLICABLE}{node} has no other node left to be judged with after losing {gone}",
-                    _use_item_location=True,
-                )
-            text = f"{len(self.live_nodes)} node(s) left after losing {gone}; this check needs 2"
-            # The lost nodes are its culprits: a node left is not judged by it (nor rejected for it).
-            found = Finding.across([*self.live_nodes, *lost], text, culprits=list(lost))
-            item.user_properties.append((PROPERTY, {"kind": "finding", **found.to_json()}))
-            pytest.fail(text, pytrace=False)
-
-    def lost_evidence(self, node: str) -> str:
-        """How this run learned it lost ``node``: Slurm's state or what a job saw, when, and where."""
-        return self.node_set.lost_record.evidence(node)
-
-    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
-        """Nodes lost during this test go to the results, with when and how each was seen (also
-        from xdist workers)."""
-        lost = self.lost_nodes
-        if lost and lost != self._lost_recorded:
-            self._lost_recorded = lost
-            seen = self.node_set.lost_record.seen
-            facts = {n: dict(seen.get(n) or {"why": why}) for n, why in lost.items()}
-            item.user_properties.append((PROPERTY, {"kind": "environment", "facts": {"lost_nodes": facts}}))
-
-    # Each test's reports are folded into self.results by recording.py (ResultsHooks), which
-    # also turns the data entries into readable JUnit properties.
 
     def pytest_keyboard_interrupt(self) -> None:
         """Ctrl-C or SIGTERM: cancel every job, keep what was measured."""
@@ -623,13 +489,6 @@ class GpuClusterSession:
         """Cancel the jobs this process submitted and, for Slurm, any job still queued under this
         run's name (covers jobs of xdist workers that died before they could cancel)."""
         return self.jobs.cancel_everything(by_name=not self.settings.is_xdist_worker)
-
-
-def subject_node(item: pytest.Item) -> str:
-    """The node a per-node acceptance check tests (its ``node`` parameter), or ""."""
-    callspec = getattr(item, "callspec", None)
-    node = callspec.params.get("node") if callspec is not None else None
-    return node if isinstance(node, str) and is_check(item) else ""
 
 
 def inside_allocation(profile: str, env: Mapping[str, str]) -> None:
