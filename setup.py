@@ -2,7 +2,7 @@
 (``tests/acceptance/*.py``) and the default ``thresholds.toml`` as package data of
 ``pytest_gpucluster`` (``acceptance/`` and ``thresholds.toml`` beside its modules), copied from where
 the repository keeps them when the wheel is built, so the tree holds one copy of each
-(``pytest_gpucluster.shipped`` finds them in either place). Everything else is in pyproject.toml.
+(``pytest_gpucluster.config.shipped`` finds them in either place). Everything else is in pyproject.toml.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pytest_gpucluster.shipped import default_thresholds
+from pytest_gpucluster.config.shipped import default_thresholds
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,6 @@ import pytest
 from pytest_gpucluster.checks.lines import fold_missing
 from pytest_gpucluster.config import Profile, Threshold, ThresholdSet
 from pytest_gpucluster.errors import DeclarationError
-from pytest_gpucluster.fold import fold_lines
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, GpuClusterWarning, ThresholdWarning
 from pytest_gpucluster.phases import subject_node
 from pytest_gpucluster.plan import JobRequest
@@ -22,6 +21,7 @@ from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.session import GpuClusterSession
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
+from pytest_gpucluster.verdict.fold import fold_lines
 
 
 def _session(config: pytest.Config) -> GpuClusterSession:

@@ -16,17 +16,24 @@ import pytest
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile, load
+from pytest_gpucluster.config.options import (
+    SOAK_OPTION,
+    Outputs,
+    merge_belongs,
+    with_reservation,
+    with_soak,
+    writable_file,
+)
+from pytest_gpucluster.config.shipped import default_thresholds, suite_dir
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.options import SOAK_OPTION, Outputs, merge_belongs, with_reservation, with_soak, writable_file
 from pytest_gpucluster.phases import CheckPhases
-from pytest_gpucluster.results import load_node_verdicts
+from pytest_gpucluster.results.document import load_node_verdicts
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
-from pytest_gpucluster.shipped import default_thresholds, suite_dir
 from pytest_gpucluster.verdict.merge import retest_choice
 
 pytest_plugins = [
     "pytest_gpucluster.fixtures",
-    "pytest_gpucluster.recording",
+    "pytest_gpucluster.results.recording",
     "pytest_gpucluster.report.pytest_html_hooks",
 ]
 

@@ -22,14 +22,36 @@ from typing import Any, TypeVar
 import pytest
 
 from pytest_gpucluster.config import Config, Profile, ThresholdSet
-from pytest_gpucluster.drain import drain_rejected
-from pytest_gpucluster.environment import run_environment
+from pytest_gpucluster.config.options import Outputs, soak_fits
 from pytest_gpucluster.errors import (
     ConfigError,
     SlurmQueryError,
 )
-from pytest_gpucluster.finish import finish
-from pytest_gpucluster.items import (
+from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
+from pytest_gpucluster.launch.lost import LostNodes
+from pytest_gpucluster.outcomes import NOT_APPLICABLE
+from pytest_gpucluster.plan import Facts, Plan, last_order
+from pytest_gpucluster.plan import facts as run_facts
+from pytest_gpucluster.plan import jobs as planned_jobs
+from pytest_gpucluster.plan.round_cost import dry_run_lines
+from pytest_gpucluster.plan.selection import (
+    Needs,
+    Selection,
+    Shape,
+    cannot_run,
+    not_applicable,
+    plan_selection,
+)
+from pytest_gpucluster.results.document import ResultsDocument
+from pytest_gpucluster.results.drain import drain_rejected
+from pytest_gpucluster.results.finish import finish
+from pytest_gpucluster.run import Runner, Start, shared_area
+from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
+from pytest_gpucluster.run.areas.soak import job_minutes as soak_job_minutes
+from pytest_gpucluster.run.cluster import Cluster
+from pytest_gpucluster.run.context import JobContext, ahead_limit_s
+from pytest_gpucluster.run.environment import run_environment
+from pytest_gpucluster.run.items import (
     declared_not_applicable,
     defines_check,
     is_check,
@@ -38,37 +60,15 @@ from pytest_gpucluster.items import (
     requests_of,
     skipped,
 )
-from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
-from pytest_gpucluster.launch.lost import LostNodes
-from pytest_gpucluster.options import Outputs, soak_fits
-from pytest_gpucluster.outcomes import NOT_APPLICABLE
-from pytest_gpucluster.plan import Facts, Plan, last_order
-from pytest_gpucluster.plan import facts as run_facts
-from pytest_gpucluster.plan import jobs as planned_jobs
-from pytest_gpucluster.plan.round_cost import dry_run_lines
-from pytest_gpucluster.progress import Progress
-from pytest_gpucluster.results import ResultsDocument
-from pytest_gpucluster.run import Runner, Start, shared_area
-from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
-from pytest_gpucluster.run.areas.soak import job_minutes as soak_job_minutes
-from pytest_gpucluster.run.cluster import Cluster
-from pytest_gpucluster.run.context import JobContext, ahead_limit_s
 from pytest_gpucluster.run.nodes import NodeSet
+from pytest_gpucluster.run.progress import Progress
 from pytest_gpucluster.run.shared_area import user_name
-from pytest_gpucluster.selection import (
-    Needs,
-    Selection,
-    Shape,
-    cannot_run,
-    not_applicable,
-    plan_selection,
-)
 from pytest_gpucluster.slurm import Slurm, caller_env
 from pytest_gpucluster.slurm import drain as drain_node
 from pytest_gpucluster.slurm.health import default_partition, partitions
+from pytest_gpucluster.slurm.retry import Outages
 from pytest_gpucluster.slurm.rights import DrainRight, drain_right
 from pytest_gpucluster.slurm.topology import tree_source
-from pytest_gpucluster.slurm_retry import Outages
 
 R = TypeVar("R")
 
@@ -438,7 +438,7 @@ class GpuClusterSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Let the jobs whose results are in leave the queue (bounded), cancel leftovers; then end
-        the results, decide and record the verdicts and act on them (``finish.py``), set the exit
+        the results, decide and record the verdicts and act on them (``results/finish.py``), set the exit
         status and write the final results file. First among the hooks of the run's end, so the
         report and every later reader see the verdict. The run's wall time ends with its last
         test, before this clean-up."""

@@ -14,8 +14,8 @@ from html import unescape
 
 import pytest
 
-from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.report.html import PRINT_SCRIPT
+from pytest_gpucluster.verdict.ranges import hostlist
 
 # Three "nodes" named through measurement places; one slow GPU on node2, one hot GPU on node3, a
 # job whose workload crashes (log tail), a place name that tries to inject a script, a skip.

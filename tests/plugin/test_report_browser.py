@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucluster.report.html import render_page
-from pytest_gpucluster.results import load_results, with_verdicts
+from pytest_gpucluster.results.document import load_results, with_verdicts
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "build" / "artifacts"

@@ -15,7 +15,7 @@ from typing import Any
 
 from pytest_gpucluster.checks import soak as checks
 from pytest_gpucluster.config.load import load
-from pytest_gpucluster.results import with_verdicts
+from pytest_gpucluster.results.document import with_verdicts
 from pytest_gpucluster.run.areas.soak import lines_of
 from pytest_gpucluster.verdict import Finding
 

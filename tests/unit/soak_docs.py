@@ -14,9 +14,9 @@ from typing import Any
 
 from pytest_gpucluster.checks import soak as checks
 from pytest_gpucluster.config.load import load
-from pytest_gpucluster.results import ResultsDocument, with_verdicts
+from pytest_gpucluster.plan.selection import Selection
+from pytest_gpucluster.results.document import ResultsDocument, with_verdicts
 from pytest_gpucluster.run.areas.soak import lines_of
-from pytest_gpucluster.selection import Selection
 from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.soak import SoakConfig, config_dict
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pytest_gpucluster.baseline import compare, regression_pct
 from pytest_gpucluster.config import Threshold
+from pytest_gpucluster.results.baseline import compare, regression_pct
 
 THRESHOLD = Threshold("baseline.regression", "%", fail_above=10, warn_above=5, source="t [baseline]")
 

@@ -9,9 +9,17 @@ import tomllib
 
 import pytest
 
-from pytest_gpucluster.calibrate import Margins, Run, calibrate, check_comparable, lines_for, read_run, set_name_for
 from pytest_gpucluster.config import METRICS, load
 from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.results.calibrate import (
+    Margins,
+    Run,
+    calibrate,
+    check_comparable,
+    lines_for,
+    read_run,
+    set_name_for,
+)
 
 
 def _doc(*values, started="2026-11-23T10:00:00+00:00", profile="nebius"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from pytest_gpucluster import verdict
-from pytest_gpucluster.results import PROPERTY, ResultsDocument
+from pytest_gpucluster.results.document import PROPERTY, ResultsDocument
 from pytest_gpucluster.verdict import RunRecord
 
 DOWN = "the Slurm controller (slurmctld) did not answer for 61 s: `sbatch` exited 1: Unable to contact slurm controller"

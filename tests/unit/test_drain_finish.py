@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from pytest_gpucluster.drain import drain_rejected
+from pytest_gpucluster.config.options import Outputs
 from pytest_gpucluster.errors import SlurmQueryError
-from pytest_gpucluster.finish import finish
-from pytest_gpucluster.options import Outputs
-from pytest_gpucluster.results import PROPERTY, ResultsDocument
+from pytest_gpucluster.results.document import PROPERTY, ResultsDocument
+from pytest_gpucluster.results.drain import drain_rejected
+from pytest_gpucluster.results.finish import finish
 from pytest_gpucluster.slurm.rights import right_needed
 from pytest_gpucluster.verdict import EXIT_INCOMPLETE, Finding
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucluster import slurm
-from pytest_gpucluster.drain import drain_rejected
 from pytest_gpucluster.errors import SlurmQueryError
+from pytest_gpucluster.results.drain import drain_rejected
 from pytest_gpucluster.slurm import rights
 
 DATA = Path(__file__).parents[1] / "data" / "slurm"

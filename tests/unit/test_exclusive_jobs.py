@@ -12,11 +12,11 @@ import pytest
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile, load
 from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.progress import Progress
 from pytest_gpucluster.run import Runner
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.nodes import NodeSet
 from pytest_gpucluster.run.produce import spec_of
+from pytest_gpucluster.run.progress import Progress
 
 REPO = Path(__file__).resolve().parents[2]
 SINFO = REPO / "tests" / "data" / "slurm" / "sinfo-22.05-healthy.json"

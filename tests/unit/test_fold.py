@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_gpucluster.fold import fold, fold_lines, index_set
+from pytest_gpucluster.verdict.fold import fold, fold_lines, index_set
 
 
 def _crc(node: str, gpu: int, link: int, rose: int) -> str:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.slurm import parse_hostlist
+from pytest_gpucluster.verdict.ranges import hostlist
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "slurm" / "scontrol-22.05-hostlistsorted.txt"
 CASES = [tuple(line.split("\t")) for line in RECORDED.read_text().splitlines() if line.strip()]

@@ -42,21 +42,21 @@ LOGIN_SIDE = (
     "pytest_gpucluster.profile",
     "pytest_gpucluster.checks",
     "pytest_gpucluster.run",
-    "pytest_gpucluster.results",
-    "pytest_gpucluster.baseline",
-    "pytest_gpucluster.calibrate",
+    "pytest_gpucluster.results.document",
+    "pytest_gpucluster.results.baseline",
+    "pytest_gpucluster.results.calibrate",
 )
 NOT_IN_CHECKS = ("pytest", "_pytest", "pytest_gpucluster.session", "pytest_gpucluster.launch", "pytest_gpucluster.run")
 # Verdicts are decided from plain data: no pytest, no session, no launcher, no Slurm, no report.
 NOT_IN_VERDICT = (
     *NOT_IN_CHECKS,
     "pytest_gpucluster.slurm",
-    "pytest_gpucluster.slurm_retry",
+    "pytest_gpucluster.slurm.retry",
     "pytest_gpucluster.report",
     "submitit",
 )
 # The report renders the results and the verdicts; what acts on the cluster lives elsewhere.
-NOT_IN_REPORT = ("pytest_gpucluster.slurm", "pytest_gpucluster.slurm_retry", "pytest_gpucluster.launch", "submitit")
+NOT_IN_REPORT = ("pytest_gpucluster.slurm", "pytest_gpucluster.slurm.retry", "pytest_gpucluster.launch", "submitit")
 
 # Functions under workloads/ that run on the login node and read the profile's settings: the
 # compute and training plans. They import the configuration inside the function, so a job that

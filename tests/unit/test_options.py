@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gpucluster.config.options import merge_belongs, writable_file
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.options import merge_belongs, writable_file
 
 
 def test_a_writable_path_is_returned_absolute_and_nothing_is_left_behind(tmp_path):

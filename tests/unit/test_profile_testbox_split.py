@@ -11,7 +11,7 @@ import pytest
 from gpucluster_testcluster import config as tc_config
 from pytest_gpucluster.config import load
 from pytest_gpucluster.config.profile import across_nodes
-from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
+from pytest_gpucluster.plan.sizing import check_fits, gpu_memory_bytes
 
 REPO_THRESHOLDS = Path(__file__).resolve().parents[2] / "thresholds.toml"
 NO_NVLS = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

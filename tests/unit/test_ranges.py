@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pytest_gpucluster.ranges import runs, spans
+from pytest_gpucluster.verdict.ranges import runs, spans
 
 
 def test_runs_of_consecutive_numbers():

@@ -20,7 +20,7 @@ from pytest_gpucluster.config.load import load
 from pytest_gpucluster.config.profile import Handover
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.report import handover, html
-from pytest_gpucluster.results import with_verdicts
+from pytest_gpucluster.results.document import with_verdicts
 from pytest_gpucluster.verdict import Recorded
 
 REPO = Path(__file__).resolve().parents[2]

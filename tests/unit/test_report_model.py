@@ -14,9 +14,9 @@ from result_docs import record_of_test as _t
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.config import Threshold
+from pytest_gpucluster.plan.selection import Selection
 from pytest_gpucluster.report import html, model, plots
-from pytest_gpucluster.results import ResultsDocument, with_verdicts
-from pytest_gpucluster.selection import Selection
+from pytest_gpucluster.results.document import ResultsDocument, with_verdicts
 from pytest_gpucluster.verdict import Finding, Measurement, RunRecord, judge
 
 REPO = Path(__file__).resolve().parents[2]

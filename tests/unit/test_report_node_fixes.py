@@ -13,7 +13,7 @@ from pytest_gpucluster.checks import node_config
 from pytest_gpucluster.config.node_config import NodeConfig
 from pytest_gpucluster.report import html
 from pytest_gpucluster.report.node_fixes import node_fixes
-from pytest_gpucluster.results import with_verdicts
+from pytest_gpucluster.results.document import with_verdicts
 from pytest_gpucluster.verdict import Finding, Recorded
 from pytest_gpucluster.workloads.node_settings import Limit, NodeSettings, parse_swap_total
 

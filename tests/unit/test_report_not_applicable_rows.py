@@ -15,7 +15,7 @@ import pytest
 
 from pytest_gpucluster.report import html
 from pytest_gpucluster.report.pytest_html_hooks import RESULT_ORDER, group_not_applicable, nodes_tested
-from pytest_gpucluster.results import load_results, with_verdicts
+from pytest_gpucluster.results.document import load_results, with_verdicts
 from pytest_gpucluster.verdict import Recorded
 
 SAMPLES = Path(__file__).resolve().parents[2] / "docs" / "samples"

@@ -17,7 +17,7 @@ from soak_dip_docs import dip_doc
 from pytest_gpucluster.config.gpu_specs import share, spec_of
 from pytest_gpucluster.report import figures, html, model, plots
 from pytest_gpucluster.report.pytest_html_hooks import skip_sentence
-from pytest_gpucluster.results import with_verdicts
+from pytest_gpucluster.results.document import with_verdicts
 from pytest_gpucluster.verdict import Recorded
 
 SAMPLES = Path(__file__).resolve().parents[2] / "docs" / "samples"

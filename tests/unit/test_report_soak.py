@@ -14,7 +14,7 @@ from soak_docs import synthetic_soak_doc
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.report import html, plots, soak
-from pytest_gpucluster.results import with_verdicts
+from pytest_gpucluster.results.document import with_verdicts
 from pytest_gpucluster.verdict import Finding
 
 EVIL = "<img src=x onerror=alert(1)>"

@@ -10,7 +10,7 @@ from result_docs import document, record_of_test
 from pytest_gpucluster.checks import storage as storage_checks
 from pytest_gpucluster.checks import storage_checkpoint
 from pytest_gpucluster.report import html, storage
-from pytest_gpucluster.results import with_verdicts
+from pytest_gpucluster.results.document import with_verdicts
 from pytest_gpucluster.verdict import Recorded
 from pytest_gpucluster.workloads.storage import DIRECT, MountFacts, StorageReport, Stream, Streams
 from pytest_gpucluster.workloads.storage_checkpoint import CheckpointRank

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from pytest_gpucluster.results import (
+from pytest_gpucluster.results.document import (
     SCHEMA_VERSION,
     ResultsDocument,
     job_log_tails,
     load_results,
     split_nodeid,
 )
-from pytest_gpucluster.timing import timing_summary, union_s
+from pytest_gpucluster.results.timing import timing_summary, union_s
 
 
 def test_nodeid_names_area_function_and_parameters():

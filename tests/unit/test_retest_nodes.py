@@ -9,7 +9,7 @@ import pytest
 
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.plugin import retest_nodes
-from pytest_gpucluster.results import SCHEMA_VERSION
+from pytest_gpucluster.results.document import SCHEMA_VERSION
 from pytest_gpucluster.verdict.merge import retest_choice
 
 

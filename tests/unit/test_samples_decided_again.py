@@ -24,7 +24,7 @@ from pytest_gpucluster import verdict
 from pytest_gpucluster.report import figures, html
 from pytest_gpucluster.report.handover import ResultsFile
 from pytest_gpucluster.report.model import measurement_value
-from pytest_gpucluster.results import load_results, with_verdicts
+from pytest_gpucluster.results.document import load_results, with_verdicts
 from pytest_gpucluster.verdict.findings import test_label as label_of
 from pytest_gpucluster.verdict.findings import worst
 

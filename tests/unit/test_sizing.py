@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.sizing import GiB, check_fits
+from pytest_gpucluster.plan.sizing import GiB, check_fits
 
 H100 = 80 * GiB
 
@@ -45,7 +45,7 @@ def test_unknown_gpu_memory_is_refused() -> None:
 
 
 def test_gpu_memory_by_model_name():
-    from pytest_gpucluster.sizing import gpu_memory_bytes
+    from pytest_gpucluster.plan.sizing import gpu_memory_bytes
 
     assert gpu_memory_bytes("NVIDIA H200") == 143771 * 2**20
     assert gpu_memory_bytes("NVIDIA H100 80GB HBM3") == 81559 * 2**20

@@ -13,7 +13,7 @@ import pytest
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import SlurmQueryError
 from pytest_gpucluster.slurm import node_info, queue
-from pytest_gpucluster.slurm_retry import Outages
+from pytest_gpucluster.slurm.retry import Outages
 
 DATA = Path(__file__).parents[1] / "data" / "slurm"
 

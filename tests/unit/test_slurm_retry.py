@@ -10,7 +10,7 @@ import pytest
 
 from pytest_gpucluster.errors import ClusterFault, DaemonUnreachable, SlurmQueryError
 from pytest_gpucluster.slurm import telling_line
-from pytest_gpucluster.slurm_retry import Outages, Unreachable, retry_delay, unreachable
+from pytest_gpucluster.slurm.retry import Outages, Unreachable, retry_delay, unreachable
 
 CONNECT = "`squeue -h` exited 1: slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
 SBATCH_CONNECT = "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucluster.config import ConfigError, load
+from pytest_gpucluster.config.options import soak_fits, with_soak
 from pytest_gpucluster.config.soak import SoakSettings, parse_duration, say_duration
-from pytest_gpucluster.options import soak_fits, with_soak
 from pytest_gpucluster.plan import jobs, last_order
-from pytest_gpucluster.selection import Needs, Shape, cannot_run, not_applicable
+from pytest_gpucluster.plan.selection import Needs, Shape, cannot_run, not_applicable
 from pytest_gpucluster.slurm.health import parse_partitions, slurm_minutes
 from pytest_gpucluster.workloads import soak as soak_load
 

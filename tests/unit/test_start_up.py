@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pytest_gpucluster.launch import TaskResult, start_up_summary
 from pytest_gpucluster.report.html import timing_block
-from pytest_gpucluster.timing import start_up_note, timing_summary
+from pytest_gpucluster.results.timing import start_up_note, timing_summary
 
 
 def _task(rank: int, process: float, started: float, cpu: float) -> TaskResult[None]:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_gpucluster.ranges import spans
+from pytest_gpucluster.verdict.ranges import spans
 
 _NUMBERED = re.compile(r"(.*?)(\d+)")
 

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pytest_gpucluster.ranges import spans
 from pytest_gpucluster.verdict import Finding
+from pytest_gpucluster.verdict.ranges import spans
 from pytest_gpucluster.workloads.xid import KernelLog, XidWatch, pci_key
 
 Source = Literal["NVIDIA", "Azure", "NVIDIA, Azure"]

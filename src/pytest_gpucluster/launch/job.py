@@ -33,7 +33,7 @@ from pytest_gpucluster.launch import task_files as files
 from pytest_gpucluster.launch import wait_rules as rules
 from pytest_gpucluster.launch.node import TaskOutput
 from pytest_gpucluster.launch.watcher import SlurmWatcher
-from pytest_gpucluster.ranges import hostlist
+from pytest_gpucluster.verdict.ranges import hostlist
 from pytest_gpucluster.workloads.gpu_environment import TorchGpuMismatch
 from pytest_gpucluster.workloads.net_settings import SettingMismatch
 from pytest_gpucluster.workloads.xid import XidWatch

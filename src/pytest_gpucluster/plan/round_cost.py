@@ -24,7 +24,7 @@ from pytest_gpucluster.plan.rounds import (
     batches,
     plan_rounds,
 )
-from pytest_gpucluster.ranges import hostlist
+from pytest_gpucluster.verdict.ranges import hostlist
 
 # Assumed seconds, not measured on a large cluster: a job's start on many nodes, and one
 # collective's across-node sweep from judge_from_bytes up.

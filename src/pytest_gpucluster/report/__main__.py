@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pytest_gpucluster.report.handover import ResultsFile
 from pytest_gpucluster.report.html import render_page
-from pytest_gpucluster.results import load_results, with_verdicts
+from pytest_gpucluster.results.document import load_results, with_verdicts
 from pytest_gpucluster.verdict import Recorded, exit_status
 
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gpucluster.fold import fold_lines
-from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.report.plots import natural
 from pytest_gpucluster.verdict import Recorded, first_line
 from pytest_gpucluster.verdict.findings import test_label
+from pytest_gpucluster.verdict.fold import fold_lines
+from pytest_gpucluster.verdict.ranges import hostlist
 
 # The parties the sheet names, in the order it prints them (``config.profile.Handover``).
 PARTIES = (("customer", "Customer"), ("provider", "Provider"), ("reference", "Reference"))

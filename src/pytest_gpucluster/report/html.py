@@ -19,11 +19,11 @@ import jinja2
 from markupsafe import Markup
 
 from pytest_gpucluster import verdict
-from pytest_gpucluster.fold import fold_lines
 from pytest_gpucluster.report import figures, handover, inventory, model, plots, rounds, soak, storage
 from pytest_gpucluster.report.node_fixes import node_fixes
-from pytest_gpucluster.timing import start_up_note
+from pytest_gpucluster.results.timing import start_up_note
 from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
+from pytest_gpucluster.verdict.fold import fold_lines
 from pytest_gpucluster.verdict.run import COUNTED
 
 STATUS_TEXT = {

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpucluster.config.gpu_specs import model_of, share, spec_of
-from pytest_gpucluster.ranges import hostlist
-from pytest_gpucluster.results import PROPERTY
+from pytest_gpucluster.results.document import PROPERTY
 from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Cell, Matrix
 from pytest_gpucluster.verdict.findings import SEVERITY, measurement_label, worst
 from pytest_gpucluster.verdict.measurement import Verdict
+from pytest_gpucluster.verdict.ranges import hostlist
 
 
 def _fmt(value: Any) -> str:

@@ -1,7 +1,7 @@
 """The one module that speaks to pytest-html (4.x hooks). Loaded with the plugin; its
 ``pytest_configure`` registers the hooks in the controlling process only, and only when pytest-html
 is active and ``--html`` is given. It reads the run's results document and nothing of
-``recording.py``.
+``results/recording.py``.
 
 Page layout (the style sheet reorders pytest-html's blocks): title; acceptance summary (verdict,
 cluster, nodes, GPUs, counts, failures, skips with reasons); environment and inventory; node ×

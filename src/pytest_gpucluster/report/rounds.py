@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpucluster.checks.rounds import groups_of
-from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.report.plots import natural
+from pytest_gpucluster.verdict.ranges import hostlist
 
 SLOWEST = 10  # groups listed, slowest first
 KINDS = {"node": "node", "leaf": "leaf switch", "uplinks": "a leaf's uplinks", "link": "path between two leaves"}

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gpucluster.baseline import Comparison
-from pytest_gpucluster.timing import start_up_note
+from pytest_gpucluster.results.baseline import Comparison
+from pytest_gpucluster.results.timing import start_up_note
 from pytest_gpucluster.verdict import hostlist
 
 

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_gpucluster.config import Profile, features
-from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.slurm import NodeInfo
 from pytest_gpucluster.slurm.reservation import Reservation
+from pytest_gpucluster.verdict.ranges import hostlist
 
 
 @dataclass(frozen=True)

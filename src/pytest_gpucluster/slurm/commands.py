@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_gpucluster.errors import SlurmQueryError
-from pytest_gpucluster.slurm_retry import Outages
+from pytest_gpucluster.slurm.retry import Outages
 
 TIMEOUT_S = 30.0
 

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.slurm.commands import Slurm
+from pytest_gpucluster.verdict.ranges import hostlist
 
 
 def _text(value: Any) -> str:

@@ -17,7 +17,6 @@ pytest, no Slurm, no launcher; the report renders these, the session acts on the
 from __future__ import annotations
 
 from pytest_gpucluster.outcomes import first_line
-from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Matrix, matrix, placements
 from pytest_gpucluster.verdict.check import CheckResult, RunRecord, Stopped
 from pytest_gpucluster.verdict.decided import Recorded, decided
@@ -27,6 +26,7 @@ from pytest_gpucluster.verdict.findings import FailureLine
 from pytest_gpucluster.verdict.measurement import Measurement, Status, Verdict, judge
 from pytest_gpucluster.verdict.merge import handover
 from pytest_gpucluster.verdict.nodes import Nodes, NodeVerdict, node_verdicts
+from pytest_gpucluster.verdict.ranges import hostlist
 from pytest_gpucluster.verdict.run import Acceptance, Overall, acceptance, stopped_by_faults_only
 
 __all__ = [

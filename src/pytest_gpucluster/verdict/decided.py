@@ -1,5 +1,5 @@
 """The run's verdicts, decided once from its typed results (``check.RunRecord``), as the results record them under
-``acceptance`` (``finish.py`` records them; the report renders them back with ``Recorded``)."""
+``acceptance`` (``results/finish.py`` records them; the report renders them back with ``Recorded``)."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpucluster.fold import fold
 from pytest_gpucluster.outcomes import first_line
 from pytest_gpucluster.verdict.check import CheckResult
+from pytest_gpucluster.verdict.fold import fold
 
 # Worst first wins when several results meet (a matrix cell, a test's measurements).
 SEVERITY = {
@@ -44,7 +44,7 @@ def measurement_label(m: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class FailureLine:
-    """One line of the failures: what one check found, repeated sentences folded (``fold.py``),
+    """One line of the failures: what one check found, repeated sentences folded (``verdict/fold.py``),
     the check's label after it; ``nodeid`` is the check, for a link to its details."""
 
     text: str

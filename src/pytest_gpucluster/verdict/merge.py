@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Matrix, matrix
 from pytest_gpucluster.verdict.check import Column, RunRecord
 from pytest_gpucluster.verdict.nodes import nodes_summary
+from pytest_gpucluster.verdict.ranges import hostlist
 
 
 def _passed_for(m: Matrix, node: str, col: Column) -> bool:

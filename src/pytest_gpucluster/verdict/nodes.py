@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pytest_gpucluster.fold import fold_lines
 from pytest_gpucluster.outcomes import UNJUDGED
-from pytest_gpucluster.ranges import hostlist
 from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Placed, known_nodes, placements
 from pytest_gpucluster.verdict.check import RunRecord
+from pytest_gpucluster.verdict.fold import fold_lines
+from pytest_gpucluster.verdict.ranges import hostlist
 
 NodeOverall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE", "PARTIAL"]
 

@@ -2,12 +2,12 @@
 PARTIAL, the reasons for it, the counts behind it and the warnings. Pure: the run's typed
 results (``check.RunRecord``) in, a frozen dataclass out; no pytest, no HTML.
 
-The verdict rule (also in docs/report.md), over the run's *required set* (``selection.py``):
+The verdict rule (also in docs/report.md), over the run's *required set* (``plan/selection.py``):
 
 * REJECTED   a selected check failed, or errored on the cluster (a job failed, a submission was
   refused); an unexpected pass of a strict xfail counts as a failure;
 * INCOMPLETE otherwise, when a required check that was selected was skipped, errored before it
-  could judge (a fault of the harness), was stopped by a fault outside the nodes (``faults.py``:
+  could judge (a fault of the harness), was stopped by a fault outside the nodes (``run/faults.py``:
   the controller, the shared filesystem, other work in the queue; one reason per fault, its
   sentence first, and the headline names the first), or was not reached (the run was
   interrupted), or when no check passed;
@@ -24,11 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pytest_gpucluster.fold import fold, fold_lines
 from pytest_gpucluster.outcomes import JUDGED_BAD, first_line, reason_of
 from pytest_gpucluster.verdict.attribution import known_nodes
 from pytest_gpucluster.verdict.check import CheckResult, RunRecord
 from pytest_gpucluster.verdict.findings import FailureLine, failure_lines, test_label
+from pytest_gpucluster.verdict.fold import fold, fold_lines
 
 Overall = Literal["ACCEPTED", "REJECTED", "INCOMPLETE", "PARTIAL"]
 
@@ -180,7 +180,7 @@ def acceptance(run: RunRecord) -> Acceptance:
 
 
 def fault_reasons(tests: Iterable[CheckResult], *, short: bool = False) -> list[str]:
-    """One line per fault outside the nodes (``faults.py``) that stopped checks, its sentence
+    """One line per fault outside the nodes (``run/faults.py``) that stopped checks, its sentence
     first, then how many checks it kept from being judged: "the Slurm controller (slurmctld)
     stopped answering at 10:14:05 UTC (...) (26 checks not judged: test_a, test_b, test_c and 23
     more)"; ``short``: without naming the checks (for a headline)."""

@@ -18,9 +18,9 @@ from pytest_gpucluster.checks import pairing
 from pytest_gpucluster.config import NcclSettings
 from pytest_gpucluster.config.profile import sweep_settings
 from pytest_gpucluster.plan import facts, jobs
+from pytest_gpucluster.plan.sizing import check_fits, gpu_memory_bytes
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.produce import spec_of
-from pytest_gpucluster.sizing import check_fits, gpu_memory_bytes
 from pytest_gpucluster.workloads.busbw import SweepResult
 from pytest_gpucluster.workloads.collectives import Groups, collective_sweeps
 from pytest_gpucluster.workloads.compute import ComputePlan, GpuCeiling

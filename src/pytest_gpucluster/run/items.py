@@ -11,10 +11,10 @@ import pytest
 
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.plan import Facts, JobRequest, Plan, Use, make_plan
+from pytest_gpucluster.plan.selection import NEED_MARKERS, Needs
 from pytest_gpucluster.run import Start, produce
 from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext
-from pytest_gpucluster.selection import NEED_MARKERS, Needs
 
 DECLARED_NOT_APPLICABLE = "gpucluster_not_applicable"
 

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from pytest_gpucluster.ranges import spans
+from pytest_gpucluster.verdict.ranges import spans
 
 # An index: the word it belongs to, then the number. ``gpu3``, ``GPU 3``, ``link 17``, ``port 1``,
 # ``mlx5_3``, ``rank 5``, ``nvswitch2``; never the digits of a longer word (``node13``, ``gpu-017``).

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pytest_gpucluster import verdict
-from pytest_gpucluster.options import Outputs
-from pytest_gpucluster.results import ResultsDocument
+from pytest_gpucluster.config.options import Outputs
+from pytest_gpucluster.results.document import ResultsDocument
 
 Drain = Callable[[Mapping[str, Any]], dict[str, dict[str, str]]]
 

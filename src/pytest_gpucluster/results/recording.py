@@ -2,7 +2,7 @@
 tails, readable JUnit properties, the checks' warnings, the ``--gpucluster-baseline`` comparison (judged as
 one more test) and, after the run's verdict, the ``--gpucluster-calibrate`` file; and the terminal summary
 (rendered by ``report/terminal.py``). The verdict itself is decided and recorded at the session's
-``pytest_sessionfinish`` (``finish.py``). The pytest-html integration
+``pytest_sessionfinish`` (``results/finish.py``). The pytest-html integration
 (``report/pytest_html_hooks.py``) registers itself; nothing here knows about it.
 
 Data path: tests attach ``("gpucluster", {...})`` entries to ``user_properties``. Where a test
@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 from _pytest import junitxml  # its stash key: the test suite's properties (as record_testsuite_property)
 
-from pytest_gpucluster.baseline import REGRESSION_METRIC, Comparison, compare
-from pytest_gpucluster.calibrate import Margins, Run, calibrate, check_comparable, read_run, set_name_for
 from pytest_gpucluster.errors import ConfigError, DeclarationError, GpuClusterError
 from pytest_gpucluster.outcomes import GpuClusterWarning, is_not_applicable
 from pytest_gpucluster.report import model, terminal
-from pytest_gpucluster.results import (
+from pytest_gpucluster.results.baseline import REGRESSION_METRIC, Comparison, compare
+from pytest_gpucluster.results.calibrate import Margins, Run, calibrate, check_comparable, read_run, set_name_for
+from pytest_gpucluster.results.document import (
     PROPERTY,
     entries_of,
     job_log_tails,

@@ -31,7 +31,7 @@ from typing import Any
 from pytest_gpucluster.config import METRICS, Metric
 from pytest_gpucluster.config.thresholds import CALIBRATED_PREFIX
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.results import load_results
+from pytest_gpucluster.results.document import load_results
 
 # The floors when the options leave them unset: on GPUs, the margins of the shipped gates (a fail
 # line about 0.75 × a healthy reading, e.g. 600 of 790 TFLOP/s, 60 k of 81 k tokens/s); on CPU

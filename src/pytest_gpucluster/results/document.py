@@ -25,8 +25,8 @@ from typing import Any, TypedDict, cast
 from pytest_gpucluster import verdict
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.outcomes import decide, reason_of
-from pytest_gpucluster.selection import Selection
-from pytest_gpucluster.timing import timing_summary
+from pytest_gpucluster.plan.selection import Selection
+from pytest_gpucluster.results.timing import timing_summary
 from pytest_gpucluster.verdict import CheckResult, Finding, RunRecord, Stopped, Verdict
 from pytest_gpucluster.verdict.check import split_nodeid
 
