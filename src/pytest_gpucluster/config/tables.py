@@ -11,9 +11,9 @@ import math
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, fields, is_dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pytest_gpucluster.errors import ConfigError
 
@@ -145,3 +145,40 @@ def _convert(tp: Any, value: Any, where: str, file: str, settable: Mapping[type,
             raise ConfigError(f"{file}: {where}: expected {_describe(tp)}, got {value!r}.")
         return value
     raise TypeError(f"unsupported field type {tp!r}")  # a bug in this module, not in the file
+
+
+T = TypeVar("T")
+
+
+def resolve_extends(
+    items: Mapping[str, T],
+    parent_of: Callable[[str], str | None],
+    merge: Callable[[T, T], T],
+    kind: str,
+    noun: str,
+    file: str,
+) -> dict[str, T]:
+    """Every item of ``[kind.NAME]`` with what its ``extends`` chain gives it: ``merge(parent,
+    own)`` with the parent already resolved. ``parent_of`` reads (and checks) an item's
+    ``extends``; a missing parent or a loop names the key."""
+    out: dict[str, T] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> T:
+        if name in out:
+            return out[name]
+        value = items[name]
+        parent = parent_of(name)
+        if parent is not None:
+            if parent not in items:
+                raise ConfigError(
+                    f"{file}: {kind}.{name}.extends: no {noun} {parent!r}; {noun}s are: {', '.join(sorted(items))}."
+                )
+            if parent in chain:
+                raise ConfigError(f"{file}: {kind}.{name}.extends: loop through {' → '.join(chain)}.")
+            value = merge(resolve(parent, (*chain, name)), value)
+        out[name] = value
+        return value
+
+    for name in items:
+        resolve(name, ())
+    return out
