@@ -328,6 +328,7 @@ def settings_from(config: pytest.Config, cluster: str) -> Settings:
         nodes=picked if nodes is not None else (),
         is_controller=workerinput is None,
         is_xdist_worker=workerinput is not None,
+        submits=not (config.option.collectonly or config.getoption("gpucluster_dry_run", False)),
         outputs=Outputs(
             baseline=config.getoption("gpucluster_baseline"),
             calibrate=config.getoption("gpucluster_calibrate"),

@@ -88,6 +88,9 @@ class Settings:
     thresholds_origin: str = ""  # where thresholds.toml came from: an option, the rootdir, the shipped default
     reservation_from: str = ""  # the option that named the profile's reservation for this run; empty: the profile
     soak_from: str = ""  # where the soak's duration was set: the option or the profile key, with the value
+    # False for --collect-only and --gpucluster-dry-run: no job is submitted, so none is cancelled
+    # at the end and Slurm is asked only what the plan needs (its nodes, its switch tree).
+    submits: bool = True
 
 
 class GpuClusterSession:
@@ -170,7 +173,9 @@ class GpuClusterSession:
                 thresholds_file=str(self.config.path),
                 thresholds_origin=settings.thresholds_origin,
                 thresholds_sha256=hashlib.sha256(self.config.path.read_bytes()).hexdigest(),
-                environment=run_environment(self.profile, self.thresholds.name, self.local_gpus, self.slurm),
+                environment=run_environment(
+                    self.profile, self.thresholds.name, self.local_gpus, self.slurm if settings.submits else None
+                ),
             )
         if self.profile.executor == "slurm" and self.results is not None:
             self.results.environment["caller_slurm_env"] = self.caller_env.to_json()
@@ -487,7 +492,10 @@ class GpuClusterSession:
 
     def cancel_everything(self) -> list[str]:
         """Cancel the jobs this process submitted and, for Slurm, any job still queued under this
-        run's name (covers jobs of xdist workers that died before they could cancel)."""
+        run's name (covers jobs of xdist workers that died before they could cancel). A run that
+        submits nothing asks nothing."""
+        if not self.settings.submits:
+            return []
         return self.jobs.cancel_everything(by_name=not self.settings.is_xdist_worker)
 
 

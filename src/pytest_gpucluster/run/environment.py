@@ -25,10 +25,10 @@ def version(dist: str) -> str | None:
 
 
 def run_environment(
-    profile: Profile, thresholds_set: str, local_gpus: LocalGpus | None, client: slurm.Slurm
+    profile: Profile, thresholds_set: str, local_gpus: LocalGpus | None, client: slurm.Slurm | None
 ) -> dict[str, Any]:
     """The results' ``environment`` at the start of a run; Slurm's version asked through the
-    run's ``client``."""
+    run's ``client`` (None: a run that submits nothing does not ask)."""
     facts: dict[str, Any] = {
         "plugin": version("pytest-gpucluster"),
         "python": platform.python_version(),
@@ -42,8 +42,9 @@ def run_environment(
     if local_gpus is not None and local_gpus.restricted:
         facts["cuda_visible_devices"] = local_gpus.describe()
     if profile.executor == "slurm":
-        with contextlib.suppress(GpuClusterError):
-            facts["slurm"] = slurm.version(client)
+        if client is not None:
+            with contextlib.suppress(GpuClusterError):
+                facts["slurm"] = slurm.version(client)
         # What every job asks of Slurm beyond its shape, and whether a measuring job has its nodes
         # to itself (false: the profile lets other jobs share them).
         facts.update({key: getattr(profile, key) for key in SUBMITTED_WITH if getattr(profile, key)})
