@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # pytest_gpucluster/, this module being in its config/
 # The repository's root when this is a source checkout (src/pytest_gpucluster/), else None.
 CHECKOUT = (
     PACKAGE.parents[1] if PACKAGE.parent.name == "src" and (PACKAGE.parents[1] / "pyproject.toml").is_file() else None
