@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_gpucluster.errors import GpuClusterError, MissingThresholdError
+from pytest_gpucluster.launch.faults import cluster_fault, error_findings
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE, NOT_JUDGED
 from pytest_gpucluster.results.document import PROPERTY, entries_of
-from pytest_gpucluster.run.faults import cluster_fault, error_findings
 from pytest_gpucluster.run.items import is_check
 from pytest_gpucluster.run.runner import RunningTest, SharedFailure
 from pytest_gpucluster.verdict import Finding

@@ -13,7 +13,7 @@ from pytest_gpucluster.errors import (
     QueueTimeoutError,
     SharedFsFault,
 )
-from pytest_gpucluster.run.faults import (
+from pytest_gpucluster.launch.faults import (
     cluster_fault,
     error_findings,
     foreign_work,

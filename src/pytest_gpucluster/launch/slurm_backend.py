@@ -15,10 +15,10 @@ import submitit
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import DaemonUnreachable, LaunchError
-from pytest_gpucluster.faults import foreign_work, held_sentence, other_work, srun_missed_controller
 from pytest_gpucluster.launch import JobSpec, StatusCallback, TaskResult
 from pytest_gpucluster.launch import task_files as files
 from pytest_gpucluster.launch import wait_rules as rules
+from pytest_gpucluster.launch.faults import foreign_work, held_sentence, other_work, srun_missed_controller
 from pytest_gpucluster.launch.job import Owner, SubmititJob
 from pytest_gpucluster.launch.lost import LostNodes
 from pytest_gpucluster.launch.node import TaskOutput

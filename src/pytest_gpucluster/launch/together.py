@@ -28,8 +28,8 @@ from typing import Any
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.launch import Job, TaskResult
+from pytest_gpucluster.launch.faults import gives_way
 from pytest_gpucluster.launch.watcher import SlurmWatcher
-from pytest_gpucluster.run.faults import gives_way
 
 # How long some members may run while others wait before the holders are looked at: a member
 # normally starts within a scheduling pass of the first (batch_sched_delay, 3 s by default).

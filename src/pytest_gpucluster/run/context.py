@@ -22,13 +22,13 @@ from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile, ThresholdSet
 from pytest_gpucluster.errors import DAEMON_NAMES, ClusterFault, GpuClusterError, SharedFsFault
 from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult, together
+from pytest_gpucluster.launch.faults import GROUP_MARK
 from pytest_gpucluster.launch.local_backend import LocalLauncher
 from pytest_gpucluster.launch.local_gpus import LocalGpus
 from pytest_gpucluster.launch.slurm_backend import SlurmLauncher
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.plan import Plan
 from pytest_gpucluster.run import shared_area
-from pytest_gpucluster.run.faults import GROUP_MARK
 from pytest_gpucluster.run.nodes import NodeSet
 from pytest_gpucluster.run.progress import Progress
 from pytest_gpucluster.run.runner import Runner
@@ -77,7 +77,7 @@ class JobContext:
         self._area: shared_area.Area | None = None
         self.owns_job_root = False
         self._launcher: Launcher | None = None
-        # The first fault outside the nodes that stopped a check (``run/faults.py``): later checks
+        # The first fault outside the nodes that stopped a check (``launch/faults.py``): later checks
         # first look whether it still stands, and end at once with the same sentence if so.
         self.cluster_fault: ClusterFault | None = None
         self._group = threading.local()  # the mark of the group run_together submits on this thread

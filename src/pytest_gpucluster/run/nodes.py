@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile
 from pytest_gpucluster.errors import ClusterFault, ConfigError, NodesHeld, SlurmQueryError
+from pytest_gpucluster.launch.faults import cluster_fault, foreign_work, held_sentence, other_work
 from pytest_gpucluster.launch.lost import LostNodes
 from pytest_gpucluster.plan.selection import Shape
-from pytest_gpucluster.run.faults import cluster_fault, foreign_work, held_sentence, other_work
 from pytest_gpucluster.run.scope import Scope
 from pytest_gpucluster.run.shared_area import user_name
 from pytest_gpucluster.slurm.reservation import reservation, reservation_names

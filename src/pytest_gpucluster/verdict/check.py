@@ -33,7 +33,7 @@ def split_nodeid(nodeid: str) -> tuple[str, str, str]:
 
 @dataclass(frozen=True)
 class Stopped:
-    """A fault outside the nodes that stopped a check (``run/faults.py``): what it was and its sentence."""
+    """A fault outside the nodes that stopped a check (``launch/faults.py``): what it was and its sentence."""
 
     what: str
     sentence: str

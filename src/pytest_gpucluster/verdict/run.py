@@ -7,7 +7,7 @@ The verdict rule (also in docs/report.md), over the run's *required set* (``plan
 * REJECTED   a selected check failed, or errored on the cluster (a job failed, a submission was
   refused); an unexpected pass of a strict xfail counts as a failure;
 * INCOMPLETE otherwise, when a required check that was selected was skipped, errored before it
-  could judge (a fault of the harness), was stopped by a fault outside the nodes (``run/faults.py``:
+  could judge (a fault of the harness), was stopped by a fault outside the nodes (``launch/faults.py``:
   the controller, the shared filesystem, other work in the queue; one reason per fault, its
   sentence first, and the headline names the first), or was not reached (the run was
   interrupted), or when no check passed;
@@ -180,7 +180,7 @@ def acceptance(run: RunRecord) -> Acceptance:
 
 
 def fault_reasons(tests: Iterable[CheckResult], *, short: bool = False) -> list[str]:
-    """One line per fault outside the nodes (``run/faults.py``) that stopped checks, its sentence
+    """One line per fault outside the nodes (``launch/faults.py``) that stopped checks, its sentence
     first, then how many checks it kept from being judged: "the Slurm controller (slurmctld)
     stopped answering at 10:14:05 UTC (...) (26 checks not judged: test_a, test_b, test_c and 23
     more)"; ``short``: without naming the checks (for a headline)."""
