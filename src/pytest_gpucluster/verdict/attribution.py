@@ -13,7 +13,8 @@ The rules, per test:
 * a check that was not judged leaves the nodes its findings name not judged (every node where it
   was stopped by something outside them, only the held node where other work held one), else its
   own node, else no node (the run's verdict still says it);
-* what passed or warned colours the cells of the nodes it measured.
+* what passed or warned colours the cells of the nodes it measured; in a check that was judged,
+  a figure no line judged is a warning on its nodes (the check warns that the line is missing).
 """
 
 from __future__ import annotations
@@ -166,7 +167,9 @@ def _judged_lines(t: CheckResult) -> Iterable[Placed]:
         placed = True
         yield Placed(t.node, col, verdict, f"{label}: {verdict}", t.nodeid)
     for v in t.verdicts:
-        status = "not_judged" if v.status == UNJUDGED else v.status
+        # A figure no line judged, in a check that judged the rest: the check warns that its line
+        # is missing (``checks/lines.py``), so the figure's nodes read as warned, not as untested.
+        status = "warn" if v.status == UNJUDGED else v.status
         for n in v.measurement.nodes:
             placed = True
             yield Placed(n, col, status, v.sentence, t.nodeid)
