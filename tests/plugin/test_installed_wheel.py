@@ -84,7 +84,8 @@ def test_the_wheel_carries_the_suite_and_the_default_thresholds(venv):
         [
             str(venv / "bin" / "python"),
             "-c",
-            "from pytest_gpucluster.config import shipped; print(shipped.suite_dir()); print(shipped.default_thresholds())",
+            "from pytest_gpucluster.config import shipped; "
+            "print(shipped.suite_dir()); print(shipped.default_thresholds())",
         ],
         venv,
         60,
