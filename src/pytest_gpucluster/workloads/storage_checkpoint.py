@@ -206,8 +206,7 @@ def _drop_cached(directory: Path) -> None:
 
 
 def _remove_own(directory: Path, rank: int) -> None:
-    """This rank's files of the checkpoint; rank 0 also its metadata and the directory (which
-    another rank may thus find gone)."""
+    """This rank's files of the checkpoint; rank 0 also its metadata."""
     try:
         entries = list(os.scandir(directory))
     except FileNotFoundError:
@@ -215,11 +214,6 @@ def _remove_own(directory: Path, rank: int) -> None:
     for entry in entries:
         if entry.name.startswith(f"__{rank}_") or (rank == 0 and entry.name.startswith(".")):
             Path(entry.path).unlink(missing_ok=True)
-    if rank == 0:
-        try:
-            directory.rmdir()
-        except OSError:
-            pass  # another rank's file not yet removed: the login node removes the directory after
 
 
 def save_and_restore(
@@ -245,11 +239,22 @@ def save_and_restore(
         torch.set_num_threads(cpu_threads(ctx.tasks_per_node))
     directory = expand(root_template, os.environ) / name / "checkpoint"
     result = CheckpointRank(ctx.hostname, ctx.rank, gpu_label(device, ctx.local_rank), ctx.world_size, str(directory))
+    import torch.distributed as dist
+
     with process_group(ctx, backend=backend, timeout_s=timeout_s):
         try:
-            return _checkpoint(ctx, result, directory, model, max_free_share, lr, device)
+            result = _checkpoint(ctx, result, directory, model, max_free_share, lr, device)
         finally:
             _remove_own(directory, ctx.rank)
+        # Every rank's files are gone before rank 0 removes the directory. After a failure no rank
+        # waits for the others: the login node removes the directory after the job.
+        dist.barrier()
+        if ctx.rank == 0:
+            try:
+                directory.rmdir()
+            except OSError:
+                pass  # a file of another writer: the login node removes the directory after the job
+        return result
 
 
 def _checkpoint(
