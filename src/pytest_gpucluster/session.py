@@ -426,7 +426,7 @@ class GpuClusterSession:
             else:
                 self.results.selection.merge(Selection.from_json(data))
 
-    # Each test's reports are folded into self.results by recording.py (ResultsHooks), which
+    # Each test's reports are folded into self.results by results/recording.py (ResultsHooks), which
     # also turns the data entries into readable JUnit properties.
 
     def _record_held(self) -> None:

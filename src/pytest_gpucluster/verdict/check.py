@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gpucluster.outcomes import Outcome, is_not_applicable, reason_of
+from pytest_gpucluster.outcomes import Outcome, reason_of
 from pytest_gpucluster.verdict.finding import Finding
 from pytest_gpucluster.verdict.measurement import Verdict
 
@@ -98,7 +98,7 @@ class CheckResult:
             warnings=tuple(str(w) for w in data.get("warnings") or []),
             unjudged=str(data.get("unjudged") or ""),
             stopped=Stopped(str(fault.get("what", "")), str(fault.get("sentence", ""))) if fault else None,
-            not_applicable=reason_of(message) if verdict == "n/a" or is_not_applicable(message) else "",
+            not_applicable=reason_of(message) if verdict == "n/a" else "",
             job_ids=tuple(str(j) for j in data.get("job_ids") or []),
         )
 

@@ -246,8 +246,9 @@ def save_and_restore(
             result = _checkpoint(ctx, result, directory, model, max_free_share, lr, device)
         finally:
             _remove_own(directory, ctx.rank)
-        # Every rank's files are gone before rank 0 removes the directory. After a failure no rank
-        # waits for the others: the login node removes the directory after the job.
+        # Every rank's files are gone before rank 0 removes the directory. A rank whose checkpoint
+        # failed waits for none; a rank that got here waits at most the group's timeout for one that
+        # failed, and the login node removes the directory after the job.
         dist.barrier()
         if ctx.rank == 0:
             try:
