@@ -32,7 +32,7 @@ from pytest_gpucluster.launch import Job, JobSpec, TaskResult, start_up_summary
 from pytest_gpucluster.launch import task_files as files
 from pytest_gpucluster.launch import wait_rules as rules
 from pytest_gpucluster.launch.node import TaskOutput
-from pytest_gpucluster.launch.watcher import SlurmWatcher
+from pytest_gpucluster.launch.watcher import JobWatcher
 from pytest_gpucluster.verdict.ranges import hostlist
 from pytest_gpucluster.workloads.gpu_environment import TorchGpuMismatch
 from pytest_gpucluster.workloads.net_settings import SettingMismatch
@@ -45,7 +45,7 @@ class Owner(Protocol):
     """What a job reads of the launcher that submitted it (``SubmititLauncher``)."""
 
     @property
-    def watcher(self) -> SlurmWatcher: ...
+    def watcher(self) -> JobWatcher: ...
 
     @property
     def queue_timeout_s(self) -> float: ...

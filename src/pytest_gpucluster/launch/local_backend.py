@@ -13,14 +13,13 @@ from typing import Any, TypeVar
 
 import submitit
 
-from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import LaunchError
 from pytest_gpucluster.launch import JobSpec, StatusCallback
 from pytest_gpucluster.launch.job import SubmititJob
 from pytest_gpucluster.launch.lost import LostNodes
 from pytest_gpucluster.launch.node import TaskOutput
 from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
-from pytest_gpucluster.launch.watcher import SlurmWatcher
+from pytest_gpucluster.launch.watcher import JobWatcher
 
 R = TypeVar("R")
 
@@ -87,11 +86,9 @@ class LocalLauncher(SubmititLauncher):
         on_status: StatusCallback | None = None,
         visible_gpus: tuple[int, ...] | None = None,
         lost: LostNodes | None = None,
-        client: slurm.Slurm | None = None,
     ) -> None:
-        # The watcher keeps the jobs being waited on and the run's record of lost nodes; it asks
-        # Slurm nothing for these jobs.
-        watcher = SlurmWatcher(lost=lost, client=client)
+        # The watcher keeps the jobs being waited on and the run's record of lost nodes.
+        watcher = JobWatcher(lost=lost)
         super().__init__(
             folder=folder, watcher=watcher, env=env, queue_timeout_s=queue_timeout_s, poll_s=poll_s, on_status=on_status
         )

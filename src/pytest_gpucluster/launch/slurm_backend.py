@@ -33,6 +33,9 @@ class SlurmOwner(Owner, Protocol):
     """What a Slurm job reads of its launcher besides what every job reads (``SlurmLauncher``)."""
 
     @property
+    def watcher(self) -> SlurmWatcher: ...
+
+    @property
     def run_prefix(self) -> str: ...
 
     def shape_hint(self, spec: JobSpec) -> str: ...
@@ -41,6 +44,8 @@ class SlurmOwner(Owner, Protocol):
 class SlurmJob(SubmititJob[R]):
     """A Slurm job with a bounded wait. It asks Slurm nothing itself: its launcher's watcher
     does, once for every job waited on."""
+
+    _watcher: SlurmWatcher
 
     def __init__(self, job: submitit.Job[TaskOutput[R]], spec: JobSpec, launcher: SlurmOwner) -> None:
         super().__init__(job, spec, launcher)
@@ -251,6 +256,7 @@ class SlurmLauncher(SubmititLauncher):
     every launcher offers, its jobs read ``run_prefix`` and ``shape_hint``."""
 
     cluster = "slurm"
+    watcher: SlurmWatcher
 
     def __init__(
         self,

@@ -5,7 +5,7 @@ executor). With the jobs, ``watcher``, ``task_files`` and ``node`` (what runs in
 only modules that import submitit.
 
 The launcher submits and cancels; each job (``launch.job``) is a future whose bounded wait reads
-its backend through the launcher's one ``SlurmWatcher`` (``launch.watcher``), shared by all its
+its backend through the launcher's one watcher (``launch.watcher``), shared by all its
 jobs, and ends by the rules of ``launch.wait_rules``.
 """
 
@@ -26,7 +26,7 @@ from pytest_gpucluster.launch import JobSpec, Launcher, StatusCallback, TaskResu
 from pytest_gpucluster.launch import wait_rules as rules
 from pytest_gpucluster.launch.job import SubmititJob
 from pytest_gpucluster.launch.node import TaskOutput, run_on_node
-from pytest_gpucluster.launch.watcher import SETTLE_S, SlurmWatcher, submitit_logs_to_stderr
+from pytest_gpucluster.launch.watcher import SETTLE_S, JobWatcher, submitit_logs_to_stderr
 from pytest_gpucluster.workloads.xid import XidWatch
 
 __all__ = ["SubmititJob", "SubmititLauncher", "submitit_logs_to_stderr"]
@@ -46,7 +46,7 @@ class SubmititLauncher(Launcher):
         self,
         *,
         folder: Path,
-        watcher: SlurmWatcher,
+        watcher: JobWatcher,
         env: Mapping[str, str] | None = None,
         queue_timeout_s: float = 300.0,
         poll_s: float = 0.25,

@@ -1,8 +1,9 @@
-"""One watcher of Slurm for all the jobs of a launcher, as submitit shares one ``InfoWatcher``
-across its jobs: every waiter reads what Slurm says through it, and it asks Slurm as few times as
-the waiters allow.
+"""One watcher for all the jobs of a launcher, as submitit shares one ``InfoWatcher`` across its
+jobs. ``JobWatcher`` keeps the jobs waited on and the run's lost nodes (all the local executor
+needs); ``SlurmWatcher`` adds what Slurm says, through which every waiter reads it, asking Slurm as
+few times as the waiters allow.
 
-It owns
+A ``SlurmWatcher`` owns
 * the queue state: job → (state, reason), from one squeue for every job waited on, read at most
   every ``QUEUE_READ_S`` however many jobs wait (64 per-node training jobs at 64 nodes), and
   accounting's word through a sacct watcher of submitit's kind that is this watcher's own: the
@@ -49,45 +50,19 @@ SETTLE_S = 10.0
 SETTLE_POLL_S = 0.1
 
 
-class SlurmWatcher:
-    """What Slurm says of a launcher's jobs and their nodes, read once for all of them; and the
-    nodes the run lost. Thread-safe: jobs are waited on from several threads."""
+class JobWatcher:
+    """The jobs a launcher waits on and the run's record of lost nodes, shared by every job of
+    the launcher. It asks no one: submitit's local executor's jobs are processes of this machine,
+    and what Slurm says of a Slurm launcher's jobs is ``SlurmWatcher``'s. Thread-safe: jobs are
+    waited on from several threads."""
 
-    def __init__(
-        self,
-        *,
-        accounting: bool = True,
-        reserved: frozenset[str] = frozenset(),
-        lost: LostNodes | None = None,
-        client: Slurm | None = None,
-    ) -> None:
-        # The run's client of Slurm: every question goes through it, and with it the run's record
-        # of the daemons' outages (a new one when none is given).
-        self.client = Slurm() if client is None else client
-        # False: the cluster runs without slurmdbd; jobs are followed through the queue, and
-        # submitit's warnings that sacct failed say nothing (``sacct_quiet``).
-        self.accounting = accounting
-        # The nodes of the run's reservation: there a MAINTENANCE node takes the run's jobs.
-        self.reserved = reserved
-        # submitit's submission and its sacct watcher are not thread-safe: jobs started ahead (see
+    def __init__(self, *, lost: LostNodes | None = None) -> None:
+        # submitit's submission and its state queries are not thread-safe: jobs started ahead (see
         # run/runner.py) are submitted and waited for from several threads.
         self.submitit_lock = threading.RLock()
-        # Accounting's word on this launcher's jobs only (``job_state``): one sacct for all of
-        # them, as submitit asks, with no final state of another launcher's job under a reused id.
-        self.sacct = SlurmInfoWatcher(delay_s=600)
         self._lock = threading.Lock()
         self._watched: dict[str, Job[Any]] = {}  # job id → the job, submitted and not yet seen to end
         self._ending: set[str] = set()  # results all read, the job not yet seen to leave the queue
-        self._queue_lock = threading.Lock()
-        self._queue_read: dict[str, tuple[str, str]] = {}
-        self._queue_read_ids: frozenset[str] = frozenset()
-        self._queue_read_at = float("-inf")
-        self._queue_said: dict[str, str] = {}  # job id → its state in the queue, "GONE" once it left
-        self._nodes_lock = threading.Lock()
-        self._nodes_read: list[NodeInfo] = []
-        self._nodes_read_names: frozenset[str] = frozenset()
-        self._nodes_read_at = float("-inf")
-        self._job_nodes: dict[str, tuple[str, ...]] = {}
         self._nodes_used: set[str] = set()  # every node a job of this run was pinned to
         # The nodes the run lost under its jobs: the run's one record (a new one when none is given).
         self.lost = LostNodes() if lost is None else lost
@@ -111,9 +86,51 @@ class SlurmWatcher:
             return list(self._watched.values())
 
     def note_ending(self, job_id: str) -> None:
-        """All results of the job were read while Slurm still lists it: ``settle`` waits for it."""
+        """All results of the job were read while a queue still lists it: ``settle`` waits for it."""
         with self._lock:
             self._ending.add(job_id)
+
+    def settle(self, limit_s: float = SETTLE_S) -> list[str]:
+        """The jobs of ``note_ending`` that are still listed at the run's end. A job of this
+        machine ends with its processes: none waits."""
+        with self._lock:
+            self._ending.clear()
+        return []
+
+
+class SlurmWatcher(JobWatcher):
+    """What Slurm says of a launcher's jobs and their nodes, read once for all of them."""
+
+    def __init__(
+        self,
+        *,
+        accounting: bool = True,
+        reserved: frozenset[str] = frozenset(),
+        lost: LostNodes | None = None,
+        client: Slurm | None = None,
+    ) -> None:
+        super().__init__(lost=lost)
+        # The run's client of Slurm: every question goes through it, and with it the run's record
+        # of the daemons' outages (a new one when none is given).
+        self.client = Slurm() if client is None else client
+        # False: the cluster runs without slurmdbd; jobs are followed through the queue, and
+        # submitit's warnings that sacct failed say nothing (``sacct_quiet``).
+        self.accounting = accounting
+        # The nodes of the run's reservation: there a MAINTENANCE node takes the run's jobs.
+        self.reserved = reserved
+        # Accounting's word on this launcher's jobs only (``job_state``): one sacct for all of
+        # them, as submitit asks, with no final state of another launcher's job under a reused id.
+        self.sacct = SlurmInfoWatcher(delay_s=600)
+        self._queue_lock = threading.Lock()
+        self._queue_read: dict[str, tuple[str, str]] = {}
+        self._queue_read_ids: frozenset[str] = frozenset()
+        self._queue_read_at = float("-inf")
+        self._queue_said: dict[str, str] = {}  # job id → its state in the queue, "GONE" once it left
+        self._nodes_lock = threading.Lock()
+        self._nodes_read: list[NodeInfo] = []
+        self._nodes_read_names: frozenset[str] = frozenset()
+        self._nodes_read_at = float("-inf")
+        self._job_nodes: dict[str, tuple[str, ...]] = {}
 
     def settle(self, limit_s: float = SETTLE_S) -> list[str]:
         """Wait (bounded) for the jobs of ``note_ending`` to leave the queue by themselves;

@@ -26,7 +26,6 @@ from pytest_gpucluster.launch.faults import GROUP_MARK
 from pytest_gpucluster.launch.local_backend import LocalLauncher
 from pytest_gpucluster.launch.local_gpus import LocalGpus
 from pytest_gpucluster.launch.slurm_backend import SlurmLauncher
-from pytest_gpucluster.launch.submitit_backend import SubmititLauncher
 from pytest_gpucluster.plan import Plan
 from pytest_gpucluster.run import shared_area
 from pytest_gpucluster.run.nodes import NodeSet
@@ -165,7 +164,6 @@ class JobContext:
                     on_status=self.progress.job_status,
                     visible_gpus=self.local_gpus.indices if self.local_gpus and self.local_gpus.restricted else None,
                     lost=self.node_set.lost_record,
-                    client=self.slurm,
                 )
         return self._launcher
 
@@ -354,7 +352,7 @@ class JobContext:
             finally:
                 self._group.mark = ""
 
-        watcher = self.launcher.watcher if isinstance(self.launcher, SubmititLauncher) else None
+        watcher = self.launcher.watcher if isinstance(self.launcher, SlurmLauncher) else None
         return together.run_together(marked, say=self.progress.say, watcher=watcher)
 
     def note_parts(self, job_id: str, parts: Mapping[str, tuple[float, float]]) -> None:
