@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import shutil
 import signal
 import threading
 from collections.abc import Mapping, MutableMapping
@@ -45,7 +44,7 @@ from pytest_gpucluster.plan.selection import (
 from pytest_gpucluster.results.document import ResultsDocument
 from pytest_gpucluster.results.drain import drain_rejected
 from pytest_gpucluster.results.finish import finish
-from pytest_gpucluster.run import Runner, Start, shared_area
+from pytest_gpucluster.run import Runner, Start
 from pytest_gpucluster.run import areas as _areas  # noqa: F401  (importing it registers the suite's producers)
 from pytest_gpucluster.run.areas.soak import job_minutes as soak_job_minutes
 from pytest_gpucluster.run.cluster import Cluster
@@ -482,13 +481,7 @@ class GpuClusterSession:
         self.cancel_everything()
         if isinstance(self._environ, MutableMapping):
             caller_env.put_back(self._environ, self.caller_env)
-        root = self.jobs.existing_job_root
-        if self.jobs.owns_job_root and root is not None:
-            shutil.rmtree(root, ignore_errors=True)
-        elif root is not None and self.jobs.existing_area is not None:
-            # Folders no job wrote into (every submission refused, shared_fs full) go again; a
-            # folder with any job's logs stays for the operator.
-            shared_area.remove_empty(root, self.jobs.existing_area)
+        self.jobs.folders.clean_up()
 
     def cancel_everything(self) -> list[str]:
         """Cancel the jobs this process submitted and, for Slurm, any job still queued under this

@@ -7,36 +7,29 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import secrets
-import shutil
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.config import Profile, ThresholdSet
-from pytest_gpucluster.errors import DAEMON_NAMES, ClusterFault, GpuClusterError, SharedFsFault
+from pytest_gpucluster.errors import DAEMON_NAMES, ClusterFault, GpuClusterError
 from pytest_gpucluster.launch import Job, JobSpec, Launcher, TaskResult, together
 from pytest_gpucluster.launch.faults import GROUP_MARK
 from pytest_gpucluster.launch.local_backend import LocalLauncher
 from pytest_gpucluster.launch.local_gpus import LocalGpus
 from pytest_gpucluster.launch.slurm_backend import SlurmLauncher
 from pytest_gpucluster.plan import Plan
-from pytest_gpucluster.run import shared_area
+from pytest_gpucluster.run.folders import RunFolders
 from pytest_gpucluster.run.nodes import NodeSet
 from pytest_gpucluster.run.progress import Progress
 from pytest_gpucluster.run.runner import Runner
-from pytest_gpucluster.workloads import sharedfs
 from pytest_gpucluster.workloads.distributed import BACKEND_ENV
 
 R = TypeVar("R")
-
-LOCAL_JOB_ROOT_PREFIX = "pytest-gpucluster-jobs-"
 
 
 class JobContext:
@@ -72,9 +65,8 @@ class JobContext:
         self.is_xdist_worker = is_xdist_worker  # another process controls the run (pytest-xdist)
         self.started_epoch = time.time()  # when the run started: what a node logged before is older
         self.progress = progress
-        self._job_root: Path | None = None
-        self._area: shared_area.Area | None = None
-        self.owns_job_root = False
+        # This user's folder on the shared filesystem and the run's job folder, made on first use.
+        self.folders = RunFolders(profile, run_id=run_id, say=progress.status, record=runner.record)
         self._launcher: Launcher | None = None
         # The first fault outside the nodes that stopped a check (``launch/faults.py``): later checks
         # first look whether it still stands, and end at once with the same sentence if so.
@@ -169,70 +161,18 @@ class JobContext:
 
     @property
     def area(self) -> Path:
-        """This user's folder on the profile's ``shared_fs`` (``run.shared_area``), made on first
-        use: the run's job folders and the shared-filesystem check's scratch live in it, so that
-        operators running one after another or at once never shut each other out. Where it is not
-        the shared top folder, the run says why once. SharedFsFault when it cannot be made."""
-        if self._area is None:
-            shared = self.shared_root
-            if not shared.is_dir():
-                raise SharedFsFault(
-                    f"shared_fs {str(shared)!r} of profile {self.profile.name!r} is not a directory on this "
-                    "login node; mount the shared filesystem or fix shared_fs (jobs keep their files there)."
-                )
-            try:
-                area = shared_area.user_area(shared)
-            except OSError as exc:
-                raise SharedFsFault.cannot_write(
-                    str(shared),
-                    str(exc.strerror or exc),
-                    f"cannot make this user's folder {shared / shared_area.TOP / shared_area.user_name()}; jobs "
-                    "keep their files there, so it must be writable and not full.",
-                ) from None
-            if area.note:
-                self.progress.status(f"warning: {area.note}")
-            self.runner.record({"kind": "environment", "facts": {"shared_area": str(area.path)}})
-            self._area = area
-        return self._area.path
-
-    @property
-    def existing_area(self) -> shared_area.Area | None:
-        """This user's folder on ``shared_fs``, if the run made or found it."""
-        return self._area
+        """This user's folder on the shared filesystem (``RunFolders.area``)."""
+        return self.folders.area
 
     @property
     def shared_root(self) -> Path:
-        """The profile's ``shared_fs`` as this login node resolves it (``$VARS``, ``~``), or the home
-        directory where the profile names none."""
-        return sharedfs.expand(self.profile.shared_fs, os.environ) if self.profile.shared_fs else Path.home()
+        """The profile's ``shared_fs`` as this login node resolves it (``RunFolders.shared_root``)."""
+        return self.folders.shared_root
 
     @property
     def job_root(self) -> Path:
-        """Folder for this run's job pickles and logs: in this user's folder on the shared
-        filesystem for Slurm (nodes must read it), a private temporary folder for the local
-        executor."""
-        if self._job_root is None:
-            if self.profile.executor == "slurm":
-                root = self.area / "jobs" / self.run_id / uuid.uuid4().hex[:6]
-                try:
-                    root.mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
-                    raise SharedFsFault.cannot_write(
-                        str(self.shared_root),
-                        str(exc.strerror or exc),
-                        f"cannot create the job folder {root}; jobs keep their files there, so it must be "
-                        "writable and not full.",
-                    ) from None
-                self._job_root = root
-            else:
-                remove_orphaned_job_roots(Path(tempfile.gettempdir()))
-                self._job_root = Path(tempfile.mkdtemp(prefix=f"{LOCAL_JOB_ROOT_PREFIX}{os.getpid()}-"))
-                self.owns_job_root = True
-        return self._job_root
-
-    @property
-    def existing_job_root(self) -> Path | None:
-        return self._job_root
+        """The run's job folder, made on first use (``RunFolders.job_root``)."""
+        return self.folders.job_root
 
     # ------------------------------------------------------------------ job shapes
 
@@ -406,11 +346,8 @@ class JobContext:
         if fault is None:
             return
         if fault.what == "shared_fs":
-            root = self._area.path if self._area is not None else self.shared_root
-            try:
-                Path(tempfile.mkdtemp(prefix=".pytest-gpucluster-probe-", dir=root)).rmdir()
-            except OSError:
-                raise fault from None
+            if not self.folders.writable_now():
+                raise fault
         elif not self.slurm.answers(fault.what):
             raise fault
         self.cluster_fault = None
@@ -431,15 +368,3 @@ class JobContext:
 def ahead_limit_s(profile: Profile) -> float:
     """Longest a light job may take from submission to its end: queue wait, run time, grace."""
     return profile.queue_timeout_s + profile.job_timeout_min * 60 + 120.0
-
-
-def remove_orphaned_job_roots(tmp: Path) -> None:
-    """Job folders of local runs whose process is gone (killed before it could clean up): the
-    folder's name carries the run's process id. Folders of live runs, and of other users, stay."""
-    for folder in tmp.glob(f"{LOCAL_JOB_ROOT_PREFIX}*-*"):
-        pid = folder.name.removeprefix(LOCAL_JOB_ROOT_PREFIX).split("-", 1)[0]
-        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
-            continue
-        with contextlib.suppress(OSError):
-            if folder.stat().st_uid == os.getuid():
-                shutil.rmtree(folder, ignore_errors=True)
