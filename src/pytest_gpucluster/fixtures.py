@@ -16,6 +16,7 @@ from pytest_gpucluster.errors import DeclarationError
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, GpuClusterWarning, ThresholdWarning
 from pytest_gpucluster.phases import subject_node
 from pytest_gpucluster.plan import JobRequest
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.run import produce
 from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext
@@ -68,10 +69,10 @@ class Judge:
     def _record(self, verdict: Verdict) -> Verdict:
         """Record a verdict, and the finding it is when past a line, on the test."""
         self.verdicts.append(verdict)
-        self._session.record({"kind": "measurement", **verdict.to_json()})
+        self._session.record(codec.measurement_entry(verdict))
         found = verdict.finding()
         if found is not None:
-            self._session.record({"kind": "finding", **found.to_json()})
+            self._session.record(codec.finding_entry(found))
         if verdict.status == "warn":
             warnings.warn(ThresholdWarning(verdict.sentence), stacklevel=4)
         return verdict
@@ -124,15 +125,9 @@ class Judge:
     def _keep_unjudged(self, m: Measurement) -> None:
         thresholds = self._session.thresholds
         subject = f"{m.where}: {m.metric}" if m.where else m.metric
-        self._session.record(
-            {
-                "kind": "measurement",
-                **dataclasses.asdict(m),
-                "status": "unjudged",
-                "sentence": f"{subject} = {m.value:.4g} {m.unit}, not judged: no bound in set {thresholds.name!r}",
-                "threshold": {"source": f"{thresholds.file} [thresholds.{thresholds.name}]", "origin": "missing"},
-            }
-        )
+        line = Threshold(m.metric, m.unit, source=f"{thresholds.file} [thresholds.{thresholds.name}]")
+        sentence = f"{subject} = {m.value:.4g} {m.unit}, not judged: no bound in set {thresholds.name!r}"
+        self._session.record(codec.measurement_entry(Verdict(m, line, "unjudged", sentence)))
 
     def __call__(self, m: Measurement, threshold: Threshold | str | None = None) -> Verdict:
         """Judge one measurement; fails the test at once on a fail verdict. Without a bound for it
@@ -168,7 +163,7 @@ class Judge:
         without the finding a verdict would make alone; then ``findings``."""
         for v in verdicts:
             self.verdicts.append(v)
-            self._session.record({"kind": "measurement", **v.to_json()})
+            self._session.record(codec.measurement_entry(v))
         for m in unjudged:
             self._keep_unjudged(m)
         self.findings(fold_missing(findings), what)
@@ -179,7 +174,7 @@ class Judge:
         ``what``), else not judged (a finding that kept the check from judging), else pass."""
         found = list(findings)
         for f in found:
-            self._session.record({"kind": "finding", **f.to_json()})
+            self._session.record(codec.finding_entry(f))
         for f in found:
             if f.severity == "warn":
                 warnings.warn(GpuClusterWarning(f.text), stacklevel=2)

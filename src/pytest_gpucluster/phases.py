@@ -15,7 +15,8 @@ import pytest
 from pytest_gpucluster.errors import GpuClusterError, MissingThresholdError
 from pytest_gpucluster.launch.faults import cluster_fault, error_findings
 from pytest_gpucluster.outcomes import COULD_NOT_JUDGE, NOT_APPLICABLE, NOT_JUDGED
-from pytest_gpucluster.results.document import PROPERTY, entries_of
+from pytest_gpucluster.results.codec import PROPERTY, finding_entry
+from pytest_gpucluster.results.document import entries_of
 from pytest_gpucluster.run.items import is_check
 from pytest_gpucluster.run.runner import RunningTest, SharedFailure
 from pytest_gpucluster.verdict import Finding
@@ -83,7 +84,7 @@ class CheckPhases:
             for f in error_findings(
                 exc, node=subject_node(item), tested=self.session.nodes, lost=self.session.lost_nodes
             ):
-                self._add(item, report, {"kind": "finding", **f.to_json()})
+                self._add(item, report, finding_entry(f))
         fault = cluster_fault(exc)
         if fault is not None:
             # Not a judgement of any node: the results mark the check not judged (faults.py), and
@@ -151,7 +152,7 @@ class CheckPhases:
             text = f"{len(self.session.live_nodes)} node(s) left after losing {gone}; this check needs 2"
             # The lost nodes are its culprits: a node left is not judged by it (nor rejected for it).
             found = Finding.across([*self.session.live_nodes, *lost], text, culprits=list(lost))
-            item.user_properties.append((PROPERTY, {"kind": "finding", **found.to_json()}))
+            item.user_properties.append((PROPERTY, finding_entry(found)))
             pytest.fail(text, pytrace=False)
 
     def lost_evidence(self, node: str) -> str:

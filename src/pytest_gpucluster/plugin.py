@@ -27,7 +27,7 @@ from pytest_gpucluster.config.options import (
 from pytest_gpucluster.config.shipped import default_thresholds, suite_dir
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.phases import CheckPhases
-from pytest_gpucluster.results.document import load_node_verdicts
+from pytest_gpucluster.results.codec import load_node_verdicts
 from pytest_gpucluster.session import GpuClusterSession, Settings, install_sigterm_as_interrupt
 from pytest_gpucluster.verdict.merge import retest_choice
 

@@ -41,6 +41,7 @@ from pytest_gpucluster.plan.selection import (
     not_applicable,
     plan_selection,
 )
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.results.document import ResultsDocument
 from pytest_gpucluster.results.drain import drain_rejected
 from pytest_gpucluster.results.finish import finish
@@ -346,7 +347,7 @@ class GpuClusterSession:
         runnable = [item for item in session.items if not skipped(item)]
         self.jobs.plan, early = self.make_plan(runnable)
         if self.results is not None and session.items:
-            self.results.plan = self.plan.to_json()
+            self.results.plan = self.plan
         terminal = config.pluginmanager.get_plugin("terminalreporter")
         if config.getoption("gpucluster_dry_run", False) and terminal is not None:
             terminal.write_sep("-", f"gpucluster plan: {len(self.plan.jobs)} job(s), nothing submitted")
@@ -380,7 +381,7 @@ class GpuClusterSession:
         self.selection = self._selection(session)
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None:
-            workeroutput["gpucluster_selection"] = self.selection.to_json()
+            workeroutput["gpucluster_selection"] = codec.encode_selection(self.selection)
             workeroutput["gpucluster_nodes"] = {"tested": list(self.nodes), "excluded": dict(self.excluded_nodes)}
         if self.results is not None:
             self.results.nodes = list(self.nodes)
@@ -421,9 +422,9 @@ class GpuClusterSession:
         data = output.get("gpucluster_selection")
         if data and self.results is not None:
             if self.results.selection is None:
-                self.results.selection = Selection.from_json(data)
+                self.results.selection = codec.decode_selection(data)
             else:
-                self.results.selection.merge(Selection.from_json(data))
+                self.results.selection.merge(codec.decode_selection(data))
 
     # Each test's reports are folded into self.results by results/recording.py (ResultsHooks), which
     # also turns the data entries into readable JUnit properties.

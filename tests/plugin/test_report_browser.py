@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gpucluster.report.html import render_page
-from pytest_gpucluster.results.document import load_results, with_verdicts
+from pytest_gpucluster.results import codec
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "build" / "artifacts"
@@ -206,7 +206,7 @@ def report(gpc: pytest.Pytester) -> Path:
 def _standalone(name: str, tmp_path: Path) -> Path:
     """The standalone page of a results file of docs/samples."""
     page = tmp_path / f"{name}.html"
-    page.write_text(render_page(with_verdicts(load_results(SAMPLES / f"results-{name}.json"))), encoding="utf-8")
+    page.write_text(render_page(codec.with_verdicts(codec.load(SAMPLES / f"results-{name}.json"))), encoding="utf-8")
     return page
 
 

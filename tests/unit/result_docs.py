@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.verdict.finding import OUTSIDE_SCOPES
 
@@ -56,10 +57,10 @@ def finding(
     """A finding as the results hold it: of ``node`` (its GPU ``gpu``, its port ``port``), of
     ``nodes`` together with their ``culprits``, or of a ``scope`` outside the nodes."""
     if node:
-        return Finding.on_node(node, text, gpu=gpu, port=port, severity=severity).to_json()  # type: ignore[arg-type]
+        return codec.encode_finding(Finding.on_node(node, text, gpu=gpu, port=port, severity=severity))  # type: ignore[arg-type]
     if scope in OUTSIDE_SCOPES:
-        return Finding.outside(scope, text, nodes=nodes, severity=severity).to_json()  # type: ignore[arg-type]
-    return Finding.across(nodes, text, culprits=culprits, severity=severity).to_json()  # type: ignore[arg-type]
+        return codec.encode_finding(Finding.outside(scope, text, nodes=nodes, severity=severity))  # type: ignore[arg-type]
+    return codec.encode_finding(Finding.across(nodes, text, culprits=culprits, severity=severity))  # type: ignore[arg-type]
 
 
 def record_of_test(

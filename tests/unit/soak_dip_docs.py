@@ -15,7 +15,7 @@ from typing import Any
 
 from pytest_gpucluster.checks import soak as checks
 from pytest_gpucluster.config.load import load
-from pytest_gpucluster.results.document import with_verdicts
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.run.areas.soak import lines_of
 from pytest_gpucluster.verdict import Finding
 
@@ -91,18 +91,18 @@ def dip_doc() -> dict[str, Any]:
     rules = config.profile("testbox").soak_rules
     section = checks.section(
         track,
-        findings,
         requested_s=doc["soak"]["requested_s"],
         config=doc["soak"]["config"],
         rules=rules,
         nodes={"node1": {"job_id": "2", "ended": "duration"}},
     )
+    section["findings"] = [codec.encode_finding(f) for f in findings]
     section["stream_folder"] = doc["soak"]["stream_folder"]
     doc["soak"] = section
     doc["cluster"]["gpus_per_node"] = 2
     (test,) = doc["tests"]
-    test["findings"] = [f.to_json() for f in findings]
+    test["findings"] = [codec.encode_finding(f) for f in findings]
     test["warnings"] = [f.text for f in findings if f.severity == "warn"]
     test["verdict"] = "warn"
     doc.pop("acceptance")
-    return with_verdicts(doc)
+    return codec.with_verdicts(doc)

@@ -15,7 +15,8 @@ from typing import Any
 from pytest_gpucluster.checks import soak as checks
 from pytest_gpucluster.config.load import load
 from pytest_gpucluster.plan.selection import Selection
-from pytest_gpucluster.results.document import ResultsDocument, with_verdicts
+from pytest_gpucluster.results import codec
+from pytest_gpucluster.results.document import ResultsDocument
 from pytest_gpucluster.run.areas.soak import lines_of
 from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.soak import SoakConfig, config_dict
@@ -138,12 +139,12 @@ def synthetic_soak_doc(
     findings = checks.judge(track, rules, lines)
     section = checks.section(
         track,
-        findings,
         requested_s=hours * 3600.0,
         config=config_dict(SoakConfig(cycle_s=cycle_s)),
         rules=rules,
         nodes=ended,
     )
+    section["findings"] = [codec.encode_finding(f) for f in findings]
     section["stream_folder"] = "/mnt/sharedfs/.pytest-gpucluster/ops/jobs/synthetic/soak-5a0c1e"
     return _document(names, gpus, hours, findings, section)
 
@@ -173,8 +174,8 @@ def _document(
         mine = [f for f in findings if node in f.nodes]
         failing = [f.text for f in mine if f.severity == "fail"]
         rec.node, rec.outcome, rec.duration_s = node, "failed" if failing else "passed", hours * 3600.0
-        rec.findings = [f.to_json() for f in mine]
+        rec.findings = mine
         rec.message = f"Failed: {'; '.join(failing)}" if failing else ""
     doc.soak = section
     doc.selection = Selection(required=list(doc.tests))
-    return with_verdicts(doc.to_json())
+    return codec.with_verdicts(doc.to_json())

@@ -7,8 +7,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from pytest_gpucluster import verdict
-from pytest_gpucluster.results.document import PROPERTY, ResultsDocument
-from pytest_gpucluster.verdict import RunRecord
+from pytest_gpucluster.results import codec
+from pytest_gpucluster.results.document import ResultsDocument
 
 DOWN = "the Slurm controller (slurmctld) did not answer for 61 s: `sbatch` exited 1: Unable to contact slurm controller"
 
@@ -55,7 +55,7 @@ STOPPED = [
 
 def test_checks_stopped_by_the_controller_are_not_judged_and_the_sentence_comes_first():
     acc = verdict.acceptance(
-        RunRecord.from_json(_doc([_test("test_slurm_health.py::test_partition_is_up", "pass"), *STOPPED]))
+        codec.decode_run(_doc([_test("test_slurm_health.py::test_partition_is_up", "pass"), *STOPPED]))
     )
     assert acc.verdict == "INCOMPLETE"
     assert acc.headline == f"INCOMPLETE: {DOWN} (6 checks not judged)"
@@ -66,7 +66,7 @@ def test_checks_stopped_by_the_controller_are_not_judged_and_the_sentence_comes_
 
 
 def test_no_node_is_rejected_excluded_or_drained_for_it():
-    nodes = verdict.node_verdicts(RunRecord.from_json(_doc(STOPPED)))
+    nodes = verdict.node_verdicts(codec.decode_run(_doc(STOPPED)))
     assert {v.node: v.verdict for v in nodes.verdicts} == {"node1": "INCOMPLETE", "node2": "INCOMPLETE"}
     assert nodes.exclude == ""
     assert nodes.cluster_wide == ()
@@ -75,11 +75,11 @@ def test_no_node_is_rejected_excluded_or_drained_for_it():
 
 def test_a_judged_failure_still_rejects_with_the_fault_named_first():
     failed = _test("test_slurm_health.py::test_controller_answers", "fail", message="Failed: " + DOWN)
-    acc = verdict.acceptance(RunRecord.from_json(_doc([failed, *STOPPED])))
+    acc = verdict.acceptance(codec.decode_run(_doc([failed, *STOPPED])))
     assert acc.verdict == "REJECTED"
     assert acc.reasons[0].startswith(DOWN + " (6 checks not judged")
     assert acc.headline == f"REJECTED: 1 check failed; {DOWN} (6 checks not judged)"
-    assert verdict.node_verdicts(RunRecord.from_json(_doc([failed, *STOPPED]))).exclude == ""
+    assert verdict.node_verdicts(codec.decode_run(_doc([failed, *STOPPED]))).exclude == ""
 
 
 WORKER_TEXT = "[gw1] linux -- Python 3.11.7 /venv/bin/python\nSharedFsFault: shared_fs '/mnt/s' cannot be written"
@@ -95,11 +95,11 @@ def test_the_fault_entry_of_a_report_marks_its_record_not_judged():
         failed=True,
         skipped=False,
         duration=0.1,
-        user_properties=[(PROPERTY, entry)],
+        user_properties=[(codec.PROPERTY, entry)],
         longrepr=WORKER_TEXT,
         longreprtext=WORKER_TEXT,
     )
-    record = doc.fold(report).to_json()
+    record = codec.encode_test(doc.fold(report))
     assert record["cluster_fault"] == {"what": "shared_fs", "sentence": "shared_fs '/mnt/s' cannot be written"}
     assert record["unjudged"] == "cluster fault: shared_fs" and record["verdict"] == "fault"
     assert record["message"] == "SharedFsFault: shared_fs '/mnt/s' cannot be written"  # xdist's worker line gone

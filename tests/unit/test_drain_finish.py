@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 from pytest_gpucluster.config.options import Outputs
 from pytest_gpucluster.errors import SlurmQueryError
-from pytest_gpucluster.results.document import PROPERTY, ResultsDocument
+from pytest_gpucluster.results import codec
+from pytest_gpucluster.results.document import ResultsDocument
 from pytest_gpucluster.results.drain import drain_rejected
 from pytest_gpucluster.results.finish import finish
 from pytest_gpucluster.slurm.rights import right_needed
@@ -49,7 +50,7 @@ def _report(nodeid, outcome, when="call", **entry):
         failed=outcome == "failed",
         skipped=outcome == "skipped",
         duration=0.1,
-        user_properties=[(PROPERTY, entry)] if entry else [],
+        user_properties=[(codec.PROPERTY, entry)] if entry else [],
         longrepr="Failed: node1: planted" if outcome == "failed" else None,
         longreprtext="Failed: node1: planted" if outcome == "failed" else "",
     )
@@ -74,7 +75,7 @@ def _finish(results, outputs=None, pytest_status=0, **kwargs):
 
 
 def test_the_verdict_is_recorded_before_the_nodes_are_drained_once():
-    planted = Finding.on_node("node1", "node1: planted").to_json()
+    planted = codec.encode_finding(Finding.on_node("node1", "node1: planted"))
     results = _results(_report("a::test_gpu[node1]", "failed", kind="finding", **planted))
     status, drained = _finish(results, Outputs(drain_failed=True), pytest_status=1)
     assert status == 1 and results.status == "complete" and results.finished

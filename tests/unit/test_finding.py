@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster.config import Threshold
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.verdict import Finding, Measurement, judge
 
 
@@ -38,16 +39,16 @@ def test_a_switch_or_a_link_names_switches_as_culprits_and_convicts_no_node():
     path = Finding.in_network("link", ["leaf1", "leaf2"], ["node1", "node3"], "the path between leaf1 and leaf2: slow")
     assert (leaf.culprits, leaf.convicts, leaf.place) == (("leaf2",), (), "leaf2")
     assert (path.nodes, path.convicts, path.place) == (("node1", "node3"), (), "leaf1–leaf2")
-    assert Finding.from_json(path.to_json()) == path
+    assert codec.decode_finding(codec.encode_finding(path)) == path
     with pytest.raises(ValueError, match="not a scope of the network"):
         Finding.in_network("nodes", ["leaf1"], ["node1"], "x")
 
 
 def test_a_finding_round_trips_through_the_results_file():
     found = Finding.on_node("node1", "slow", gpu=2, metric="compute.matmul_bf16", value=300.0, unit="TFLOP/s")
-    data = found.to_json()
+    data = codec.encode_finding(found)
     assert data["nodes"] == ["node1"] and data["culprits"] == ["node1"] and data["gpu"] == 2
-    assert Finding.from_json(data) == found
+    assert codec.decode_finding(data) == found
 
 
 def test_a_verdict_past_its_line_is_a_finding_of_the_measured_place():

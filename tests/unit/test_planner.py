@@ -9,6 +9,7 @@ import pytest
 
 from pytest_gpucluster.plan import Facts, JobRequest, Use, jobs, last_order, make_plan
 from pytest_gpucluster.plan.jobs import COMPUTE_RANKS_MATCH, INTRA_NODE_PEERS, TORCH_SWEEPS
+from pytest_gpucluster.results import codec
 
 # test file → (requests its tests declare, quick?, across nodes?, needs GPUs per node)
 SUITE: dict[str, tuple[tuple[JobRequest, ...], bool, bool, int]] = {
@@ -173,7 +174,7 @@ def test_parameter_sets_and_the_printed_plan():
     assert plan.lines() == [
         "placement: job of its own, started ahead, 2 parameter sets; where each task of a job ran; read by 3 test(s)"
     ]
-    assert plan.to_json()["jobs"][0] == {
+    assert codec.encode_plan(plan)["jobs"][0] == {
         "key": "placement",
         "rides_in": None,
         "ahead": True,

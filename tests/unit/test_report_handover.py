@@ -20,8 +20,7 @@ from pytest_gpucluster.config.load import load
 from pytest_gpucluster.config.profile import Handover
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.report import handover, html
-from pytest_gpucluster.results.document import with_verdicts
-from pytest_gpucluster.verdict import Recorded
+from pytest_gpucluster.results import codec
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "docs" / "samples"
@@ -33,14 +32,14 @@ LITERAL = re.compile(r"\(\s*'|\['|\{'|\"\)|', '")
 
 
 def doc_of(path: Path, **cluster: object) -> dict:
-    doc = with_verdicts(json.loads(path.read_text()))
+    doc = codec.with_verdicts(json.loads(path.read_text()))
     doc["cluster"].update(cluster)
     return doc
 
 
 def sheet_text(doc: dict, results_file: handover.ResultsFile | None = None) -> str:
     """The handover sheet's text as a browser shows it (tags dropped, whitespace collapsed)."""
-    block = html.acceptance_block(doc, Recorded.of(doc), results_file)
+    block = html.acceptance_block(doc, codec.decode_recorded(doc), results_file)
     sheet = block[block.index('id="gc-handover"') : block.index('class="gc-counts"')]
     text = html_text.unescape(re.sub(r"<[^>]+>", " ", re.sub(r"<br>", "\n", sheet)))
     return re.sub(r"[ \t]+", " ", text)
@@ -62,7 +61,7 @@ def test_an_accepted_sheet_states_the_contract_and_has_signatures():
     assert "Selection -m 'not slow'" in text
     assert f"sha256 {hashlib.sha256(ONE_GPU.read_bytes()).hexdigest()}" in text
     assert "gpu0 serial 1753024029801, GPU-18ee4f68-33b5-e4f7-7870-32457f18b0c4" in text
-    block = html.acceptance_block(doc, Recorded.of(doc))
+    block = html.acceptance_block(doc, codec.decode_recorded(doc))
     assert 'class="gc-signatures"' in block and "Customer</b> (Example Labs GmbH)" in block
     assert "No signatures" not in text
     assert not LITERAL.search(text), LITERAL.search(text)
@@ -81,7 +80,7 @@ def test_the_sheet_lists_what_was_not_tested_and_why():
         "optional (slow), not selected: not part of the required set (3): "
         "test_compute.py::test_gpu_burn_without_throttling[node1]"
     ) in part
-    recorded = Recorded.of(doc_of(ONE_GPU))
+    recorded = codec.decode_recorded(doc_of(ONE_GPU))
     listed = sum(len(n.checks) for n in handover.not_tested(doc_of(ONE_GPU), recorded))
     assert listed == len(recorded.acceptance.not_applicable) + 3
 
@@ -89,7 +88,7 @@ def test_the_sheet_lists_what_was_not_tested_and_why():
 def test_a_partial_sheet_has_no_signatures_and_says_what_was_not_collected():
     doc = doc_of(SOAK)
     text = sheet_text(doc)
-    block = html.acceptance_block(doc, Recorded.of(doc))
+    block = html.acceptance_block(doc, codec.decode_recorded(doc))
     assert "gc-signatures" not in block
     assert "No signatures: a PARTIAL run is not an acceptance." in text
     assert "not collected: the command line names only tests/acceptance/test_soak.py" in text
@@ -101,7 +100,7 @@ def test_a_partial_sheet_has_no_signatures_and_says_what_was_not_collected():
 def test_no_signatures_on_a_run_that_is_not_an_acceptance(verdict):
     doc = copy.deepcopy(doc_of(ONE_GPU))
     doc["acceptance"]["verdict"] = verdict
-    block = html.acceptance_block(doc, Recorded.of(doc))
+    block = html.acceptance_block(doc, codec.decode_recorded(doc))
     assert "gc-signatures" not in block and f"a {verdict} run is not an acceptance" in block
 
 
@@ -140,18 +139,18 @@ def test_the_handover_table_names_the_parties_and_rejects_unknown_keys(tmp_path)
 
 def test_reasons_that_differ_only_by_node_are_one_line_naming_the_nodes():
     # the 2×2 split of the 4 × H200 machine: dcgmi and nvbandwidth missing on both nodes
-    doc = with_verdicts(json.loads((SAMPLES / "results-2x2-h200-retest-merged.json").read_text()))
-    why = [n.why for n in handover.not_tested(doc, Recorded.of(doc))]
+    doc = codec.with_verdicts(json.loads((SAMPLES / "results-2x2-h200-retest-merged.json").read_text()))
+    why = [n.why for n in handover.not_tested(doc, codec.decode_recorded(doc))]
     assert any(w.startswith("not applicable: dcgmi is not installed on node[1-2] and profile") for w in why), why
     assert not [w for w in why if "installed on node1" in w or "installed on node2" in w], why
-    dcgm = next(n for n in handover.not_tested(doc, Recorded.of(doc)) if "dcgmi" in n.why)
+    dcgm = next(n for n in handover.not_tested(doc, codec.decode_recorded(doc)) if "dcgmi" in n.why)
     assert len(dcgm.checks) == 2
 
 
 def test_key_figures_say_what_they_measured():
     from pytest_gpucluster.report import figures
 
-    doc = with_verdicts(json.loads((SAMPLES / "results-4xh200-local-shapes.json").read_text()))
+    doc = codec.with_verdicts(json.loads((SAMPLES / "results-4xh200-local-shapes.json").read_text()))
     key = {k.metric: k for k in figures.key_figures(doc)}
     assert key["compute.matmul_bf16"].measured == "NVIDIA H200, bf16"
     assert "at 1 GiB" in key["nccl.all_reduce.intra_node"].measured

@@ -16,8 +16,9 @@ from pytest_gpucluster import verdict
 from pytest_gpucluster.config import Threshold
 from pytest_gpucluster.plan.selection import Selection
 from pytest_gpucluster.report import html, model, plots
-from pytest_gpucluster.results.document import ResultsDocument, with_verdicts
-from pytest_gpucluster.verdict import Finding, Measurement, RunRecord, judge
+from pytest_gpucluster.results import codec
+from pytest_gpucluster.results.document import ResultsDocument
+from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,7 +60,7 @@ def test_every_run_value_is_escaped_in_html():
         ]
     )
     doc["tests"][0]["logs"] = [{"job_id": "1", "path": "/x", "tail": evil}]
-    page = html.render_page(with_verdicts(doc))
+    page = html.render_page(codec.with_verdicts(doc))
     assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
 
 
@@ -134,16 +135,16 @@ def synthetic_64_node_doc() -> dict:
     tflops = Threshold("compute.matmul_bf16", "TFLOP/s", fail_below=600, warn_below=650, source="thresholds.h100")
     busbw = Threshold("nccl.all_reduce.intra_node", "GB/s", fail_below=320, warn_below=340, source="thresholds.h100")
 
-    def measured(t: Threshold, value: float, node: str, gpu: int | None = None) -> tuple[dict, Finding | None]:
+    def measured(t: Threshold, value: float, node: str, gpu: int | None = None) -> tuple[Verdict, Finding | None]:
         v = judge(Measurement.at(t.metric, value, t.unit, node, gpu=gpu), t)
-        return {"kind": "measurement", **v.to_json()}, v.finding()
+        return v, v.finding()
 
     def add(nodeid: str, outcome: str, measured=(), findings=(), message: str = "", node: str = "") -> None:
         rec = doc.record(nodeid)
         rec.outcome, rec.message, rec.node = outcome, message, node
-        rec.measurements = [m for m, _ in measured]
+        rec.verdicts = [v for v, _ in measured]
         # as the judge records them: a measurement past its line is a finding
-        rec.findings = [f.to_json() for f in [*(f for _, f in measured if f is not None), *findings]]
+        rec.findings = [*(f for _, f in measured if f is not None), *findings]
         rec.duration_s = 12.0
 
     acceptance = "tests/acceptance"
@@ -216,24 +217,21 @@ def synthetic_64_node_doc() -> dict:
         "passed",
         [
             (
-                {
-                    "kind": "measurement",
-                    **judge(
-                        Measurement.across("nccl.all_reduce.inter_node", 371.5, "GB/s", NODES_64),
-                        Threshold("nccl.all_reduce.inter_node", "GB/s", fail_below=300, source="thresholds.h100"),
-                    ).to_json(),
-                },
+                judge(
+                    Measurement.across("nccl.all_reduce.inter_node", 371.5, "GB/s", NODES_64),
+                    Threshold("nccl.all_reduce.inter_node", "GB/s", fail_below=300, source="thresholds.h100"),
+                ),
                 None,
             )
         ],
     )
     doc.selection = Selection(required=list(doc.tests))
-    return with_verdicts(doc.to_json())
+    return codec.with_verdicts(doc.to_json())
 
 
 def test_a_64_node_report_names_the_bad_nodes_and_stays_compact():
     doc = synthetic_64_node_doc()
-    nodes = verdict.node_verdicts(RunRecord.from_json(doc), verdict.acceptance(RunRecord.from_json(doc)).verdict)
+    nodes = verdict.node_verdicts(codec.decode_run(doc), verdict.acceptance(codec.decode_run(doc)).verdict)
     assert nodes.summary == "60 of 64 nodes accepted; rejected: gpu-[017,033,051]; not judged in full: gpu-060"
     assert nodes.exclude == "gpu-[017,033,051]"
     decided = {v.node: v.checks for v in nodes.verdicts if v.checks}
@@ -316,7 +314,7 @@ def test_hostile_names_stay_text_on_a_large_cluster_too():
         for n in names
     ]
     doc = {**_doc(tests, nodes=names), "inventory": {n: {"summary": {"os": evil}} for n in names}}
-    page = html.render_page(with_verdicts(doc))
+    page = html.render_page(codec.with_verdicts(doc))
     assert evil not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert 'id="gc-nodes-accepted"' in page and "n[1-19] (19 nodes)" in page
 

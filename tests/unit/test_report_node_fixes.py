@@ -13,8 +13,8 @@ from pytest_gpucluster.checks import node_config
 from pytest_gpucluster.config.node_config import NodeConfig
 from pytest_gpucluster.report import html
 from pytest_gpucluster.report.node_fixes import node_fixes
-from pytest_gpucluster.results.document import with_verdicts
-from pytest_gpucluster.verdict import Finding, Recorded
+from pytest_gpucluster.results import codec
+from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.node_settings import Limit, NodeSettings, parse_swap_total
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,13 +38,13 @@ def _doc(symptom: bool) -> dict:
     for name, found in (("test_no_swap[node1]", swap), ("test_cpu_frequency_governor[node1]", governor)):
         doc["tests"].append(
             {"nodeid": f"tests/acceptance/test_node_config.py::{name}", "outcome": "passed", "verdict": "warn",
-             "findings": [found.to_json()], "node": "node1", "measurements": [], "job_ids": []}
+             "findings": [codec.encode_finding(found)], "node": "node1", "measurements": [], "job_ids": []}
         )  # fmt: skip
     if symptom:
         compute = next(t for t in doc["tests"] if "test_gpu_compute_and_memory[node1]" in t["nodeid"])
         slow = Finding.on_node("node1", "node1:gpu0: compute.matmul_bf16 = 300 TFLOP/s, below the fail line", gpu=0)
-        compute.update(outcome="failed", verdict="fail", findings=[slow.to_json()])
-    return with_verdicts(doc)
+        compute.update(outcome="failed", verdict="fail", findings=[codec.encode_finding(slow)])
+    return codec.with_verdicts(doc)
 
 
 def test_settings_are_grouped_per_node_with_the_change():
@@ -62,8 +62,8 @@ def test_settings_are_grouped_per_node_with_the_change():
 
 def test_the_report_shows_them_ahead_of_the_failures():
     doc = _doc(symptom=True)
-    block = html.acceptance_block(doc, Recorded.of(doc))
-    assert Recorded.of(doc).acceptance.verdict == "REJECTED"
+    block = html.acceptance_block(doc, codec.decode_recorded(doc))
+    assert codec.decode_recorded(doc).acceptance.verdict == "REJECTED"
     fixes, failures = block.index('id="gc-node-fixes"'), block.index('id="gc-failures"')
     assert fixes < block.index('id="gc-node-summary"') < failures
     swap = next(f for f in _settings_found() if f.setting == "swap")
@@ -73,6 +73,6 @@ def test_the_report_shows_them_ahead_of_the_failures():
 
 
 def test_a_run_without_such_settings_shows_no_such_block():
-    doc = with_verdicts(json.loads(SAMPLE.read_text()))
+    doc = codec.with_verdicts(json.loads(SAMPLE.read_text()))
     assert node_fixes(doc) == []
-    assert 'id="gc-node-fixes"' not in html.acceptance_block(doc, Recorded.of(doc))
+    assert 'id="gc-node-fixes"' not in html.acceptance_block(doc, codec.decode_recorded(doc))

@@ -15,8 +15,7 @@ import pytest
 
 from pytest_gpucluster.report import html
 from pytest_gpucluster.report.pytest_html_hooks import RESULT_ORDER, group_not_applicable, nodes_tested
-from pytest_gpucluster.results.document import load_results, with_verdicts
-from pytest_gpucluster.verdict import Recorded
+from pytest_gpucluster.results import codec
 
 SAMPLES = Path(__file__).resolve().parents[2] / "docs" / "samples"
 # A Python literal in what a customer reads: a tuple or list of strings, a dict, a skip's tuple.
@@ -26,7 +25,7 @@ SORTABLE = ("result", "testId", "duration", "measured", "verdict", "where")
 
 
 def sample(name: str) -> dict[str, Any]:
-    return with_verdicts(load_results(SAMPLES / f"results-{name}.json"))
+    return codec.with_verdicts(codec.load(SAMPLES / f"results-{name}.json"))
 
 
 def duration_text(seconds: float) -> str:
@@ -60,13 +59,13 @@ def pytest_html_table(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 def grouped(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    groups = html.not_applicable_groups(doc, Recorded.of(doc))
+    groups = html.not_applicable_groups(doc, codec.decode_recorded(doc))
     return group_not_applicable(pytest_html_table(doc), groups, nodes_tested(doc))
 
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
     """The summary's "Not applicable to this profile" list, as text."""
-    block = html.acceptance_block(doc, Recorded.of(doc))
+    block = html.acceptance_block(doc, codec.decode_recorded(doc))
     found = re.search(
         r"<h3>Not applicable to this profile</h3>(.*?</ul>)(<details class=\"gc-more\">.*?</details>)?", block, re.S
     )
@@ -77,11 +76,11 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
 @pytest.mark.parametrize("name", ["h200-1gpu-local", "h100-2node-shared-gpu", "2x2-h200-gemm-node2"])
 def test_checks_that_do_not_apply_are_one_row_per_reason_as_the_summary_groups_them(name):
     doc = sample(name)
-    acc = Recorded.of(doc).acceptance
+    acc = codec.decode_recorded(doc).acceptance
     table = grouped(doc)
     rows = [row for rows in table.values() for row in rows]
     groups = [group[0] for key, group in table.items() if key.startswith("gpucluster-not-applicable-")]
-    assert len(groups) == len(html.not_applicable_groups(doc, Recorded.of(doc))) > 1
+    assert len(groups) == len(html.not_applicable_groups(doc, codec.decode_recorded(doc))) > 1
     # no check that does not apply keeps a row of its own
     not_applicable = {str(t["nodeid"]) for t in doc["tests"] if t["verdict"] == "n/a"}
     assert not not_applicable & set(table)
@@ -99,7 +98,7 @@ def test_checks_that_do_not_apply_are_one_row_per_reason_as_the_summary_groups_t
     # the counts agree with the summary's count of checks that do not apply
     assert sum(len(re.findall("<li ", row["extras"][0]["content"])) for row in groups) == acc.counts["n/a"]
     assert acc.counts["n/a"] == len(acc.not_applicable) == len(not_applicable)
-    assert f">{acc.counts['n/a']} not applicable</span>" in html.acceptance_block(doc, Recorded.of(doc))
+    assert f">{acc.counts['n/a']} not applicable</span>" in html.acceptance_block(doc, codec.decode_recorded(doc))
     # the table opens with the judged checks, in pytest-html's order of results; the groups last
     order = [RESULT_ORDER.index(row["result"]) for row in rows[: len(rows) - len(groups)]]
     assert order == sorted(order) and rows[len(rows) - len(groups) :] == groups
@@ -127,5 +126,5 @@ def test_a_reason_that_differs_only_by_node_is_one_row_naming_the_nodes():
 
 def test_a_run_where_every_check_applies_keeps_every_row():
     doc = sample("64node-synthetic")
-    assert not Recorded.of(doc).acceptance.not_applicable
+    assert not codec.decode_recorded(doc).acceptance.not_applicable
     assert set(grouped(doc)) == set(pytest_html_table(doc))

@@ -17,8 +17,7 @@ from soak_dip_docs import dip_doc
 from pytest_gpucluster.config.gpu_specs import share, spec_of
 from pytest_gpucluster.report import figures, html, model, plots
 from pytest_gpucluster.report.pytest_html_hooks import skip_sentence
-from pytest_gpucluster.results.document import with_verdicts
-from pytest_gpucluster.verdict import Recorded
+from pytest_gpucluster.results import codec
 
 SAMPLES = Path(__file__).resolve().parents[2] / "docs" / "samples"
 # A Python literal in what a customer reads: a tuple or list of strings, a dict, a skip's tuple.
@@ -26,7 +25,7 @@ LITERAL = re.compile(r"\(\s*'|\['|\{'|', '|', \d+, ['\"]")
 
 
 def sample(name: str) -> dict:
-    return with_verdicts(json.loads((SAMPLES / f"results-{name}.json").read_text()))
+    return codec.with_verdicts(json.loads((SAMPLES / f"results-{name}.json").read_text()))
 
 
 def visible(page: str) -> str:
@@ -43,12 +42,12 @@ def test_a_skip_reads_as_its_sentence():
 
 def test_the_count_of_checks_that_ran_is_pytest_htmls():
     doc = sample("h100-1gpu-slurm")
-    block = html.acceptance_block(doc, Recorded.of(doc))
+    block = html.acceptance_block(doc, codec.decode_recorded(doc))
     # pytest-html counts passed, failed, xpassed and xfailed as "tests took": 29 here
     ran = sum(1 for t in doc["tests"] if t["outcome"] in ("passed", "failed", "xpassed", "xfailed"))
     assert ran == 29
     assert "56 checks in 18 areas: 29 ran, 27 not applicable; compute (1), dcgm (1)," in block
-    chips = {k: v for k, v in Recorded.of(doc).acceptance.counts.items() if v}
+    chips = {k: v for k, v in codec.decode_recorded(doc).acceptance.counts.items() if v}
     assert sum(chips.values()) == len(doc["tests"]) == 56
 
 

@@ -12,9 +12,8 @@ from typing import Any
 from result_docs import document, record_of_test
 from soak_docs import synthetic_soak_doc
 
-from pytest_gpucluster import verdict
 from pytest_gpucluster.report import html, plots, soak
-from pytest_gpucluster.results.document import with_verdicts
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.verdict import Finding
 
 EVIL = "<img src=x onerror=alert(1)>"
@@ -53,7 +52,7 @@ def soak_doc(
 ) -> dict:
     """A results document of a soak of ``nodes``: a soak check per node with ``verdicts`` (else its
     findings' worst severity, or pass), its verdicts decided as a run records them."""
-    found = [f.to_json() for f in findings]
+    found = [codec.encode_finding(f) for f in findings]
     verdicts = verdicts or {}
     tests = []
     for name in nodes:
@@ -74,7 +73,7 @@ def soak_doc(
         "findings": found,
         **section,
     }
-    return with_verdicts(doc)
+    return codec.with_verdicts(doc)
 
 
 def drift_finding(where: str, gpu_index: int, cycle: int, severity: str = "fail") -> Finding:
@@ -123,9 +122,10 @@ def test_the_gpus_a_failing_finding_names_are_marked_with_the_cycle_it_began_in(
     data = node(cycles=8, gpus=3)
     data["gpus"]["gpu1"]["t"] = [0.0, 61.0, 122.0, 183.0, 244.0, 305.0, 366.0, 427.0]
     found = [
-        drift_finding("n1", 1, 5).to_json(),
-        drift_finding("n1", 2, 3, severity="warn").to_json(),  # a warning of no metric: amber on every panel
-        drift_finding("n2", 0, 1).to_json(),  # another node's
+        codec.encode_finding(drift_finding("n1", 1, 5)),
+        # a warning of no metric: amber on every panel
+        codec.encode_finding(drift_finding("n1", 2, 3, severity="warn")),
+        codec.encode_finding(drift_finding("n2", 0, 1)),  # another node's
     ]
     fig = soak.node_figure("n1", data, found, 60.0)
     assert [p.title for p in fig.panels] == [
@@ -194,7 +194,7 @@ def test_past_16_nodes_only_the_nodes_with_something_to_see_are_drawn_and_rows_f
 
 def test_the_handover_sheet_states_the_soak():
     few = soak_doc({"n1": node(), "n2": node("stopped", cycles=3)}, [drift_finding("n2", 1, 2)])
-    sheet = html.acceptance_block(few, verdict.Recorded.of(few))
+    sheet = html.acceptance_block(few, codec.decode_recorded(few))
     line = re.search(r'<tr><th>Soak</th><td id="gc-sheet-soak">(.*?)</td></tr>', sheet)
     assert line and line.group(1) == (
         "6 min asked for, cycles of 1 min; soaked: n1 6 min (6 cycles), n2 3 min (3 cycles); "
@@ -211,7 +211,7 @@ def test_the_handover_sheet_states_the_soak():
 
 
 def test_nothing_without_a_soak():
-    doc = with_verdicts(document([record_of_test("a::test_x[node1]", "pass", node="node1")]))
+    doc = codec.with_verdicts(document([record_of_test("a::test_x[node1]", "pass", node="node1")]))
     assert html.soak_block(doc) == "" and soak.sheet_line(doc) == "" and soak.block(doc, 16) is None
     page = html.render_page(doc)
     assert 'id="gc-soak"' not in page and "gc-sheet-soak" not in page

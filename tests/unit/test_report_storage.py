@@ -10,8 +10,7 @@ from result_docs import document, record_of_test
 from pytest_gpucluster.checks import storage as storage_checks
 from pytest_gpucluster.checks import storage_checkpoint
 from pytest_gpucluster.report import html, storage
-from pytest_gpucluster.results.document import with_verdicts
-from pytest_gpucluster.verdict import Recorded
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.workloads.storage import DIRECT, MountFacts, StorageReport, Stream, Streams
 from pytest_gpucluster.workloads.storage_checkpoint import CheckpointRank
 from pytest_gpucluster.workloads.storage_coherence import LargeDirectory
@@ -51,7 +50,7 @@ def doc_with(reports=REPORTS, ranks=RANKS, note="d 2048, 16 layers, vocab 32000,
             "t.py::test_checkpoint_restores_bit_for_bit", "pass", storage=storage_checkpoint.section(ranks, note)
         ),
     ]
-    return with_verdicts(document(tests, nodes=("node1", "node2")))
+    return codec.with_verdicts(document(tests, nodes=("node1", "node2")))
 
 
 def test_the_section_gives_each_nodes_streams_the_aggregate_and_the_checkpoints_slowest_rank():
@@ -78,7 +77,7 @@ def test_the_handover_sheet_has_the_storage_line():
     assert "in aggregate" in line and "checkpoint save 4 GB/s, restore 5.333 GB/s in aggregate" in line
     assert "slowest rank node2:gpu0" in line
     doc = doc_with()
-    block = html.acceptance_block(doc, Recorded.of(doc))
+    block = html.acceptance_block(doc, codec.decode_recorded(doc))
     assert 'id="gc-sheet-storage"' in block and "checkpoint save 4 GB/s" in block
 
 

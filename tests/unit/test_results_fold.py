@@ -6,14 +6,10 @@ import json
 
 import pytest
 
-from pytest_gpucluster.results.document import (
-    SCHEMA_VERSION,
-    ResultsDocument,
-    job_log_tails,
-    load_results,
-    split_nodeid,
-)
+from pytest_gpucluster.results import codec
+from pytest_gpucluster.results.document import ResultsDocument, job_log_tails
 from pytest_gpucluster.results.timing import timing_summary, union_s
+from pytest_gpucluster.verdict.check import split_nodeid
 
 
 def test_nodeid_names_area_function_and_parameters():
@@ -45,14 +41,14 @@ def test_log_tails_follow_submitits_names(tmp_path):
 
 def test_load_results_rejects_other_files(tmp_path):
     path = tmp_path / "r.json"
-    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "tests": []}))
-    assert load_results(path)["tests"] == []
+    path.write_text(json.dumps({"schema_version": codec.SCHEMA_VERSION, "tests": []}))
+    assert codec.load(path)["tests"] == []
     path.write_text("[]")
     with pytest.raises(ValueError, match="not a pytest-gpucluster results file"):
-        load_results(path)
+        codec.load(path)
     path.write_text("{")
     with pytest.raises(ValueError, match="not a JSON results file"):
-        load_results(path)
+        codec.load(path)
 
 
 def test_union_counts_overlapping_workloads_once():

@@ -9,13 +9,13 @@ import pytest
 
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.plugin import retest_nodes
-from pytest_gpucluster.results.document import SCHEMA_VERSION
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.verdict.merge import retest_choice
 
 
 def _earlier(tmp_path, verdicts, summary="x"):
     doc = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": codec.SCHEMA_VERSION,
         "tests": [],
         "acceptance": {"nodes": {"summary": summary, "verdicts": {n: {"verdict": v} for n, v in verdicts.items()}}},
     }

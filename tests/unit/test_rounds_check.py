@@ -13,7 +13,7 @@ from pytest_gpucluster import verdict
 from pytest_gpucluster.checks.rounds import GroupResult, Lost, group_results, groups_of, judge_rounds, remeasure
 from pytest_gpucluster.config.topology import read_topology
 from pytest_gpucluster.plan.rounds import RoundPlan, plan_rounds
-from pytest_gpucluster.verdict import RunRecord
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.workloads.busbw import SizeResult, SweepResult
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topology"
@@ -37,10 +37,12 @@ def judged(results):
 
 def verdicts_of(found):
     test = record_of_test(
-        "test_nccl.py::test_busbw_across_nodes[all_reduce]", "fail", findings=[f.to_json() for f in found.findings]
+        "test_nccl.py::test_busbw_across_nodes[all_reduce]",
+        "fail",
+        findings=[codec.encode_finding(f) for f in found.findings],
     )
     doc = document([test], nodes=NODES)
-    return {v.node: v.verdict for v in verdict.node_verdicts(RunRecord.from_json(doc), "REJECTED").verdicts}
+    return {v.node: v.verdict for v in verdict.node_verdicts(codec.decode_run(doc), "REJECTED").verdicts}
 
 
 def test_a_slow_path_between_two_leaves_is_a_link_finding_and_convicts_no_node():

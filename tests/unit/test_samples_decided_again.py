@@ -24,7 +24,7 @@ from pytest_gpucluster import verdict
 from pytest_gpucluster.report import figures, html
 from pytest_gpucluster.report.handover import ResultsFile
 from pytest_gpucluster.report.model import measurement_value
-from pytest_gpucluster.results.document import load_results, with_verdicts
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.verdict.findings import test_label as label_of
 from pytest_gpucluster.verdict.findings import worst
 
@@ -41,10 +41,10 @@ def recorded_and_decided(path: Path) -> tuple[dict[str, Any], dict[str, Any], di
     """The sample's ``acceptance`` as written, the verdicts decided again from its tests, and the
     document as the report reads it (its schema upgraded)."""
     recorded = json.loads(path.read_text(encoding="utf-8"))["acceptance"]
-    doc = load_results(path)
+    doc = codec.load(path)
     fresh = copy.deepcopy(doc)
     fresh.pop("acceptance")
-    return recorded, verdict.decided(verdict.RunRecord.from_json(fresh)), doc
+    return recorded, codec.encode_decided(verdict.decided(codec.decode_run(fresh))), doc
 
 
 def test_every_sample_records_its_verdicts():
@@ -89,7 +89,7 @@ def test_the_earliest_samples_name_the_same_skips():
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem.removeprefix("results-"))
 def test_key_figures_are_the_recorded_measurements(path: Path):
-    doc = with_verdicts(load_results(path))
+    doc = codec.with_verdicts(codec.load(path))
     measured: dict[str, list[dict[str, Any]]] = {}  # the measurements with a value, by metric
     for t in doc["tests"]:
         for m in t.get("measurements", []):
@@ -104,7 +104,7 @@ def test_key_figures_are_the_recorded_measurements(path: Path):
     if any(k.status == "fail" for k in shown):
         assert doc["acceptance"]["verdict"] == "REJECTED"
     # the handover sheet shows the recorded verdict, node verdicts and key figures
-    page = html.acceptance_block(doc, verdict.Recorded.of(doc))
+    page = html.acceptance_block(doc, codec.decode_recorded(doc))
     if shown:
         assert len(key_figure_rows(page)) == len(shown) + 1  # and the header
     else:
@@ -143,6 +143,6 @@ def test_committed_pages_show_todays_key_figures_of_their_sample():
         stated = re.search(r'<td id="gc-sheet-results">.*?sha256 <span class="gc-mono gc-hash">(\w+)</span>', text)
         digest = ResultsFile.of(results)
         assert stated and digest and stated.group(1) == digest.sha256, f"{page.name} was rendered from {results.name}"
-        doc = with_verdicts(load_results(results))
-        fresh = html.acceptance_block(doc, verdict.Recorded.of(doc), digest)
+        doc = codec.with_verdicts(codec.load(results))
+        fresh = html.acceptance_block(doc, codec.decode_recorded(doc), digest)
         assert key_figure_rows(text) == key_figure_rows(fresh), page.name

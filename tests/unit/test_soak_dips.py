@@ -16,8 +16,8 @@ from pytest_gpucluster.checks import soak as checks
 from pytest_gpucluster.config.load import load
 from pytest_gpucluster.config.soak import Dip
 from pytest_gpucluster.report import html, plots, soak
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.run.areas.soak import lines_of
-from pytest_gpucluster.verdict import Recorded
 
 DIP = Dip(warn=0.2, metrics=("tflops",))
 STEADY = [700.0] * 12
@@ -56,7 +56,7 @@ def test_each_recovered_dip_is_one_warning_naming_gpu_metric_cycle_depth_and_rec
 
 def test_a_soak_with_recovered_dips_passes_with_its_warnings_in_full():
     doc = dip_doc()
-    recorded = Recorded.of(doc)
+    recorded = codec.decode_recorded(doc)
     assert recorded.acceptance.verdict == "PARTIAL"  # the sample names one test file; never rejected
     assert [t["verdict"] for t in doc["tests"]] == ["warn"]
     assert [(v.node, v.verdict) for v in recorded.nodes.verdicts] == [("node1", "PARTIAL")]

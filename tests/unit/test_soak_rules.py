@@ -228,7 +228,6 @@ def test_the_section_keeps_each_gpus_series_and_how_each_node_ended():
     track.add(stream("n1", "gpu0", [700.0, 702.0, 698.0, 699.0], extra={2: {"throttle": {"sw_power_cap": [1, 3.0]}}}))
     section = checks.section(
         track,
-        [],
         requested_s=240.0,
         config={"cycle_s": 60},
         rules=RULES,

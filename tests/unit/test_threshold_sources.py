@@ -10,6 +10,7 @@ import pytest
 from pytest_gpucluster.config import Threshold, load
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.report import html, model
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.verdict import Measurement, judge
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,8 +75,8 @@ def test_report_shows_the_source_beside_the_number():
     )
     site = Threshold("gpu.temperature", "C", fail_above=85, source="t.toml [thresholds.default.gpu.temperature]")
     ms = [
-        judge(Measurement("compute.matmul_bf16", 700.0, "TFLOP/s", "n1:gpu0"), calibrated).to_json(),
-        judge(Measurement("gpu.temperature", 40.0, "C", "n1:gpu0"), site).to_json(),
+        codec.encode_verdict(judge(Measurement("compute.matmul_bf16", 700.0, "TFLOP/s", "n1:gpu0"), calibrated)),
+        codec.encode_verdict(judge(Measurement("gpu.temperature", 40.0, "C", "n1:gpu0"), site)),
     ]
     assert ms[0]["threshold"]["origin"] == "calibration" and ms[1]["threshold"]["origin"] == "site"
     assert model.threshold_source(ms[0]) == (

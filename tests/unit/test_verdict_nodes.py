@@ -11,11 +11,11 @@ from result_docs import measurement as _m
 from result_docs import record_of_test as _t
 
 from pytest_gpucluster import verdict
-from pytest_gpucluster.verdict import RunRecord
+from pytest_gpucluster.results import codec
 
 
 def _verdicts(doc, run=""):
-    return {v.node: v.verdict for v in verdict.node_verdicts(RunRecord.from_json(doc), run).verdicts}
+    return {v.node: v.verdict for v in verdict.node_verdicts(codec.decode_run(doc), run).verdicts}
 
 
 def test_each_node_gets_its_verdict_and_the_rejected_ones_a_hostlist():
@@ -29,7 +29,7 @@ def test_each_node_gets_its_verdict_and_the_rejected_ones_a_hostlist():
         **_doc(tests, nodes=("gpu-03", "gpu-11", "gpu-12", "gpu-13")),
         "environment": {"lost_nodes": {"gpu-13": {"why": "DOWN", "when": "t", "job": "7", "how": "x"}}},
     }
-    nodes = verdict.node_verdicts(RunRecord.from_json(doc), "REJECTED")
+    nodes = verdict.node_verdicts(codec.decode_run(doc), "REJECTED")
     assert _verdicts(doc) == {"gpu-03": "REJECTED", "gpu-11": "REJECTED", "gpu-12": "INCOMPLETE", "gpu-13": "REJECTED"}
     assert nodes.exclude == "gpu-[03,11,13]"
     assert nodes.summary == "0 of 4 nodes accepted; rejected: gpu-[03,11,13]; not judged in full: gpu-12"
@@ -48,7 +48,7 @@ def test_a_sentence_naming_a_node_does_not_convict_it():
 def test_a_failure_of_the_nodes_together_without_a_culprit_is_the_clusters_on_no_node():
     undetermined = _m("nccl.all_reduce.inter_node", 1.4, "fail", "node1+node2")
     doc = _doc([_t("a::test_across", "fail", [undetermined])], nodes=("node1", "node2"))
-    nodes = verdict.node_verdicts(RunRecord.from_json(doc))
+    nodes = verdict.node_verdicts(codec.decode_run(doc))
     assert _verdicts(doc) == {"node1": "ACCEPTED", "node2": "ACCEPTED"}
     assert nodes.cluster_wide == (f"{undetermined['sentence']} (test_across)",)
     assert nodes.summary == "2 of 2 nodes accepted; 1 failure(s) name no single node"
@@ -69,7 +69,7 @@ def test_a_check_across_nodes_failing_beside_a_bad_node_names_it_and_not_its_par
         _t("a::test_gpu[node1]", "pass", node="node1"),
     ]
     doc = _doc(tests, nodes=("node1", "node2"))
-    nodes = verdict.node_verdicts(RunRecord.from_json(doc))
+    nodes = verdict.node_verdicts(codec.decode_run(doc))
     assert _verdicts(doc) == {"node1": "ACCEPTED", "node2": "REJECTED"}
     assert nodes.cluster_wide == ()
     reasons = {v.node: v.reasons for v in nodes.verdicts}["node2"]
@@ -90,7 +90,7 @@ def test_a_culprit_of_a_failure_of_several_nodes_is_bad_already_for_the_next_one
         ),
         _t("a::test_pair", "fail", findings=[_f("pair slow", nodes=["node2", "node3"])]),
     ]
-    nodes = verdict.node_verdicts(RunRecord.from_json(_doc(tests, nodes=("node1", "node2", "node3"))))
+    nodes = verdict.node_verdicts(codec.decode_run(_doc(tests, nodes=("node1", "node2", "node3"))))
     assert {v.node: v.verdict for v in nodes.verdicts} == {
         "node1": "ACCEPTED",
         "node2": "ACCEPTED",
@@ -117,7 +117,7 @@ def test_a_lost_node_names_the_checks_across_nodes_and_leaves_per_node_partners_
         **_doc(tests, nodes=("node1", "node2")),
         "environment": {"lost_nodes": {"node2": {"why": "unreachable", "when": "t", "job": "7", "how": "x"}}},
     }
-    nodes = verdict.node_verdicts(RunRecord.from_json(doc), "REJECTED")
+    nodes = verdict.node_verdicts(codec.decode_run(doc), "REJECTED")
     assert _verdicts(doc) == {"node1": "INCOMPLETE", "node2": "REJECTED"}
     assert nodes.exclude == "node2"
     node1 = next(v for v in nodes.verdicts if v.node == "node1")
@@ -130,7 +130,7 @@ def test_a_lost_node_names_the_checks_across_nodes_and_leaves_per_node_partners_
 def test_a_job_failing_alike_on_every_node_convicts_none():
     every = _f("job 9: task 0 on node1: Bootstrap : no socket interface found", nodes=["node1", "node2"])
     doc = _doc([_t("a::test_busbw[node1]", "fail", node="node1", findings=[every])], nodes=("node1", "node2"))
-    nodes = verdict.node_verdicts(RunRecord.from_json(doc))
+    nodes = verdict.node_verdicts(codec.decode_run(doc))
     assert _verdicts(doc) == {"node1": "INCOMPLETE", "node2": "ACCEPTED"} and nodes.exclude == ""
     assert len(nodes.cluster_wide) == 1
 
@@ -147,7 +147,7 @@ def test_outside_the_nodes_the_nodes_it_kept_from_judgement_are_incomplete_and_n
     assert _verdicts(doc) == {"node1": "INCOMPLETE", "node2": "ACCEPTED"}
     busbw = _t("a::test_busbw", "not_judged", findings=[{**config, "severity": "not_judged"}])
     both = _doc([*tests, busbw], nodes=("node1", "node2"))
-    nodes = verdict.node_verdicts(RunRecord.from_json(both))
+    nodes = verdict.node_verdicts(codec.decode_run(both))
     assert _verdicts(both) == {"node1": "INCOMPLETE", "node2": "INCOMPLETE"} and nodes.exclude == ""
 
 
@@ -158,7 +158,7 @@ def test_matrix_puts_results_on_the_node_fields_name():
         _t("a::test_whole", "not_judged", message="Skipped: job 7 vanished"),
         _t("a::test_ib", "fail", findings=[_f("mlx5_0 port 1 is DOWN", node="node1", port="mlx5_0/1")]),
     ]
-    m = verdict.matrix(RunRecord.from_json(_doc(tests)))
+    m = verdict.matrix(codec.decode_run(_doc(tests)))
     assert m.rows == ("node1", "node2", "node10", verdict.CLUSTER_ROW)
     status = {(r, c[1]): m.cell(r, c).status for r in m.rows for c in m.columns}
     assert status[("node2", "test_gpu")] == "fail" and status[("node1", "test_gpu")] == "none"
@@ -166,7 +166,7 @@ def test_matrix_puts_results_on_the_node_fields_name():
     assert status[(verdict.CLUSTER_ROW, "test_bw")] == "none"  # explained by node10
     assert status[(verdict.CLUSTER_ROW, "test_whole")] == "not_judged"
     assert status[("node1", "test_ib")] == "fail"
-    assert verdict.Matrix.from_json(m.to_json()) == m
+    assert codec.decode_matrix(codec.encode_matrix(m)) == m
 
 
 def test_hostlist_is_what_sbatch_exclude_takes():
@@ -174,6 +174,20 @@ def test_hostlist_is_what_sbatch_exclude_takes():
     assert verdict.hostlist(["gpu-03", "gpu-11", "gpu-12"]) == "gpu-[03,11-12]"
     assert verdict.hostlist(["node1", "node2", "node10"]) == "node[1-2,10]"
     assert verdict.hostlist([]) == ""
+
+
+def handover(earlier: dict, earlier_ref: str, now: dict, now_ref: str) -> dict:
+    """The handover of re-test ``now`` merged with ``earlier`` (two results documents), as the
+    results record it."""
+    merged = verdict.handover(
+        codec.decode_nodes(earlier["acceptance"]["nodes"]),
+        earlier_ref,
+        codec.decode_nodes(now["acceptance"]["nodes"]),
+        verdict.matrix(codec.decode_run(now)),
+        now_ref,
+        earlier_started=earlier.get("started"),
+    )
+    return codec.encode_handover(merged)
 
 
 def _earlier(verdicts, cluster_wide=()):
@@ -185,7 +199,7 @@ def _earlier(verdicts, cluster_wide=()):
 
 def _now(tests, nodes):
     doc = _doc(tests, nodes=nodes)
-    return {**doc, "acceptance": {"nodes": verdict.node_verdicts(RunRecord.from_json(doc)).to_json()}}
+    return {**doc, "acceptance": {"nodes": codec.encode_nodes(verdict.node_verdicts(codec.decode_run(doc)))}}
 
 
 def test_a_retest_that_passed_the_deciding_check_again_is_accepted_the_others_keep_their_verdict():
@@ -196,7 +210,7 @@ def test_a_retest_that_passed_the_deciding_check_again_is_accepted_the_others_ke
         }
     )
     now = _now([_t("a::test_planted[node1]", "pass", node="node1")], ("node1",))
-    merged = verdict.handover(earlier, "first.json", now, "again.json")
+    merged = handover(earlier, "first.json", now, "again.json")
     assert merged["verdict"] == "ACCEPTED" and merged["summary"] == "2 of 2 nodes accepted"
     assert merged["retested"] == ["node1"] and merged["exclude"] == ""
     assert merged["nodes"]["node1"]["from"] == "again.json" and merged["nodes"]["node2"]["from"] == "first.json"
@@ -204,15 +218,15 @@ def test_a_retest_that_passed_the_deciding_check_again_is_accepted_the_others_ke
 
 def test_a_retest_without_the_deciding_check_is_incomplete_and_a_standing_fault_rejects():
     earlier = _earlier({"node1": {"verdict": "REJECTED", "reasons": ["x"], "checks": ["test_planted"]}})
-    skipped = verdict.handover(earlier, "a", _now([_t("a::test_other[node1]", "pass", node="node1")], ("node1",)), "b")
+    skipped = handover(earlier, "a", _now([_t("a::test_other[node1]", "pass", node="node1")], ("node1",)), "b")
     assert skipped["verdict"] == "INCOMPLETE"
     assert skipped["nodes"]["node1"]["reasons"][0].startswith("node1: the re-test did not pass again test_planted")
     bad = _t("a::test_planted[node1]", "fail", node="node1", findings=[_f("planted", node="node1")])
-    rejected = verdict.handover(earlier, "a", _now([bad], ("node1",)), "b")
+    rejected = handover(earlier, "a", _now([bad], ("node1",)), "b")
     assert rejected["verdict"] == "REJECTED" and rejected["exclude"] == "node1"
 
 
 def test_a_failure_no_node_explains_stands_until_a_run_without_it():
     earlier = _earlier({"node1": {"verdict": "ACCEPTED"}}, cluster_wide=["test_fabric: fail: slow"])
-    merged = verdict.handover(earlier, "a", _now([_t("a::test_x[node1]", "pass", node="node1")], ("node1",)), "b")
+    merged = handover(earlier, "a", _now([_t("a::test_x[node1]", "pass", node="node1")], ("node1",)), "b")
     assert merged["verdict"] == "INCOMPLETE" and merged["cluster_wide"] == ["test_fabric: fail: slow"]

@@ -173,7 +173,6 @@ def _sparse(cycles: Sequence[Mapping[str, Any]]) -> dict[str, list[list[float]]]
 
 def section(
     track: SoakTrack,
-    findings: Sequence[Finding],
     *,
     requested_s: float,
     config: Mapping[str, Any],
@@ -183,7 +182,8 @@ def section(
     """The results' ``soak`` section: what was asked, the rules, and per node how it ended, how long
     it was soaked and its cycles, and per GPU its series per cycle (``SERIES``, seconds since the
     node's start in ``t``), its throttling (only cycles that had any), Xids and drift row. The
-    per-second readings stay in the job folders."""
+    per-second readings stay in the job folders; the soak's findings go after these, as the
+    results encode them (``results.codec``)."""
     early = rules.drift.early_cycles if rules.drift is not None else 3
     out_nodes: dict[str, Any] = {}
     for node in sorted({*track.nodes(), *nodes}):
@@ -223,5 +223,4 @@ def section(
         "config": dict(config),
         "rules": {f.name: (asdict(v) if (v := getattr(rules, f.name)) is not None else None) for f in fields(rules)},
         "nodes": out_nodes,
-        "findings": [f.to_json() for f in findings],
     }

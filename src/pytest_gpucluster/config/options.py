@@ -29,7 +29,7 @@ def writable_file(option: str, value: str, *, base: Path | None = None) -> Path:
     """``value`` (relative to ``base``, else the working directory; ``~`` and ``$VARS`` expanded,
     as pytest-html does) as an absolute path this run can write at its end: not a folder, and its
     folder writable, or the nearest existing folder above it writable so that it can be created.
-    Proved by creating and removing a file there, as the writers do (``atomic_write_json``)."""
+    Proved by creating and removing a file there, as the writers do (``results.codec.write``)."""
     path = Path(os.path.expandvars(value)).expanduser()
     path = (base or Path.cwd()) / path if not path.is_absolute() else path
     if path.is_dir():

@@ -107,21 +107,6 @@ class Plan:
         out += [f"{key}: not in this run: {why}" for key, why in self.dropped.items()]
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "jobs": [
-                {
-                    "key": j.key,
-                    "rides_in": j.rides_in,
-                    "ahead": j.ahead,
-                    "tests": list(j.tests),
-                    "starts": len(j.params) or 1,
-                }
-                for j in self.jobs.values()
-            ],
-            "not_planned": dict(self.dropped),
-        }
-
 
 def _missing(request: JobRequest, facts: Facts) -> str | None:
     lacking = [f for f in request.exists_if if f not in facts.flags]

@@ -20,9 +20,8 @@ Pure: no pytest, no Slurm. ``session.py`` turns pytest items into ``Needs`` and 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 # Markers that state a check's needs (declared in plugin.py).
 NEED_MARKERS = ("across_nodes", "gpu", "slurm", "infiniband", "accounting", "slow", "soak")
@@ -119,36 +118,6 @@ class Selection:
     def partial(self) -> bool:
         """Whether the selection is narrower than the required set."""
         return bool(self.not_selected or self.named)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain dict for the results file."""
-        return {
-            "command": self.command,
-            "keyword": self.keyword,
-            "markexpr": self.markexpr,
-            "deselect": self.deselect,
-            "named": self.named,
-            "required": self.required,
-            "optional": self.optional,
-            "not_applicable": self.not_applicable,
-            "not_selected": self.not_selected,
-            "partial": self.partial,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Selection:
-        """The inverse of ``to_json`` (unknown keys ignored)."""
-        return cls(
-            command=list(data.get("command", [])),
-            keyword=str(data.get("keyword", "")),
-            markexpr=str(data.get("markexpr", "")),
-            deselect=list(data.get("deselect", [])),
-            named=list(data.get("named", [])),
-            required=list(data.get("required", [])),
-            optional=list(data.get("optional", [])),
-            not_applicable=dict(data.get("not_applicable", {})),
-            not_selected=list(data.get("not_selected", [])),
-        )
 
     def merge(self, other: Selection) -> None:
         """Fold another process's view in (xdist workers each collect the whole suite)."""

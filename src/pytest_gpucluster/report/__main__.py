@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pytest_gpucluster.report.handover import ResultsFile
 from pytest_gpucluster.report.html import render_page
-from pytest_gpucluster.results.document import load_results, with_verdicts
-from pytest_gpucluster.verdict import Recorded, exit_status
+from pytest_gpucluster.results.codec import decode_recorded, load, with_verdicts
+from pytest_gpucluster.verdict import exit_status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,13 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, default=None, help="HTML file (default: RESULTS with .html)")
     args = parser.parse_args(argv)
     try:
-        doc = with_verdicts(load_results(args.results))
+        doc = with_verdicts(load(args.results))
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     out = args.output or args.results.with_suffix(".html")
     out.write_text(render_page(doc, results_file=ResultsFile.of(args.results)), encoding="utf-8")
-    acc = Recorded.of(doc).acceptance
+    acc = decode_recorded(doc).acceptance
     print(f"{acc.headline}: {out}")
     return exit_status(acc.verdict)
 

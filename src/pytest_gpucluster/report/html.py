@@ -21,6 +21,7 @@ from markupsafe import Markup
 from pytest_gpucluster import verdict
 from pytest_gpucluster.report import figures, handover, inventory, model, plots, rounds, soak, storage
 from pytest_gpucluster.report.node_fixes import node_fixes
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.results.timing import start_up_note
 from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
 from pytest_gpucluster.verdict.fold import fold_lines
@@ -501,7 +502,7 @@ def render_page(
     """A standalone page from a results document alone (no pytest-html): the same summary,
     environment, matrix, plots, soak and baseline, then every test with its details (those of a
     failure open)."""
-    recorded = verdict.Recorded.of(doc)
+    recorded = codec.decode_recorded(doc)
     blocks = [
         acceptance_block(doc, recorded, results_file),
         environment_block(doc),

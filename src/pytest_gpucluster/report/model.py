@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_gpucluster.config.gpu_specs import model_of, share, spec_of
-from pytest_gpucluster.results.document import PROPERTY
+from pytest_gpucluster.results.codec import PROPERTY, decode_verdict
 from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Cell, Matrix
 from pytest_gpucluster.verdict.findings import SEVERITY, measurement_label, worst
 from pytest_gpucluster.verdict.measurement import Verdict
@@ -31,7 +31,7 @@ def _fmt(value: Any) -> str:
 def line_of(m: Mapping[str, Any]) -> Verdict:
     """A recorded measurement as the typed verdict it was judged into (its ``Threshold`` with it):
     the report reads the line's bounds, origin and direction from it and works none of them out."""
-    return Verdict.from_json(m)
+    return decode_verdict(m)
 
 
 def describe_threshold(m: Mapping[str, Any]) -> str:

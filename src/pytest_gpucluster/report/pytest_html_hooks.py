@@ -24,6 +24,7 @@ from pytest_html import extras as html_extras
 from pytest_gpucluster import verdict
 from pytest_gpucluster.report import html, model
 from pytest_gpucluster.report.handover import ResultsFile
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.session import GpuClusterSession
 from pytest_gpucluster.verdict.findings import test_label
 
@@ -55,7 +56,7 @@ class HtmlReportHooks:
     def _test(self, nodeid: str) -> dict[str, Any] | None:
         assert self.session.results is not None
         record = self.session.results.tests.get(nodeid)
-        return record.to_json() if record is not None else None
+        return codec.encode_test(record) if record is not None else None
 
     def _gpu_model(self) -> str:
         """The GPU model by the inventory's name once recorded, else the profile's."""
@@ -77,7 +78,7 @@ class HtmlReportHooks:
         counts. The last hook before pytest-html writes the page: the table's rows of checks that do
         not apply become one row per reason here, when every row is in."""
         doc = self._doc()
-        recorded = verdict.Recorded.of(doc)  # decided once, at the session's end (finish.py)
+        recorded = codec.decode_recorded(doc)  # decided once, at the session's end (finish.py)
         written = self.session.settings.results_path  # written before pytest-html renders (tryfirst)
         results_file = ResultsFile.of(written) if written is not None else None
         prefix.extend([html.style(), html.acceptance_block(doc, recorded, results_file)])

@@ -79,20 +79,6 @@ class Change:
     after: float
     verdict: Verdict
 
-    def to_json(self) -> dict[str, Any]:
-        """Plain dict for the results document."""
-        metric, where, detail = self.key
-        return {
-            "metric": metric,
-            "where": where,
-            "detail": detail,
-            "before": self.before,
-            "after": self.after,
-            "regression_pct": self.verdict.measurement.value,
-            "status": self.verdict.status,
-            "sentence": self.verdict.sentence,
-        }
-
 
 @dataclass(frozen=True)
 class Comparison:
@@ -119,17 +105,6 @@ class Comparison:
     def warned(self) -> list[Change]:
         """Regressions past the warn line only."""
         return [c for c in self.changes if c.verdict.status == "warn"]
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``baseline`` section of the results document."""
-        return {
-            "path": self.baseline_path,
-            "environment_differences": list(self.environment_differences),
-            "changes": [c.to_json() for c in self.changes],
-            "only_in_baseline": [list(k) for k in self.only_in_baseline],
-            "only_in_run": [list(k) for k in self.only_in_run],
-            "not_comparable": [list(k) for k in self.not_comparable],
-        }
 
 
 def _label(k: Key) -> str:

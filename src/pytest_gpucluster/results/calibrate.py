@@ -31,7 +31,7 @@ from typing import Any
 from pytest_gpucluster.config import METRICS, Metric
 from pytest_gpucluster.config.thresholds import CALIBRATED_PREFIX
 from pytest_gpucluster.errors import ConfigError
-from pytest_gpucluster.results.document import load_results
+from pytest_gpucluster.results.codec import load
 
 # The floors when the options leave them unset: on GPUs, the margins of the shipped gates (a fail
 # line about 0.75 × a healthy reading, e.g. 600 of 790 TFLOP/s, 60 k of 81 k tokens/s); on CPU
@@ -80,7 +80,7 @@ def read_run(path: Path, option: str) -> Run:
     """A results file for ``--gpucluster-calibrate-from``; errors name the option and the file."""
     try:
         data = path.read_bytes()
-        doc = load_results(path)
+        doc = load(path)
     except OSError as exc:
         raise ConfigError(f"{option}={path}: cannot be read ({exc.strerror}).") from None
     except ValueError as exc:

@@ -2,8 +2,9 @@
 an interrupted run keeps everything it measured (after a test that ends right after the last
 rewrite, the next test's rewrite or the run's end carries it: ``ResultsDocument.checkpoint``).
 
-The schema is documented in ``docs/results-schema.md`` (``schema_version`` 1). Fields are only
-ever added within a version; renaming or removing one bumps the version.
+The schema is documented in ``docs/results-schema.md`` (``schema_version`` 2). Fields are only
+ever added within a version; renaming or removing one bumps the version. A test's verdicts and
+findings are held as objects; ``codec.py`` makes the file's JSON and reads it back.
 
 This module is pure: it folds pytest reports into records by duck typing (``nodeid``, ``when``,
 ``outcome``, ``duration``, ``user_properties``, ``longrepr``) and never imports pytest.
@@ -12,29 +13,24 @@ This module is pure: it folds pytest reports into records by duck typing (``node
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-from pytest_gpucluster import verdict
-from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.outcomes import decide, reason_of
 from pytest_gpucluster.plan.selection import Selection
+from pytest_gpucluster.results import codec
+from pytest_gpucluster.results.codec import PROPERTY
 from pytest_gpucluster.results.timing import timing_summary
 from pytest_gpucluster.verdict import CheckResult, Finding, RunRecord, Stopped, Verdict
-from pytest_gpucluster.verdict.check import split_nodeid
 
-SCHEMA_VERSION = 2
-# Version 1 wrote "skip" and "error" where version 2 decides "not_judged", "fault" or "fail"
-# (outcomes.decide); a version-1 file is read with its tests' verdicts mapped (``load_results``).
-READS_VERSIONS = (1, SCHEMA_VERSION)
-PROPERTY = "gpucluster"  # key of every user_properties entry the plugin adds
+if TYPE_CHECKING:
+    from pytest_gpucluster.plan.planner import Plan
+
 LOG_TAIL_LINES = 30
 LOG_TAIL_CHARS = 4000
 # Every rewrite holds every test so far, so a rewrite after every test costs the run O(tests²)
@@ -48,22 +44,6 @@ LOG_FILES_PER_JOB = 4
 def now_iso() -> str:
     """The current time, UTC, ISO 8601, seconds."""
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def atomic_write_json(path: Path, document: Any) -> None:
-    """Write ``document`` to ``path`` so that a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        # One string, one write: json.dump writes every token separately.
-        text = json.dumps(document, indent=1, sort_keys=False, default=str)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text + "\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a results file is for sharing
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # Record kinds kept whole under the test's own key: the fabric check's per-port and per-link
@@ -136,32 +116,6 @@ class JobEntry(TypedDict, total=False):
     start_up: dict[str, float]  # its tasks' start-up: wall median and max, CPU median (launch.start_up_summary)
 
 
-class ThresholdEntry(TypedDict, total=False):
-    """The bounds a measurement was judged by: only those set, and where they came from."""
-
-    fail_below: float
-    warn_below: float
-    fail_above: float
-    warn_above: float
-    xfail: bool
-    source: str
-
-
-class MeasurementEntry(TypedDict, total=False):
-    """One judged measurement (``Judge``): value, place, verdict and its sentence."""
-
-    kind: str  # "measurement"
-    metric: str
-    value: float
-    unit: str
-    where: str
-    detail: str
-    job_id: str | None
-    status: str
-    sentence: str
-    threshold: ThresholdEntry
-
-
 class SeriesEntry(TypedDict, total=False):
     """A plotted series (``record("series", ...)``)."""
 
@@ -194,9 +148,9 @@ class TestRecord:
     message: str = ""
     job_ids: list[str] = field(default_factory=list)
     jobs: list[JobEntry] = field(default_factory=list)
-    measurements: list[MeasurementEntry] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)  # its measurements' verdicts (unjudged ones too)
     series: list[SeriesEntry] = field(default_factory=list)
-    findings: list[dict[str, Any]] = field(default_factory=list)  # verdict.Finding.to_json, one per finding
+    findings: list[Finding] = field(default_factory=list)
     logs: list[LogEntry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what the check warned of (GpuClusterWarning)
     unjudged: str = ""  # an error that is no judgement (a harness fault): the exception's type
@@ -209,8 +163,8 @@ class TestRecord:
     def conclude(self) -> CheckResult:
         """The check's typed result, its outcome decided here (``outcomes.decide``) and nowhere
         else: pass, warn, fail, xfail, xpass, n/a, not_judged, fault or interrupted."""
-        verdicts = tuple(Verdict.from_json(m) for m in self.measurements)
-        findings = tuple(Finding.from_json(f) for f in self.findings)
+        verdicts = tuple(self.verdicts)
+        findings = tuple(self.findings)
         warned = bool(self.warnings) or any(v.status == "warn" for v in verdicts)
         warned = warned or any(f.severity == "warn" for f in findings)
         outcome = decide(
@@ -248,7 +202,7 @@ class TestRecord:
     @property
     def problems(self) -> list[str]:
         """The sentences of what the check found failing, culprit first."""
-        return [str(f.get("text", "")) for f in self.findings if f.get("severity", "fail") == "fail"]
+        return [f.text for f in self.findings if f.severity == "fail"]
 
     def add_warning(self, text: str) -> None:
         """Record a warning once (pytest reports a check's warnings after its last phase: its
@@ -257,32 +211,6 @@ class TestRecord:
             self.warnings.append(text)
             if self.result is not None:
                 self.result = self.conclude()
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain dict in schema order."""
-        area, name, params = split_nodeid(self.nodeid)
-        return {
-            "nodeid": self.nodeid,
-            "node": self.node,
-            "area": area,
-            "name": name,
-            "params": params,
-            "outcome": self.outcome,
-            "verdict": self.verdict,
-            "duration_s": round(self.duration_s, 3),
-            "job_ids": self.job_ids,
-            "jobs": self.jobs,
-            "message": self.message,
-            "measurements": self.measurements,
-            "series": self.series,
-            "problems": self.problems,
-            "findings": self.findings,
-            "warnings": self.warnings,
-            "unjudged": self.unjudged,
-            "cluster_fault": self.cluster_fault or None,
-            "logs": self.logs,
-            **self.extra,
-        }
 
 
 def _outcome(report: Any) -> str:
@@ -329,7 +257,7 @@ class ResultsDocument:
     tests: dict[str, TestRecord] = field(default_factory=dict)
     cluster: dict[str, Any] = field(default_factory=dict)
     selection: Selection | None = None  # the required set and what the selection left out
-    plan: dict[str, Any] | None = None  # the run's jobs as planned (``plan.Plan.to_json``)
+    plan: Plan | None = None  # the run's jobs as planned
     soak: dict[str, Any] = field(default_factory=dict)  # the soak's cycles and verdicts (checks.soak.section)
     extra: dict[str, Any] = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic, repr=False)
@@ -369,14 +297,14 @@ class ResultsDocument:
             inventory=tuple(self.inventory),
             lost=dict(env.get("lost_nodes") or {}),
             excluded={str(k): str(v) for k, v in (env.get("excluded_nodes") or {}).items()},
-            selection=self.selection.to_json() if self.selection is not None else None,
+            selection=codec.encode_selection(self.selection) if self.selection is not None else None,
             status=self.status,
         )
 
     def timing(self, tests: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Where the run's time went (``timing_summary``), from the tests' records."""
         return timing_summary(
-            tests if tests is not None else [t.to_json() for t in self.tests.values()], self.elapsed_s()
+            tests if tests is not None else [codec.encode_test(t) for t in self.tests.values()], self.elapsed_s()
         )
 
     def record(self, nodeid: str) -> TestRecord:
@@ -416,9 +344,10 @@ class ResultsDocument:
             by_kind: dict[str, list[dict[str, Any]]] = {}
             for e in entries:
                 by_kind.setdefault(str(e.get("kind")), []).append(e)
-            rec.measurements = [cast(MeasurementEntry, e) for e in by_kind.get("measurement", [])]
+            # What a worker handed over as plain data is held as objects again (``codec``).
+            rec.verdicts = [codec.decode_verdict(e) for e in by_kind.get("measurement", [])]
             rec.series = [cast(SeriesEntry, e) for e in by_kind.get("series", [])]
-            rec.findings = [_without_kind(e) for e in by_kind.get("finding", [])]
+            rec.findings = [codec.decode_finding(e) for e in by_kind.get("finding", [])]
             for e in by_kind.get("subject", []):
                 rec.node = str(e.get("node", ""))
             jobs = {str(e["job_id"]): e for e in by_kind.get("job", []) if "job_id" in e}
@@ -443,32 +372,13 @@ class ResultsDocument:
                 self.soak = dict(e.get("section") or {})
 
     def to_json(self) -> dict[str, Any]:
-        """The document as written to disk."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "status": self.status,
-            "profile": self.profile,
-            "started": self.started,
-            "finished": self.finished,
-            "cluster": self.cluster,
-            "environment": self.environment,
-            "thresholds_file": self.thresholds_file,
-            "thresholds_origin": self.thresholds_origin,
-            "thresholds_sha256": self.thresholds_sha256,
-            "nodes": self.nodes,
-            "selection": self.selection.to_json() if self.selection is not None else None,
-            "plan": self.plan,
-            "inventory": self.inventory,
-            "tests": (tests := [t.to_json() for t in self.tests.values()]),
-            "timing": self.timing(tests),
-            **({"soak": self.soak} if self.soak else {}),
-            **self.extra,
-        }
+        """The document as written to disk (``codec.encode_document``)."""
+        return codec.encode_document(self)
 
     def write(self, path: Path) -> None:
         """Rewrite ``path`` atomically."""
         t0 = time.monotonic()
-        atomic_write_json(path, self.to_json())
+        codec.write(path, self.to_json())
         self._written_at = time.monotonic()
         self._write_s = self._written_at - t0
 
@@ -483,67 +393,3 @@ class ResultsDocument:
 
 def _without_kind(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if k != "kind"}
-
-
-def load_results(path: Path) -> dict[str, Any]:
-    """Read a results file written by this plugin (for --gpucluster-baseline and the report); a file of
-    another schema version, or not a results file at all, raises ValueError saying so."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not a JSON results file ({exc}).") from None
-    if not isinstance(document, dict) or "tests" not in document:
-        raise ValueError(f"{path}: not a pytest-gpucluster results file (no 'tests' list).")
-    version = document.get("schema_version")
-    if version not in READS_VERSIONS:
-        readable = " and ".join(map(str, READS_VERSIONS))
-        raise ValueError(f"{path}: results schema_version {version!r}; this plugin reads versions {readable}.")
-    return upgraded(document) if version == 1 else document
-
-
-def upgraded(doc: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 document in version 2's words: each test's outcome as ``outcomes.decide`` says
-    it (``skip`` → ``not_judged``; ``error`` → ``not_judged`` for the suite's own error, ``fault``
-    for a fault outside the nodes, ``fail`` otherwise), its ``node`` from its parameter where that
-    names a tested node, and the node × check matrix its recorded verdict lacks. The verdicts it
-    recorded stand as recorded."""
-    nodes = {str(n) for n in doc.get("nodes", [])}
-    for t in doc.get("tests", []):
-        old = str(t.get("verdict", ""))
-        if t.get("cluster_fault"):
-            t["verdict"] = "fault"
-        elif old == "skip" or (old in ("fail", "error") and t.get("unjudged")):
-            t["verdict"] = "not_judged"
-        elif old == "error":
-            t["verdict"] = "fail"
-        t.setdefault("node", str(t.get("params", "")) if str(t.get("params", "")) in nodes else "")
-        t.setdefault("findings", [])
-    acceptance = doc.get("acceptance")
-    if isinstance(acceptance, dict) and "matrix" not in acceptance:
-        acceptance["matrix"] = verdict.matrix(RunRecord.from_json(doc)).to_json()
-    doc["schema_version"] = SCHEMA_VERSION
-    return doc
-
-
-def with_verdicts(doc: dict[str, Any]) -> dict[str, Any]:
-    """``doc`` with its verdicts: those it records, or, for a file whose run never reached its
-    end (killed before it could record them), decided now from what it holds."""
-    recorded = doc.get("acceptance")
-    if not isinstance(recorded, dict) or not {"verdict", "nodes", "matrix"} <= set(recorded):
-        doc["acceptance"] = {**(doc.get("acceptance") or {}), **verdict.decided(RunRecord.from_json(doc))}
-    return doc
-
-
-def load_node_verdicts(path: Path, option: str) -> dict[str, Any]:
-    """An earlier results file to re-test from and merge with (``--gpucluster-merge-results``): the document,
-    once it is known to hold per-node verdicts. ConfigError naming ``option`` otherwise."""
-    try:
-        document = load_results(path)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{option}: {exc}") from None
-    if not ((document.get("acceptance") or {}).get("nodes") or {}).get("verdicts"):
-        raise ConfigError(
-            f"{option}: the file holds no node verdicts to re-test or merge with "
-            "(a run that ended before its verdict, or of an older plugin)."
-        )
-    return document

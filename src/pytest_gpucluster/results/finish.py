@@ -15,18 +15,19 @@ from typing import Any
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.config.options import Outputs
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.results.document import ResultsDocument
 
 Drain = Callable[[Mapping[str, Any]], dict[str, dict[str, str]]]
 
 
-def record_verdicts(results: ResultsDocument, run: verdict.RunRecord) -> verdict.Acceptance:
+def record_verdicts(results: ResultsDocument, run: verdict.RunRecord) -> verdict.Recorded:
     """Decide the run's and the nodes' verdicts from the checks' typed results, once, and record
     them in the results under ``acceptance``: the run's verdict and its reasons, each node's
     verdict, and the node × check matrix the report renders."""
-    entry = verdict.decided(run)
-    results.extra["acceptance"] = entry
-    return verdict.Acceptance.from_json(entry)
+    decided = verdict.decided(run)
+    results.extra["acceptance"] = codec.encode_decided(decided)
+    return decided
 
 
 def finish(
@@ -46,18 +47,26 @@ def finish(
     acted on and pytest's status stands."""
     results.close(interrupted=interrupted)
     run = results.run_record()
-    acc = record_verdicts(results, run)
+    decided = record_verdicts(results, run)
     if collect_only:
         return pytest_status
     if outputs.drain_failed:
         results.extra["drained"] = drain(results.extra["acceptance"]["nodes"])
     handover = None
     if outputs.merge_doc is not None and outputs.merge_path is not None:
-        handover = verdict.handover(outputs.merge_doc, str(outputs.merge_path), results.to_json(), here)
-        results.extra["handover"] = handover
+        earlier = outputs.merge_doc
+        handover = verdict.handover(
+            codec.decode_nodes((earlier.get("acceptance") or {}).get("nodes") or {}),
+            str(outputs.merge_path),
+            decided.nodes,
+            decided.matrix,
+            here,
+            earlier_started=earlier.get("started"),
+        )
+        results.extra["handover"] = codec.encode_handover(handover)
     return verdict.exit_status(
-        acc.verdict,
+        decided.acceptance.verdict,
         pytest_status,
         faults_only=verdict.stopped_by_faults_only(run),
-        handover=handover["verdict"] if handover is not None else None,
+        handover=handover.verdict if handover is not None else None,
     )

@@ -28,14 +28,11 @@ from _pytest import junitxml  # its stash key: the test suite's properties (as r
 from pytest_gpucluster.errors import ConfigError, DeclarationError, GpuClusterError
 from pytest_gpucluster.outcomes import GpuClusterWarning, is_not_applicable
 from pytest_gpucluster.report import model, terminal
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.results.baseline import REGRESSION_METRIC, Comparison, compare
 from pytest_gpucluster.results.calibrate import Margins, Run, calibrate, check_comparable, read_run, set_name_for
-from pytest_gpucluster.results.document import (
-    PROPERTY,
-    entries_of,
-    job_log_tails,
-    load_results,
-)
+from pytest_gpucluster.results.codec import PROPERTY
+from pytest_gpucluster.results.document import entries_of, job_log_tails
 from pytest_gpucluster.session import GpuClusterSession
 
 BASELINE_NODEID = "baseline::test_no_regression_against_baseline"
@@ -105,7 +102,7 @@ class ResultsHooks:
         }
         if self.baseline_path is not None:
             try:
-                self.baseline_doc = load_results(self.baseline_path)
+                self.baseline_doc = codec.load(self.baseline_path)
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"--gpucluster-baseline={outputs.baseline}: {exc}") from None
             session.thresholds[REGRESSION_METRIC]  # a missing bound fails now, not after the run
@@ -205,8 +202,8 @@ class ResultsHooks:
             self.session.thresholds[REGRESSION_METRIC],
             baseline_path=str(self.baseline_path),
         )
-        self.session.results.extra["baseline"] = self.comparison.to_json()
-        props = [(PROPERTY, {"kind": "measurement", **v.to_json()}) for v in self.comparison.verdicts]
+        self.session.results.extra["baseline"] = codec.encode_comparison(self.comparison)
+        props = [(PROPERTY, codec.measurement_entry(v)) for v in self.comparison.verdicts]
         failed = self.comparison.failed
         longrepr = None
         if failed:
@@ -256,7 +253,7 @@ class ResultsHooks:
             )
         if self.calibrate_path is not None:
             runs = list(self.calibrate_from)
-            if any(t.measurements for t in results.tests.values()):
+            if any(t.verdicts for t in results.tests.values()):
                 # The document as it now stands, with this run's verdict for the fragment's header.
                 runs.append(Run(label=str(self.session.settings.results_path or "this run"), doc=results.to_json()))
             text = calibrate(
@@ -287,7 +284,7 @@ class ResultsHooks:
             return True
         assert self.session.results is not None
         return any(
-            t.jobs or t.measurements or t.problems or t.verdict == "n/a" for t in self.session.results.tests.values()
+            t.jobs or t.verdicts or t.problems or t.verdict == "n/a" for t in self.session.results.tests.values()
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

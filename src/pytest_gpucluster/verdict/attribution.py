@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from pytest_gpucluster.outcomes import JUDGED_BAD, first_line, reason_of
 from pytest_gpucluster.outcomes import UNJUDGED as UNJUDGED_OUTCOMES
@@ -65,27 +64,6 @@ class Matrix:
     def cell(self, row: str, column: Column) -> Cell:
         """The cell, or an empty one where nothing ran."""
         return self.cells.get((row, column), Cell("none"))
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain dict for the results file (``acceptance.matrix``): the report renders it."""
-        return {
-            "rows": list(self.rows),
-            "columns": [list(c) for c in self.columns],
-            "cells": [
-                {"row": row, "column": list(col), "status": c.status, "lines": list(c.lines)}
-                for (row, col), c in self.cells.items()
-            ],
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Matrix:
-        """The matrix a results file holds (``to_json``)."""
-        cells = {
-            (str(c["row"]), (str(c["column"][0]), str(c["column"][1]))): Cell(str(c["status"]), tuple(c["lines"]))
-            for c in data.get("cells", [])
-        }
-        columns = tuple((str(a), str(b)) for a, b in data.get("columns", []))
-        return cls(tuple(data.get("rows", [])), columns, cells)
 
 
 def known_nodes(run: RunRecord) -> list[str]:

@@ -1,8 +1,8 @@
 """One check's result as typed fields (``CheckResult``), and the run's results as the verdicts read
 them (``RunRecord``). The results side builds a ``CheckResult`` once, at the test's last phase,
 with its outcome decided there (``outcomes.decide``); every verdict of ``verdict/`` reads these
-fields and nothing else. ``from_json`` reads the same fields back from a results file, so a file
-written by an earlier run is judged by the same code as a run in progress.
+fields and nothing else. ``results/codec.py`` reads the same fields back from a results file, so a
+file written by an earlier run is judged by the same code as a run in progress.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gpucluster.outcomes import Outcome, reason_of
+from pytest_gpucluster.outcomes import Outcome
 from pytest_gpucluster.verdict.finding import Finding
 from pytest_gpucluster.verdict.measurement import Verdict
 
@@ -81,27 +81,6 @@ class CheckResult:
     def findings_of(self, severity: str) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.severity == severity)
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CheckResult:
-        """A test record of a results file (``results.TestRecord.to_json``)."""
-        fault = data.get("cluster_fault") or {}
-        verdict = str(data.get("verdict", "not_judged"))
-        message = str(data.get("message", ""))
-        return cls(
-            nodeid=str(data.get("nodeid", "")),
-            verdict=verdict,  # type: ignore[arg-type]
-            node=str(data.get("node") or ""),
-            outcome=str(data.get("outcome", "unknown")),
-            message=message,
-            verdicts=tuple(Verdict.from_json(m) for m in data.get("measurements") or []),
-            findings=tuple(Finding.from_json(f) for f in data.get("findings") or []),
-            warnings=tuple(str(w) for w in data.get("warnings") or []),
-            unjudged=str(data.get("unjudged") or ""),
-            stopped=Stopped(str(fault.get("what", "")), str(fault.get("sentence", ""))) if fault else None,
-            not_applicable=reason_of(message) if verdict == "n/a" else "",
-            job_ids=tuple(str(j) for j in data.get("job_ids") or []),
-        )
-
 
 @dataclass(frozen=True)
 class RunRecord:
@@ -113,22 +92,8 @@ class RunRecord:
     inventory: tuple[str, ...] = ()  # the nodes the inventory describes
     lost: Mapping[str, Any] = field(default_factory=dict)  # node → how it was lost (``why``, when, where)
     excluded: Mapping[str, str] = field(default_factory=dict)  # node → Slurm's state, left out before any job
-    selection: Mapping[str, Any] | None = None  # ``selection.Selection.to_json``
+    selection: Mapping[str, Any] | None = None  # the selection as the results hold it (``codec.encode_selection``)
     status: str = "complete"
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> RunRecord:
-        """A results document (``results.ResultsDocument.to_json``, or a file of it)."""
-        env = doc.get("environment") or {}
-        return cls(
-            tests=tuple(CheckResult.from_json(t) for t in doc.get("tests") or []),
-            nodes=tuple(str(n) for n in doc.get("nodes") or []),
-            inventory=tuple(str(n) for n in doc.get("inventory") or {}),
-            lost=dict(env.get("lost_nodes") or {}),
-            excluded={str(k): str(v) for k, v in (env.get("excluded_nodes") or {}).items()},
-            selection=doc.get("selection") or None,
-            status=str(doc.get("status", "complete")),
-        )
 
     @property
     def partial(self) -> bool:

@@ -11,7 +11,7 @@ read back.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Scope = Literal[
@@ -153,20 +153,3 @@ class Finding:
         if self.scope in NETWORK_SCOPES:
             return "–".join(self.culprits)
         return "+".join(self.nodes) if self.nodes else self.scope
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain dict for the results file: every field set, lists for tuples."""
-        out = {k: v for k, v in asdict(self).items() if v not in (None, "", ())}
-        out["nodes"], out["culprits"] = list(self.nodes), list(self.culprits)
-        if self.threshold is not None:
-            out["threshold"] = dict(self.threshold)
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Finding:
-        """The finding a results file holds (``to_json``)."""
-        known = {f for f in cls.__dataclass_fields__}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        kwargs["nodes"] = tuple(data.get("nodes") or ())
-        kwargs["culprits"] = tuple(data.get("culprits") or ())
-        return cls(**kwargs)

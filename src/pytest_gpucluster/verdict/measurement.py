@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pytest_gpucluster.config import Threshold
@@ -89,46 +88,6 @@ class Verdict:
         if len(m.nodes) == 1:
             return Finding.on_node(m.nodes[0], self.sentence, gpu=m.gpu, severity=self.status, **more)
         return Finding.across(m.nodes, self.sentence, culprits=m.culprits, severity=self.status, **more)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain dict for the results file and the report."""
-        m = asdict(self.measurement)
-        m["nodes"], m["culprits"] = list(self.measurement.nodes), list(self.measurement.culprits)
-        return {
-            **m,
-            "status": self.status,
-            "sentence": self.sentence,
-            "threshold": {
-                **{
-                    k: v
-                    for k, v in asdict(self.threshold).items()
-                    if v not in (None, "") and v is not False and k not in ("metric", "unit")
-                },
-                "origin": self.threshold.origin,
-            },
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Verdict:
-        """The verdict a results file holds (``to_json``; a measurement kept unjudged, too)."""
-        value = data.get("value")
-        metric, unit = str(data.get("metric", "")), str(data.get("unit", ""))
-        gpu = data.get("gpu")
-        measurement = Measurement(
-            metric,
-            float(value) if isinstance(value, int | float) else math.nan,
-            unit,
-            str(data.get("where") or ""),
-            str(data.get("detail") or ""),
-            str(data["job_id"]) if data.get("job_id") else None,
-            tuple(str(n) for n in data.get("nodes") or ()),
-            int(gpu) if isinstance(gpu, int) else None,
-            tuple(str(n) for n in data.get("culprits") or ()),
-        )
-        bounds = data.get("threshold") or {}
-        known = {f.name for f in fields(Threshold)} - {"metric", "unit"}
-        threshold = Threshold(metric, unit, **{k: v for k, v in bounds.items() if k in known})
-        return cls(measurement, threshold, data.get("status", "pass"), str(data.get("sentence", "")))
 
 
 def _fmt(value: float) -> str:

@@ -1,14 +1,14 @@
 """The handover verdict of a re-test merged into an earlier run's results (``--gpucluster-merge-results``).
-Pure: two results documents in, the ``handover`` entry of the results out."""
+Pure: the earlier run's node verdicts and this run's verdicts in, the merged ``Handover`` out."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, replace
 
-from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Matrix, matrix
-from pytest_gpucluster.verdict.check import Column, RunRecord
-from pytest_gpucluster.verdict.nodes import nodes_summary
+from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Matrix
+from pytest_gpucluster.verdict.check import Column
+from pytest_gpucluster.verdict.nodes import Nodes, NodeVerdict, nodes_summary
 from pytest_gpucluster.verdict.ranges import hostlist
 
 
@@ -36,8 +36,36 @@ def retest_choice(verdicts: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[s
     return left, tuple(accepted[:wanted])
 
 
-def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any], now_ref: str) -> dict[str, Any]:
-    """The handover verdict of a re-test merged with an earlier run (``--gpucluster-merge-results``).
+@dataclass(frozen=True)
+class Merged:
+    """One node's verdict in the handover and the results it is from (the earlier run's or this one's)."""
+
+    node: NodeVerdict
+    source: str
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A re-test merged with an earlier run: the verdict over every node of both, each node's
+    verdict and where it is from, the nodes re-tested and the accepted partners beside them."""
+
+    verdict: str
+    summary: str
+    exclude: str  # the rejected nodes as a Slurm hostlist
+    retested: tuple[str, ...]
+    partners: tuple[str, ...]
+    earlier: str
+    earlier_started: str | None
+    this_run: str
+    cluster_wide: tuple[str, ...]
+    nodes: tuple[Merged, ...]
+
+
+def handover(
+    earlier: Nodes, earlier_ref: str, now: Nodes, m: Matrix, now_ref: str, *, earlier_started: str | None = None
+) -> Handover:
+    """The handover verdict of a re-test (its node verdicts ``now`` and matrix ``m``) merged with
+    an earlier run's node verdicts (``--gpucluster-merge-results``).
 
     A node this run tested takes this run's verdict, and an ACCEPTED or PARTIAL one counts as
     ACCEPTED only when every check that decided its earlier verdict ran again and passed (INCOMPLETE
@@ -45,56 +73,50 @@ def handover(earlier: Mapping[str, Any], earlier_ref: str, doc: Mapping[str, Any
     them (a partner, ``retest_choice``) keeps its earlier verdict unless it now fails. A node this
     run did not test keeps its earlier verdict. Failures the earlier run could pin on no node stand
     until a run without them. ACCEPTED only when every node is; REJECTED when any node is."""
-    before = ((earlier.get("acceptance") or {}).get("nodes") or {}).get("verdicts") or {}
-    now_acc = doc.get("acceptance") or {}
-    now = (now_acc.get("nodes") or {}).get("verdicts") or {}
-    m = matrix(RunRecord.from_json(doc))
-    merged: dict[str, dict[str, Any]] = {}
+    before = {v.node: v for v in earlier.verdicts}
+    after = {v.node: v for v in now.verdicts}
+    merged: dict[str, Merged] = {}
     partners: list[str] = []
-    for node in dict.fromkeys([*before, *now]):
-        if node not in now:
-            merged[node] = {**before[node], "from": earlier_ref}
+    for node in dict.fromkeys([*before, *after]):
+        if node not in after:
+            merged[node] = Merged(before[node], earlier_ref)
             continue
-        if (before.get(node) or {}).get("verdict") == "ACCEPTED":
+        was = before.get(node)
+        if was is not None and was.verdict == "ACCEPTED":
             partners.append(node)
-            failed_now = now[node].get("verdict") == "REJECTED"
-            merged[node] = {**now[node], "from": now_ref} if failed_now else {**before[node], "from": earlier_ref}
+            failed_now = after[node].verdict == "REJECTED"
+            merged[node] = Merged(after[node], now_ref) if failed_now else Merged(was, earlier_ref)
             continue
-        mine = dict(now[node])
-        if mine.get("verdict") in ("PARTIAL", "ACCEPTED"):
+        mine = after[node]
+        if mine.verdict in ("PARTIAL", "ACCEPTED"):
             passed = {col[1] for col in m.columns if _passed_for(m, node, col)}
-            deciding = (before.get(node) or {}).get("checks") or []
+            deciding = was.checks if was is not None else ()
             missing = [c for c in deciding if c not in passed]
             if missing:
-                mine = {
-                    **mine,
-                    "verdict": "INCOMPLETE",
-                    "reasons": [
-                        f"{node}: the re-test did not pass again {', '.join(missing)}, which decided "
-                        f"its earlier verdict ({(before.get(node) or {}).get('verdict')}); a check across "
-                        "nodes needs an accepted node beside it: re-test without --gpucluster-nodes (the run "
-                        "adds accepted partners) or name one there"
-                    ],
-                }
+                reason = (
+                    f"{node}: the re-test did not pass again {', '.join(missing)}, which decided "
+                    f"its earlier verdict ({was.verdict if was is not None else None}); a check across "
+                    "nodes needs an accepted node beside it: re-test without --gpucluster-nodes (the run "
+                    "adds accepted partners) or name one there"
+                )
+                mine = replace(mine, verdict="INCOMPLETE", reasons=(reason,))
             else:
-                mine = {**mine, "verdict": "ACCEPTED"}
-        merged[node] = {**mine, "from": now_ref}
-    earlier_wide = list(((earlier.get("acceptance") or {}).get("nodes") or {}).get("cluster_wide") or [])
-    wide = list(dict.fromkeys([*earlier_wide, *((now_acc.get("nodes") or {}).get("cluster_wide") or [])]))
-    verdicts = {n: str(v["verdict"]) for n, v in merged.items()}
+                mine = replace(mine, verdict="ACCEPTED")
+        merged[node] = Merged(mine, now_ref)
+    wide = tuple(dict.fromkeys([*earlier.cluster_wide, *now.cluster_wide]))
+    verdicts = {n: str(v.node.verdict) for n, v in merged.items()}
     rejected = [n for n, v in verdicts.items() if v == "REJECTED"]
     unsure = [n for n, v in verdicts.items() if v not in ("ACCEPTED", "REJECTED")]
     verdict = "REJECTED" if rejected else "INCOMPLETE" if unsure or wide else "ACCEPTED"
-    retested = [n for n in merged if n in now and n not in partners]
-    return {
-        "verdict": verdict,
-        "summary": nodes_summary(verdicts, len(wide)),
-        "exclude": hostlist(rejected),
-        "retested": retested,
-        "partners": partners,
-        "earlier": earlier_ref,
-        "earlier_started": earlier.get("started"),
-        "this_run": now_ref,
-        "cluster_wide": wide,
-        "nodes": merged,
-    }
+    return Handover(
+        verdict=verdict,
+        summary=nodes_summary(verdicts, len(wide)),
+        exclude=hostlist(rejected),
+        retested=tuple(n for n in merged if n in after and n not in partners),
+        partners=tuple(partners),
+        earlier=earlier_ref,
+        earlier_started=earlier_started,
+        this_run=now_ref,
+        cluster_wide=wide,
+        nodes=tuple(merged.values()),
+    )

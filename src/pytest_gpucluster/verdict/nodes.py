@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pytest_gpucluster.outcomes import UNJUDGED
 from pytest_gpucluster.verdict.attribution import CLUSTER_ROW, Placed, known_nodes, placements
@@ -37,28 +37,6 @@ class Nodes:
     cluster_wide: tuple[str, ...]  # failures no node is named in (a fabric-wide fault, say)
     summary: str  # "1 of 2 nodes accepted; rejected: node2"
     exclude: str  # the rejected nodes as a Slurm hostlist, for sbatch --exclude=
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain dict for the results file."""
-        return {
-            "summary": self.summary,
-            "exclude": self.exclude,
-            "cluster_wide": list(self.cluster_wide),
-            "verdicts": {
-                v.node: {"verdict": v.verdict, "reasons": list(v.reasons), "checks": list(v.checks)}
-                for v in self.verdicts
-            },
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Nodes:
-        """The node verdicts a results file holds (``to_json``)."""
-        verdicts = tuple(
-            NodeVerdict(str(n), v["verdict"], tuple(v.get("reasons", [])), tuple(v.get("checks", [])))
-            for n, v in (data.get("verdicts") or {}).items()
-        )
-        wide = tuple(data.get("cluster_wide", []))
-        return cls(verdicts, wide, str(data.get("summary", "")), str(data.get("exclude", "")))
 
 
 def node_verdicts(run: RunRecord, run_verdict: str = "", placed: Sequence[Placed] | None = None) -> Nodes:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pytest_gpucluster.outcomes import JUDGED_BAD, first_line, reason_of
 from pytest_gpucluster.verdict.attribution import known_nodes
@@ -45,33 +45,6 @@ class Acceptance:
     not_applicable: tuple[str, ...] = ()  # "<check>: <reason>", one per check that does not apply
     not_selected: tuple[str, ...] = ()
     findings: tuple[FailureLine, ...] = ()  # the failures of a REJECTED run, one line per check and cause
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain dict for the results file (``acceptance``); the report renders it back."""
-        return {
-            "verdict": self.verdict,
-            "headline": self.headline,
-            "reasons": list(self.reasons),
-            "warnings": list(self.warnings),
-            "not_applicable": list(self.not_applicable),
-            "not_selected": list(self.not_selected),
-            "counts": dict(self.counts),
-            "failures": [{"text": f.text, "count": f.count, "nodeid": f.nodeid} for f in self.findings],
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Acceptance:
-        """The verdict a results file holds (``to_json``)."""
-        return cls(
-            data["verdict"],
-            tuple(data.get("reasons", [])),
-            dict(data.get("counts", {})),
-            str(data.get("headline", "")),
-            tuple(data.get("warnings", [])),
-            tuple(data.get("not_applicable", [])),
-            tuple(data.get("not_selected", [])),
-            tuple(FailureLine(f["text"], int(f["count"]), f["nodeid"]) for f in data.get("failures", [])),
-        )
 
 
 COUNTED = ("pass", "warn", "fail", "xfail", "xpass", "n/a", "not_judged", "fault", "interrupted")

@@ -17,7 +17,7 @@ from pytest_gpucluster import verdict
 from pytest_gpucluster.checks.rounds import GroupResult, judge_rounds
 from pytest_gpucluster.config.topology import read_topology
 from pytest_gpucluster.plan.rounds import Group, plan_rounds
-from pytest_gpucluster.verdict import RunRecord
+from pytest_gpucluster.results import codec
 
 HERE = Path(__file__).resolve().parent
 TREE = read_topology(HERE.parent / "topology" / "topology-one-spine_representative_sample.conf")
@@ -51,15 +51,15 @@ def main() -> None:
         "series": [],
         "measurements": [],
         "message": "; ".join(f.text for f in found.findings),
-        "findings": [f.to_json() for f in found.findings],
+        "findings": [codec.encode_finding(f) for f in found.findings],
         "problems": [f.text for f in found.findings],
         "warnings": [],
         "unjudged": "",
         "cluster_fault": None,
-        "rounds": found.to_json(),
+        "rounds": codec.encode_finding(found),
     }
     doc = {"status": "complete", "nodes": nodes, "tests": [test], "environment": {}, "inventory": {}}
-    doc["acceptance"] = verdict.decided(RunRecord.from_json(doc))
+    doc["acceptance"] = codec.encode_decided(verdict.decided(codec.decode_run(doc)))
     out = HERE / "results_64_nodes_4_leaves_synthetic.json"
     out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 

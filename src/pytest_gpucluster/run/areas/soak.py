@@ -30,6 +30,7 @@ from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.launch import Job
 from pytest_gpucluster.plan import facts as run_facts
 from pytest_gpucluster.plan import jobs
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.run.context import JobContext
 from pytest_gpucluster.run.produce import produces, spec_of
 from pytest_gpucluster.verdict import Finding
@@ -278,16 +279,16 @@ def _record(
     track = follower.track
     section = soak_checks.section(
         track,
-        findings,
         requested_s=requested,
         config=config_dict(config),
         rules=ctx.profile.soak_rules,
         nodes={n: e.to_json() for n, e in ended.items()},
     )
+    section["findings"] = [codec.encode_finding(f) for f in findings]
     section["stream_folder"] = str(follower.folder)
     if interrupted:
         section["interrupted"] = True
         reached = ", ".join(f"{n} {say_duration(track.soaked_s(n))} ({track.cycles(n)} cycles)" for n in sorted(ended))
         text = f"the soak of {say_duration(requested)} was interrupted; finished cycles kept: {reached or 'none'}"
-        ctx.runner.record({"kind": "finding", **Finding.across(list(ended), text, severity="not_judged").to_json()})
+        ctx.runner.record(codec.finding_entry(Finding.across(list(ended), text, severity="not_judged")))
     ctx.runner.record({"kind": "soak", "section": section})
