@@ -33,13 +33,13 @@ def test_each_rejected_node_is_drained_with_its_first_reason_but_not_one_slurm_e
             raise SlurmQueryError("scontrol: permission denied")
         asked.append((node, reason))
 
-    done = drain_rejected(NODES, executor="slurm", excluded={"node3"}, drain=drain)
+    done = drain_rejected(codec.decode_nodes(NODES), executor="slurm", excluded={"node3"}, drain=drain)
     assert asked == [("node1", "pytest-gpucluster: rejected: node1:gpu0: ECC errors (test_gpu[node1])")]
     assert done == {
         "node1": {"reason": asked[0][1]},
         "node4": {"error": f"scontrol: permission denied ({right_needed()})"},  # the right the user lacks
     }
-    assert drain_rejected(NODES, executor="local", drain=drain) == {}
+    assert drain_rejected(codec.decode_nodes(NODES), executor="local", drain=drain) == {}
 
 
 def _report(nodeid, outcome, when="call", **entry):
@@ -81,7 +81,8 @@ def test_the_verdict_is_recorded_before_the_nodes_are_drained_once():
     assert status == 1 and results.status == "complete" and results.finished
     acc = results.extra["acceptance"]
     assert acc["verdict"] == "REJECTED" and acc["nodes"]["verdicts"]["node1"]["verdict"] == "REJECTED"
-    assert drained == [acc["nodes"]] and results.extra["drained"] == {"node1": {"reason": "r"}}
+    # the node verdicts drained are those recorded
+    assert drained == [codec.decode_nodes(acc["nodes"])] and results.extra["drained"] == {"node1": {"reason": "r"}}
 
 
 def test_without_drain_failed_nothing_is_drained_and_collecting_acts_on_nothing():

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import SlurmQueryError
+from pytest_gpucluster.results import codec
 from pytest_gpucluster.results.drain import drain_rejected
 from pytest_gpucluster.slurm import rights
 
@@ -89,7 +90,7 @@ NODES = {"verdicts": {"node1": {"verdict": "ACCEPTED"}, "node2": {"verdict": "RE
 def test_a_user_without_the_right_is_not_tried_and_each_rejected_node_says_why():
     tried = []
     right = rights.DrainRight(False, "gcop1 may not drain nodes: ...")
-    out = drain_rejected(NODES, executor="slurm", drain=lambda n, r: tried.append(n), right=right)
+    out = drain_rejected(codec.decode_nodes(NODES), executor="slurm", drain=lambda n, r: tried.append(n), right=right)
     assert out == {"node2": {"error": "gcop1 may not drain nodes: ..."}} and tried == []
 
 
@@ -98,5 +99,5 @@ def test_a_refusal_slurm_could_not_foretell_names_the_right_needed():
         raise SlurmQueryError(f"`scontrol update nodename={node} state=drain reason=...` exited 1: {REFUSED}")
 
     right = rights.DrainRight(None, rights.right_needed("root"))
-    out = drain_rejected(NODES, executor="slurm", drain=refused, right=right)
+    out = drain_rejected(codec.decode_nodes(NODES), executor="slurm", drain=refused, right=right)
     assert out["node2"]["error"].endswith(f"exited 1: slurm_update error: Invalid user id ({NEEDED})")

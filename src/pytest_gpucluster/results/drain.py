@@ -4,23 +4,23 @@ Slurm's reason, so no later job lands on it until an operator resumes it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from collections.abc import Callable, Collection
 
 from pytest_gpucluster import slurm
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.slurm.rights import DrainRight, refused_for_rights, right_needed
+from pytest_gpucluster.verdict import Nodes
 
 
 def drain_rejected(
-    nodes: Mapping[str, Any],
+    nodes: Nodes,
     *,
     executor: str,
     excluded: Collection[str] = (),
     drain: Callable[[str, str], None],
     right: DrainRight | None = None,
 ) -> dict[str, dict[str, str]]:
-    """Drain each REJECTED node of ``nodes`` (the results' ``acceptance.nodes``) that this run
+    """Drain each REJECTED node of ``nodes`` (the run's node verdicts) that this run
     tested: node → ``{"reason": ...}``, or ``{"error": ...}`` where Slurm refused. A node Slurm had
     excluded before the run keeps the reason it has; without Slurm (``executor`` local) nothing
     is drained. ``right``: what Slurm said before any job of this user's right to drain; where it
@@ -30,13 +30,14 @@ def drain_rejected(
     if executor != "slurm":
         return {}
     out: dict[str, dict[str, str]] = {}
-    for node, judged in (nodes.get("verdicts") or {}).items():
-        if judged.get("verdict") != "REJECTED" or node in excluded:
+    for judged in nodes.verdicts:
+        node = judged.node
+        if judged.verdict != "REJECTED" or node in excluded:
             continue
         if right is not None and right.allowed is False:
             out[node] = {"error": right.sentence}
             continue
-        reason = slurm.drain_reason("rejected", (judged.get("reasons") or ["acceptance failed"])[0])
+        reason = slurm.drain_reason("rejected", (judged.reasons or ("acceptance failed",))[0])
         try:
             drain(node, reason)
             out[node] = {"reason": reason}

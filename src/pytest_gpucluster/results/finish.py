@@ -10,15 +10,14 @@ status it returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.config.options import Outputs
 from pytest_gpucluster.results import codec
 from pytest_gpucluster.results.document import ResultsDocument
 
-Drain = Callable[[Mapping[str, Any]], dict[str, dict[str, str]]]
+Drain = Callable[[verdict.Nodes], dict[str, dict[str, str]]]
 
 
 def record_verdicts(results: ResultsDocument, run: verdict.RunRecord) -> verdict.Recorded:
@@ -51,7 +50,7 @@ def finish(
     if collect_only:
         return pytest_status
     if outputs.drain_failed:
-        results.extra["drained"] = drain(results.extra["acceptance"]["nodes"])
+        results.extra["drained"] = drain(decided.nodes)
     handover = None
     if outputs.merge_doc is not None and outputs.merge_path is not None:
         earlier = outputs.merge_doc
