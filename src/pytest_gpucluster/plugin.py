@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_gpucluster import slurm
+from pytest_gpucluster.collection import CollectionHooks
 from pytest_gpucluster.config import Profile, load
 from pytest_gpucluster.config.options import (
     SOAK_OPTION,
@@ -417,6 +418,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "gpucluster-session")
+    config.pluginmanager.register(CollectionHooks(session), "gpucluster-collection")
     config.pluginmanager.register(CheckPhases(session), "gpucluster-phases")
     run_installed_suite(config)
     install_sigterm_as_interrupt()

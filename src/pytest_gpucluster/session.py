@@ -1,9 +1,9 @@
 """The one stateful object of a run: profile, thresholds, launcher, node list, results.
 
-Built once in ``pytest_configure`` and registered as a plugin, so its hook methods see every
-phase: collection (node parametrisation, skips for unmet needs), each test's reports (results
-file, written by the controlling process only) and the end or interruption of the run (every
-job still queued is cancelled).
+Built once in ``pytest_configure`` and registered as a plugin: its hook methods plan the run's
+jobs before the first test and end the run (every job still queued is cancelled; the results
+file, written by the controlling process only). Collection is ``collection.py``'s, each check's
+phases ``phases.py``'s, each test's reports ``results/recording.py``'s.
 """
 
 from __future__ import annotations
@@ -28,20 +28,13 @@ from pytest_gpucluster.errors import (
 )
 from pytest_gpucluster.launch.local_gpus import exposed_count_error, local_gpus
 from pytest_gpucluster.launch.lost import LostNodes
-from pytest_gpucluster.outcomes import NOT_APPLICABLE
-from pytest_gpucluster.plan import Facts, Plan, last_order
+from pytest_gpucluster.plan import Facts, Plan
 from pytest_gpucluster.plan import facts as run_facts
 from pytest_gpucluster.plan import jobs as planned_jobs
 from pytest_gpucluster.plan.round_cost import dry_run_lines
 from pytest_gpucluster.plan.selection import (
-    Needs,
-    Selection,
     Shape,
-    cannot_run,
-    not_applicable,
-    plan_selection,
 )
-from pytest_gpucluster.results import codec
 from pytest_gpucluster.results.document import ResultsDocument
 from pytest_gpucluster.results.drain import drain_rejected
 from pytest_gpucluster.results.finish import finish
@@ -52,12 +45,7 @@ from pytest_gpucluster.run.cluster import Cluster
 from pytest_gpucluster.run.context import JobContext, ahead_limit_s
 from pytest_gpucluster.run.environment import run_environment
 from pytest_gpucluster.run.items import (
-    declared_not_applicable,
-    defines_check,
-    is_check,
-    needs_of,
     plan_of,
-    requests_of,
     skipped,
 )
 from pytest_gpucluster.run.nodes import NodeSet
@@ -164,8 +152,6 @@ class GpuClusterSession:
             progress=self.progress,
         )
         self.cluster = Cluster(self.jobs)
-        self._collected: list[Needs] = []  # every collected check's needs, before deselection
-        self.selection: Selection | None = None
         self.results: ResultsDocument | None = None
         if settings.is_controller:
             self.results = ResultsDocument(
@@ -302,43 +288,6 @@ class GpuClusterSession:
         drain = f"--gpucluster-drain-failed: {right.sentence}" if right is not None and right.allowed is False else ""
         return [line for line in (self.caller_env.warning(), drain) if line]
 
-    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
-        """Acceptance checks taking ``node`` run once per tested node; the test id is the node
-        name. A test that is no check keeps its own ``node`` fixture."""
-        if "node" in metafunc.fixturenames and defines_check(metafunc):
-            nodes = list(self.nodes) or ([] if self.excluded_nodes else ["no-usable-node"])
-            params = [pytest.param(n, id=n) for n in nodes]
-            params += [
-                pytest.param(n, id=n, marks=pytest.mark.skip(reason=f"{n} is excluded: Slurm reports it {why}"))
-                for n, why in self.excluded_nodes.items()
-            ]
-            metafunc.parametrize("node", params)
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Before ``-k``/``-m``/``--deselect`` take their pick: mark every acceptance check
-        ``multinode`` (the whole acceptance of a multi-node cluster), end the checks that do not
-        apply to the profile as not applicable and those that cannot run now as skipped, each
-        with the reason, and remember every check's needs for the required set. Tests that use a
-        job that ``runs_last`` move to the end of the run (``plan.last_order``)."""
-        self._collected = []
-        shape = self.shape()
-        for item in items:
-            if not is_check(item):
-                continue
-            item.add_marker(pytest.mark.multinode)
-            needs = dataclasses.replace(needs_of(item), declared=declared_not_applicable(item, self.cluster) or "")
-            self._collected.append(needs)
-            na, blocked = not_applicable(needs, shape), cannot_run(needs, shape)
-            if na:
-                # First among the skip marks: a check the profile gives nothing to measure is n/a,
-                # also on a node whose parameter skips it as excluded (pytest takes the first).
-                item.add_marker(pytest.mark.skip(reason=NOT_APPLICABLE + na), append=False)
-            elif blocked:
-                item.add_marker(pytest.mark.skip(reason=blocked))
-        order = last_order([requests_of(item) for item in items])
-        items[:] = [items[i] for i in order]
-
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
         """Before the first test: plan the run's jobs from the selected, runnable tests, record
@@ -373,58 +322,6 @@ class GpuClusterSession:
         started = self.runner.start_ahead(self.jobs, early)
         if started:
             self.status_lines.append("started ahead: " + ", ".join(started))
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Record the tested nodes (and the excluded ones, with Slurm's reason), the required set
-        and what the selection left out, in the results (an xdist worker hands its view to the
-        controller)."""
-        self.selection = self._selection(session)
-        workeroutput = getattr(session.config, "workeroutput", None)
-        if workeroutput is not None:
-            workeroutput["gpucluster_selection"] = codec.encode_selection(self.selection)
-            workeroutput["gpucluster_nodes"] = {"tested": list(self.nodes), "excluded": dict(self.excluded_nodes)}
-        if self.results is not None:
-            self.results.nodes = list(self.nodes)
-            self.results.selection = self.selection
-            if self.excluded_nodes:
-                self.results.environment["excluded_nodes"] = dict(self.excluded_nodes)
-
-    def _selection(self, session: pytest.Session) -> Selection:
-        config = session.config
-        named: list[str] = []
-        if config.args_source == pytest.Config.ArgsSource.ARGS:
-            base = config.invocation_params.dir
-            for arg in config.args:
-                path = arg.split("::", 1)[0]
-                if "::" in arg or (base / path).is_file():
-                    named.append(arg)
-        return plan_selection(
-            self._collected,
-            [item.nodeid for item in session.items],
-            self.shape(),
-            named=named,
-            command=list(config.invocation_params.args),
-            keyword=str(config.option.keyword or ""),
-            markexpr=str(config.option.markexpr or ""),
-            deselect=[str(d) for d in (config.option.deselect or [])],
-        )
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        """xdist controller: fold each worker's view of the selection into the results."""
-        output = getattr(node, "workeroutput", {})
-        tested = output.get("gpucluster_nodes") or {}
-        if tested and self.results is not None and not self.results.nodes:
-            # The controller collects nothing under xdist: the tested nodes are the workers' word.
-            self.results.nodes = list(tested.get("tested", []))
-            if tested.get("excluded"):
-                self.results.environment.setdefault("excluded_nodes", dict(tested["excluded"]))
-        data = output.get("gpucluster_selection")
-        if data and self.results is not None:
-            if self.results.selection is None:
-                self.results.selection = codec.decode_selection(data)
-            else:
-                self.results.selection.merge(codec.decode_selection(data))
 
     # Each test's reports are folded into self.results by results/recording.py (ResultsHooks), which
     # also turns the data entries into readable JUnit properties.
