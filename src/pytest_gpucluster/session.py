@@ -48,7 +48,7 @@ from pytest_gpucluster.run.items import (
     plan_of,
     skipped,
 )
-from pytest_gpucluster.run.nodes import NodeSet
+from pytest_gpucluster.run.nodes import DRY_RUN_STATES_S, NodeSet
 from pytest_gpucluster.run.progress import Progress
 from pytest_gpucluster.run.shared_area import user_name
 from pytest_gpucluster.slurm import Slurm, caller_env
@@ -136,6 +136,7 @@ class GpuClusterSession:
             reservation_from=settings.reservation_from,
             lost=LostNodes(),
             client=self.slurm,
+            states_bound_s=None if settings.submits else DRY_RUN_STATES_S,
         )
         self.progress = Progress(self._waiter)
         self.runner = Runner(limit_s=ahead_limit_s(self.profile))
@@ -300,6 +301,8 @@ class GpuClusterSession:
         terminal = config.pluginmanager.get_plugin("terminalreporter")
         if config.getoption("gpucluster_dry_run", False) and terminal is not None:
             terminal.write_sep("-", f"gpucluster plan: {len(self.plan.jobs)} job(s), nothing submitted")
+            for line in self.node_set.plan_lines():
+                terminal.write_line(line)
             for line in self.plan.lines():
                 terminal.write_line(line)
             if self.plan.has(planned_jobs.NCCL_INTER.key):

@@ -4,6 +4,8 @@ node2 told it has no GPUs (``gpuless_nodes``, no gres.conf line for it)."""
 
 from __future__ import annotations
 
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,51 @@ def test_a_drained_node_is_left_out_with_slurms_state_and_reason(sinfo):
     nodes = NodeSet(_profile())
     assert nodes.nodes == ("node1",)
     assert nodes.excluded == {"node2": "IDLE+DRAIN (integration test)"}
+
+
+# A run that submits nothing (a dry run): the listed nodes' states are asked once, within a bound.
+
+
+def test_a_dry_run_names_the_nodes_slurm_leaves_out_and_where_their_states_came_from(sinfo):
+    sinfo("sinfo-22.05-node2-drained.json")
+    nodes = NodeSet(_profile(nodelist=["node1", "node2"]), states_bound_s=5.0)
+    assert nodes.plan_lines() == [
+        "nodes: 1 from the profile's nodelist (node1), their states read from `sinfo --json`",
+        "  left out: node2: IDLE+DRAIN (integration test)",
+    ]
+
+
+def test_a_dry_run_without_slurm_says_whose_states_are_unknown_and_what_the_plan_assumes(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no Slurm client on this login node
+    nodes = NodeSet(_profile(nodes=3, nodelist=["gpu01", "gpu02", "gpu03"]), states_bound_s=5.0)
+    assert nodes.nodes == ("gpu01", "gpu02", "gpu03")
+    first, then = nodes.plan_lines()
+    assert first == (
+        "nodes: 3 from the profile's nodelist, their states unknown (gpu[01-03]): Slurm's word on them could not "
+        "be read: `sinfo` is not on PATH; is slurm-client installed on this login node?"
+    )
+    assert then.startswith("  the plan takes each as usable; a run leaves out any Slurm holds drained, down")
+
+
+def test_a_dry_run_of_a_partition_without_slurm_says_it_has_no_node(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    nodes = NodeSet(_profile(), states_bound_s=5.0)
+    assert nodes.nodes == ()
+    assert nodes.plan_lines()[0].startswith(
+        "nodes: none; the profile lists none and Slurm's nodes of partition 'debug' could not be read: `sinfo`"
+    )
+
+
+def test_a_dry_run_waits_once_and_within_its_bound_for_a_slurm_that_does_not_answer(monkeypatch):
+    # Without its configuration file Slurm's client keeps trying to read it for a minute; the
+    # bound cuts that, once, for the check of the named nodes and the node list together.
+    if shutil.which("sinfo") is None:
+        pytest.skip("no Slurm client on this machine")
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    t0 = time.monotonic()
+    nodes = NodeSet(_profile(nodelist=["gpu1", "gpu2"]), named=["gpu1"], check_named=True, states_bound_s=2.0)
+    assert nodes.nodes == ("gpu1",)
+    took = time.monotonic() - t0
+    assert 2.0 <= took < 4.0, took
+    assert nodes.states_unread == "`sinfo --json` did not answer within 2 s."
+    assert nodes.plan_lines()[0].startswith("nodes: 1 from --gpucluster-nodes, their states unknown (gpu1)")

@@ -20,11 +20,19 @@ from pytest_gpucluster.run.shared_area import user_name
 from pytest_gpucluster.slurm.reservation import reservation, reservation_names
 from pytest_gpucluster.verdict.ranges import hostlist
 
+# A dry run whose nodes are listed (the profile's nodelist, --gpucluster-nodes) plans from the list;
+# their states only leave out those Slurm will not run jobs on, so it asks once, within this bound,
+# and says so when Slurm did not answer instead of waiting out the run's timeout and retry window.
+DRY_RUN_STATES_S = 5.0
+
+ASKED = {"sinfo": "`sinfo --json`", "scontrol": "`scontrol --json show nodes`"}  # by ``Slurm.node_source``
+
 
 class NodeSet:
     """The tested nodes, resolved once on first use. ``named``: the nodes ``--gpucluster-nodes`` names;
     ``lost``: the run's record of the nodes it lost under its jobs, which its launcher extends;
-    ``client``: the run's client of Slurm."""
+    ``client``: the run's client of Slurm; ``states_bound_s``: for a run that submits nothing,
+    the bound on the one question of the listed nodes' states (None: asked as any question)."""
 
     def __init__(
         self,
@@ -35,8 +43,10 @@ class NodeSet:
         lost: LostNodes | None = None,
         reservation_from: str = "",
         client: slurm.Slurm | None = None,
+        states_bound_s: float | None = None,
     ) -> None:
         self.profile = profile
+        self.states_bound_s = states_bound_s
         self.client = slurm.Slurm() if client is None else client  # the run's client of Slurm
         self.named = tuple(named)
         self.lost_record = LostNodes() if lost is None else lost
@@ -47,6 +57,7 @@ class NodeSet:
         self.info: dict[str, slurm.NodeInfo] = {}  # Slurm's word on the partition's nodes at the start
         self._partition: list[slurm.NodeInfo] | None = None  # the partition's nodes, once asked
         self.error: str | None = None
+        self.states_unread = ""  # why Slurm's word on the nodes could not be read; empty once read
         self.fault: ClusterFault | None = None  # the node list could not be read: a fault outside the nodes
         self.held: dict[str, str] = {}  # node → the other work that held it past queue_timeout_s
         self.held_sentence = ""  # that, said once: the fault's sentence
@@ -162,6 +173,37 @@ class NodeSet:
             soak_required=p.soak.required,
         )
 
+    def plan_lines(self) -> list[str]:
+        """What a dry run says of the nodes it plans over: how many, whether Slurm's word on them
+        was read and which it leaves out; where it could not be read, which nodes' states are
+        unknown and what the plan assumes of them. Nothing for the local executor."""
+        p = self.profile
+        if p.executor != "slurm":
+            return []
+        tested = self.nodes
+        listed = "--gpucluster-nodes" if self.named else "the profile's nodelist"
+        if self.states_unread:
+            if not tested:
+                return [
+                    f"nodes: none; the profile lists none and Slurm's nodes of partition {p.partition!r} could not "
+                    f"be read: {self.states_unread}",
+                    "  the plan has no node to run on; a run asks again, within its timeout and retry window",
+                ]
+            return [
+                f"nodes: {len(tested)} from {listed}, their states unknown ({hostlist(tested)}): Slurm's word on them "
+                f"could not be read: {self.states_unread}",
+                "  the plan takes each as usable; a run leaves out any Slurm holds drained, down or outside "
+                f"partition {p.partition!r}, or short of GPUs, so its jobs and rounds may span fewer nodes than these",
+            ]
+        source = ASKED.get(self.client.node_source or "", "Slurm")
+        where = listed if (self.named or p.nodelist) else f"partition {p.partition!r}"
+        out = [f"nodes: {len(tested)} from {where} ({hostlist(tested) or 'none'}), their states read from {source}"]
+        by_why: dict[str, list[str]] = {}
+        for name, why in self.excluded.items():
+            by_why.setdefault(why, []).append(name)
+        out += [f"  left out: {hostlist(names)}: {why}" for why, names in by_why.items()]
+        return out
+
     def short_of_gpus(self, gpus: int) -> str:
         """The tested nodes Slurm says have fewer than ``gpus`` GPUs, as one clause ("node1,
         node2 advertise 4 (Gres=gpu:4)"); empty when none or when Slurm was not asked."""
@@ -177,8 +219,9 @@ class NodeSet:
         Slurm cannot answer now, the run's node list says so later."""
         p = self.profile
         try:
-            self._partition = slurm.partition_nodes(self.client, p.partition)
-        except SlurmQueryError:
+            self._partition = self._partition_nodes()
+        except SlurmQueryError as exc:
+            self.states_unread = str(exc)
             return
         held = {n.name for n in self._partition}
         strangers = [n for n in self.named if n not in held]
@@ -197,8 +240,11 @@ class NodeSet:
             self._read_scope()
         except SlurmQueryError as exc:
             self.error = str(exc)
+            self.states_unread = str(exc)
             self.fault = cluster_fault(exc)
-            return tuple(p.nodelist)  # the jobs will say what is wrong with them
+            # The nodes asked for (those --gpucluster-nodes names, else the profile's); the jobs
+            # will say what is wrong with them.
+            return tuple(self.named or p.nodelist)
         assert self._partition is not None
         self.info = {n.name: n for n in self._partition}
         known = [n for n in self._partition if self.scope.fits(n)]
@@ -230,7 +276,17 @@ class NodeSet:
             if held is not None:
                 self.scope = dataclasses.replace(self.scope, reservation=held)
         if self._partition is None:
-            self._partition = slurm.partition_nodes(self.client, self.profile.partition)
+            self._partition = self._partition_nodes()
+
+    def _partition_nodes(self) -> list[slurm.NodeInfo]:
+        """The partition's nodes as Slurm holds them; asked once within ``states_bound_s`` where
+        that is set and the nodes are listed, else with the run's timeout and retry window."""
+        bound = self.states_bound_s
+        if bound is None or not (self.named or self.profile.nodelist):
+            return slurm.partition_nodes(self.client, self.profile.partition)
+        if self.states_unread:
+            raise SlurmQueryError(self.states_unread)  # asked once already: not a second wait
+        return slurm.partition_nodes(self.client, self.profile.partition, timeout_s=bound, retry=False)
 
     def _check_scope(self) -> None:
         """Before any job: the profile's reservation exists, is active and admits this user, and

@@ -43,10 +43,13 @@ class Slurm:
             argv[0], lambda: _run_once(argv, timeout_s) if env is None else _run_with(argv, timeout_s, env)
         )
 
-    def run_json(self, argv: list[str], timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+    def run_json(self, argv: list[str], timeout_s: float = TIMEOUT_S, *, retry: bool = True) -> dict[str, Any]:
         """Run a command with ``--json`` output and parse it. A listing that carries only errors
         (what ``sinfo --json`` prints, exiting 0, while slurmctld is down) is no answer: retried
-        as a command that could not reach its daemon."""
+        as a command that could not reach its daemon. ``retry`` false: one try, for a question
+        the caller can do without (SlurmQueryError when it fails; no outage is recorded)."""
+        if not retry:
+            return _parse_json(argv, _run_once(argv, timeout_s))
         return self.outages.attempt(argv[0], lambda: _parse_json(argv, _run_once(argv, timeout_s)))
 
     def answers(self, daemon: str) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_gpucluster.slurm.commands import Slurm
+from pytest_gpucluster.slurm.commands import TIMEOUT_S, Slurm
 from pytest_gpucluster.verdict.ranges import hostlist
 
 
@@ -108,23 +108,26 @@ def parse_nodes(data: dict[str, Any]) -> list[NodeInfo]:
     return nodes
 
 
-def nodes(client: Slurm, names: Sequence[str] = ()) -> list[NodeInfo]:
+def nodes(
+    client: Slurm, names: Sequence[str] = (), *, timeout_s: float = TIMEOUT_S, retry: bool = True
+) -> list[NodeInfo]:
     """The nodes ``names`` as the controller knows them; every node when empty. Asked through the
     one command that lists nodes on this Slurm, learned from the first answer and kept on
     ``client`` (``Slurm.node_source``): Slurm 22.05's scontrol has no ``--json``, and its
     ``sinfo --json`` lists every node, ignoring any filter (sinfo(1)); from 23.02 ``sinfo --json``
     groups nodes instead, and ``scontrol --json show nodes HOSTLIST`` lists the named nodes. Once
-    learned, only that command is asked: no second full listing of a large cluster on every read."""
+    learned, only that command is asked: no second full listing of a large cluster on every read.
+    ``timeout_s`` and ``retry`` bound each command (``Slurm.run_json``)."""
     with client.lock:
         source = client.node_source
     if source == "scontrol":
-        data = client.run_json(scontrol_nodes_argv(names))
+        data = client.run_json(scontrol_nodes_argv(names), timeout_s, retry=retry)
     else:
-        data = client.run_json(["sinfo", "--json"])
+        data = client.run_json(["sinfo", "--json"], timeout_s, retry=retry)
         if "nodes" in data:
             source = "sinfo"
         else:
-            data = client.run_json(scontrol_nodes_argv(names))
+            data = client.run_json(scontrol_nodes_argv(names), timeout_s, retry=retry)
             source = "scontrol"
     with client.lock:
         client.node_source = source
@@ -139,9 +142,13 @@ def scontrol_nodes_argv(names: Sequence[str]) -> list[str]:
     return ["scontrol", "--json", "show", "nodes", *([hostlist(names)] if names else [])]
 
 
-def partition_nodes(client: Slurm, partition: str | None) -> list[NodeInfo]:
-    """Nodes of ``partition`` (all nodes when None), sorted by name."""
-    return sorted((n for n in nodes(client) if partition is None or partition in n.partitions), key=lambda n: n.name)
+def partition_nodes(
+    client: Slurm, partition: str | None, *, timeout_s: float = TIMEOUT_S, retry: bool = True
+) -> list[NodeInfo]:
+    """Nodes of ``partition`` (all nodes when None), sorted by name; ``timeout_s`` and ``retry`` as
+    for ``nodes``."""
+    found = nodes(client, timeout_s=timeout_s, retry=retry)
+    return sorted((n for n in found if partition is None or partition in n.partitions), key=lambda n: n.name)
 
 
 _LOST = {"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "UNKNOWN"}
