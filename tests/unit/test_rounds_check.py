@@ -10,6 +10,7 @@ from pathlib import Path
 from result_docs import document, record_of_test
 
 from pytest_gpucluster import verdict
+from pytest_gpucluster.checks.nccl import unmeasured
 from pytest_gpucluster.checks.rounds import GroupResult, Lost, group_results, groups_of, judge_rounds, remeasure
 from pytest_gpucluster.config.topology import read_topology
 from pytest_gpucluster.plan.rounds import RoundPlan, plan_rounds
@@ -256,3 +257,104 @@ def test_a_node_lost_under_a_round_leaves_its_groups_not_measured_and_convicts_o
     assert not found.localisation.culprits
     verdicts = verdicts_of(found)
     assert [n for n, v in verdicts.items() if v == "REJECTED"] == ["node23"]
+
+
+def test_a_node_lost_under_the_whole_cluster_round_convicts_only_itself_and_leaves_it_unmeasured():
+    """node23 is lost under the last round's job (every node): that round has no result, its
+    earlier groups (slow: it was failing) count for nothing, and no partner, leaf or path is named."""
+    last = len(PLAN.rounds)
+    lost = {"node23": Lost(last, "DOWN+NOT_RESPONDING: Not responding")}
+
+    def busbw(number, g):
+        if number == last:
+            return None
+        return 12.0 if "node23" in g.nodes else 45.0
+
+    results = [GroupResult(i, g, busbw(i, g)) for i, r in enumerate(PLAN.rounds, start=1) for g in r.groups]
+    assert remeasure(PLAN, results, LINE, lost) == ()
+    found = judge_rounds(PLAN, results, op="all_reduce", metric=METRIC, fail_below=LINE, parents=PARENTS, lost=lost)
+    own, unmeasured = found.findings
+    assert (own.scope, own.culprits, own.severity) == ("node", ("node23",), "fail")
+    assert own.text == (
+        "all_reduce: node23 was lost under round 5's job (the whole cluster) (DOWN+NOT_RESPONDING: Not "
+        "responding); 1 group(s) of the rounds were not measured for it, the whole-cluster all_reduce among them"
+    )
+    assert (unmeasured.severity, unmeasured.culprits, unmeasured.convicts) == ("not_judged", ("node23",), ())
+    assert len(unmeasured.nodes) == len(NODES)
+    assert not found.localisation.culprits and not found.localisation.whole_cluster_only
+    verdicts = verdicts_of(found)
+    assert [n for n, v in verdicts.items() if v == "REJECTED"] == ["node23"]
+
+
+def test_a_node_lost_under_the_whole_cluster_round_leaves_what_the_earlier_rounds_named():
+    last = len(PLAN.rounds)
+    lost = {"node05": Lost(last, "DOWN")}  # of leaf1
+
+    def busbw(number, g):
+        if number == last:
+            return None
+        return 12.0 if set(g.leaves) == {"leaf2", "leaf4"} else 45.0
+
+    results = [GroupResult(i, g, busbw(i, g)) for i, r in enumerate(PLAN.rounds, start=1) for g in r.groups]
+    chosen = remeasure(PLAN, results, LINE, lost)
+    again = again_of(chosen)
+    found = judge_rounds(
+        PLAN, results, op="all_reduce", metric=METRIC, fail_below=LINE, parents=PARENTS, again=again, lost=lost
+    )
+    assert [(f.scope, f.culprits) for f in found.findings if f.severity == "fail"] == [
+        ("node", ("node05",)),
+        ("link", ("leaf2", "leaf4")),
+    ]
+
+
+def test_a_node_lost_under_the_job_measuring_groups_again_names_no_path_and_only_itself():
+    """The path leaf1–leaf3 is slow in its round; node05 (leaf1) is lost under the job that
+    measures those groups again, which ends without results: the first measurement alone names
+    nothing, node05 is named lost, and its partners are not rejected."""
+    first = measured(PLAN, lambda g: set(g.leaves) == {"leaf1", "leaf3"})
+    ((number, rnd),) = remeasure(PLAN, first, LINE)
+    lost = {"node05": Lost(number, "DOWN+NOT_RESPONDING: Not responding", again=True)}
+    broken = [GroupResult(number, g, None) for g in rnd.groups]
+    found = judge_rounds(
+        PLAN, first, op="all_reduce", metric=METRIC, fail_below=LINE, parents=PARENTS, again=broken, lost=lost
+    )
+    own, unmeasured = found.findings
+    assert (own.scope, own.culprits, own.severity) == ("node", ("node05",), "fail")
+    assert own.text == (
+        f"all_reduce: node05 was lost under the job measuring round {number}'s slow groups again "
+        f"(DOWN+NOT_RESPONDING: Not responding); {len(rnd.groups)} group(s) were not measured again for it; "
+        "their first measurement alone names no switch or link"
+    )
+    assert (unmeasured.severity, unmeasured.culprits) == ("not_judged", ("node05",))
+    assert set(unmeasured.nodes) == {n for g in rnd.groups for n in g.nodes}
+    assert not [f for f in found.findings if f.scope in ("switch", "link")]
+    verdicts = verdicts_of(found)
+    assert [n for n, v in verdicts.items() if v == "REJECTED"] == ["node05"]
+
+
+def test_a_job_measuring_again_that_a_loss_broke_leaves_the_other_jobs_judged():
+    # Slow uplinks of leaf4 are measured again in three jobs (rounds 2–4); node60 (leaf4) is lost
+    # under the first: the two others, slow again, still name the uplinks without node60's groups.
+    # node59, node60's partner inside leaf4 (the one group where it was fast), is then slow in
+    # every group left: not convicted for it, not judged.
+    first = measured(PLAN, lambda g: "leaf4" in g.leaves and len(g.leaves) == 2)
+    chosen = remeasure(PLAN, first, LINE)
+    (n1, r1), *rest = chosen
+    lost = {"node60": Lost(n1, "DOWN", again=True)}
+    again = [GroupResult(n1, g, None) for g in r1.groups] + again_of(rest)
+    found = judge_rounds(
+        PLAN, first, op="all_reduce", metric=METRIC, fail_below=LINE, parents=PARENTS, again=again, lost=lost
+    )
+    named = [(f.scope, f.culprits) for f in found.findings if f.severity == "fail"]
+    assert named == [("node", ("node60",)), ("link", ("leaf4", "spine"))]
+    (partner,) = [f for f in found.findings if f.scope == "node" and f.severity == "not_judged"]
+    assert partner.culprits == ("node59",) and partner.convicts == ()
+    assert partner.text.endswith("not judged: its group(s) with node60, lost, do not count")
+    verdicts = verdicts_of(found)
+    assert [n for n, v in verdicts.items() if v == "REJECTED"] == ["node60"]
+
+
+def test_a_collective_left_unmeasured_by_a_loss_has_no_verdict_series_or_wrong_result():
+    check = unmeasured("all_reduce", NODES, METRIC, None)
+    assert (check.measurement, check.verdict, check.problems, check.series) == (None, None, (), {})
+    assert not check.fails

@@ -144,6 +144,13 @@ def make_check(
     )
 
 
+def unmeasured(op: str, nodes: Sequence[str], metric: str, threshold: Threshold | None) -> Check:
+    """``op`` over ``nodes`` with no measurement (its job ended with a node lost): no verdict, no
+    series, no wrong result; what ended it is said by the findings it is recorded with."""
+    sweep = SweepResult(op, tuple(nodes), n_ranks=0, backend="", implementation="", rows=(), warmup_iters=0, iters=0)
+    return Check(sweep=sweep, metric=metric, threshold=threshold, measurement=None, problems=(), attempts=())
+
+
 def _wrong_results(sweep: SweepResult) -> list[Finding]:
     """A sweep's wrong results: of its node, or of its nodes together (a collective across nodes
     returns one result; which node corrupted it, the result cannot say)."""

@@ -11,6 +11,7 @@ measurements are, so a one-off dip names nothing. Pure: the rounds' sweeps in, t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,10 +36,12 @@ class GroupResult:
 @dataclass(frozen=True)
 class Lost:
     """A node lost under a round's job: the round (1-based) and Slurm's state and reason. That
-    job's groups and every later group holding the node return no result."""
+    job's groups and every later group holding the node return no result. ``again``: lost under
+    the job measuring that round's slow groups once more (``remeasure``), not the round's own."""
 
     round: int
     reason: str
+    again: bool = False
 
 
 @dataclass(frozen=True)
@@ -188,15 +191,18 @@ def judge_rounds(
     switch above it, the far end of its uplinks. ``again``: the groups ``remeasure`` chose,
     measured once more; each is judged by the higher of its two busbws, so it is slow only when
     both measurements are (a re-measure without a result leaves the first). ``lost``: nodes lost
-    under a round's job; each is a finding of its own, the groups it left without a result are
-    not judged, naming it, and no group holding it counts, so that neither the other members nor
-    a switch or link is convicted for what it did before it was lost."""
+    under a round's job, the whole-cluster round's among them, or under a job measuring groups
+    again; each is a finding of its own, the groups it left without a result are not judged,
+    naming it, and no group holding it counts, so that neither the other members nor a switch or
+    link is convicted for what it did before it was lost. A group whose second measurement a
+    loss broke counts for nothing either: its first alone names no switch or link."""
     findings: list[Finding] = []
     for r in results:
         findings += [Finding.across(r.group.nodes, f"{op} in round {r.round}: {p}") for p in r.problems]
     lost = lost or {}
-    findings += _lost_findings(plan, op, results, lost)
-    right = {g: v for g, v in _right(results).items() if not lost.keys() & set(g.nodes)}
+    findings += _lost_findings(plan, op, results, again, lost)
+    broken = {r.group for r in again if _lost_again(r, lost)}
+    right = {g: v for g, v in _right(results).items() if not lost.keys() & set(g.nodes) and g not in broken}
     if fail_below is None:
         return RoundsCheck(op, metric, plan, tuple(results), None, None, tuple(findings), tuple(again))
     for r in again:
@@ -204,8 +210,19 @@ def judge_rounds(
             right[r.group] = max(right[r.group], r.busbw)
     found = localise(plan, right, fail_below)
     worst = _worst(right)  # a group measured twice: the higher, as judged
+    partners = _partners(plan, lost, broken)
     for culprit in found.culprits:
-        findings.append(_finding(culprit, op, metric, worst, fail_below, parents))
+        finding = _finding(culprit, op, metric, worst, fail_below, parents)
+        if culprit.kind == "node" and culprit.name in partners:
+            # Its groups with a lost node do not count, and one of them may be where it was fast:
+            # the groups left cannot convict it.
+            who = ", ".join(partners[culprit.name])
+            finding = dataclasses.replace(
+                finding,
+                text=f"{finding.text}; not judged: its group(s) with {who}, lost, do not count",
+                severity="not_judged",
+            )
+        findings.append(finding)
     line = f"under the fail line {fail_below:.4g} GB/s"
     for g in found.unexplained:
         findings.append(
@@ -230,7 +247,7 @@ def judge_rounds(
                 unit="GB/s",
             )
         )
-    by_loss = {r.group for r in results if _lost_in(r, lost) or lost.keys() & set(r.group.nodes)}
+    by_loss = {r.group for r in results if _lost_in(r, lost) or lost.keys() & set(r.group.nodes)} | broken
     unmeasured = [
         g for g in found.unmeasured if g not in by_loss and not any(r.group == g and r.problems for r in results)
     ]
@@ -244,36 +261,76 @@ def judge_rounds(
     return RoundsCheck(op, metric, plan, tuple(results), fail_below, found, tuple(findings), tuple(again))
 
 
+def _partners(plan: RoundPlan, lost: Mapping[str, Lost], broken: set[Group]) -> dict[str, list[str]]:
+    """The nodes whose groups a loss took from the judging, each with the lost nodes it shared
+    them with: members of a group holding a lost node or measured again in a job a loss broke.
+    The whole-cluster group, which every node shares, is not one of them."""
+    out: dict[str, list[str]] = {}
+    for number, rnd in enumerate(plan.rounds, start=1):
+        if rnd.stage == "whole cluster":
+            continue
+        for g in rnd.groups:
+            gone = [n for n in g.nodes if n in lost] or (
+                [n for n, at in lost.items() if at.again and at.round == number] if g in broken else []
+            )
+            for n in g.nodes:
+                if n not in lost and gone:
+                    out.setdefault(n, [])
+                    out[n] += [x for x in gone if x not in out[n]]
+    return out
+
+
 def _lost_in(r: GroupResult, lost: Mapping[str, Lost]) -> tuple[str, ...]:
     """The lost nodes that left ``r`` without a result: one of its own, or one lost under its
     round's job."""
     if r.busbw is not None or r.problems:
         return ()
     own = tuple(n for n in r.group.nodes if n in lost)
-    return own or tuple(n for n, at in lost.items() if at.round == r.round)
+    return own or tuple(n for n, at in lost.items() if at.round == r.round and not at.again)
 
 
-def _lost_findings(plan: RoundPlan, op: str, results: Sequence[GroupResult], lost: Mapping[str, Lost]) -> list[Finding]:
+def _lost_again(r: GroupResult, lost: Mapping[str, Lost]) -> tuple[str, ...]:
+    """The lost nodes that left ``r``, a group measured again, without its second result: one of
+    its own, or one lost under the job that measured its round's groups again."""
+    if r.busbw is not None or r.problems:
+        return ()
+    own = tuple(n for n in r.group.nodes if n in lost)
+    return own or tuple(n for n, at in lost.items() if at.again and at.round == r.round)
+
+
+def _lost_findings(
+    plan: RoundPlan,
+    op: str,
+    results: Sequence[GroupResult],
+    again: Sequence[GroupResult],
+    lost: Mapping[str, Lost],
+) -> list[Finding]:
     """Each lost node's finding, and the groups it left unmeasured as one finding, not judged,
-    of their other nodes that names it. The whole-cluster group is not among them: after a loss
-    it runs over the nodes left (``run/areas/nccl_rounds.py``), and that is the test's measurement."""
+    of their other nodes that names it. A node lost before the whole-cluster round leaves that
+    group out: the round runs over the nodes left (``run/areas/nccl_rounds.py``), and that is
+    the test's measurement; one lost under it leaves the whole cluster unmeasured."""
+    last = len(plan.rounds)
     out: list[Finding] = []
     for node, at in lost.items():
-        left = [r for r in results if node in _lost_in(r, lost) and plan.rounds[r.round - 1].stage != "whole cluster"]
-        out.append(
-            Finding.on_node(
-                node,
-                f"{op}: {node} was lost under round {at.round}'s job ({at.reason}); "
-                f"{len(left)} group(s) of the rounds were not measured for it",
-            )
-        )
+        if at.again:
+            left = [r for r in again if node in _lost_again(r, lost)]
+            job = f"the job measuring round {at.round}'s slow groups again"
+            own = f"{len(left)} group(s) were not measured again for it"
+            theirs = f"{len(left)} group(s) not measured again"
+            then = "; their first measurement alone names no switch or link"
+        else:
+            left = [r for r in results if node in _lost_in(r, lost) and (r.round < last or at.round == last)]
+            job = f"round {at.round}'s job" + (" (the whole cluster)" if at.round == last else "")
+            own = f"{len(left)} group(s) of the rounds were not measured for it"
+            theirs = f"{len(left)} group(s) of the rounds not measured"
+            then = f", the whole-cluster {op} among them" if at.round == last else ""
+        out.append(Finding.on_node(node, f"{op}: {node} was lost under {job} ({at.reason}); {own}{then}"))
         others = tuple(dict.fromkeys(n for r in left for n in r.group.nodes if n not in lost))
         if others:
             out.append(
                 Finding.across(
                     (*others, node),
-                    f"{op}: {len(left)} group(s) of the rounds not measured: {node} was lost under round "
-                    f"{at.round}'s job",
+                    f"{op}: {theirs}: {node} was lost under {job}{then}",
                     culprits=(node,),
                     severity="not_judged",
                 )

@@ -108,13 +108,15 @@ def rounds_check(ctx: JobContext, topology: Topology, ops: tuple[str, ...], op: 
     results = group_results(plan, measured.sweeps, op, busbw)
     parents = {leaf.name: p for leaf in plan.leaves if (p := topology.switches[leaf.name].parent) is not None}
     fail_below = threshold.fail_below if threshold is not None else None
-    again = measure_again(ctx, plan, remeasure(plan, results, fail_below, measured.lost), op, busbw)
+    again, lost_again = measure_again(ctx, plan, remeasure(plan, results, fail_below, measured.lost), op, busbw)
+    lost = {**measured.lost, **{n: at for n, at in lost_again.items() if n not in measured.lost}}
     found = judge_rounds(
-        plan, results, op=op, metric=metric, fail_below=fail_below, parents=parents, again=again, lost=measured.lost
+        plan, results, op=op, metric=metric, fail_below=fail_below, parents=parents, again=again, lost=lost
     )
     whole = _whole(plan, measured, op)
-    check = judging.make_check(whole, metric, threshold, s)
-    return judging.with_rounds(check, found)
+    if whole is None:  # a node lost under the whole-cluster round: its findings say so
+        return judging.with_rounds(judging.unmeasured(op, plan.nodes, metric, threshold), found)
+    return judging.with_rounds(judging.make_check(whole, metric, threshold, s), found)
 
 
 def measure_again(
@@ -123,42 +125,48 @@ def measure_again(
     chosen: Sequence[tuple[int, Round]],
     op: str,
     busbw: Callable[[SweepResult], float | None],
-) -> tuple[GroupResult, ...]:
+) -> tuple[tuple[GroupResult, ...], dict[str, Lost]]:
     """The groups ``remeasure`` chose, measured once more: a job per round they came from, on
-    their nodes only, ``op`` alone from the judged sizes up; once per run for the same groups."""
+    their nodes only, ``op`` alone from the judged sizes up; once per run for the same groups.
+    A node lost under one of these jobs ends that job without results and is returned, lost
+    (``Lost.again``); the other jobs still run."""
     if not chosen:
-        return ()
+        return (), {}
     s = settings(ctx, across=True)
     judge_from = min(s.judge_from_bytes, s.max_bytes)
 
-    def measure() -> dict[int, list[SweepResult]]:
+    def measure() -> tuple[dict[int, list[SweepResult]], dict[str, Lost]]:
         out: dict[int, list[SweepResult]] = {}
+        lost: dict[str, Lost] = {}
         for number, rnd in chosen:
             name = f"again{number}"
-            out[number] = run_job(
-                ctx,
-                f"nccl-{name}",
-                groups=[list(g.nodes) for g in rnd.groups],
-                ops=(op,),
-                env=inter_env(ctx, name),
-                nodelist=tuple(n for g in rnd.groups for n in g.nodes) if ctx.profile.executor == "slurm" else None,
-                min_bytes=judge_from,
-            ).sweeps
-        return out
+            out[number] = []
+            try:
+                out[number] = run_job(
+                    ctx,
+                    f"nccl-{name}",
+                    groups=[list(g.nodes) for g in rnd.groups],
+                    ops=(op,),
+                    env=inter_env(ctx, name),
+                    nodelist=tuple(n for g in rnd.groups for n in g.nodes) if ctx.profile.executor == "slurm" else None,
+                    min_bytes=judge_from,
+                ).sweeps
+            except NodeLostError as exc:
+                lost.update({n: Lost(number, why, again=True) for n, why in exc.lost.items() if n not in lost})
+        return out, lost
 
-    sweeps = ctx.once(("nccl", "again", op, tuple(chosen)), measure)
+    sweeps, lost = ctx.once(("nccl", "again", op, tuple(chosen)), measure)
     again = RoundPlan(plan.nodes, plan.leaves, tuple(rnd for _, rnd in chosen), plan.levels)
     numbers = [number for number, _ in chosen]
     found = group_results(again, {i: sweeps[n] for i, n in enumerate(numbers, start=1)}, op, busbw)
-    return tuple(dataclasses.replace(r, round=numbers[r.round - 1]) for r in found)
+    return tuple(dataclasses.replace(r, round=numbers[r.round - 1]) for r in found), lost
 
 
-def _whole(plan: RoundPlan, measured: RoundsRun, op: str) -> SweepResult:
-    """The whole-cluster round's sweep: over every node, or over those left after a loss; where
-    none came back for a loss, the loss is raised (the test fails naming the lost nodes)."""
+def _whole(plan: RoundPlan, measured: RoundsRun, op: str) -> SweepResult | None:
+    """The whole-cluster round's sweep: over every node, or over those left after a loss; None
+    where a loss left none (a node lost under that round's job: the rounds' findings name it)."""
     last = len(plan.rounds)
     nodes = tuple(n for n in plan.rounds[-1].groups[0].nodes if n not in measured.lost)
     if measured.lost and not any(s.op == op and set(s.nodes) == set(nodes) for s in measured.sweeps[last]):
-        lost = {n: at.reason for n, at in measured.lost.items()}
-        raise NodeLostError(f"{', '.join(lost)} lost under the rounds: the whole-cluster round did not run", lost=lost)
+        return None
     return judging.find(measured.sweeps[last], nodes, op)
