@@ -332,3 +332,19 @@ def test_pytest_html_filter_counts_are_named_in_the_suites_words():
     assert outcomes["skipped"]["label"] == "Not applicable" and outcomes["failed"]["label"] == "Failed"
     relabel_outcomes(outcomes, {"pass": 63, "warn": 0, "not_judged": 2, "n/a": 11})
     assert outcomes["skipped"]["label"] == "Skipped (2 not judged, 11 not applicable)"
+
+
+def test_the_results_tables_gpu_model_is_read_once_per_inventory():
+    # Every row of pytest-html's table asks for the GPU model; it follows the inventory as it is
+    # recorded, without walking every node's GPUs for each row.
+    from types import SimpleNamespace
+
+    from pytest_gpucluster.report.pytest_html_hooks import HtmlReportHooks
+
+    results = ResultsDocument(profile="p", cluster={"gpu_model": "NVIDIA H100 80GB HBM3"})
+    hooks = HtmlReportHooks(SimpleNamespace(results=results))  # type: ignore[arg-type]
+    assert hooks._gpu_model() == "NVIDIA H100 80GB HBM3"  # the profile's, before any inventory
+    results.inventory.update({f"node{i}": {"gpus": [{"name": "NVIDIA H200"}] * 8} for i in range(64)})
+    assert hooks._gpu_model() == "NVIDIA H200"
+    results.inventory.update({"node64": {"gpus": [{"name": "NVIDIA B200"}]}})
+    assert hooks._gpu_model() == "NVIDIA H100 80GB HBM3"  # two models: the profile's again

@@ -48,6 +48,7 @@ class HtmlReportHooks:
     def __init__(self, session: GpuClusterSession) -> None:
         self.session = session
         self.report_data: Any = None  # pytest-html's ReportData, handed to the title hook
+        self._model: tuple[int, int, str] | None = None  # the inventory's id and size, and its GPU model
 
     def _doc(self) -> dict[str, Any]:
         assert self.session.results is not None
@@ -59,10 +60,15 @@ class HtmlReportHooks:
         return codec.encode_test(record) if record is not None else None
 
     def _gpu_model(self) -> str:
-        """The GPU model by the inventory's name once recorded, else the profile's."""
+        """The GPU model by the inventory's name once recorded, else the profile's. Every row of
+        the results table asks; it is read again only when the inventory changed, since walking
+        every node's GPUs for each row would grow as rows × nodes."""
         assert self.session.results is not None
         results = self.session.results
-        return model.gpu_model({"inventory": results.inventory, "cluster": results.cluster})
+        key = (id(results.inventory), len(results.inventory))
+        if self._model is None or self._model[:2] != key:
+            self._model = (*key, model.gpu_model({"inventory": results.inventory, "cluster": results.cluster}))
+        return self._model[2]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_report_title(self, report: Any) -> None:
