@@ -2,12 +2,26 @@
 leaves (a profile's ``topology_file``), the path between the leaves slowed with tc (what node1 and
 node2 send to node3 and node4 limited to 1 MB/s). The rounds run as jobs, the slow groups between
 the leaves are measured once more, the path between the two leaves is named as a link, and no
-node is rejected or left out for it."""
+node is rejected or left out for it. A node that dies under the whole-cluster round is named as
+lost, and no other node, switch or link is convicted for it."""
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+
 import pytest
-from faults_support import cluster_handle, fault_profile, run_pytest
+from faults_support import (
+    SHARED,
+    cluster_handle,
+    fault_profile,
+    finish,
+    restore_nodes,
+    run_pytest,
+    start_suite,
+    wait_until,
+)
 
 from pytest_gpucluster.checks.rounds import groups_of
 
@@ -92,3 +106,62 @@ def test_the_dry_run_asks_slurm_for_its_tree_where_the_profile_names_none(slurm_
     said = "fabric: no switch tree: the profile names no topology_file, and `scontrol show topology` printed none"
     assert said in run.output
     assert "fabric: no topology_file; one group of all 4 nodes" in run.output
+
+
+def whole_round_running(profile, proc, since: float) -> str | None:
+    """The id of the whole-cluster round's job (round 3 of two leaves) once a task on every node
+    is inside the workload (submitit logged its start)."""
+    assert proc.poll() is None, proc.communicate()[0]
+    job = next(
+        (j["id"] for j in profile.jobs() if j["state"] == "RUNNING" and j["name"].endswith("-nccl-round3")), None
+    )
+    if job is None:
+        return None
+    logs = [
+        p
+        for p in Path(SHARED, ".pytest-gpucluster").glob(f"*/jobs/*/*/*/{job}_*_log.out")
+        if p.stat().st_mtime >= since
+    ]
+    started = sum("Starting with JobEnvironment" in p.read_text(errors="replace") for p in logs)
+    return job if started >= len(NODES) else None
+
+
+def test_a_node_lost_under_the_whole_cluster_round_is_named_and_convicts_no_one_else(slurm_cluster, tmp_path):
+    tree = tmp_path / "topology.conf"
+    tree.write_text(TREE)
+    profile = fault_profile(
+        tmp_path,
+        extra_text=LINE,
+        nodes=4,
+        nodelist=list(NODES),
+        gpus_per_node=1,
+        thresholds="rounds-ci",
+        topology_file=str(tree),
+        job_timeout_min=3,
+    )
+    proc, results = start_suite(profile, tmp_path, "tests/acceptance/test_nccl.py", "-k", "across_nodes and all_reduce")
+    cluster = cluster_handle(slurm_cluster)
+    since = time.time() - 1
+    try:
+        wait_until("the whole-cluster round's tasks running", lambda: whole_round_running(profile, proc, since), 240)
+        cluster.kill_slurmd("node4", with_jobs=True)
+        out = finish(proc, timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        profile.cancel_all()
+        restore_nodes(slurm_cluster)
+    doc = json.loads(results.read_text())
+    (test,) = [t for t in doc["tests"] if t["nodeid"].endswith("test_busbw_across_nodes[all_reduce]")]
+    assert test["outcome"] == "failed", out[-4000:]
+    findings = test["findings"]
+    own = [f for f in findings if f["scope"] == "node" and f["severity"] == "fail"]
+    assert [f["culprits"] for f in own] == [["node4"]], findings
+    assert "node4 was lost under round 3's job (the whole cluster)" in own[0]["text"], own
+    assert not [f for f in findings if f["scope"] in ("switch", "link")], findings
+    # What the rounds before it measured is recorded; the whole cluster has no result.
+    groups = groups_of(test["rounds"])
+    assert [g.busbw is not None for g in groups] == [True, True, True, True, False], groups
+    verdicts = {n: v["verdict"] for n, v in doc["acceptance"]["nodes"]["verdicts"].items()}
+    assert verdicts["node4"] == "REJECTED", verdicts
+    assert [n for n, v in verdicts.items() if v == "REJECTED"] == ["node4"], verdicts
