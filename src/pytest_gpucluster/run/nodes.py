@@ -246,6 +246,7 @@ class NodeSet:
             # will say what is wrong with them.
             return tuple(self.named or p.nodelist)
         assert self._partition is not None
+        self.states_unread = ""  # read now, where the check of the named nodes could not
         self.info = {n.name: n for n in self._partition}
         known = [n for n in self._partition if self.scope.fits(n)]
         short = self._short_of_gpus(known)
