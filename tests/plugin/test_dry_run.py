@@ -65,6 +65,6 @@ def test_a_dry_run_that_cannot_read_the_nodes_states_plans_from_the_list_and_say
             "nodes: 4 from the profile's nodelist, their states unknown (gpu?1-4?): Slurm's word on them could not "
             "be read: `sinfo*",
             "  the plan takes each as usable; *",
-            "fabric: 4 nodes under 2 leaves of 2 nodes *",
+            "fabric: 4 nodes under 2 leaves of 2 nodes (1 level of switches)",
         ]
     )

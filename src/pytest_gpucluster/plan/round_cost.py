@@ -73,7 +73,7 @@ def lines(plan: RoundPlan, spent: RoundCost) -> list[str]:
     leaf_sizes = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}–{sizes[-1]}"
     out = [
         f"fabric: {len(plan.nodes)} nodes under {len(plan.leaves)} leaves of {leaf_sizes} nodes "
-        f"({plan.levels} levels of switches)"
+        f"({plan.levels} level{'' if plan.levels == 1 else 's'} of switches)"
     ]
     first = 1
     for stage in STAGES:
