@@ -1,11 +1,15 @@
-"""The facts of a run that the suite's job requests name (``jobs.TORCH_SWEEPS`` and the others),
-from the profile and the GPUs per node alone: decided before any job exists."""
+"""The facts of a run that the suite's job requests name (``TORCH_SWEEPS`` and the others), from
+the profile and the GPUs per node alone: decided before any job exists."""
 
 from __future__ import annotations
 
 from pytest_gpucluster.config import Profile
-from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.workloads.compute import plan_compute
+
+# Facts of a run (``Facts.flags``) that the suite's requests refer to.
+TORCH_SWEEPS = "torch_sweeps"  # the intra-node sweeps run in torch (not the nccl-tests binaries)
+COMPUTE_RANKS_MATCH = "compute_ranks_match"  # the compute plan takes one task per GPU, as the sweeps
+INTRA_NODE_PEERS = "intra_node_peers"  # a node has more than one GPU, or CPU ranks stand in for none
 
 CPU_TASKS_PER_NODE = 2  # without GPUs, two gloo processes per node still make a communicator
 
@@ -43,10 +47,10 @@ def flags(profile: Profile, gpus_per_node: int) -> frozenset[str]:
     the sweeps do."""
     out = set()
     if no_intra_node_collective(gpus_per_node) is None:
-        out.add(jobs.INTRA_NODE_PEERS)
+        out.add(INTRA_NODE_PEERS)
     if not uses_nccl_tests(profile, gpus_per_node):
-        out.add(jobs.TORCH_SWEEPS)
+        out.add(TORCH_SWEEPS)
     compute = plan_compute(profile.compute, gpus_per_node=gpus_per_node, real_gpus=profile.gpus_are_real)
     if compute.ranks_per_node == ranks_per_node(profile, gpus_per_node):
-        out.add(jobs.COMPUTE_RANKS_MATCH)
+        out.add(COMPUTE_RANKS_MATCH)
     return frozenset(out)

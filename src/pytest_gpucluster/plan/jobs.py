@@ -12,11 +12,22 @@ another names its host by the request, not by a test.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gpucluster.config import Profile
+from pytest_gpucluster.plan.facts import COMPUTE_RANKS_MATCH as COMPUTE_RANKS_MATCH
+from pytest_gpucluster.plan.facts import INTRA_NODE_PEERS as INTRA_NODE_PEERS
+from pytest_gpucluster.plan.facts import TORCH_SWEEPS as TORCH_SWEEPS
+from pytest_gpucluster.plan.shape import ALL as ALL
+from pytest_gpucluster.plan.shape import EACH as EACH
+from pytest_gpucluster.plan.shape import EVERY as EVERY
+from pytest_gpucluster.plan.shape import PER_GPU as PER_GPU
+from pytest_gpucluster.plan.shape import RANKS as RANKS
+from pytest_gpucluster.plan.shape import Resolved
+from pytest_gpucluster.plan.shape import Shape as Shape
 from pytest_gpucluster.workloads import (
     collectives,
     dcgm,
@@ -38,33 +49,6 @@ from pytest_gpucluster.workloads import (
 )
 from pytest_gpucluster.workloads import compute as compute_load
 from pytest_gpucluster.workloads import soak as soak_load
-
-EVERY = "every"  # one job over every tested node
-EACH = "each"  # one job per tested node, all submitted at once
-PER_GPU = "per_gpu"  # one task per GPU of the node (at least one)
-RANKS = "ranks"  # the ranks of a collective: one per GPU, two CPU ranks on nodes without GPUs
-ALL = "all"  # every GPU of the node
-
-
-@dataclass(frozen=True)
-class Shape:
-    """Where a declared job runs, in the profile's terms; ``run.produce.spec_of`` resolves it.
-
-    ``nodes``: ``EVERY``, ``EACH`` or a number of nodes. ``tasks_per_node``: a number, ``PER_GPU``
-    or ``RANKS``. ``gpus_per_node``: ``ALL`` or a number (0: the job asks for none)."""
-
-    nodes: str | int = EVERY
-    tasks_per_node: str | int = 1
-    gpus_per_node: str | int = ALL
-    exclusive: bool = False
-
-    def describe(self) -> str:
-        nodes = {EVERY: "every node", EACH: "a job per node"}.get(str(self.nodes), f"{self.nodes} node(s)")
-        tasks = {PER_GPU: "a task per GPU", RANKS: "a rank per GPU"}.get(str(self.tasks_per_node))
-        gpus = {ALL: "all GPUs"}.get(str(self.gpus_per_node), f"{self.gpus_per_node} GPU(s)")
-        return f"{nodes}, {tasks or f'{self.tasks_per_node} task(s)'} per node, {gpus}" + (
-            ", exclusive" if self.exclusive else ""
-        )
 
 
 @dataclass(frozen=True)
@@ -91,7 +75,7 @@ class JobRequest:
     key: str
     what: str
     workload: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
-    shape: Shape = Shape()
+    shape: Shape = field(default_factory=Shape)
     args: Callable[[Profile, int], Mapping[str, Any]] | None = field(default=None, compare=False, repr=False)
     light: bool = False
     holds_gpus: bool = False
@@ -106,11 +90,11 @@ class JobRequest:
     after_checks: bool = False
     env: tuple[tuple[str, str], ...] = ()
 
-
-# Facts of a run (``Facts.flags``) that the suite's requests refer to.
-TORCH_SWEEPS = "torch_sweeps"  # the intra-node sweeps run in torch (not the nccl-tests binaries)
-COMPUTE_RANKS_MATCH = "compute_ranks_match"  # the compute plan takes one task per GPU, as the sweeps
-INTRA_NODE_PEERS = "intra_node_peers"  # a node has more than one GPU, or CPU ranks stand in for none
+    def resolve(self, profile: Profile, gpus_per_node: int) -> Resolved:
+        """The job's counts on nodes of ``gpus_per_node`` GPUs of ``profile``. A job that measures
+        has its nodes to itself (the profile's ``exclusive``); light jobs run beside each other."""
+        counts = self.shape.resolve(profile, gpus_per_node)
+        return dataclasses.replace(counts, exclusive=counts.exclusive or (profile.exclusive and not self.light))
 
 
 def _fabric_args(profile: Profile, gpus_per_node: int) -> dict[str, Any]:

@@ -20,8 +20,7 @@ from typing import Any, TypeVar, cast
 from pytest_gpucluster.errors import DeclarationError, NodeLostError
 from pytest_gpucluster.launch import JobSpec, TaskResult
 from pytest_gpucluster.plan import JobRequest
-from pytest_gpucluster.plan import facts as run_facts
-from pytest_gpucluster.plan.jobs import ALL, EACH, EVERY, PER_GPU, RANKS
+from pytest_gpucluster.plan.shape import EACH, EVERY
 from pytest_gpucluster.run.context import JobContext
 
 Producer = Callable[..., Any]
@@ -76,24 +75,16 @@ def value(ctx: JobContext, request: JobRequest, **params: Any) -> Any:
 def spec_of(ctx: JobContext, request: JobRequest, *, name: str | None = None, **override: Any) -> JobSpec:
     """``request``'s declared shape as a job of this profile; ``override`` sets ``ctx.spec``'s
     arguments the shape leaves to the area (a timeout, an environment, a node list)."""
-    shape = request.shape
-    gpus = ctx.gpus_per_node
+    shape = request.resolve(ctx.profile, ctx.gpus_per_node)
     args: dict[str, Any] = {}
     if shape.nodes == EVERY:
         args["all_nodes"] = True
     elif shape.nodes != EACH:
         args["nodes"] = int(shape.nodes)
-    if shape.tasks_per_node == PER_GPU:
-        args["tasks_per_node"] = max(1, gpus)
-    elif shape.tasks_per_node == RANKS:
-        args["tasks_per_node"] = run_facts.ranks_per_node(ctx.profile, gpus)
-    else:
-        args["tasks_per_node"] = int(shape.tasks_per_node)
-    if shape.gpus_per_node != ALL:
-        args["gpus_per_node"] = min(int(shape.gpus_per_node), gpus)
-    # A job that measures has its nodes to itself: no other user's job shares them while it runs
-    # (the profile's ``exclusive``). Light jobs run beside each other on the same nodes.
-    args["exclusive"] = shape.exclusive or (ctx.profile.exclusive and not request.light)
+    args["tasks_per_node"] = shape.tasks_per_node
+    args["gpus_per_node"] = shape.gpus_per_node
+    args["gpus_per_task"] = shape.gpus_per_task
+    args["exclusive"] = shape.exclusive
     # The declared environment under what the area adds (NCCL's log files, its algorithm).
     env = {**dict(request.env), **(override.pop("env", None) or {})}
     if env:
