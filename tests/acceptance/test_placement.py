@@ -5,30 +5,30 @@ from __future__ import annotations
 import pytest
 
 from pytest_gpucluster.checks.placement import placement_findings
-from pytest_gpucluster.plan import jobs
-from pytest_gpucluster.run.areas.placement import EVERY_NODE, PER_GPU
-
-# The small layouts start ahead, beside the other light jobs; the every-node layout takes its
-# nodes' CPUs and runs when its test does.
-SMALL = pytest.mark.uses(jobs.PLACEMENT)
+from pytest_gpucluster.plan import JobRequest, jobs
 
 
+def layout(request: JobRequest, id: str, *marks: pytest.MarkDecorator) -> object:
+    """A parameter of the check: the placement job it reads, declared."""
+    return pytest.param(request, id=id, marks=[pytest.mark.uses(request), *marks])
+
+
+# The small layouts are light and start ahead, beside the other light jobs; the every-node layout
+# takes its nodes' CPUs and runs when its test does.
 @pytest.mark.quick
 @pytest.mark.parametrize(
-    ("nodes", "tasks_per_node"),
+    "placement",
     [
-        pytest.param(1, 1, id="1node-1task", marks=SMALL),
-        pytest.param(1, 2, id="1node-2tasks", marks=SMALL),
-        pytest.param(2, 1, id="2nodes-1task-each", marks=[SMALL, pytest.mark.across_nodes]),
-        pytest.param(
-            EVERY_NODE, PER_GPU, id="every-node-a-task-per-gpu", marks=pytest.mark.uses(jobs.PLACEMENT_EVERY_NODE)
-        ),
+        layout(jobs.PLACEMENT_ONE_TASK, "1node-1task"),
+        layout(jobs.PLACEMENT_TWO_TASKS, "1node-2tasks"),
+        layout(jobs.PLACEMENT_TWO_NODES, "2nodes-1task-each", pytest.mark.across_nodes),
+        layout(jobs.PLACEMENT_EVERY_NODE, "every-node-a-task-per-gpu"),
     ],
 )
-def test_task_placement(measured, judge, nodes, tasks_per_node):
-    placed = measured()
+def test_task_placement(measured, judge, placement):
+    placed = measured(placement)
     on = [r.node for r in placed.results]  # the job's nodes: the layout is Slurm's, named on them together
     found = placement_findings([r.value for r in placed.results], placed.nodes, placed.tasks_per_node, on=on)
     job = placed.results[0].job_id if placed.results else "?"
-    layout = f"{placed.nodes} nodes × {placed.tasks_per_node} tasks"
-    judge.findings(found, f"job {job} ({layout}): tasks are not where Slurm was asked to put them")
+    said = f"{placed.nodes} nodes × {placed.tasks_per_node} tasks"
+    judge.findings(found, f"job {job} ({said}): tasks are not where Slurm was asked to put them")

@@ -26,14 +26,15 @@ def test_dry_run_prints_the_plan_and_submits_nothing(suite, monkeypatch, tmp_pat
         [
             "*gpucluster plan: * job(s), nothing submitted*",
             "node-probe: rides in nccl-intra; *",
-            "placement: job of its own, started ahead, 2 parameter sets; *",
+            "placement-one-task: job of its own, started ahead; *",
+            "placement-two-tasks: job of its own, started ahead; *",
             "sharedfs: job of its own, started ahead; *",
         ]
     )
     assert not list(tmp_path.glob("pytest-gpucluster-jobs-*"))
     doc = json.loads((suite.path / "out.json").read_text())
     keys = {j["key"]: j for j in doc["plan"]["jobs"]}
-    assert keys["placement"]["ahead"] and keys["sharedfs"]["ahead"]
+    assert keys["placement-one-task"]["ahead"] and keys["sharedfs"]["ahead"]
     assert keys["node-probe"]["rides_in"] == "nccl-intra" and not keys["node-probe"]["ahead"]
     assert not any(t["outcome"] == "passed" for t in doc["tests"])
 

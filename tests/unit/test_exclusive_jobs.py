@@ -42,7 +42,7 @@ def _context(monkeypatch: pytest.MonkeyPatch, **keys: bool) -> JobContext:
 
 
 MEASURING = (jobs.NCCL_INTRA, jobs.NCCL_INTER, jobs.TRAIN_PER_NODE, jobs.TRAIN_ACROSS, jobs.SDC, jobs.BURN)
-LIGHT = (jobs.PLACEMENT, jobs.SHAREDFS, jobs.FABRIC_BEFORE, jobs.ISOLATION_PAIR, jobs.RANK_FAILURE)
+LIGHT = (jobs.PLACEMENT_ONE_TASK, jobs.SHAREDFS, jobs.FABRIC_BEFORE, jobs.ISOLATION_PAIR, jobs.RANK_FAILURE)
 
 
 def test_measuring_jobs_take_whole_nodes_and_light_ones_share(monkeypatch):

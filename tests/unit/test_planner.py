@@ -13,8 +13,8 @@ from pytest_gpucluster.results import codec
 
 # test file → (requests its tests declare, quick?, across nodes?, needs GPUs per node)
 SUITE: dict[str, tuple[tuple[JobRequest, ...], bool, bool, int]] = {
-    "test_placement.py::test_task_placement[1node-1task]": ((jobs.PLACEMENT,), True, False, 0),
-    "test_placement.py::test_task_placement[2nodes-1task-each]": ((jobs.PLACEMENT,), True, True, 0),
+    "test_placement.py::test_task_placement[1node-1task]": ((jobs.PLACEMENT_ONE_TASK,), True, False, 0),
+    "test_placement.py::test_task_placement[2nodes-1task-each]": ((jobs.PLACEMENT_TWO_NODES,), True, True, 0),
     "test_sharedfs.py::test_mounted_everywhere_as_one_filesystem": ((jobs.SHAREDFS,), True, False, 0),
     "test_gpu_health.py::test_gpu_count_and_model": ((jobs.NODE_PROBE,), False, False, 1),
     "test_infiniband.py::test_infiniband_ports": ((jobs.NODE_PROBE,), True, False, 0),
@@ -76,7 +76,7 @@ def summary(plan) -> dict[str, str]:
 def test_one_node_of_one_gpu():
     plan = make_plan(selected(f := facts(1), 1), f)
     assert summary(plan) == {
-        "placement": "ahead",
+        "placement-one-task": "ahead",
         "sharedfs": "ahead",
         "node-probe": "own",  # the before snapshot holds the GPUs ahead
         "compute-ceilings": "own",
@@ -113,13 +113,11 @@ def test_many_nodes_of_eight_gpus(nodes):
     s = summary(plan)
     assert s["nccl-inter"] == "own" and s["train-across"] == "own"
     assert s["node-probe"] == "in nccl-intra" and s["isolation-pair"] == "own"
-    assert [j.key for j in plan.ahead] == ["placement", "sharedfs", "fabric-before"]
+    assert [j.key for j in plan.ahead] == ["placement-one-task", "placement-two-nodes", "sharedfs", "fabric-before"]
     # It runs last, never ahead: in the fabric's after job, read in the same task.
     assert s["xid-kernel-log"] == "in fabric-after" and s["fabric-after"] == "own"
-    assert plan.jobs["placement"].tests == (
-        "test_placement.py::test_task_placement[1node-1task]",
-        "test_placement.py::test_task_placement[2nodes-1task-each]",
-    )
+    assert plan.jobs["placement-one-task"].tests == ("test_placement.py::test_task_placement[1node-1task]",)
+    assert plan.jobs["placement-two-nodes"].tests == ("test_placement.py::test_task_placement[2nodes-1task-each]",)
     assert plan.riders("nccl-intra") == ("node-probe", "compute-ceilings")
 
 
@@ -129,7 +127,14 @@ def test_quick_subset_has_no_host_so_the_probe_starts_ahead_with_the_light_jobs(
     # The telemetry check is quick and reads the intra-node job: the probe rides there.
     assert s["nccl-intra"] == "own" and s["node-probe"] == "in nccl-intra"
     assert s["rank-failure"] == "ahead"  # the one early job holding GPUs
-    assert set(plan.jobs) == {"placement", "sharedfs", "node-probe", "nccl-intra", "rank-failure"}
+    assert set(plan.jobs) == {
+        "placement-one-task",
+        "placement-two-nodes",
+        "sharedfs",
+        "node-probe",
+        "nccl-intra",
+        "rank-failure",
+    }
 
 
 def test_without_the_host_the_rider_has_a_job_of_its_own():
@@ -168,14 +173,15 @@ def test_two_requests_of_one_key_must_be_the_same():
 
 
 def test_parameter_sets_and_the_printed_plan():
-    uses = [Use(jobs.PLACEMENT, f"t{i}", (("nodes", n),)) for i, n in enumerate((1, 1, 2))]
+    layout = JobRequest("layout", "where each task of a job ran", light=True)
+    uses = [Use(layout, f"t{i}", (("nodes", n),)) for i, n in enumerate((1, 1, 2))]
     plan = make_plan(uses, facts(8))
-    assert plan.jobs["placement"].params == ((("nodes", 1),), (("nodes", 2),))
+    assert plan.jobs["layout"].params == ((("nodes", 1),), (("nodes", 2),))
     assert plan.lines() == [
-        "placement: job of its own, started ahead, 2 parameter sets; where each task of a job ran; read by 3 test(s)"
+        "layout: job of its own, started ahead, 2 parameter sets; where each task of a job ran; read by 3 test(s)"
     ]
     assert codec.encode_plan(plan)["jobs"][0] == {
-        "key": "placement",
+        "key": "layout",
         "rides_in": None,
         "ahead": True,
         "tests": ["t0", "t1", "t2"],

@@ -225,11 +225,26 @@ RANK_FAILURE = JobRequest(
     holds_gpus=True,
     ahead_order=2,
 )
-PLACEMENT = JobRequest(
-    "placement",
-    "where each task of a job ran",
+# Task placement: one request per layout the check asks Slurm for, each asking for no GPU.
+PLACEMENT_ONE_TASK = JobRequest(
+    "placement-one-task",
+    "where the task of a job of one task on one node ran",
     workload=placement.report_placement,
     shape=Shape(nodes=1, gpus_per_node=0),
+    light=True,
+)
+PLACEMENT_TWO_TASKS = JobRequest(
+    "placement-two-tasks",
+    "where each task of a job of two tasks on one node ran",
+    workload=placement.report_placement,
+    shape=Shape(nodes=1, tasks_per_node=2, gpus_per_node=0),
+    light=True,
+)
+PLACEMENT_TWO_NODES = JobRequest(
+    "placement-two-nodes",
+    "where each task of a job of one task on each of two nodes ran",
+    workload=placement.report_placement,
+    shape=Shape(nodes=2, gpus_per_node=0),
     light=True,
 )
 # Not light: it takes a task per GPU and their CPUs on every node, which would leave no room for
@@ -365,7 +380,9 @@ SUITE = (
     ISOLATION_VIEW,
     ISOLATION_PER_TASK,
     RANK_FAILURE,
-    PLACEMENT,
+    PLACEMENT_ONE_TASK,
+    PLACEMENT_TWO_TASKS,
+    PLACEMENT_TWO_NODES,
     PLACEMENT_EVERY_NODE,
     SHAREDFS,
     STORAGE,
