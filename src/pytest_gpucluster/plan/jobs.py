@@ -6,6 +6,12 @@ the workload that runs on the nodes, the job's shape in the profile's terms, and
 needs to know (whether it is light, holds GPUs, rides in another job, runs last). ``run.produce``
 executes a request by its declaration; the planner reads the same data to order and share jobs.
 
+Every count a job runs with comes from its declaration (``plan/shape.py``); where a count depends
+on a plan of the area (the compute or training sizes), the shape names a function declared here
+that asks that plan. A check that needs another shape declares another request: the pair's second
+isolation job, the nccl-tests binaries' job, the rank-failure job on one node. Such an alternative
+is not planned on its own: its area's producer runs it in place of the planned request it names.
+
 The requests of the suite's own areas are declared here, so that a job that may ride inside
 another names its host by the request, not by a test.
 """
@@ -21,11 +27,15 @@ from pytest_gpucluster.config import Profile
 from pytest_gpucluster.plan.facts import COMPUTE_RANKS_MATCH as COMPUTE_RANKS_MATCH
 from pytest_gpucluster.plan.facts import INTRA_NODE_PEERS as INTRA_NODE_PEERS
 from pytest_gpucluster.plan.facts import TORCH_SWEEPS as TORCH_SWEEPS
+from pytest_gpucluster.plan.facts import ranks_per_node
 from pytest_gpucluster.plan.shape import ALL as ALL
 from pytest_gpucluster.plan.shape import EACH as EACH
 from pytest_gpucluster.plan.shape import EVERY as EVERY
+from pytest_gpucluster.plan.shape import HALF as HALF
 from pytest_gpucluster.plan.shape import PER_GPU as PER_GPU
+from pytest_gpucluster.plan.shape import PER_TASK as PER_TASK
 from pytest_gpucluster.plan.shape import RANKS as RANKS
+from pytest_gpucluster.plan.shape import REAL_GPUS as REAL_GPUS
 from pytest_gpucluster.plan.shape import Resolved
 from pytest_gpucluster.plan.shape import Shape as Shape
 from pytest_gpucluster.workloads import (
@@ -35,6 +45,7 @@ from pytest_gpucluster.workloads import (
     ib_write_bw,
     infiniband,
     isolation,
+    nccl_tests,
     node_probe,
     nvbandwidth,
     pair_exchange,
@@ -49,6 +60,8 @@ from pytest_gpucluster.workloads import (
 )
 from pytest_gpucluster.workloads import compute as compute_load
 from pytest_gpucluster.workloads import soak as soak_load
+from pytest_gpucluster.workloads.compute import ComputePlan, plan_compute
+from pytest_gpucluster.workloads.training import TrainingPlan, plan_training
 
 
 @dataclass(frozen=True)
@@ -110,12 +123,62 @@ def _dcgm_args(profile: Profile, gpus_per_node: int) -> dict[str, Any]:
     return {"level": profile.dcgm_level}
 
 
+# The counts that a plan of its area decides (``Shape``'s ``Count``): each asks the same planning
+# function the area's producer reads its sizes from, so the job and its sizes agree.
+
+
+def _compute(profile: Profile, gpus_per_node: int) -> ComputePlan:
+    return plan_compute(profile.compute, gpus_per_node=gpus_per_node, real_gpus=profile.gpus_are_real)
+
+
+def _training(profile: Profile, gpus_per_node: int) -> TrainingPlan:
+    return plan_training(profile.training, gpus_per_node=gpus_per_node, real_gpus=profile.gpus_are_real)
+
+
+def compute_ranks(profile: Profile, gpus_per_node: int) -> int:
+    """the compute plan's ranks (a GPU each, or CPU ranks)"""
+    return _compute(profile, gpus_per_node).ranks_per_node
+
+
+def compute_gpus(profile: Profile, gpus_per_node: int) -> int:
+    """the compute plan's GPUs (none for CPU ranks)"""
+    return _compute(profile, gpus_per_node).gpus_per_node
+
+
+def training_ranks(profile: Profile, gpus_per_node: int) -> int:
+    """the training plan's ranks (a GPU each, or CPU ranks)"""
+    return _training(profile, gpus_per_node).ranks_per_node
+
+
+def training_gpus(profile: Profile, gpus_per_node: int) -> int:
+    """the training plan's GPUs (none for CPU ranks)"""
+    return _training(profile, gpus_per_node).gpus_per_node
+
+
+def training_one_gpu(profile: Profile, gpus_per_node: int) -> int:
+    """one of the training plan's GPUs (none for CPU ranks)"""
+    return min(1, training_gpus(profile, gpus_per_node))
+
+
+def checkpoint_ranks(profile: Profile, gpus_per_node: int) -> int:
+    """the checkpoint's ranks ([storage] checkpoint_ranks_per_node, else a rank per GPU)"""
+    return profile.storage.checkpoint_ranks_per_node or ranks_per_node(profile, gpus_per_node)
+
+
 NCCL_INTRA = JobRequest(
     "nccl-intra",
     "every node's intra-node collective sweeps, under the telemetry sampler",
     workload=collectives.collective_sweeps,
     shape=Shape(tasks_per_node=RANKS),
     host_needs=(TORCH_SWEEPS,),
+    exists_if=(INTRA_NODE_PEERS,),
+)
+# NCCL_INTRA's job where the sweeps run nccl-tests' binaries (``[nccl] nccl_tests_dir``, real GPUs:
+# the run lacks TORCH_SWEEPS): one process per node drives all of its GPUs.
+NCCL_INTRA_TESTS = JobRequest(
+    "nccl-intra-tests",
+    "every node's intra-node collective sweeps by nccl-tests' binaries, one task driving every GPU",
+    workload=nccl_tests.run_nccl_tests,
     exists_if=(INTRA_NODE_PEERS,),
 )
 NCCL_INTER = JobRequest(
@@ -179,7 +242,7 @@ CEILINGS = JobRequest(
     "compute-ceilings",
     "every GPU's GEMM and device-copy ceilings",
     workload=compute_load.measure_ceilings,
-    shape=Shape(tasks_per_node=RANKS),
+    shape=Shape(tasks_per_node=compute_ranks, gpus_per_node=compute_gpus),
     rides_in=NCCL_INTRA.key,
     ride_needs=(COMPUTE_RANKS_MATCH,),
 )
@@ -187,16 +250,29 @@ BURN = JobRequest(
     "compute-burn",
     "every GPU under a GEMM load, its clocks sampled",
     workload=compute_load.burn,
-    shape=Shape(tasks_per_node=RANKS),
+    shape=Shape(tasks_per_node=compute_ranks, gpus_per_node=compute_gpus),
 )
 ISOLATION_PAIR = JobRequest(
     "isolation-pair",
     "two jobs at once, each holding half of every node's GPUs",
     workload=isolation.gpu_view,
+    shape=Shape(gpus_per_node=HALF),
     light=True,
     holds_gpus=True,
     ahead_order=1,
     min_gpus=2,
+)
+# ISOLATION_PAIR's second job where a half has 2 GPUs or more: a task per GPU of its half with
+# ``--gpus-per-task=1``, so the pair also serves the one-GPU-per-task check.
+ISOLATION_PAIR_PER_TASK = JobRequest(
+    "isolation-pair-per-task",
+    "the isolation pair's second job: a task per GPU of half the node's GPUs, --gpus-per-task=1",
+    workload=isolation.gpu_view,
+    shape=Shape(tasks_per_node=HALF, gpus_per_task=1),
+    light=True,
+    holds_gpus=True,
+    ahead_order=1,
+    min_gpus=4,
 )
 ISOLATION_VIEW = JobRequest(
     "isolation-view",
@@ -211,16 +287,28 @@ ISOLATION_PER_TASK = JobRequest(
     "isolation-per-task",
     "one task per GPU with --gpus-per-task=1",
     workload=isolation.gpu_view,
-    shape=Shape(tasks_per_node=PER_GPU),
+    shape=Shape(tasks_per_node=PER_GPU, gpus_per_task=1),
     holds_gpus=True,
     min_gpus=2,
     max_gpus=3,
 )
+# One task on each of two nodes, so that the failure crosses the network; a GPU per rank where the
+# GPUs are real, else CPU ranks (``checks.rank_failure.plan``).
 RANK_FAILURE = JobRequest(
     "rank-failure",
     "a collective job in which one rank dies",
     workload=rank_failure.rank_failure,
-    shape=Shape(nodes=2, tasks_per_node=RANKS),
+    shape=Shape(nodes=2, tasks_per_node=1, gpus_per_node=PER_TASK),
+    light=True,
+    holds_gpus=True,
+    ahead_order=2,
+)
+# RANK_FAILURE's job where only one node is live: two tasks on it.
+RANK_FAILURE_ONE_NODE = JobRequest(
+    "rank-failure-one-node",
+    "a collective job of two ranks on one node in which one rank dies",
+    workload=rank_failure.rank_failure,
+    shape=Shape(nodes=1, tasks_per_node=2, gpus_per_node=PER_TASK),
     light=True,
     holds_gpus=True,
     ahead_order=2,
@@ -274,7 +362,7 @@ STORAGE_CHECKPOINT = JobRequest(
     "storage-checkpoint",
     "every GPU's shard of a model and optimizer saved with torch.distributed.checkpoint, restored, compared",
     workload=storage_checkpoint.save_and_restore,
-    shape=Shape(tasks_per_node=RANKS),
+    shape=Shape(tasks_per_node=checkpoint_ranks),
 )
 DCGM = JobRequest(
     "dcgm",
@@ -283,33 +371,39 @@ DCGM = JobRequest(
     shape=Shape(exclusive=True),
     args=_dcgm_args,
 )
+# The training jobs take the training plan's ranks and GPUs (the tiny CPU model's ranks where the
+# GPUs are not real).
 TRAIN_PER_NODE = JobRequest(
     "train-per-node",
     "each GPU alone, then DDP and FSDP, on every node",
     workload=training.train,
-    shape=Shape(nodes=EACH, tasks_per_node=RANKS),
+    shape=Shape(nodes=EACH, tasks_per_node=training_ranks, gpus_per_node=training_gpus),
 )
 TRAIN_BASELINE = JobRequest(
     "train-baseline",
     "one GPU training alone",
     workload=training.train,
-    shape=Shape(nodes=1, gpus_per_node=1),
+    shape=Shape(nodes=1, gpus_per_node=training_one_gpu),
     rides_in=TRAIN_PER_NODE.key,
 )
 TRAIN_ACROSS = JobRequest(
-    "train-across", "DDP and FSDP across every node", workload=training.train, shape=Shape(tasks_per_node=RANKS)
+    "train-across",
+    "DDP and FSDP across every node",
+    workload=training.train,
+    shape=Shape(tasks_per_node=training_ranks, gpus_per_node=training_gpus),
 )
 TRAIN_STABILITY = JobRequest(
     "train-stability",
     "a long DDP run on every node: loss, NaN/inf and step-time spread",
     workload=training.train,
-    shape=Shape(nodes=EACH, tasks_per_node=RANKS),
+    shape=Shape(nodes=EACH, tasks_per_node=training_ranks, gpus_per_node=training_gpus),
 )
+# A task per GPU; where the GPUs are not real, CPU ranks at ``sdc.TINY`` asking for none.
 SDC = JobRequest(
     "sdc",
     "the same GEMM chain on every GPU of every node, its bits compared",
     workload=sdc.run,
-    shape=Shape(tasks_per_node=RANKS),
+    shape=Shape(tasks_per_node=RANKS, gpus_per_node=REAL_GPUS),
     holds_gpus=True,
 )
 NVBANDWIDTH = JobRequest(
@@ -361,13 +455,14 @@ SOAK = JobRequest(
     "soak",
     "a job per node running cycles of load on every GPU for the soak's duration",
     workload=soak_load.soak,
-    shape=Shape(nodes=EACH, tasks_per_node=RANKS),
+    shape=Shape(nodes=EACH, tasks_per_node=RANKS, gpus_per_node=REAL_GPUS),
     holds_gpus=True,
     after_checks=True,
 )
 
 SUITE = (
     NCCL_INTRA,
+    NCCL_INTRA_TESTS,
     NCCL_INTER,
     NCCL_NVLINK_ONLY,
     NCCL_NETWORK_ONLY,
@@ -377,9 +472,11 @@ SUITE = (
     CEILINGS,
     BURN,
     ISOLATION_PAIR,
+    ISOLATION_PAIR_PER_TASK,
     ISOLATION_VIEW,
     ISOLATION_PER_TASK,
     RANK_FAILURE,
+    RANK_FAILURE_ONE_NODE,
     PLACEMENT_ONE_TASK,
     PLACEMENT_TWO_TASKS,
     PLACEMENT_TWO_NODES,

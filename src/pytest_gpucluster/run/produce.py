@@ -1,12 +1,12 @@
 """Runs a declared job and hands its value to the checks that read it.
 
 Every request of ``plan.jobs`` is executed by its declaration: the job's shape resolved against
-the profile (``spec_of``), its workload run on the tested nodes, its value measured once per run
-(``JobContext.once``) and shared by every test that reads it. An area whose value needs more than
-one workload call (a retry of a slow collective, rounds of node pairs, two jobs that must run at
-once, a fallback job) registers a producer for its request (``@produces``) in a module of
-``run/areas/`` named after the area; the producer receives the context and the test's parameters it
-names in its signature (``node``, ``op``, ...).
+the profile (``spec_of``; no count is set at run time), its workload run on the tested nodes, its
+value measured once per run (``JobContext.once``) and shared by every test that reads it. An area
+whose value needs more than one workload call (a retry of a slow collective, rounds of node pairs,
+two jobs that must run at once, a fallback job) registers a producer for its request
+(``@produces``) in a module of ``run/areas/`` named after the area; the producer receives the
+context and the test's parameters it names in its signature (``node``, ``op``, ...).
 
 The same producer is what the runner calls when the plan starts a job ahead of the first test.
 """
@@ -72,30 +72,53 @@ def value(ctx: JobContext, request: JobRequest, **params: Any) -> Any:
     return producer(ctx, **params)
 
 
-def spec_of(ctx: JobContext, request: JobRequest, *, name: str | None = None, **override: Any) -> JobSpec:
-    """``request``'s declared shape as a job of this profile; ``override`` sets ``ctx.spec``'s
-    arguments the shape leaves to the area (a timeout, an environment, a node list)."""
+def spec_of(
+    ctx: JobContext,
+    request: JobRequest,
+    *,
+    name: str | None = None,
+    env: Mapping[str, str] | None = None,
+    nodelist: tuple[str, ...] | None = None,
+    timeout_min: int | None = None,
+    **counts: Any,
+) -> JobSpec:
+    """``request``'s job on this run's nodes: every count from its declared shape, resolved for the
+    profile and its GPUs per node (``JobRequest.resolve``). The area sets only what the shape leaves
+    to it: the job's ``name`` (the request's key by default), ``env`` over the declared environment
+    (NCCL's log files, its algorithm), the ``nodelist`` of a job per node or of a retry on one node,
+    and ``timeout_min``. A count given here raises DeclarationError: another shape is another
+    request (``plan/jobs.py``)."""
+    if counts:
+        fields = ", ".join(sorted(counts))
+        verb = "comes" if len(counts) == 1 else "come"
+        raise DeclarationError(
+            f"job request {request.key!r}: {fields} {verb} from its declared shape ({request.shape.describe()}); "
+            "a job of another shape is another request in plan/jobs.py"
+        )
     shape = request.resolve(ctx.profile, ctx.gpus_per_node)
     args: dict[str, Any] = {}
-    if shape.nodes == EVERY:
+    if nodelist is not None:
+        args["nodelist"] = nodelist  # the job's nodes are these, whatever the declared count
+    elif shape.nodes == EVERY:
         args["all_nodes"] = True
     elif shape.nodes != EACH:
         args["nodes"] = int(shape.nodes)
-    args["tasks_per_node"] = shape.tasks_per_node
-    args["gpus_per_node"] = shape.gpus_per_node
-    args["gpus_per_task"] = shape.gpus_per_task
-    args["exclusive"] = shape.exclusive
-    # The declared environment under what the area adds (NCCL's log files, its algorithm).
-    env = {**dict(request.env), **(override.pop("env", None) or {})}
-    if env:
-        args["env"] = env
-    args.update(override)
-    return ctx.spec(name or request.key, **args)
+    env = {**dict(request.env), **(env or {})}
+    return ctx.spec(
+        name or request.key,
+        tasks_per_node=shape.tasks_per_node,
+        gpus_per_node=shape.gpus_per_node,
+        gpus_per_task=shape.gpus_per_task,
+        exclusive=shape.exclusive,
+        timeout_min=timeout_min,
+        env=env or None,
+        **args,
+    )
 
 
 def run_declared(ctx: JobContext, request: JobRequest, /, **spec: Any) -> list[TaskResult[Any]]:
     """Run ``request``'s workload on its declared shape with its declared arguments; ``spec`` sets
-    what the shape leaves to the area (a timeout, a node list). One result per task."""
+    what the shape leaves to the area (``spec_of``: a timeout, a node list). One result per task."""
     if request.workload is None:
         raise DeclarationError(
             f"job request {request.key!r} declares no workload and no producer registers for it (run/areas/)"

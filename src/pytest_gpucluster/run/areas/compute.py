@@ -28,7 +28,7 @@ def _all_gpus(ctx: JobContext, request: JobRequest, name: str) -> Computed:
 
     def produce() -> Computed:
         plan = plan_compute(ctx.profile.compute, gpus_per_node=ctx.gpus_per_node, real_gpus=ctx.profile.gpus_are_real)
-        spec = spec_of(ctx, request, name=name, tasks_per_node=plan.ranks_per_node, gpus_per_node=plan.gpus_per_node)
+        spec = spec_of(ctx, request, name=name)  # the compute plan's ranks and GPUs (``jobs.compute_ranks``)
         assert request.workload is not None
         results = ctx.run(request.workload, spec, config=plan.config)
         return Computed(by_node([r.value for r in results]), results[0].job_id, plan)

@@ -37,12 +37,8 @@ def pair(ctx: JobContext) -> Pair:
     hold for the other until ``queue_timeout_s``."""
     half = ctx.gpus_per_node // 2
     per_task = half >= 2
-    first = spec_of(ctx, jobs.ISOLATION_PAIR, gpus_per_node=half)
-    second = (
-        spec_of(ctx, jobs.ISOLATION_PAIR, name="isolation-pair-per-task", tasks_per_node=half, gpus_per_task=1)
-        if per_task
-        else first
-    )
+    first = spec_of(ctx, jobs.ISOLATION_PAIR)
+    second = spec_of(ctx, jobs.ISOLATION_PAIR_PER_TASK) if per_task else first
     real = ctx.profile.gpus_are_real
     short = ctx.short_of_gpus(2 * half)
     if short:
@@ -70,7 +66,7 @@ def pair(ctx: JobContext) -> Pair:
 @produces(jobs.ISOLATION_VIEW)
 def view(ctx: JobContext) -> list[GpuView]:
     """Every node, a job holding its one GPU: each task's view, once per run."""
-    spec = spec_of(ctx, jobs.ISOLATION_VIEW, gpus_per_node=1)
+    spec = spec_of(ctx, jobs.ISOLATION_VIEW)
     real = ctx.profile.gpus_are_real
     return ctx.once(jobs.ISOLATION_VIEW.key, lambda: [r.value for r in ctx.run(gpu_view, spec, real=real)])
 
@@ -82,8 +78,7 @@ def per_task(ctx: JobContext) -> tuple[int, list[GpuView]]:
     if ctx.gpus_per_node >= 4:
         p = pair(ctx)
         return p.half, p.second
-    n = ctx.gpus_per_node
-    spec = spec_of(ctx, jobs.ISOLATION_PER_TASK, tasks_per_node=n, gpus_per_task=1)
+    spec = spec_of(ctx, jobs.ISOLATION_PER_TASK)
     real = ctx.profile.gpus_are_real
     views = ctx.once(jobs.ISOLATION_PER_TASK.key, lambda: [r.value for r in ctx.run(gpu_view, spec, real=real)])
-    return n, views
+    return spec.tasks_per_node, views

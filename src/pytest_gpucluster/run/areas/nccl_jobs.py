@@ -134,9 +134,8 @@ def run_job(
     s = settings(ctx, across=across)
     check_memory(ctx, s, across)
     use_tool = groups == "node" and facts.uses_nccl_tests(ctx.profile, ctx.gpus_per_node)
-    request = jobs.NCCL_INTER if across else jobs.NCCL_INTRA
-    where: dict[str, Any] = {"all_nodes": False, "nodelist": nodelist} if nodelist is not None else {}
-    spec = spec_of(ctx, request, name=name, env=env, **where, **({"tasks_per_node": 1} if use_tool else {}))
+    request = jobs.NCCL_INTER if across else jobs.NCCL_INTRA_TESTS if use_tool else jobs.NCCL_INTRA
+    spec = spec_of(ctx, request, name=name, env=env, nodelist=nodelist)
     fn: Any
     if use_tool:
         fn = run_nccl_tests

@@ -27,17 +27,12 @@ def _dead_rank(ctx: JobContext) -> tuple[str, Teardown]:
     # Without a bound the job still runs (its check then could not judge): give it the shortest limit.
     bound = getattr(ctx.thresholds.get("robustness.rank_failure_teardown"), "fail_above", None) or 0.0
     plan = rf_checks.plan(len(ctx.live_nodes), gpus_per_node=ctx.gpus_per_node, real_gpus=ctx.profile.gpus_are_real)
-    spec = spec_of(
-        ctx,
-        jobs.RANK_FAILURE,
-        nodes=plan.nodes,
-        tasks_per_node=plan.tasks_per_node,
-        gpus_per_node=plan.gpus_per_node,
-        timeout_min=rf_checks.job_minutes(bound),
-    )
+    # Two nodes where two are live, so that the failure crosses the network; else two ranks on one.
+    request = jobs.RANK_FAILURE if plan.nodes == 2 else jobs.RANK_FAILURE_ONE_NODE
+    spec = spec_of(ctx, request, name=jobs.RANK_FAILURE.key, timeout_min=rf_checks.job_minutes(bound))
     stamps = rf.new_stamp_dir(ctx.job_root)
-    assert jobs.RANK_FAILURE.workload is not None
-    job = ctx.submit(jobs.RANK_FAILURE.workload, spec, stamp_dir=str(stamps), backend=plan.backend)
+    assert request.workload is not None
+    job = ctx.submit(request.workload, spec, stamp_dir=str(stamps), backend=plan.backend)
     try:
         # The victim never writes a result (its node is not lost for it); the survivors wrote theirs.
         job.results(lag_s=0.0, learn_lost=False)

@@ -23,13 +23,13 @@ class Chains(NamedTuple):
     note: str
 
 
-def _plan(ctx: JobContext) -> tuple[SdcConfig, int, int, str]:
-    """(config, tasks per node, GPUs per node, note): one task per GPU, or CPU ranks at ``TINY``."""
+def _plan(ctx: JobContext) -> tuple[SdcConfig, str]:
+    """(config, note): the profile's chain on GPUs, ``TINY`` on the CPU ranks that stand in where
+    the GPUs are not real (the job's shape: ``jobs.SDC``)."""
     if ctx.profile.gpus_are_real and ctx.gpus_per_node > 0:
-        n = ctx.gpus_per_node
-        return ctx.profile.sdc, n, n, ""
+        return ctx.profile.sdc, ""
     note = f"no GPUs: {CPU_RANKS_PER_NODE} CPU ranks per node run the chain at n={sdc.TINY.n}, chain={sdc.TINY.chain}"
-    return sdc.TINY, CPU_RANKS_PER_NODE, 0, note
+    return sdc.TINY, note
 
 
 def _wants_reference(config: SdcConfig) -> bool:
@@ -42,9 +42,9 @@ def chains(ctx: JobContext) -> Chains:
     """The run's SDC job, once per run."""
 
     def produce() -> Chains:
-        config, tasks, gpus, note = _plan(ctx)
+        config, note = _plan(ctx)
         assert jobs.SDC.workload is not None
-        spec = spec_of(ctx, jobs.SDC, tasks_per_node=tasks, gpus_per_node=gpus)
+        spec = spec_of(ctx, jobs.SDC)
         results = ctx.run(jobs.SDC.workload, spec, config=config)
         reference = sdc.reference(config) if _wants_reference(config) else None
         return Chains([r.value for r in results], results[0].job_id, reference, note)

@@ -28,7 +28,6 @@ from pytest_gpucluster.config import Profile, ThresholdSet
 from pytest_gpucluster.config.soak import say_duration
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.launch import Job
-from pytest_gpucluster.plan import facts as run_facts
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.results import codec
 from pytest_gpucluster.run.context import JobContext
@@ -214,8 +213,6 @@ def _soak(ctx: JobContext) -> SoakRun:
             jobs.SOAK,
             name=f"soak-{node}",
             nodelist=(node,),
-            tasks_per_node=run_facts.ranks_per_node(profile, ctx.gpus_per_node),
-            gpus_per_node=ctx.gpus_per_node if real else 0,
             timeout_min=job_minutes(requested, config.cycle_s),
         )
         try:

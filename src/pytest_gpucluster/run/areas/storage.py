@@ -120,11 +120,7 @@ def checkpointed(ctx: JobContext) -> Checkpointed:
     def produce() -> Checkpointed:
         with private_directory(ctx, "checkpoint job") as place:
             assert jobs.STORAGE_CHECKPOINT.workload is not None
-            spec = (
-                spec_of(ctx, jobs.STORAGE_CHECKPOINT, tasks_per_node=config.checkpoint_ranks_per_node)
-                if config.checkpoint_ranks_per_node
-                else spec_of(ctx, jobs.STORAGE_CHECKPOINT)
-            )
+            spec = spec_of(ctx, jobs.STORAGE_CHECKPOINT)
             nodes = spec.nodelist or ctx.live_nodes
             job = ctx.submit(
                 jobs.STORAGE_CHECKPOINT.workload,

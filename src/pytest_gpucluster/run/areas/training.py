@@ -69,8 +69,6 @@ def _each_node(
             request,
             name=f"{name}-{n}",
             nodelist=(n,),
-            tasks_per_node=plan.ranks_per_node,
-            gpus_per_node=plan.gpus_per_node,
             timeout_min=plan.timeout_min,
         )
         try:
@@ -148,8 +146,6 @@ def baselines(ctx: JobContext) -> Baselines:
             ctx,
             jobs.TRAIN_BASELINE,
             name="train-1gpu",
-            tasks_per_node=1,
-            gpus_per_node=min(1, plan.gpus_per_node),
             timeout_min=plan.timeout_min,
         )
         results = ctx.run(train, spec, config=plan.config, modes=("single",), timeout_s=plan.timeout_s)
@@ -180,8 +176,6 @@ def across(ctx: JobContext) -> Across:
             ctx,
             jobs.TRAIN_ACROSS,
             name="train-all",
-            tasks_per_node=plan.ranks_per_node,
-            gpus_per_node=plan.gpus_per_node,
             timeout_min=plan.timeout_min,
         )
         results = ctx.run(train, spec, config=plan.config, modes=MODES, timeout_s=plan.timeout_s)
