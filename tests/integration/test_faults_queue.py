@@ -37,7 +37,8 @@ def test_a_job_slurm_cannot_start_is_cancelled_after_queue_timeout_with_slurms_r
     # The job was started ahead; the test meets its failure where it reads the value (measured).
     assert test["outcome"] == "failed", run.output
     assert re.search(
-        r"job \d+ \(\w+-placement\): still PENDING after 8 s: ReqNodeNotAvail, May be reserved for other job; "
+        r"job \d+ \(\w+-placement-two-nodes\): still PENDING after 8 s: "
+        r"ReqNodeNotAvail, May be reserved for other job; "
         r"cancelled\. Check the partition's nodes \(sinfo\) or raise queue_timeout_s\.",
         test["message"],
     ), test["message"]

@@ -165,7 +165,8 @@ def test_light_jobs_start_together_and_a_measurement_waits_for_them(slurm_cluste
     )
     assert rc == 0, out
     jobs = {j["job_id"]: j for t in json.loads(results.read_text())["tests"] for j in t["jobs"]}
-    light = [j for j in jobs.values() if j["name"].endswith(("-placement", "-sharedfs", "-node-probe"))]
+    layouts = ("-placement-one-task", "-placement-two-tasks", "-placement-two-nodes")
+    light = [j for j in jobs.values() if j["name"].endswith((*layouts, "-sharedfs", "-node-probe"))]
     ceilings = [j for j in jobs.values() if j["name"].endswith("-ceilings")]
     assert len(light) == 5 and len(ceilings) == 1, sorted(j["name"] for j in jobs.values())  # 3 placement layouts
     submitted = sorted(j["submitted_at"] for j in light)
@@ -176,6 +177,6 @@ def test_light_jobs_start_together_and_a_measurement_waits_for_them(slurm_cluste
         j["seen_at"] >= j["ran_to"] >= j["ran_from"] >= j["process_from"] >= j["submitted_at"] for j in jobs.values()
     )
     # Every task said how long its start-up took and what CPU it used (interpreter and imports).
-    placement = [j["start_up"] for j in light if j["name"].endswith("-placement")]
+    placement = [j["start_up"] for j in light if j["name"].endswith(layouts)]
     assert sorted(s["tasks"] for s in placement) == [1, 2, 2], placement  # the three small layouts' tasks
     assert all(s["cpu_median_s"] > 0 and s["wall_max_s"] >= s["wall_median_s"] for s in placement), placement
