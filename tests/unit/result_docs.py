@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_gpucluster import verdict
 from pytest_gpucluster.results import codec
 from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.verdict.finding import OUTSIDE_SCOPES
@@ -104,3 +105,17 @@ def record_of_test(
 
 def document(tests, status="complete", nodes=("node1", "node2", "node10")) -> dict[str, Any]:
     return {"status": status, "nodes": list(nodes), "tests": tests, "environment": {}, "inventory": {}}
+
+
+def handover(earlier: dict, earlier_ref: str, now: dict, now_ref: str) -> dict:
+    """The handover of re-test ``now`` merged with ``earlier`` (two results documents), as the
+    results record it."""
+    merged = verdict.handover(
+        codec.decode_nodes(earlier["acceptance"]["nodes"]),
+        earlier_ref,
+        codec.decode_nodes(now["acceptance"]["nodes"]),
+        verdict.matrix(codec.decode_run(now)),
+        now_ref,
+        earlier_started=earlier.get("started"),
+    )
+    return codec.encode_handover(merged)

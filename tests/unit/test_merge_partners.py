@@ -3,22 +3,7 @@
 
 from __future__ import annotations
 
-from pytest_gpucluster import verdict
-from pytest_gpucluster.results import codec
-
-
-def handover(earlier: dict, earlier_ref: str, now: dict, now_ref: str) -> dict:
-    """The handover of re-test ``now`` merged with ``earlier`` (two results documents), as the
-    results record it."""
-    merged = verdict.handover(
-        codec.decode_nodes(earlier["acceptance"]["nodes"]),
-        earlier_ref,
-        codec.decode_nodes(now["acceptance"]["nodes"]),
-        verdict.matrix(codec.decode_run(now)),
-        now_ref,
-        earlier_started=earlier.get("started"),
-    )
-    return codec.encode_handover(merged)
+from result_docs import handover
 
 
 def _test(name: str, node: str, verdict: str) -> dict:

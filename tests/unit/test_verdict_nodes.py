@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from result_docs import document as _doc
 from result_docs import finding as _f
+from result_docs import handover
 from result_docs import measurement as _m
 from result_docs import record_of_test as _t
 
@@ -174,20 +175,6 @@ def test_hostlist_is_what_sbatch_exclude_takes():
     assert verdict.hostlist(["gpu-03", "gpu-11", "gpu-12"]) == "gpu-[03,11-12]"
     assert verdict.hostlist(["node1", "node2", "node10"]) == "node[1-2,10]"
     assert verdict.hostlist([]) == ""
-
-
-def handover(earlier: dict, earlier_ref: str, now: dict, now_ref: str) -> dict:
-    """The handover of re-test ``now`` merged with ``earlier`` (two results documents), as the
-    results record it."""
-    merged = verdict.handover(
-        codec.decode_nodes(earlier["acceptance"]["nodes"]),
-        earlier_ref,
-        codec.decode_nodes(now["acceptance"]["nodes"]),
-        verdict.matrix(codec.decode_run(now)),
-        now_ref,
-        earlier_started=earlier.get("started"),
-    )
-    return codec.encode_handover(merged)
 
 
 def _earlier(verdicts, cluster_wide=()):
