@@ -47,6 +47,7 @@ ON_REAL_GPUS = {
     jobs.PLACEMENT_TWO_NODES: ((1, 1, 1, 1, 1), (0, 0, 0, 0, 0)),
     jobs.PLACEMENT_EVERY_NODE: ((1, 1, 2, 4, 8), (0, 0, 0, 0, 0)),
     jobs.STORAGE: ((1, 1, 1, 1, 1), (0, 0, 0, 0, 0)),
+    jobs.HOST_CHECKS: ((1, 1, 1, 1, 1), (0, 0, 0, 0, 0)),
     jobs.DCGM: ((1, 1, 1, 1, 1), (0, 1, 2, 4, 8)),
 }
 # The same where the GPUs are not real: two CPU ranks asking for no GPU, but the training plan's

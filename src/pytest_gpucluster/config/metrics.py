@@ -142,6 +142,18 @@ METRICS: dict[str, Metric] = {
         _m("inventory.cpus_per_gpu", "count", "higher", "logical CPUs per GPU on each node"),
         _m("inventory.memory_per_gpu", "GiB", "higher", "host RAM per GPU on each node"),
         _m("inventory.memory_spread", "%", "lower", "host RAM difference from the nodes' median"),
+        # the host (checks/host_checks.py): memory bandwidth per NUMA node, the clock
+        _m(
+            "host.memory_bandwidth",
+            "GB/s",
+            "higher",
+            "STREAM's Add kernel on one NUMA node, a thread per CPU: bytes read and written",
+            calibrate=True,
+        ),
+        _m(
+            "host.memory_fraction_of_median", "ratio", "higher", "a NUMA node's memory bandwidth over its peers' median"
+        ),
+        _m("host.clock_offset", "ms", "lower", "a node's clock from the median of the tested nodes' clocks"),
         _m("telemetry.gpu_idle_fraction", "%", "lower", "time a GPU idled while its peers worked"),
         _m("robustness.rank_failure_teardown", "s", "lower", "time survivors took to stop"),
         # neighbour node pairs at once (the straggler check, checks/straggler.py)

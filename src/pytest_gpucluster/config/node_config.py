@@ -38,11 +38,20 @@ class NodeConfig:
     nccl_interfaces: tuple[str, ...] = ()
     # Their MTU; unset: the majority of the nodes' value, per interface.
     mtu: int | None = None
+    # Whether every node's clock should be kept synchronized by a time daemon (a warning if not).
+    clock_synced: bool = True
+    # The host memory bandwidth kernel: the three arrays' bytes in all per NUMA node, and passes.
+    memory_bytes: Bytes = 512 * 2**20
+    memory_passes: int = 5
 
     def __post_init__(self) -> None:
         if self.nofile_min is not None and self.nofile_min < 1:
             raise ValueError(f"nofile_min: at least 1, got {self.nofile_min}")
         if self.mtu is not None and not 68 <= self.mtu <= 65520:
             raise ValueError(f"mtu: an MTU from 68 to 65520, got {self.mtu}")
+        if self.memory_bytes < 2**20:
+            raise ValueError(f"memory_bytes: at least 1 MiB, got {self.memory_bytes}")
+        if not 1 <= self.memory_passes <= 100:
+            raise ValueError(f"memory_passes: from 1 to 100, got {self.memory_passes}")
         if not self.governor.strip():
             raise ValueError("governor: name a cpufreq governor, e.g. 'performance'")

@@ -42,6 +42,7 @@ from pytest_gpucluster.workloads import (
     collectives,
     dcgm,
     fabric_counters,
+    host_checks,
     ib_write_bw,
     infiniband,
     isolation,
@@ -121,6 +122,11 @@ def _nvbandwidth_args(profile: Profile, gpus_per_node: int) -> dict[str, Any]:
 
 def _dcgm_args(profile: Profile, gpus_per_node: int) -> dict[str, Any]:
     return {"level": profile.dcgm_level}
+
+
+def _host_args(profile: Profile, gpus_per_node: int) -> dict[str, Any]:
+    cfg = profile.node_config
+    return {"array_bytes": cfg.memory_bytes, "passes": cfg.memory_passes}
 
 
 # The counts that a plan of its area decides (``Shape``'s ``Count``): each asks the same planning
@@ -227,6 +233,15 @@ NODE_PROBE = JobRequest(
     holds_gpus=True,
     rides_in=NCCL_INTRA.key,
     ahead_order=0,
+)
+# The host's memory bandwidth per NUMA node and the clock's offset between nodes: one task per
+# node, no GPU, measuring (not light: no other job of the run shares the memory bus beside it).
+HOST_CHECKS = JobRequest(
+    "host-memory-clock",
+    "every node's host memory bandwidth per NUMA node and its clock against the first node's",
+    workload=host_checks.measure_node,
+    shape=Shape(gpus_per_node=0),
+    args=_host_args,
 )
 # The node probe's InfiniBand reading; where the probe's job cannot run (it holds every GPU), a job
 # of its own that asks for none reads the ports instead.
@@ -468,6 +483,7 @@ SUITE = (
     NCCL_NETWORK_ONLY,
     NEIGHBOUR_PAIRS,
     NODE_PROBE,
+    HOST_CHECKS,
     INFINIBAND,
     CEILINGS,
     BURN,

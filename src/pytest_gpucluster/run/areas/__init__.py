@@ -5,6 +5,7 @@ from pytest_gpucluster.run.areas import (  # noqa: F401
     compute,
     dcgm,
     fabric,
+    host,
     ib_write_bw,
     isolation,
     nccl,
