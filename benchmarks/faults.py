@@ -16,6 +16,9 @@ clean run against the profile's ``queue_timeout_s``, the run's verdict, the per-
 each node's verdict with its first reason.
 
     flock /tmp/gpucluster-testcluster.lock python benchmarks/faults.py --nodes node1 node2
+
+``--repeat N`` runs the scenarios N times in turn (a verdict that depends on the machine's noise
+shows as rows that differ).
 """
 
 from __future__ import annotations
@@ -81,7 +84,14 @@ def thresholds(base: str, nodes: list[str], gpus_per_node: int | None) -> tuple[
 
 
 def run(
-    scenario: str, base: str, nodes: list[str], fault: str, selection: list[str], timeout_s: float, keep: Path | None
+    scenario: str,
+    base: str,
+    nodes: list[str],
+    fault: str,
+    selection: list[str],
+    timeout_s: float,
+    keep: Path | None,
+    repeat: int = 1,
 ) -> dict[str, Any]:
     path, queue_timeout_s = thresholds(base, nodes, 8 if scenario == "eight-gpus" else None)
     results = path.parent / "results.json"
@@ -112,12 +122,14 @@ def run(
     doc = json.loads(results.read_text()) if results.exists() else {}
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
-        (keep / f"{scenario}.json").write_text(json.dumps(doc, indent=1))
-        (keep / f"{scenario}.out").write_text(output)
+        name = scenario if repeat == 1 else f"{scenario}-{repeat}"
+        (keep / f"{name}.json").write_text(json.dumps(doc, indent=1))
+        (keep / f"{name}.out").write_text(output)
     acceptance = doc.get("acceptance", {})
     per_node = acceptance.get("nodes", {})
     return {
         "scenario": scenario,
+        "repeat": repeat,
         "wall_s": round(wall, 1),
         "returncode": proc.returncode,
         "queue_timeout_s": queue_timeout_s,
@@ -137,17 +149,18 @@ def table(rows: list[dict[str, Any]]) -> str:
     clean = [r["wall_s"] for r in rows if r["scenario"] == "clean"]
     ref = statistics.median(clean) if clean else None
     lines = [
-        "| scenario | wall | over clean | within one queue_timeout_s | verdict | per-node summary | exclude "
-        "| queue timeouts |",
-        "|---|---|---|---|---|---|---|---|",
+        "| scenario | wall | over clean | within one queue_timeout_s | verdict | per-node summary | node verdicts "
+        "| exclude | queue timeouts |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         over = r["wall_s"] - ref if ref is not None else None
         within = "" if over is None or r["scenario"] == "clean" else ("yes" if over <= r["queue_timeout_s"] else "NO")
         over_text = "" if over is None or r["scenario"] == "clean" else f"{over:+.1f} s"
+        nodes = ", ".join(f"{n} {v['verdict']}" for n, v in sorted(r["nodes"].items()))
         lines.append(
             f"| {r['scenario']} | {r['wall_s']:.1f} s | {over_text} | {within} | {r['verdict']} | "
-            f"{r['summary']} | {r['exclude']} | {r['queue_timeouts']} |"
+            f"{r['summary']} | {nodes} | {r['exclude']} | {r['queue_timeouts']} |"
         )
     return "\n".join(lines)
 
@@ -159,16 +172,18 @@ def main() -> int:
     parser.add_argument("--base", default="ci", help="the profile the benchmark's profile extends")
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     parser.add_argument("--timeout", type=float, default=900.0, help="bound on each pytest process (s)")
+    parser.add_argument("--repeat", type=int, default=1, help="run the scenarios this many times, in turn")
     parser.add_argument("--out", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--keep", type=Path, help="keep each run's results file and output in this folder")
     parser.add_argument("selection", nargs="*", default=[], help="pytest arguments (default: the whole suite)")
     args = parser.parse_args()
     fault = args.fault_node or args.nodes[1]
     rows = []
-    for scenario in args.scenarios:
-        row = run(scenario, args.base, args.nodes, fault, args.selection, args.timeout, args.keep)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
+    for repeat in range(1, args.repeat + 1):
+        for scenario in args.scenarios:
+            row = run(scenario, args.base, args.nodes, fault, args.selection, args.timeout, args.keep, repeat)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
     print(table(rows))
