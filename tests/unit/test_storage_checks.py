@@ -200,6 +200,24 @@ def test_a_pair_whose_file_is_never_seen_fails_the_pair_without_a_culprit():
     assert "1 never answered" in found.text
 
 
+def test_the_one_node_in_every_late_pair_is_named_when_a_pair_without_it_is_not_late():
+    # node2's client caches a name's absence: node1's pings reach it late, and so do node3's pongs.
+    reports = [
+        report("node1", 0, 1500, peer="node2", round_trips_s=(0.01,), round_trips_missed=3),
+        report("node2", 1, 1500, peer="node3", round_trips_s=(0.02, 5.0)),
+        report("node3", 2, 1500, peer="node1", round_trips_s=(0.01, 0.02)),
+    ]
+    (found,) = fails(coherence.visibility(reports, visibility_line(), "7"))
+    assert found.convicts == ("node2",) and found.metric == "storage.visibility_round_trip"
+    assert found.text.startswith("node2: every late pair holds it and a pair without it is not late")
+    # Two nodes: both pairs hold both nodes, nothing tells which view is late.
+    two = [
+        report("node1", 0, 1500, peer="node2", round_trips_s=(5.0,)),
+        report("node2", 1, 1500, peer="node1", round_trips_s=(0.02,), round_trips_missed=2),
+    ]
+    assert all(f.convicts == () for f in fails(coherence.visibility(two, visibility_line(), "7")))
+
+
 def test_every_pair_late_is_the_shared_filesystems():
     reports = [report(n, i, 1500, peer=NODES[(i + 1) % 3], round_trips_s=(2.5, 3.0)) for i, n in enumerate(NODES)]
     (found,) = fails(coherence.visibility(reports, visibility_line(), "7"))

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pytest_gpucluster.checks.places import off_majority
 from pytest_gpucluster.checks.storage import Judged, missing_line, mount_of, worst
 from pytest_gpucluster.config import ThresholdSet
-from pytest_gpucluster.verdict import Finding, Measurement, judge
+from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 from pytest_gpucluster.workloads.storage import MountFacts, StorageReport
 
 # Mount options that name the client itself and so differ between healthy nodes.
@@ -63,8 +63,11 @@ def _differs(mine: tuple[str, str, tuple[str, ...]], common: tuple[str, str, tup
 
 def visibility(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_id: str) -> Judged:
     """Each node's slowest round trip to its neighbour against the line; a try never answered
-    fails the pair. Every pair past the line is the shared filesystem's; some pairs, those pairs'
-    (either node's view may be late: no culprit)."""
+    fails the pair. Every pair past the line is the shared filesystem's. Of three nodes or more,
+    pairs past it that all hold one node, while a pair without it meets the line, are that node's
+    (its client sees the others' files late, or shows its own late: in the ring of pings it is in
+    both its pairs, as pinger and as the one pinged); other pairs past it are those pairs' (either
+    node's view may be late: no culprit)."""
     pairs = [r for r in reports if r.peer]
     if not pairs:
         return Judged()
@@ -104,9 +107,26 @@ def visibility(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_i
             v.sentence for v in past
         )
         found.append(Finding.outside("shared_fs", text, nodes=[r.node for r in pairs], severity=severity))
+    elif (one := _common_node(past, verdicts)) is not None and len(reports) > 2:
+        said = "; ".join(v.sentence for v in past)
+        text = (
+            f"{one}: every late pair holds it and a pair without it is not late, so its view of "
+            f"{where(one)} is late (its client's caching, or its mount's options): {said}"
+        )
+        found.append(Finding.on_node(one, text, severity=worst(past), metric=line.metric, job_id=job_id))
     else:
         found += [f for v in past if (f := v.finding()) is not None]
     return Judged(tuple(verdicts), findings=tuple(found))
+
+
+def _common_node(past: Sequence[Verdict], verdicts: Sequence[Verdict]) -> str | None:
+    """The one node every late pair holds, where a pair without it is not late; else None."""
+    common = set.intersection(*(set(v.measurement.nodes) for v in past)) if past else set()
+    if len(common) != 1:
+        return None
+    (node,) = common
+    clear = [v for v in verdicts if v not in past and node not in v.measurement.nodes]
+    return node if clear else None
 
 
 def lock_findings(reports: Sequence[StorageReport]) -> list[Finding]:
