@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -201,3 +202,46 @@ def test_mount_of_recorded_mountinfo():
 def test_unusable_root_on_the_login_node(tmp_path):
     with pytest.raises(GpuClusterError, match=r"is the shared filesystem .* mounted and writable on the login node"):
         sharedfs.prepare(str(tmp_path / "absent"))
+
+
+def _appended(node: str, rank: int, lines: dict[int, int], settle_s: float | None) -> sharedfs.NodeReport:
+    return sharedfs.NodeReport(
+        node, rank, "/s/x", True, marker="ok", appended=5, append_lines=lines, append_settle_s=settle_s
+    )
+
+
+def test_lines_seen_only_on_a_later_read_are_the_filesystems_stale_copy_not_a_nodes_loss():
+    late = [_appended("n0", 0, {0: 5, 1: 5}, 0.0), _appended("n1", 1, {0: 5, 1: 5}, 0.84)]
+    (found,) = sharedfs_checks.append_findings(late, ["n0", "n1"])
+    assert (found.scope, found.severity, found.convicts, found.nodes) == ("shared_fs", "warn", (), ("n1",))
+    assert "n1 0.84 s after the first" in found.text and "no close-to-open consistency" in found.text
+    lost = [_appended("n0", 0, {0: 5, 1: 5}, 0.0), _appended("n1", 1, {0: 2, 1: 5}, None)]
+    (gone,) = sharedfs_checks.append_findings(lost, ["n0", "n1"])
+    assert gone.convicts == ("n1",) and gone.text == (
+        "n1: the shared append.log lost or doubled lines (n0 appended 5, 2 found, still after 5 s of reading again)"
+    )
+
+
+def test_a_reader_reads_the_shared_file_again_until_every_line_shows(tmp_path, monkeypatch):
+    path = tmp_path / sharedfs.APPEND_FILE
+    path.write_text("0 0 tag\n0 1 tag\n1 0 tag\n")
+
+    def finish() -> None:
+        time.sleep(0.3)
+        with path.open("a") as f:
+            f.write("1 1 tag\n")
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    counts, garbled, settle = sharedfs._settled_lines(path, "tag", 2, 2)
+    writer.join()
+    assert counts == {0: 2, 1: 2} and garbled == 0 and settle is not None and 0.2 <= settle < 3
+    monkeypatch.setattr(sharedfs, "APPEND_SETTLE_S", 0.3)
+    path.write_text("0 0 tag\n")
+    assert sharedfs._settled_lines(path, "tag", 2, 1) == ({0: 1, 1: 0}, 0, None)
+
+
+def test_a_file_whole_on_the_first_read_settles_at_once(tmp_path):
+    path = tmp_path / sharedfs.APPEND_FILE
+    path.write_text("0 0 tag\n1 0 tag\n")
+    assert sharedfs._settled_lines(path, "tag", 2, 1) == ({0: 1, 1: 1}, 0, 0.0)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from pytest_gpucluster.checks.places import off_majority
 from pytest_gpucluster.verdict import Finding, Measurement
-from pytest_gpucluster.workloads.sharedfs import APPEND_FILE, MARKER, GiB, NodeReport, Prepared
+from pytest_gpucluster.workloads.sharedfs import APPEND_FILE, APPEND_SETTLE_S, MARKER, GiB, NodeReport, Prepared
 
 
 def visibility_findings(
@@ -162,11 +162,23 @@ def readback_findings(reports: Sequence[NodeReport], nodes: Sequence[str], *, re
 
 def append_findings(reports: Sequence[NodeReport], nodes: Sequence[str]) -> list[Finding]:
     """Every node finds every line every node appended to the shared file, once and whole; the
-    node that finds lines missing or torn is named."""
+    node that finds lines missing (still, after reading again for APPEND_SETTLE_S) or torn is
+    named. Lines that showed only on a later read are the filesystem's stale copy, a warning of
+    the shared filesystem: every node mounts it alike, and which one reads first is chance."""
     found = _not_measured(reports, nodes)
     if found:
         return found
     by_rank = {r.rank: r for r in reports}
+    late = {r.node: r.append_settle_s for r in reports if r.append_settle_s}
+    if late:
+        said = ", ".join(f"{n} {s:.2f} s" for n, s in late.items() if s is not None)
+        text = (
+            f"the shared filesystem: the lines other nodes appended to {APPEND_FILE} and closed showed on a "
+            f"later read only ({said} after the first): a client served a stale copy after the writers closed "
+            "the file (no close-to-open consistency), so a job reading another's output as soon as it ends may "
+            "read it short"
+        )
+        found.append(Finding.outside("shared_fs", text, nodes=list(late), severity="warn"))
     for r in reports:
         short = [
             f"{by_rank[k].node} appended {by_rank[k].appended}, {n} found"
@@ -174,9 +186,10 @@ def append_findings(reports: Sequence[NodeReport], nodes: Sequence[str]) -> list
             if k in by_rank and n != by_rank[k].appended
         ]
         if short:
+            still = f", still after {APPEND_SETTLE_S:g} s of reading again" if r.append_settle_s is None else ""
             found.append(
                 Finding.on_node(
-                    r.node, f"{r.node}: the shared {APPEND_FILE} lost or doubled lines ({'; '.join(short)})"
+                    r.node, f"{r.node}: the shared {APPEND_FILE} lost or doubled lines ({'; '.join(short)}{still})"
                 )
             )
         if r.append_garbled:

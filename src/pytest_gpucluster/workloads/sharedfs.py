@@ -158,6 +158,9 @@ class NodeReport:
     appended: int = 0  # lines this node appended
     append_lines: Mapping[int, int] = field(default_factory=dict)  # rank → lines seen afterwards
     append_garbled: int = 0  # lines of the shared file that are not whole lines of any node
+    # Seconds from the first read of the shared file to a read that held every node's lines: 0
+    # when the first did; None when none did within APPEND_SETTLE_S (``append_lines`` is the last).
+    append_settle_s: float | None = 0.0
     barrier_timeout: str = ""  # "<barrier>: ranks [..] missing after N s", when a wait ran out
     errors: tuple[str, ...] = ()
 
@@ -178,6 +181,10 @@ def _barrier(directory: Path, name: str, rank: int, world: int, timeout_s: float
 
 # How long a node waits at each barrier for the others, at most.
 BARRIER_S = 90.0
+# How long a node reads the shared file again while it lacks lines the others appended and
+# closed: a client that serves a stale copy after they closed it (no close-to-open consistency)
+# shows every line within its cache's timeout; a lost line never shows.
+APPEND_SETTLE_S = 5.0
 
 
 def check_node(
@@ -231,7 +238,11 @@ def _exchange(
     neighbour = (rank + 1) % world  # a ring: every node is read by one other node, and reads one
 
     def done(
-        timeout: str = "", appended: int = 0, counts: Mapping[int, int] | None = None, garbled: int = 0
+        timeout: str = "",
+        appended: int = 0,
+        counts: Mapping[int, int] | None = None,
+        garbled: int = 0,
+        settle_s: float | None = 0.0,
     ) -> NodeReport:
         return replace(
             report,
@@ -242,6 +253,7 @@ def _exchange(
             appended=appended,
             append_lines=dict(counts or {}),
             append_garbled=garbled,
+            append_settle_s=settle_s,
         )
 
     def meet(barrier: str) -> str:
@@ -286,8 +298,24 @@ def _exchange(
         except OSError as exc:
             read[wanted] = ""
             errors.append(f"cannot read {wanted}: {exc.strerror or exc}")
-    counts, garbled = _count_lines(directory / APPEND_FILE, token[:8], world)
-    return done("", appended, counts, garbled)
+    counts, garbled, settle_s = _settled_lines(directory / APPEND_FILE, token[:8], world, append_lines)
+    return done("", appended, counts, garbled, settle_s)
+
+
+def _settled_lines(path: Path, tag: str, world: int, each: int) -> tuple[dict[int, int], int, float | None]:
+    """The shared file's lines per rank, read again (a fresh open each time) while a rank has
+    fewer than ``each``, for at most APPEND_SETTLE_S; with the seconds until a read held them
+    all (None: none did)."""
+    start = time.monotonic()
+    reads = 0
+    while True:
+        counts, garbled = _count_lines(path, tag, world)
+        reads += 1
+        if all(n >= each for n in counts.values()):
+            return counts, garbled, round(time.monotonic() - start, 3) if reads > 1 else 0.0
+        if time.monotonic() - start > APPEND_SETTLE_S:
+            return counts, garbled, None
+        time.sleep(0.1)
 
 
 def _count_lines(path: Path, tag: str, world: int) -> tuple[dict[int, int], int]:
