@@ -203,3 +203,18 @@ def test_an_offset_not_measured_is_not_judged_and_says_why():
     reports = {"node1": host("node1", 230, clock=clock(None)), "node2": host("node2", 230, clock=lost)}
     (f,) = judge_host.clock_offset(reports, "node2", lines()).findings
     assert f.severity == "not_judged" and "clock offset not measured: no time exchange" in f.text
+
+
+def test_a_client_that_stalls_does_not_cost_the_others_their_offset():
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        port = sock.getsockname()[1]
+        stalled = socket.create_connection(("127.0.0.1", port))  # connects first, never asks
+        deadline = time.monotonic() + 20
+        server = threading.Thread(target=host_checks.serve_time, args=(sock, 2, 4, deadline, time.time))
+        server.start()
+        try:
+            offset, trip = host_checks.ask_time("127.0.0.1", port, 4, deadline, time.time)
+        finally:
+            stalled.close()
+            server.join(25)
+    assert abs(offset) <= trip / 2 + 0.001 and not server.is_alive()

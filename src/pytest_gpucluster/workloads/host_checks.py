@@ -35,6 +35,7 @@ DAEMONS = ("chronyd", "ntpd", "systemd-timesyncd", "ptp4l", "phc2sys", "openntpd
 STA_UNSYNC = 0x0040  # <sys/timex.h>: the clock is not synchronized
 TIME_ERROR = 5  # adjtimex's return value when the clock is not synchronized
 _PACKET = struct.Struct("!dd")  # the first node's receive and send times, seconds
+CLIENT_S = 5.0  # the longest the first node waits on one other node's exchange
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,8 @@ def time_daemons(proc: Path = Path("/proc")) -> tuple[str, ...]:
 
 def serve_time(sock: socket.socket, clients: int, tries: int, deadline: float, clock: Callable[[], float]) -> None:
     """The first node's side: answer ``tries`` requests from each of ``clients`` connections
-    with its receive and send times."""
+    with its receive and send times, one connection at a time. A client that stalls or drops is
+    given up after CLIENT_S and the next served: it does not cost the others their offsets."""
     done = 0
     while done < clients and time.monotonic() < deadline:
         sock.settimeout(max(0.1, deadline - time.monotonic()))
@@ -204,8 +206,8 @@ def serve_time(sock: socket.socket, clients: int, tries: int, deadline: float, c
             conn, _ = sock.accept()
         except TimeoutError:
             break
-        with conn:
-            conn.settimeout(max(0.1, deadline - time.monotonic()))
+        with contextlib.suppress(OSError), conn:
+            conn.settimeout(max(0.1, min(CLIENT_S, deadline - time.monotonic())))
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             for _ in range(tries):
                 if not conn.recv(1):
