@@ -160,6 +160,8 @@ def test_a_failed_measurement_is_not_judged_with_its_reason():
     broken = HostReport("node1", 4, memory_error="MemoryError: ")
     (f,) = judge_host.memory({"node1": broken}, "node1", lines()).findings
     assert f.severity == "not_judged" and "host memory bandwidth not measured: MemoryError" in f.text
+    (none,) = judge_host.memory({"node1": HostReport("node1", 4)}, "node1", lines()).findings
+    assert none.severity == "not_judged" and "none of the task's 4 CPUs is on a NUMA node" in none.text
 
 
 def test_an_unsynchronized_clock_is_a_warning_of_the_node_unless_the_profile_waives_it():

@@ -45,6 +45,9 @@ def memory(reports: Mapping[str, HostReport], node: str, thresholds: ThresholdSe
     if mine.memory_error:
         why = f"{node}: host memory bandwidth not measured: {mine.memory_error}"
         return Judged(findings=(Finding.on_node(node, why, severity="not_judged"),))
+    if not mine.memory:  # the task held no CPU the kernel places on a NUMA node
+        why = f"{node}: host memory bandwidth not measured: none of the task's {mine.cpus_held} CPUs is on a NUMA node"
+        return Judged(findings=(Finding.on_node(node, why, severity="not_judged"),))
     verdicts, unjudged, findings = [], [], []
     line = thresholds.get(BANDWIDTH)
     for n in mine.memory:
