@@ -110,6 +110,19 @@ def wait_until(what: str, predicate: Callable[[], Any], timeout: float, interval
         time.sleep(interval)
 
 
+def remove_cgroup(group: Path, timeout: float = 30.0) -> None:
+    """Remove a cgroup (v1) directory, waiting (bounded) while a job step is still ending inside it."""
+
+    def removed() -> bool:
+        try:
+            group.rmdir()
+        except OSError:
+            return False
+        return True
+
+    wait_until(f"{group} removed", removed, timeout, interval=0.5)
+
+
 def start_pytest(argv: list[str]) -> subprocess.Popen[str]:
     """A suite run in the background, from the repository, the way an operator's shell starts it:
     SIGINT at its default, so Python turns it into KeyboardInterrupt (a shell ignores SIGINT for

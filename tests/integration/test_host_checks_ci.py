@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from faults_support import fault_profile, run_pytest
+from faults_support import fault_profile, remove_cgroup, run_pytest
 
 from gpucluster_testcluster import ClusterInfo, TestCluster
 from gpucluster_testcluster.config import Paths
@@ -48,17 +48,9 @@ def cpu_quota(info: ClusterInfo, node: str) -> Iterator[None]:
         (CPU / "cgroup.procs").write_text(f"{pid}\n")
         for task in (group / "cgroup.procs").read_text().split():  # a step still ending
             (CPU / "cgroup.procs").write_text(f"{task}\n")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-        # A process that ran under a quota keeps the scheduler's account of it when moved back
-        # (the soak test after this one read node3 27 % slower at its start): a fresh slurmd.
+        remove_cgroup(group)
+        # A process moved back out of a quota keeps the scheduler's account of its time there,
+        # which slows the next timed test on these nodes (docs/checks-node-config.md): a fresh slurmd.
         running = TestCluster.from_running()
         assert running is not None, "the test cluster stopped"
         running.kill_slurmd(node)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from faults_support import SHARED, fault_profile, run_pytest
+from faults_support import SHARED, fault_profile, remove_cgroup, run_pytest
 
 from gpucluster_testcluster import ClusterInfo
 from gpucluster_testcluster.config import Paths
@@ -93,15 +93,7 @@ def throttled(info: ClusterInfo, *nodes: str) -> Iterator[None]:
     finally:
         for pid in pids:
             (BLKIO / "cgroup.procs").write_text(f"{pid}\n")
-        deadline = time.monotonic() + 30
-        while True:  # a job step may still be ending inside the group
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        remove_cgroup(group)
 
 
 STORAGE = """

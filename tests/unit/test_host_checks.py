@@ -45,11 +45,6 @@ def clock(offset_ms: float | None, reference: str = "node1", synced: bool | None
 # --- the workload, for real on this machine -----------------------------------------------------
 
 
-def test_cpulist_reads_the_kernels_ranges():
-    assert host_checks.cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
-    assert host_checks.cpulist("") == []
-
-
 def test_numa_nodes_are_read_from_sysfs_and_default_to_every_cpu(tmp_path: Path):
     for index, cpus in ((0, "0-1"), (1, "2-3"), (2, "")):  # node 2: memory only, no CPUs
         (tmp_path / f"node{index}").mkdir()

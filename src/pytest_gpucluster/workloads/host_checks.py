@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_gpucluster.workloads.context import TaskContext
+from pytest_gpucluster.workloads.inventory import parse_cpulist
 
 NODE_ROOT = Path("/sys/devices/system/node")
 DAEMONS = ("chronyd", "ntpd", "systemd-timesyncd", "ptp4l", "phc2sys", "openntpd", "timemaster")
@@ -77,23 +78,12 @@ class HostReport:
     clock: ClockReading | None = None
 
 
-def cpulist(text: str) -> list[int]:
-    """``0-3,8,10-11`` → [0, 1, 2, 3, 8, 10, 11] (the kernel's cpulist format)."""
-    out: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        out += range(int(lo), int(hi or lo) + 1)
-    return out
-
-
 def numa_cpus(root: Path = NODE_ROOT) -> dict[int, list[int]]:
     """NUMA node → its CPUs; one node 0 with every CPU where the kernel shows no NUMA nodes."""
     found: dict[int, list[int]] = {}
     for d in sorted(root.glob("node[0-9]*")):
         with contextlib.suppress(OSError, ValueError):
-            cpus = cpulist((d / "cpulist").read_text())
+            cpus = parse_cpulist((d / "cpulist").read_text())
             if cpus:
                 found[int(d.name[4:])] = cpus
     return found or {0: sorted(os.sched_getaffinity(0))}
