@@ -70,7 +70,7 @@ def test_training_one_gpu(measured, judge, record):
         "environment",
         facts={
             "training_model": bases.note
-            or f"{base.n_params / 1e6:.0f} M parameters, {base.dtype} on {base.device_name}"
+            or f"{training_checks.count_words(base.n_params)} parameters, {base.dtype} on {base.device_name}"
         },
     )
     found = [

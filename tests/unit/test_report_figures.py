@@ -171,5 +171,6 @@ def test_past_sixteen_nodes_alike_nodes_share_a_row_named_by_their_hostlist():
 
 
 def test_plain_never_writes_a_python_literal():
-    value = {"node": 0, "cpus": "0-63", "holds": ["/", "/tmp"], "nested": {"a": 1.5, "b": None}}
-    assert inventory.plain(value) == "node: 0; cpus: 0-63; holds: /, /tmp; nested: a: 1.5; b: "
+    value = {"node": 0, "cpus": "0-63", "holds": ["/", "/tmp"], "nested": {"a": 1.5, "b": None}, "own": True}
+    assert inventory.plain(value) == "node: 0; cpus: 0-63; holds: /, /tmp; nested: a: 1.5; b: ; own: yes"
+    assert inventory.plain(False) == "no"

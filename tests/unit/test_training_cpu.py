@@ -196,3 +196,9 @@ def test_a_node_advertising_more_cpus_than_its_host_has_gets_the_hosts_share():
     # 2 ranks made a step of the tiny model take 600-800 ms instead of about 20 ms.
     assert cpu_threads(2, {"SLURM_CPUS_ON_NODE": "8"}, usable=2) == 1
     assert cpu_threads(2, {"SLURM_CPUS_ON_NODE": "8"}, usable=16) == 4
+
+
+def test_a_parameter_count_is_written_as_people_write_it():
+    counts = (950, 207_360, 125_000_000, 940_640_256, 1_300_000_000)
+    said = [training_checks.count_words(n) for n in counts]
+    assert said == ["950", "207 k", "125 M", "941 M", "1.3 B"]

@@ -38,6 +38,14 @@ def baseline_for(by_node: Mapping[str, tuple[TrainingSummary, str]], alone: str,
     return Baseline(base, job, f"{base.nodes[0]}{' (the median node)' if len(ordered) > 1 else ''}, {alone}")
 
 
+def count_words(n: int) -> str:
+    """A parameter count as people write it: 1.3 B, 125 M, 207 k, 950."""
+    for scale, word in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g} {word}"
+    return str(n)
+
+
 def detail(run: TrainingSummary, *, tiny: bool) -> str:
     """What ran: GPUs, device and dtype; ``tiny``: the tiny CPU model stood in for the profile's."""
     return f"{run.world_size} × {run.device_name}, {run.dtype}{TINY_NOTE if tiny else ''}"

@@ -44,6 +44,8 @@ def plain(value: Any) -> str:
         return "; ".join(f"{k}: {plain(v)}" for k, v in value.items())
     if isinstance(value, list | tuple | set):
         return ", ".join(plain(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:g}"
     return "" if value is None else str(value)
