@@ -102,6 +102,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write machine-readable JSON results here, updated after every test",
     )
     group.addoption(
+        f"{PREFIX}metrics",
+        default=None,
+        metavar="PATH",
+        dest="gpucluster_metrics",
+        help="write the verdicts and figures in the Prometheus text format here at the end (a .prom file "
+        "for node_exporter's textfile collector)",
+    )
+    group.addoption(
         f"{PREFIX}baseline",
         default=None,
         metavar="PATH",
@@ -340,6 +348,7 @@ def settings_from(config: pytest.Config, cluster: str) -> Settings:
             merge_doc=earlier,
             drain_failed=bool(config.getoption("gpucluster_drain_failed")),
             html=config.getoption("htmlpath", None),
+            metrics=config.getoption("gpucluster_metrics", None),
         ),
     )
 
@@ -354,6 +363,7 @@ OUTPUT_OPTIONS = (
     (f"{PREFIX}results", "gpucluster_results"),
     ("--html", "htmlpath"),
     (f"{PREFIX}calibrate", "gpucluster_calibrate"),
+    (f"{PREFIX}metrics", "gpucluster_metrics"),
 )
 
 

@@ -35,6 +35,7 @@ from pytest_gpucluster.plan.round_cost import dry_run_lines
 from pytest_gpucluster.plan.selection import (
     Shape,
 )
+from pytest_gpucluster.results import metrics
 from pytest_gpucluster.results.document import ResultsDocument
 from pytest_gpucluster.results.drain import drain_rejected
 from pytest_gpucluster.results.finish import finish
@@ -375,6 +376,9 @@ class GpuClusterSession:
             session.exitstatus = status
         if self.settings.results_path is not None:
             self.results.write(self.settings.results_path)
+        metrics_path = self.settings.outputs.metrics_path
+        if metrics_path is not None and self.settings.is_controller:
+            metrics.write(metrics_path, self.results.to_json())
 
     def pytest_unconfigure(self) -> None:
         """Last chance to cancel; remove a temporary job folder this run made; give the caller's

@@ -1,5 +1,5 @@
 """Command-line values checked before any job: the files a run will write (``--gpucluster-results``,
-``--html``, ``--gpucluster-calibrate``) and the earlier results it merges with (``--gpucluster-merge-results``); and
+``--html``, ``--gpucluster-calibrate``, ``--gpucluster-metrics``) and the earlier results it merges with (``--gpucluster-merge-results``); and
 ``Outputs``, what the run does at its end, resolved once from those options.
 
 A run that could not write its results file at the end would have measured for nothing; a merge
@@ -161,6 +161,7 @@ class Outputs:
     merge_doc: Mapping[str, Any] | None = None  # the earlier results it names, read once (controller)
     drain_failed: bool = False
     html: str | None = None  # pytest-html's --html
+    metrics: str | None = None  # --gpucluster-metrics, as given
 
     @property
     def baseline_path(self) -> Path | None:
@@ -171,6 +172,11 @@ class Outputs:
     def calibrate_path(self) -> Path | None:
         """``--gpucluster-calibrate`` as an absolute path."""
         return Path(self.calibrate).resolve() if self.calibrate else None
+
+    @property
+    def metrics_path(self) -> Path | None:
+        """``--gpucluster-metrics`` as an absolute path."""
+        return Path(self.metrics).resolve() if self.metrics else None
 
     @property
     def merge_path(self) -> Path | None:

@@ -427,14 +427,19 @@ def encode_document(doc: ResultsDocument) -> dict[str, Any]:
 
 def write(path: Path, document: Any) -> None:
     """Write ``document`` to ``path`` so that a reader never sees half a file."""
+    # One string, one write: json.dump writes every token separately.
+    replace_whole(path, json.dumps(document, indent=1, sort_keys=False, default=str) + "\n")
+
+
+def replace_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole: written beside it under a hidden name that ends in
+    random letters (no reader of ``*.json`` or ``*.prom`` takes it), then renamed over it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        # One string, one write: json.dump writes every token separately.
-        text = json.dumps(document, indent=1, sort_keys=False, default=str)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text + "\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a results file is for sharing
+            out.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a results or metrics file is for sharing
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
