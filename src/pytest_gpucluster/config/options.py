@@ -1,6 +1,7 @@
 """Command-line values checked before any job: the files a run will write (``--gpucluster-results``,
-``--html``, ``--gpucluster-calibrate``, ``--gpucluster-metrics``) and the earlier results it merges with (``--gpucluster-merge-results``); and
-``Outputs``, what the run does at its end, resolved once from those options.
+``--html``, ``--gpucluster-calibrate``, ``--gpucluster-metrics``) and the earlier results it merges
+with (``--gpucluster-merge-results``); and ``Outputs``, what the run does at its end, resolved once
+from those options.
 
 A run that could not write its results file at the end would have measured for nothing; a merge
 with the file of another cluster would hand over nodes nobody tested. Each function raises
