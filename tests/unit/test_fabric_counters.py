@@ -186,7 +186,7 @@ def test_nvlink_increase_missing_gpu_and_unsupported():
         ("increase", "fail", "node1: NVLink replay +4 on gpu0 link 1 over 1 min 15 s (fail > 0)"),
         ("unsupported", "warn", "node1: NVML does not report nvlink_crc_data on gpu0; not checked"),
         ("unsupported", "warn", "node1: NVML does not report nvlink_ecc_data on gpu0; not checked"),
-        ("missing", "fail", "node1: NVLink counters of gpu1 read before the run, GPU missing after"),
+        ("missing", "fail", "node1: link counters of gpu1 read before the run, GPU missing after"),
     ]
     assert [(f.scope, f.gpu, f.port, f.severity) for f in fabric.judged(found)] == [
         ("port", 0, "link 1", "fail"),
@@ -256,6 +256,11 @@ class _Nvml:
             raise _NotSupported()
         return 10 * handle + link if kind == 0 else 0
 
+    def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:
+        if handle == 1:
+            raise _NotSupported()
+        return 7
+
 
 def test_reads_nvlink_counters_through_nvml():
     gpus, status = fabric_counters.read_nvlink_counters(_Nvml())
@@ -264,6 +269,45 @@ def test_reads_nvlink_counters_through_nvml():
     assert gpus[1].links[1] == NvLinkCounters(
         1, {"nvlink_replay": 11, "nvlink_recovery": 0, "nvlink_crc_flit": 0}, HOPPER_UNSUPPORTED
     )
+
+
+def test_reads_each_gpus_pcie_replay_counter_or_says_it_is_unsupported():
+    gpus, _ = fabric_counters.read_nvlink_counters(_Nvml())
+    assert (gpus[0].pcie, gpus[0].pcie_unsupported) == ({"pcie_replay": 7}, ())
+    assert (gpus[1].pcie, gpus[1].pcie_unsupported) == ({}, ("pcie_replay",))
+    snap = _nv(gpus, 5.0)
+    assert fabric_counters.snapshot_from_dict(asdict(snap)) == snap
+
+
+def _pcie(index: int, replays: int, links: int = 0) -> GpuNvLinks:
+    return GpuNvLinks(index, tuple(NvLinkCounters(i, dict(ZERO)) for i in range(links)), (), {"pcie_replay": replays})
+
+
+def test_pcie_replays_past_eight_a_minute_fail_naming_the_gpu_and_fewer_warn():
+    # DCGM's line: 8 replays a minute. gpu1 sent 30 again in 2 min (15/min), gpu2 3 (1.5/min).
+    before = _nv((_pcie(0, 5), _pcie(1, 100, links=2), _pcie(2, 0)), 0.0)
+    after = _nv((_pcie(0, 5), _pcie(1, 130, links=2), _pcie(2, 3)), 120.0)
+    found = fabric.compare(before, after)
+    assert [(f.status, f.sentence.split(": the GPU")[0]) for f in found] == [
+        ("fail", "node1: PCIe replay 15/min on gpu1 over 2 min 0 s (warn > 0, fail ≥ 8/min per GPU)"),
+        ("warn", "node1: PCIe replay 1.5/min on gpu2 over 2 min 0 s (warn > 0, fail ≥ 8/min per GPU)"),
+    ]
+    assert "marginal riser, slot or retimer" in found[0].sentence
+    (failed, warned) = fabric.judged(found)
+    assert (failed.gpu, failed.port, warned.gpu) == (1, "", 2)  # the GPU, not one of its NVLinks
+    assert found[0].detail == ({"where": "gpu1", "counter": "pcie_replay", "before": 100, "after": 130},)
+
+
+def test_a_pcie_replay_counter_that_went_down_or_is_unsupported_is_said():
+    before = _nv((_pcie(0, 50),), 0.0)
+    reset = fabric.compare(before, _nv((_pcie(0, 2),), 60.0))
+    assert [(f.kind, f.status) for f in reset] == [("reset", "fail")]
+    assert "pcie_replay went down 50 → 2 on gpu0" in reset[0].sentence
+    bare = GpuNvLinks(0, (), (), {}, ("pcie_replay",))
+    quiet = fabric.compare(_nv((bare,), 0.0), _nv((bare,), 60.0))
+    assert [(f.status, f.sentence) for f in quiet] == [
+        ("warn", "node1: NVML does not report pcie_replay on gpu0; not checked")
+    ]
 
 
 def test_reads_only_the_gpus_the_caller_exposed(monkeypatch):

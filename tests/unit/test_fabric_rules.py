@@ -60,6 +60,7 @@ def test_lines_read_as_a_person_writes_them():
     assert DEFAULT_RULES["nvlink_replay"].lines() == "fail > 0"
     assert DEFAULT_RULES["link_error_recovery"].lines() == "warn > 0, fail ≥ 5/min per port"
     assert DEFAULT_RULES["nvlink_ecc"].lines() == "recorded, not judged"
+    assert DEFAULT_RULES["pcie_replay"].lines() == "warn > 0, fail ≥ 8/min per GPU"
 
 
 def test_places_fold_gpus_links_and_ports():

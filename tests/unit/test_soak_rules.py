@@ -173,6 +173,24 @@ def test_fabric_counters_are_judged_by_their_familys_rate_per_cycle():
     )
 
 
+def test_a_gpus_pcie_replays_in_a_cycle_are_judged_against_eight_a_minute_and_a_later_fail_wins():
+    start = stream("n1", "gpu0", STEADY[:4])
+    start[0]["fabric"] = {"pcie": {"link": {"pcie_replay": 100}}}
+    for i, c in enumerate(start[1:]):
+        c["fabric"] = {"pcie": {"link": {"pcie_replay": (100, 101, 160, 160)[i]}}}
+    findings = judged(start)
+    # +1 in cycle 1 warns, +59 in cycle 2 fails: the GPU's one finding is the failure.
+    assert [(f.severity, f.gpu, f.port, f.cycle) for f in findings] == [("fail", 0, "", 2)]
+    assert (
+        findings[0].text.startswith("n1:gpu0 PCIe replay +59 (") and "line warn > 0, fail ≥ 8/min" in findings[0].text
+    )
+    warned = stream("n1", "gpu0", STEADY[:4])
+    warned[0]["fabric"] = {"pcie": {"link": {"pcie_replay": 0}}}
+    for i, c in enumerate(warned[1:]):
+        c["fabric"] = {"pcie": {"link": {"pcie_replay": (0, 1, 1, 2)[i]}}}
+    assert [(f.severity, f.cycle) for f in judged(warned)] == [("warn", 1)]
+
+
 def test_an_sdc_digest_unlike_its_models_majority_fails_and_so_does_a_change_of_its_own():
     digest = {0: {"sdc": "aa"}, 5: {"sdc": "aa"}, 10: {"sdc": "aa"}}
     odd = {0: {"sdc": "aa"}, 5: {"sdc": "bb"}, 10: {"sdc": "aa"}}

@@ -190,11 +190,15 @@ class _Diff:
         unit = f"gpu{gpu.index}"
         self.links_of[unit] = len(gpu.links)
         if now is None:
-            if gpu.links:
+            if gpu.links or gpu.pcie:
                 self.events.add("gpu-missing", "", Place(unit))
             return
         for error in dict.fromkeys((*gpu.errors, *now.errors)):
-            self.say("unreadable", "fail", "", f"{unit} NVLink counters: {error}; not judged", places=[Place(unit)])
+            self.say("unreadable", "fail", "", f"{unit} link counters: {error}; not judged", places=[Place(unit)])
+        # The GPU's PCIe link: its counters belong to the GPU, not to one of its NVLinks.
+        for name in gpu.pcie_unsupported:
+            self.events.add("unsupported", name, Place(unit))
+        self.counters(Place(unit), gpu.pcie, now.pcie)
         later = {link.link: link for link in now.links}
         for link in gpu.links:
             place = Place(unit, link.link)
@@ -283,7 +287,7 @@ class _Diff:
             why = "HCA gone or its driver reset"
             self.say("missing", "fail", "", f"{where} read before the run, missing after ({why})", detail, places)
         elif kind == "gpu-missing":
-            sentence = f"NVLink counters of {where} read before the run, GPU missing after"
+            sentence = f"link counters of {where} read before the run, GPU missing after"
             self.say("missing", "fail", "", sentence, places=places)
         elif kind == "unreadable":
             sentence = f"{counter} on {where} is not a number in sysfs; not judged"

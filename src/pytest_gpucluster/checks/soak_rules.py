@@ -323,9 +323,9 @@ def xids(gpus: Sequence[GpuTrack], start: float) -> list[Finding]:
 def fabric(track: GpuTrack, rules: Mapping[str, FabricRule], start: float) -> list[Finding]:
     """Fabric error counters between consecutive cycles (and from the start record to cycle 0),
     each family judged by its rate over that cycle (``config.fabric_rules``); the first cycle at
-    a family's fail line, else its warn line, per port or GPU and family."""
-    out: list[Finding] = []
-    said: set[tuple[str, str]] = set()
+    a family's fail line, else its warn line, per port or GPU and family (a family that warned
+    first and failed later is said at the cycle it failed)."""
+    first: dict[tuple[str, str, str], tuple[str, Finding]] = {}  # (kind, place, family) → status, finding
     previous: Mapping[str, Any] = track.initial.get("fabric") or {}
     prev_t = track.started
     for c in track.cycles:
@@ -343,23 +343,28 @@ def fabric(track: GpuTrack, rules: Mapping[str, FabricRule], start: float) -> li
                 for family, rise in rises.items():
                     rule = rules.get(family)
                     status = rule.status(rise, seconds) if rule is not None else "note"
-                    if rule is None or status == "note" or (place, family) in said:
+                    said = first.get((kind, place, family))
+                    if (
+                        rule is None
+                        or status == "note"
+                        or (said is not None and (said[0] == "fail" or status == "warn"))
+                    ):
                         continue
-                    said.add((place, family))
-                    where = f"{track.node} {place}" if kind == "ib" else f"{track.where} NVLink {place}"
+                    # A port of the node, an NVLink of the GPU, or the GPU's own PCIe link.
+                    where, port, gpu = {
+                        "ib": (f"{track.node} {place}", place, None),
+                        "nvlink": (f"{track.where} NVLink {place}", f"link {place}", gpu_index(track.gpu)),
+                    }.get(kind, (track.where, "", gpu_index(track.gpu)))
                     rate = rule.rate(rise, seconds)
                     text = f"{where} {rule.title} +{rise} ({rate:.3g}/{rule.per}) in {when(c, start)}"
                     text += f"; line {rule.lines()}"
-                    port = place if kind == "ib" else f"link {place}"
-                    gpu = gpu_index(track.gpu) if kind == "nvlink" else None
-                    out.append(
-                        Finding.on_node(
-                            track.node, text, gpu=gpu, port=port, severity=status, cycle=int(c.get("cycle", 0))
-                        )
+                    found = Finding.on_node(
+                        track.node, text, gpu=gpu, port=port, severity=status, cycle=int(c.get("cycle", 0))
                     )  # type: ignore[arg-type]
+                    first[(kind, place, family)] = (status, found)
         if now:
             previous, prev_t = now, float(c.get("t1", prev_t))
-    return out
+    return sorted((f for _, f in first.values()), key=lambda f: f.cycle or 0)
 
 
 def temperatures(track: GpuTrack, lines: Lines, start: float) -> list[Finding]:

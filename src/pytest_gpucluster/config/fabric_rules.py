@@ -20,7 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pytest_gpucluster.workloads.fabric_counters import IB_ERROR_COUNTERS, IB_HW_ERROR_COUNTERS, NVLINK_ERROR_COUNTERS
+from pytest_gpucluster.workloads.fabric_counters import (
+    IB_ERROR_COUNTERS,
+    IB_HW_ERROR_COUNTERS,
+    NVLINK_ERROR_COUNTERS,
+    PCIE_ERROR_COUNTERS,
+)
 
 Scope = Literal["gpu", "port"]
 Per = Literal["s", "min"]
@@ -97,6 +102,12 @@ DEFAULT_RULES: Mapping[str, FabricRule] = types.MappingProxyType({r.family: r fo
           meaning="NVLink corrects a CRC error by sending the data again, so nothing is lost, but each "
           "resend takes bandwidth: near 100/s per GPU the GPU's NVLink traffic slows; a rate that grows "
           "from run to run points at that GPU's NVLink (board, connector or NVSwitch port) for the vendor"),
+    _rule("pcie_replay", "PCIe replay", ("pcie_replay",), "gpu", warn=0, fail=8, per="min",
+          source=f"{_DCGM} DcgmGPUHardwareLimits.h: 8 replays per minute is the most the driver's team "
+          "recommends (DCGM_LIMIT_MAX_PCIREPLAY_RATE) (docs/thresholds.md)",
+          meaning="the GPU's PCIe link sent packets again after errors: nothing is lost, but the "
+          "host-to-GPU and GPUDirect traffic through that link slows, and a rising count marks a "
+          "marginal riser, slot or retimer for the vendor"),
     _rule("nvlink_ecc", "NVLink ECC", ("nvlink_ecc_data",), "gpu",
           source="no published rate (DCGM diag does not read it); a healthy 4×H200 counts about 6.7/s "
           "per link under NCCL traffic (docs/thresholds.md)"),
@@ -142,7 +153,7 @@ DEFAULT_RULES: Mapping[str, FabricRule] = types.MappingProxyType({r.family: r fo
 )})
 # fmt: on
 
-KNOWN_COUNTERS = (*IB_ERROR_COUNTERS, *IB_HW_ERROR_COUNTERS, *NVLINK_ERROR_COUNTERS)
+KNOWN_COUNTERS = (*IB_ERROR_COUNTERS, *IB_HW_ERROR_COUNTERS, *NVLINK_ERROR_COUNTERS, *PCIE_ERROR_COUNTERS)
 FAMILY_OF: Mapping[str, str] = types.MappingProxyType(
     {counter: rule.family for rule in DEFAULT_RULES.values() for counter in rule.counters}
 )

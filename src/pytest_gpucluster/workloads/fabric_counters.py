@@ -13,8 +13,10 @@ InfiniBand, per ``<root>/<hca>/ports/<port>/``:
   device's queue counters (sequence errors, retries exceeded, completions with error).
 
 NVLink, per GPU and link: ``nvmlDeviceGetNvLinkErrorCounter`` for replay, recovery, CRC flit,
-CRC data and ECC data. A counter NVML does not support on a GPU is listed as unsupported; NVML
-missing altogether is recorded in ``nvml_status``. Neither raises.
+CRC data and ECC data. PCIe, per GPU: ``nvmlDeviceGetPcieReplayCounter``, the TLPs the GPU's
+PCIe link sent again after an error (DCGM's ``DCGM_FI_DEV_PCIE_REPLAY_COUNTER``). A counter NVML
+does not support on a GPU is listed as unsupported; NVML missing altogether is recorded in
+``nvml_status``. Neither raises.
 
 The sysfs root is a parameter so tests read recorded trees.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +99,21 @@ class NvLinkCounters:
     unsupported: tuple[str, ...] = ()
 
 
+# Counter name in a snapshot → the NVML call that reads it for a GPU's PCIe link.
+PCIE_ERROR_COUNTERS: dict[str, str] = {"pcie_replay": "nvmlDeviceGetPcieReplayCounter"}
+
+
 @dataclass(frozen=True)
 class GpuNvLinks:
-    """One GPU's NVLinks (empty when it has none); ``errors``: NVML failures other than unsupported."""
+    """One GPU's link error counters: its NVLinks (empty when it has none) and its PCIe link's
+    (``pcie``; ``pcie_unsupported`` names those NVML does not report); ``errors``: NVML failures
+    other than unsupported."""
 
     index: int
     links: tuple[NvLinkCounters, ...]
     errors: tuple[str, ...] = ()
+    pcie: dict[str, int] = field(default_factory=dict)
+    pcie_unsupported: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,8 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> FabricSnapshot:
                 for link in g.get("links", ())
             ),
             tuple(g.get("errors", ())),
+            dict(g.get("pcie", {})),
+            tuple(g.get("pcie_unsupported", ())),
         )
         for g in data.get("gpus", ())
     )
@@ -219,7 +231,20 @@ def gpu_links(nvml: Any, index: int) -> GpuNvLinks:
             links.append(_nvlink_counters(nvml, handle, link))
         except nvml.NVMLError as exc:
             errors.append(f"link {link}: {exc}")
-    return GpuNvLinks(index, tuple(links), tuple(errors))
+    pcie: dict[str, int] = {}
+    unsupported: list[str] = []
+    for name, call in PCIE_ERROR_COUNTERS.items():
+        read = getattr(nvml, call, None)
+        if read is None:  # an older NVML binding without this call
+            unsupported.append(name)
+            continue
+        try:
+            pcie[name] = int(read(handle))
+        except nvml.NVMLError_NotSupported:
+            unsupported.append(name)
+        except nvml.NVMLError as exc:
+            errors.append(f"PCIe {name}: {exc}")
+    return GpuNvLinks(index, tuple(links), tuple(errors), pcie, tuple(unsupported))
 
 
 def read_nvlink_counters(nvml: Any) -> tuple[tuple[GpuNvLinks, ...], str]:

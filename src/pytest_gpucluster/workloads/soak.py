@@ -228,7 +228,7 @@ def stack_versions() -> dict[str, str]:
 
 def _fabric(node_first: bool, root: str, nvml_index: int | None) -> dict[str, Any]:
     """The fabric error counters this task reads: the node's InfiniBand ports (its first task) and
-    its own GPU's NVLinks, as absolute values (the login side takes the differences)."""
+    its own GPU's NVLinks and PCIe link, as absolute values (the login side takes the differences)."""
     out: dict[str, Any] = {}
     if node_first:
         with contextlib.suppress(Exception):
@@ -239,9 +239,11 @@ def _fabric(node_first: bool, root: str, nvml_index: int | None) -> dict[str, An
         with contextlib.suppress(Exception):
             import pynvml
 
-            links = gpu_links(pynvml, nvml_index).links
-            if links:
-                out["nvlink"] = {str(link.link): dict(link.counters) for link in links}
+            gpu = gpu_links(pynvml, nvml_index)
+            if gpu.links:
+                out["nvlink"] = {str(link.link): dict(link.counters) for link in gpu.links}
+            if gpu.pcie:
+                out["pcie"] = {"link": dict(gpu.pcie)}
     return out
 
 
