@@ -1,5 +1,5 @@
-"""Fabric error counters across the run: every InfiniBand port's and NVLink's error counters are
-read on every node before the first workload and again after every other job of the run
+"""Fabric error counters across the run: every InfiniBand port's, NVLink's and GPU PCIe link's
+error counters are read on every node before the first workload and again after every other job of the run
 (workloads/fabric_counters.py), and what rose is judged by counter family and rate against the
 profile's fabric rules (config/fabric_rules.py): a link that corrupts or drops traffic under load
 shows here while the collectives still pass.
@@ -33,14 +33,14 @@ def gpucluster_not_applicable(cluster, name):
 def _nothing_to_read(snap, real_gpus):
     """Why a node's snapshot holds no fabric counter at all, or None. NVLink left unread on real
     GPUs is not "nothing": the check cannot judge it (incomplete)."""
-    if snap.ib_ports or snap.error or any(g.links for g in snap.gpus):
+    if snap.ib_ports or snap.error or any(g.links or g.pcie for g in snap.gpus):
         return None
     if real_gpus and (not snap.nvml_status.startswith("ok") or not snap.gpus):
         return None
     if not snap.nvml_status.startswith("ok"):
         nvlink = f"NVLink not read ({snap.nvml_status.removeprefix('unsupported: ')})"
     else:
-        nvlink = "no NVLink on its GPUs" if snap.gpus else "NVML sees no GPU"
+        nvlink = "no NVLink or PCIe replay counter on its GPUs" if snap.gpus else "NVML sees no GPU"
     return f"no InfiniBand port under {snap.root} and {nvlink}"
 
 

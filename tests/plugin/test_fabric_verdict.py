@@ -114,3 +114,22 @@ def test_nvlink_unread_on_real_gpus_leaves_the_run_incomplete(gpc):
     assert "node1: NVLink error counters not read (NVML unusable (Driver Not Loaded))" in test["message"]
     assert doc["acceptance"]["verdict"] == "INCOMPLETE", doc["acceptance"]
     assert result.ret == 10
+
+
+def test_a_gpu_with_only_its_pcie_link_counted_is_judged_and_one_without_is_not_applicable():
+    # One H200 in a VM: no InfiniBand, no NVLink, the PCIe replay counter read (0 before and after).
+    import importlib.util
+
+    from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot, GpuNvLinks
+
+    spec = importlib.util.spec_from_file_location("acceptance_fabric", ACCEPTANCE)
+    assert spec is not None and spec.loader is not None
+    acceptance = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(acceptance)
+    counted = GpuNvLinks(0, (), (), {"pcie_replay": 0})
+    snap = FabricSnapshot("vm", 1.0, "/sys/class/infiniband", (), (counted,), "ok")
+    assert acceptance._nothing_to_read(snap, True) is None
+    bare = FabricSnapshot("vm", 1.0, "/sys/class/infiniband", (), (GpuNvLinks(0, (), (), {}, ("pcie_replay",)),), "ok")
+    assert acceptance._nothing_to_read(bare, False) == (
+        "no InfiniBand port under /sys/class/infiniband and no NVLink or PCIe replay counter on its GPUs"
+    )
