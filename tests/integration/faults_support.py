@@ -177,6 +177,7 @@ class Run:
     output: str
     results: dict[str, Any]
     seconds: float
+    path: Path | None = None  # the results file
 
     def test(self, name_part: str) -> dict[str, Any]:
         """The one test whose node id contains ``name_part``."""
@@ -216,7 +217,7 @@ def run_pytest(profile: FaultProfile, tmp_path: Path, *args: str, timeout: float
         check=False,
     )
     doc = json.loads(results.read_text()) if results.exists() else {}
-    return Run(proc.returncode, proc.stdout + proc.stderr, doc, time.monotonic() - t0)
+    return Run(proc.returncode, proc.stdout + proc.stderr, doc, time.monotonic() - t0, results)
 
 
 def cluster_handle(info: ClusterInfo) -> TestCluster:

@@ -6,10 +6,15 @@ handover (node3/node4; the ci profile's node1/node2 stay undisturbed)."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from faults_support import REPO, fault_profile, restore_nodes, run_pytest, slurm_cmd
+from faults_support import REPO, SLURM_CONF, fault_profile, restore_nodes, run_pytest, slurm_cmd
 
 pytestmark = pytest.mark.integration
 
@@ -21,6 +26,15 @@ def test_planted(judge, node):
     bad = node == "node4" and Path(__file__).with_name("fault").exists()
     judge.problems([f"{node}: planted fault for the drain test"] if bad else [], "planted")
 """
+
+
+RETEST = "to re-test the nodes not accepted (once repaired) and merge the verdicts: "
+
+
+def _option(argv: list[str], option: str) -> str:
+    """The value ``argv`` gives ``option`` (``--option=value``)."""
+    (value,) = [a.split("=", 1)[1] for a in argv if a.startswith(f"{option}=")]
+    return value
 
 
 def reason_of(node: str) -> str:
@@ -59,16 +73,31 @@ def test_drain_failed_drains_exactly_the_rejected_node_with_its_evidence(slurm_c
     assert run.results["drained"] == {"node4": {"reason": reason}}
     assert f"drained node4 (--gpucluster-drain-failed): reason {reason!r}" in run.output
 
-    # Repaired (the fault is gone) and resumed by restore_nodes: re-test what the first run did not
-    # accept (node4, read from its results file: no --gpucluster-nodes) and merge.
+    # Repaired (the fault is gone) and resumed by restore_nodes: the re-test the first run printed,
+    # run as printed, tests what it did not accept (node4, read from its results file: no
+    # --gpucluster-nodes) and merges; the first run's results file is kept as it was.
     (site / "fault").unlink()
-    first = tmp_path / "first.json"
-    first.write_text(json.dumps(run.results))
-    retest = run_pytest(profile, tmp_path, *whole, f"--gpucluster-merge-results={first}", timeout=300)
-    merged = retest.results["handover"]
-    assert retest.returncode == 0, retest.output[-3000:]
+    (said,) = [line.removeprefix(RETEST) for line in run.output.splitlines() if line.startswith(RETEST)]
+    argv = shlex.split(said)
+    assert run.path is not None and argv[0] == "pytest", said
+    assert argv[-1] == f"--gpucluster-merge-results={run.path}", said
+    kept = run.path.read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-m", *argv],
+        cwd=REPO,
+        env={**os.environ, "SLURM_CONF": SLURM_CONF},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    again = json.loads(Path(_option(argv, "--gpucluster-results")).read_text())
+    merged = again["handover"]
+    assert done.returncode == 0, output[-3000:]
+    assert run.path.read_bytes() == kept
     assert merged["verdict"] == "ACCEPTED" and merged["retested"] == ["node4"], merged
     # node3 ran beside it as its accepted partner, so the checks across nodes judged node4 again
-    assert merged["partners"] == ["node3"] and set(retest.results["nodes"]) == {"node3", "node4"}, merged
-    assert merged["nodes"]["node3"]["from"] == str(first) and merged["summary"] == "2 of 2 nodes accepted"
-    assert "handover with " in retest.output and ": ACCEPTED: 2 of 2 nodes accepted" in retest.output
+    assert merged["partners"] == ["node3"] and set(again["nodes"]) == {"node3", "node4"}, merged
+    assert merged["nodes"]["node3"]["from"] == str(run.path) and merged["summary"] == "2 of 2 nodes accepted"
+    assert "handover with " in output and ": ACCEPTED: 2 of 2 nodes accepted" in output

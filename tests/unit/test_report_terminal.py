@@ -3,6 +3,8 @@ results' verdict entries alone."""
 
 from __future__ import annotations
 
+import shlex
+
 from pytest_gpucluster.report import terminal
 
 ACC = {
@@ -41,3 +43,27 @@ def test_a_rejected_run_names_its_nodes_what_was_drained_and_why():
 def test_an_incomplete_run_is_yellow():
     acc = {**ACC, "verdict": "INCOMPLETE", "headline": "INCOMPLETE: 1 reason", "not_applicable": []}
     assert terminal.summary({"acceptance": acc}, NO_JOBS).colour == {"yellow": True}
+
+
+def test_a_run_that_did_not_accept_a_node_says_how_to_re_test_it_and_merge():
+    # The command of the recorded 2 x 2 H200 run with GEMMs on node2's GPU (REJECTED: node2).
+    command = ["--cluster=testbox-2x2", "--gpucluster-results=out/results.json", "--html", "out/page.html", "-m", "a b"]
+    said = terminal.retest_command(command, "slurm", ACC["nodes"])
+    assert said == (
+        "pytest --cluster=testbox-2x2 --gpucluster-results=out/results-retest.json --html out/page-retest.html "
+        "-m 'a b' --gpucluster-merge-results=out/results.json"
+    )
+    shown = terminal.summary({"acceptance": ACC}, NO_JOBS, retest=said)
+    assert shown.lines[1] == (
+        f"to re-test the nodes not accepted (once repaired) and merge the verdicts: {said}",
+        False,
+    )
+    # A re-test that still did not accept a node: the same command again, once repaired.
+    again = [*command, "--gpucluster-merge-results=out/earlier.json"]
+    assert terminal.retest_command(again, "slurm", ACC["nodes"]) == "pytest " + shlex.join(again)
+    # Nothing to say: every node accepted, no results file, or no Slurm to pick nodes from.
+    accepted = {"verdicts": {"node1": {"verdict": "ACCEPTED"}}}
+    assert terminal.retest_command(command, "slurm", accepted) is None
+    assert terminal.retest_command(command[:1], "slurm", ACC["nodes"]) is None
+    assert terminal.retest_command(command, "local", ACC["nodes"]) is None
+    assert not any("re-test" in text for text, _ in terminal.summary({"acceptance": ACC}, NO_JOBS).lines)

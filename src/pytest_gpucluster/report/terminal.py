@@ -5,7 +5,8 @@ the results document and what the run compared and wrote in, lines out."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,57 @@ class Summary:
 COUNT_WORDS = {"not_judged": "not judged", "fault": "stopped by a fault", "interrupted": "interrupted"}
 
 
+RESULTS_OPTION = "--gpucluster-results"
+MERGE_OPTION = "--gpucluster-merge-results"
+# Files a re-test would write over the earlier run's: each gets its own name beside the earlier one.
+RENAMED = (RESULTS_OPTION, "--html")
+
+
+def _option_value(args: Sequence[str], option: str) -> tuple[int, str] | None:
+    """(index, value) of ``option`` in ``args``, as ``--opt=value`` or ``--opt value``; the last given."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg.startswith(f"{option}="):
+            found = (i, arg.split("=", 1)[1])
+        elif arg == option and i + 1 < len(args):
+            found = (i, args[i + 1])
+    return found
+
+
+def _beside(path: str) -> str:
+    """``results.json`` → ``results-retest.json``."""
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}-retest{p.suffix}"))
+
+
+def retest_command(command: Sequence[str], executor: str, nodes: Mapping[str, Any]) -> str | None:
+    """What to run once the nodes this run did not accept are repaired: the same command with
+    ``--gpucluster-merge-results`` naming this run's results file, which re-tests just those nodes
+    beside an accepted partner and merges the verdicts (the results and page get names of their
+    own, so the earlier run's are kept); a run that was itself such a re-test, the same command
+    again. None where every node was accepted, the profile is not a Slurm one (a re-test picks
+    Slurm nodes) or the run wrote no results file."""
+    verdicts = nodes.get("verdicts") or {}
+    if executor != "slurm" or all(v.get("verdict") == "ACCEPTED" for v in verdicts.values()) or not verdicts:
+        return None
+    args = list(command)
+    results = _option_value(args, RESULTS_OPTION)
+    if results is None:
+        return None
+    if _option_value(args, MERGE_OPTION) is None:
+        for option in RENAMED:
+            given = _option_value(args, option)
+            if given is None:
+                continue
+            i, value = given
+            if args[i] == option:
+                args[i + 1] = _beside(value)
+            else:
+                args[i] = f"{option}={_beside(value)}"
+        args.append(f"{MERGE_OPTION}={results[1]}")
+    return "pytest " + shlex.join(args)
+
+
 def summary(
     doc: Mapping[str, Any],
     timing: Mapping[str, Any],
@@ -40,9 +92,11 @@ def summary(
     comparison: Comparison | None = None,
     baseline_path: Path | None = None,
     calibrated_path: Path | None = None,
+    retest: str | None = None,
 ) -> Summary:
     """The summary of a run from ``doc``, its results document or the verdict entries in it
-    (``acceptance``, ``handover``, ``drained``), and ``timing``, the run's ``timing`` entry."""
+    (``acceptance``, ``handover``, ``drained``), and ``timing``, the run's ``timing`` entry;
+    ``retest``: the command that re-tests the nodes not accepted (``retest_command``)."""
     acc = doc["acceptance"]
     counts = ", ".join(f"{n} {COUNT_WORDS.get(k, k)}" for k, n in acc["counts"].items() if n)
     colour = {"ACCEPTED": {"green": True}, "REJECTED": {"red": True}}.get(acc["verdict"], {"yellow": True})
@@ -63,6 +117,8 @@ def summary(
             if v["verdict"] != "ACCEPTED":
                 first = (v.get("reasons") or [f"as judged in {v['from']}, where only the selected checks ran"])[0]
                 out.line(f"  {node}: {v['verdict']}: {first}")
+    if retest:
+        out.line(f"to re-test the nodes not accepted (once repaired) and merge the verdicts: {retest}")
     for node, done in (doc.get("drained") or {}).items():
         said = f"reason {done['reason']!r}" if "reason" in done else f"NOT drained: {done['error']}"
         out.line(f"drained {node} (--gpucluster-drain-failed): {said}")

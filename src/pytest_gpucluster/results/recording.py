@@ -295,12 +295,16 @@ class ResultsHooks:
             return
         if self.config.option.collectonly:  # --collect-only, --gpucluster-dry-run: nothing ran, nothing to judge
             return
+        command = results.selection.command if results.selection is not None else []
         shown = terminal.summary(
             results.extra,
             results.timing(),
             comparison=self.comparison,
             baseline_path=self.baseline_path,
             calibrated_path=self.calibrated_path,
+            retest=terminal.retest_command(
+                command, self.session.profile.executor, results.extra["acceptance"].get("nodes") or {}
+            ),
         )
         terminalreporter.write_sep("=", shown.headline, bold=True, **shown.colour)
         for text, bold in shown.lines:
