@@ -376,8 +376,10 @@ class GpuClusterSession:
             session.exitstatus = status
         if self.settings.results_path is not None:
             self.results.write(self.settings.results_path)
+        # A run that only planned (--collect-only, --gpucluster-dry-run) judged no node: it leaves
+        # the last real run's metrics file as it is.
         metrics_path = self.settings.outputs.metrics_path
-        if metrics_path is not None and self.settings.is_controller:
+        if metrics_path is not None and self.settings.is_controller and self.settings.submits:
             metrics.write(metrics_path, self.results.to_json())
 
     def pytest_unconfigure(self) -> None:

@@ -90,3 +90,11 @@ def test_metrics_of_a_file_that_is_no_results_file_is_an_error_naming_it(gpc):
     (gpc.path / "r.json").write_text("{}")
     done = gpc.run(sys.executable, "-m", "pytest_gpucluster", "metrics", "r.json")
     assert done.ret == 1 and "r.json: not a pytest-gpucluster results file" in done.stderr.str()
+
+
+def test_a_dry_run_leaves_the_last_runs_metrics_file_as_it_is(gpc):
+    gpc.makepyfile(test_cluster=ONE_SLOW_GPU)
+    (gpc.path / "last.prom").write_text("# the last real run's\n")
+    result = gpc.runpytest_subprocess("--gpucluster-dry-run", "--gpucluster-metrics=last.prom")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    assert (gpc.path / "last.prom").read_text() == "# the last real run's\n"
