@@ -96,3 +96,21 @@ def test_the_file_is_replaced_whole(tmp_path):
     assert target.read_text() == metrics.exposition(codec.load(GEMM_NODE2))
     assert [p.name for p in target.parent.iterdir()] == ["gpucluster.prom"]  # nothing left beside it
     assert oct(target.stat().st_mode & 0o777) == "0o644"
+
+
+def test_a_figure_measured_twice_alike_is_two_series_numbered():
+    doc = copy.deepcopy(codec.load(GEMM_NODE2))
+    test = next(t for t in doc["tests"] if t["measurements"])
+    twice = copy.deepcopy(test["measurements"][0])
+    twice["value"] = 1.5
+    test["measurements"].append(twice)
+    first = test["measurements"][0]
+    parsed = _parsed(metrics.exposition(doc))
+    alike = [
+        s
+        for s in parsed["gpucluster_measurement"]
+        if s.labels["metric"] == first["metric"]
+        and s.labels["where"] == first["where"]
+        and s.labels.get("detail") == first["detail"]
+    ]
+    assert sorted((s.labels.get("n", ""), s.value) for s in alike) == [("", first["value"]), ("2", 1.5)]

@@ -7,8 +7,8 @@ figure against its line from one handover to the next.
 Everything is read from the typed results (``codec.decode_run``, ``codec.decode_recorded``), never
 from a sentence. What the textfile collector needs is kept: each family's HELP and TYPE once, its
 samples together, no timestamps (the collector refuses them), no series twice (a figure measured
-twice at one place, such as two streams of one node, carries its detail as a label), label values
-escaped, and the file replaced whole, never seen half written.
+twice at one place, such as two streams of one node, carries its detail as a label, and one alike
+in that too a number), label values escaped, and the file replaced whole, never seen half written.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _escape(value: str) -> str:
 
 def _sample(name: str, labels: Mapping[str, str], value: float) -> str:
     inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-    number = "NaN" if math.isnan(value) else ("+Inf" if value == math.inf else repr(float(value)))
+    number = "NaN" if math.isnan(value) else {math.inf: "+Inf", -math.inf: "-Inf"}.get(value, repr(float(value)))
     return f"{name}{{{inner}}} {number}" if inner else f"{name} {number}"
 
 
@@ -122,9 +122,15 @@ def samples(doc: Mapping[str, Any]) -> dict[str, list[str]]:
             key = tuple(labels.values())
             seen[key] = seen.get(key, 0) + 1
             figures.append((labels, verdict))
+    again: dict[tuple[str, ...], int] = {}
     for labels, verdict in figures:
         if seen[tuple(labels.values())] > 1:
             labels = {**labels, "detail": verdict.measurement.detail}
+            # Alike in the detail too (a figure measured again): each its own series, numbered.
+            key = tuple(labels.values())
+            again[key] = again.get(key, 0) + 1
+            if again[key] > 1:
+                labels["n"] = str(again[key])
         out["gpucluster_measurement"].append(_sample("gpucluster_measurement", labels, verdict.measurement.value))
         for bound in BOUNDS:
             line = getattr(verdict.threshold, bound)
@@ -132,22 +138,7 @@ def samples(doc: Mapping[str, Any]) -> dict[str, list[str]]:
                 out["gpucluster_measurement_line"].append(
                     _sample("gpucluster_measurement_line", {**labels, "bound": bound}, float(line))
                 )
-    return _unique(out)
-
-
-def _unique(out: dict[str, list[str]]) -> dict[str, list[str]]:
-    """Each family's lines with any series said twice kept once (the first): two figures alike in
-    every label and detail say the same thing to a reader of the metrics."""
-    kept: dict[str, list[str]] = {}
-    for name, lines in out.items():
-        series: set[str] = set()
-        kept[name] = []
-        for line in lines:
-            labels = line.rsplit(" ", 1)[0]
-            if labels not in series:
-                series.add(labels)
-                kept[name].append(line)
-    return kept
+    return out
 
 
 def exposition(doc: Mapping[str, Any]) -> str:
