@@ -33,7 +33,7 @@ def gpucluster_not_applicable(cluster, name):
 def _nothing_to_read(snap, real_gpus):
     """Why a node's snapshot holds no fabric counter at all, or None. NVLink left unread on real
     GPUs is not "nothing": the check cannot judge it (incomplete)."""
-    if snap.ib_ports or snap.error or any(g.links or g.pcie for g in snap.gpus):
+    if snap.ib_ports or snap.error or snap.aer or any(g.links or g.pcie for g in snap.gpus):
         return None
     if real_gpus and (not snap.nvml_status.startswith("ok") or not snap.gpus):
         return None

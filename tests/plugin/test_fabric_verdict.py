@@ -119,8 +119,9 @@ def test_nvlink_unread_on_real_gpus_leaves_the_run_incomplete(gpc):
 def test_a_gpu_with_only_its_pcie_link_counted_is_judged_and_one_without_is_not_applicable():
     # One H200 in a VM: no InfiniBand, no NVLink, the PCIe replay counter read (0 before and after).
     import importlib.util
+    from dataclasses import replace
 
-    from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot, GpuNvLinks
+    from pytest_gpucluster.workloads.fabric_counters import FabricSnapshot, GpuNvLinks, PcieAer
 
     spec = importlib.util.spec_from_file_location("acceptance_fabric", ACCEPTANCE)
     assert spec is not None and spec.loader is not None
@@ -130,6 +131,8 @@ def test_a_gpu_with_only_its_pcie_link_counted_is_judged_and_one_without_is_not_
     snap = FabricSnapshot("vm", 1.0, "/sys/class/infiniband", (), (counted,), "ok")
     assert acceptance._nothing_to_read(snap, True) is None
     bare = FabricSnapshot("vm", 1.0, "/sys/class/infiniband", (), (GpuNvLinks(0, (), (), {}, ("pcie_replay",)),), "ok")
+    aer = PcieAer("gpu0", "0000:18:00.0", {"aer_fatal": 0})
+    assert acceptance._nothing_to_read(replace(bare, aer=(aer,)), False) is None
     assert acceptance._nothing_to_read(bare, False) == (
         "no InfiniBand port under /sys/class/infiniband and no NVLink or PCIe replay counter on its GPUs"
     )

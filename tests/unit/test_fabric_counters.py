@@ -324,3 +324,71 @@ def test_the_after_snapshot_and_the_kernel_log_come_from_one_task():
     assert [(p.hca, p.port) for p in both.fabric.ib_ports] == [(f"mlx5_{i}", "1") for i in range(4)]
     assert both.kernel_log.readable or both.kernel_log.why.startswith("/dev/kmsg: ")
     assert pickle.loads(pickle.dumps(both)) == both
+
+
+# The kernel's AER statistics files as sysfs-bus-pci-devices-aer_stats lays them out.
+AER_FILES = {
+    "aer_dev_correctable": "RxErr {c}\nBadTLP 0\nBadDLLP 0\nRollover 0\nTimeout 0\nNonFatalErr 0\n"
+    "CorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR {c}\n",
+    "aer_dev_nonfatal": "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO {n}\nCmpltAbrt 0\nUnxCmplt 0\n"
+    "RxOF 0\nMalfTLP 0\nECRC 0\nUnsupReq 0\nACSViol 0\nUncorrIntErr 0\nBlockedTLP 0\nAtomicOpBlocked 0\n"
+    "TLPBlockedErr 0\nPoisonTLPBlocked 0\nTOTAL_ERR_NONFATAL {n}\n",
+    "aer_dev_fatal": "Undefined 0\nDLP {f}\nSDES 0\nTLP 0\nFCP 0\nCmpltTO 0\nCmpltAbrt 0\nUnxCmplt 0\nRxOF 0\n"
+    "MalfTLP 0\nECRC 0\nUnsupReq 0\nACSViol 0\nUncorrIntErr 0\nBlockedTLP 0\nAtomicOpBlocked 0\n"
+    "TLPBlockedErr 0\nPoisonTLPBlocked 0\nTOTAL_ERR_FATAL {f}\n",
+}
+
+
+def _pci_tree(tmp_path: Path, c: int = 0, n: int = 0, f: int = 0) -> tuple[Path, Path]:
+    """A PCI device folder per GPU 0 (0000:18:00.0) and HCA mlx5_0 (0000:3b:00.0, under the IB
+    root through its ``device`` link, as the kernel links it), the HCA's counts given."""
+    pci, ib = tmp_path / "pci", tmp_path / "ib"
+    for address, counts in (("0000:18:00.0", {"c": 0, "n": 0, "f": 0}), ("0000:3b:00.0", {"c": c, "n": n, "f": f})):
+        folder = pci / address
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in AER_FILES.items():
+            (folder / name).write_text(text.format(**counts))
+    (ib / "mlx5_0").mkdir(parents=True, exist_ok=True)
+    link = ib / "mlx5_0" / "device"
+    if not link.exists():
+        link.symlink_to(pci / "0000:3b:00.0")
+    return pci, ib
+
+
+def test_reads_the_aer_totals_of_each_gpu_and_hca_where_the_kernel_keeps_them(tmp_path):
+    pci, ib = _pci_tree(tmp_path, c=4, n=1)
+    gpus = (GpuNvLinks(0, (), address="0000:18:00.0"), GpuNvLinks(1, (), address="0000:19:00.0"))  # gpu1: none kept
+    found = fabric_counters.read_device_aer(str(ib), gpus, str(pci))
+    assert [(a.device, a.address, a.counters) for a in found] == [
+        ("gpu0", "0000:18:00.0", {"aer_correctable": 0, "aer_nonfatal": 0, "aer_fatal": 0}),
+        ("mlx5_0", "0000:3b:00.0", {"aer_correctable": 4, "aer_nonfatal": 1, "aer_fatal": 0}),
+    ]
+    snap = replace(_nv(gpus, 1.0), aer=found)
+    assert fabric_counters.snapshot_from_dict(asdict(snap)) == snap
+
+
+def test_nvml_gives_each_gpus_pci_address_as_sysfs_names_it():
+    class WithPci(_Nvml):
+        def nvmlDeviceGetPciInfo(self, handle: int) -> object:
+            return type("PciInfo", (), {"busId": f"00000000:{0x18 + handle:02X}:00.0".encode()})()
+
+    gpus, _ = fabric_counters.read_nvlink_counters(WithPci())
+    assert [g.address for g in gpus] == ["0000:18:00.0", "0000:19:00.0"]
+    assert [g.address for g in fabric_counters.read_nvlink_counters(_Nvml())[0]] == ["", ""]
+
+
+def test_an_uncorrectable_aer_error_fails_its_device_and_a_corrected_one_is_recorded(tmp_path):
+    pci, ib = _pci_tree(tmp_path / "before")
+    gpus = (GpuNvLinks(0, (), address="0000:18:00.0"),)
+    before = replace(_nv(gpus, 0.0), aer=fabric_counters.read_device_aer(str(ib), gpus, str(pci)))
+    pci, ib = _pci_tree(tmp_path / "after", c=3, n=1)
+    after = replace(_nv(gpus, 300.0), aer=fabric_counters.read_device_aer(str(ib), gpus, str(pci)))
+    found = fabric.compare(before, after)
+    assert [(f.status, f.sentence.split(": a transaction")[0]) for f in found] == [
+        ("fail", "node1: PCIe AER non-fatal errors +1 on mlx5_0 over 5 min 0 s (fail > 0)"),
+        ("note", "node1: PCIe AER correctable errors 0.01/s on mlx5_0 over 5 min 0 s (recorded, not judged)"),
+    ]
+    (failed,) = fabric.judged(found)
+    assert failed.nodes == ("node1",) and "mlx5_0" in failed.text
+    gone = fabric.compare(before, replace(after, aer=after.aer[:1]))
+    assert [(f.kind, f.status) for f in gone] == [("missing", "fail")] * 3

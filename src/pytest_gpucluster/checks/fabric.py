@@ -161,6 +161,14 @@ class _Diff:
             known_before = {k: v for k, v in port.counters.items() if k not in now.unreadable}
             self.counters(place, known_before, now.counters)
 
+    def aer(self, before: FabricSnapshot, after: FabricSnapshot) -> None:
+        """The GPUs' and HCAs' PCIe AER totals; a device read before and not after has its
+        counters missing (unless its whole GPU or HCA is said missing elsewhere)."""
+        later = {a.device: a for a in after.aer}
+        for device in before.aer:
+            now = later.get(device.device)
+            self.counters(Place(device.device), device.counters, now.counters if now is not None else {})
+
     def nvlink(self, before: FabricSnapshot, after: FabricSnapshot, required: bool) -> None:
         if not before.nvml_status.startswith("ok"):
             why = before.nvml_status.removeprefix("unsupported: ")
@@ -321,6 +329,7 @@ def compare(
     if not before.error and not after.error:
         diff.ib(before, after)
     diff.nvlink(before, after, nvlink_required)
+    diff.aer(before, after)
     diff.conclude()
     return diff.found
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pytest_gpucluster.workloads.fabric_counters import (
+    AER_COUNTERS,
     IB_ERROR_COUNTERS,
     IB_HW_ERROR_COUNTERS,
     NVLINK_ERROR_COUNTERS,
@@ -89,6 +90,7 @@ def _rule(family: str, title: str, counters: tuple[str, ...], scope: Scope, **li
 _DCGM = "NVIDIA/DCGM"
 _NVSENTINEL = "NVIDIA NVSentinel link-counter detection"
 _FATAL = f"{_NVSENTINEL}: any increase is fatal (docs/thresholds.md)"
+_AER = "the kernel's PCIe AER statistics (sysfs-bus-pci-devices-aer_stats, the PCIe AER how-to)"
 # fmt: off
 DEFAULT_RULES: Mapping[str, FabricRule] = types.MappingProxyType({r.family: r for r in (
     _rule("nvlink_replay", "NVLink replay", ("nvlink_replay",), "gpu", fail=0,
@@ -108,6 +110,19 @@ DEFAULT_RULES: Mapping[str, FabricRule] = types.MappingProxyType({r.family: r fo
           meaning="the GPU's PCIe link sent packets again after errors: nothing is lost, but the "
           "host-to-GPU and GPUDirect traffic through that link slows, and a rising count marks a "
           "marginal riser, slot or retimer for the vendor"),
+    _rule("pcie_aer_fatal", "PCIe AER fatal errors", ("aer_fatal",), "port", fail=0,
+          source=f"{_AER}: a fatal uncorrectable error leaves the link unreliable until it is reset "
+          "(docs/thresholds.md)",
+          meaning="the device's PCIe link lost data it could not recover; the device, its slot or its "
+          "riser is for the vendor"),
+    _rule("pcie_aer_nonfatal", "PCIe AER non-fatal errors", ("aer_nonfatal",), "port", fail=0,
+          source=f"{_AER}: a non-fatal uncorrectable error lost a transaction the driver had to "
+          "recover (docs/thresholds.md)",
+          meaning="a transaction on the device's PCIe link was lost and recovered by its driver; a "
+          "healthy link loses none"),
+    _rule("pcie_aer_correctable", "PCIe AER correctable errors", ("aer_correctable",), "port",
+          source=f"{_AER}: corrected by the link itself, by sending again; a GPU's resends are judged "
+          "in pcie_replay (docs/thresholds.md)"),
     _rule("nvlink_ecc", "NVLink ECC", ("nvlink_ecc_data",), "gpu",
           source="no published rate (DCGM diag does not read it); a healthy 4×H200 counts about 6.7/s "
           "per link under NCCL traffic (docs/thresholds.md)"),
@@ -153,7 +168,13 @@ DEFAULT_RULES: Mapping[str, FabricRule] = types.MappingProxyType({r.family: r fo
 )})
 # fmt: on
 
-KNOWN_COUNTERS = (*IB_ERROR_COUNTERS, *IB_HW_ERROR_COUNTERS, *NVLINK_ERROR_COUNTERS, *PCIE_ERROR_COUNTERS)
+KNOWN_COUNTERS = (
+    *IB_ERROR_COUNTERS,
+    *IB_HW_ERROR_COUNTERS,
+    *NVLINK_ERROR_COUNTERS,
+    *PCIE_ERROR_COUNTERS,
+    *AER_COUNTERS,
+)
 FAMILY_OF: Mapping[str, str] = types.MappingProxyType(
     {counter: rule.family for rule in DEFAULT_RULES.values() for counter in rule.counters}
 )

@@ -18,7 +18,12 @@ PCIe link sent again after an error (DCGM's ``DCGM_FI_DEV_PCIE_REPLAY_COUNTER``)
 does not support on a GPU is listed as unsupported; NVML missing altogether is recorded in
 ``nvml_status``. Neither raises.
 
-The sysfs root is a parameter so tests read recorded trees.
+PCIe AER, per GPU and per HCA: the kernel's error statistics of the PCIe device
+(``aer_dev_correctable``, ``aer_dev_nonfatal``, ``aer_dev_fatal`` in its sysfs folder; the ABI's
+sysfs-bus-pci-devices-aer_stats), each file's total. A device the kernel keeps no statistics for
+(no AER capability, as under most hypervisors) is left out.
+
+The sysfs roots are parameters so tests read recorded trees.
 """
 
 from __future__ import annotations
@@ -102,6 +107,24 @@ class NvLinkCounters:
 # Counter name in a snapshot → the NVML call that reads it for a GPU's PCIe link.
 PCIE_ERROR_COUNTERS: dict[str, str] = {"pcie_replay": "nvmlDeviceGetPcieReplayCounter"}
 
+PCI_ROOT = "/sys/bus/pci/devices"
+# Counter name in a snapshot → (the AER statistics file of a PCI device, the line of its total).
+AER_COUNTERS: dict[str, tuple[str, str]] = {
+    "aer_correctable": ("aer_dev_correctable", "TOTAL_ERR_COR"),
+    "aer_nonfatal": ("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL"),
+    "aer_fatal": ("aer_dev_fatal", "TOTAL_ERR_FATAL"),
+}
+
+
+@dataclass(frozen=True)
+class PcieAer:
+    """One PCIe device's AER totals: ``device`` is a GPU (``gpu0``) or an HCA (``mlx5_0``),
+    ``address`` its PCI address."""
+
+    device: str
+    address: str
+    counters: dict[str, int]
+
 
 @dataclass(frozen=True)
 class GpuNvLinks:
@@ -114,6 +137,7 @@ class GpuNvLinks:
     errors: tuple[str, ...] = ()
     pcie: dict[str, int] = field(default_factory=dict)
     pcie_unsupported: tuple[str, ...] = ()
+    address: str = ""  # the GPU's PCI address as sysfs names it (0000:18:00.0); empty: not read
 
 
 @dataclass(frozen=True)
@@ -131,6 +155,7 @@ class FabricSnapshot:
     gpus: tuple[GpuNvLinks, ...]
     nvml_status: str
     error: str = ""
+    aer: tuple[PcieAer, ...] = ()  # the GPUs' and HCAs' PCIe AER totals, where the kernel keeps them
 
 
 def snapshot_from_dict(data: Mapping[str, Any]) -> FabricSnapshot:
@@ -149,9 +174,11 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> FabricSnapshot:
             tuple(g.get("errors", ())),
             dict(g.get("pcie", {})),
             tuple(g.get("pcie_unsupported", ())),
+            str(g.get("address", "")),
         )
         for g in data.get("gpus", ())
     )
+    aer = tuple(PcieAer(str(a["device"]), str(a["address"]), dict(a["counters"])) for a in data.get("aer", ()))
     return FabricSnapshot(
         str(data["node"]),
         float(data["time_s"]),
@@ -160,6 +187,7 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> FabricSnapshot:
         gpus,
         str(data["nvml_status"]),
         str(data.get("error", "")),
+        aer,
     )
 
 
@@ -244,7 +272,52 @@ def gpu_links(nvml: Any, index: int) -> GpuNvLinks:
             unsupported.append(name)
         except nvml.NVMLError as exc:
             errors.append(f"PCIe {name}: {exc}")
-    return GpuNvLinks(index, tuple(links), tuple(errors), pcie, tuple(unsupported))
+    return GpuNvLinks(index, tuple(links), tuple(errors), pcie, tuple(unsupported), _address(nvml, handle))
+
+
+def _address(nvml: Any, handle: Any) -> str:
+    """The GPU's PCI address as sysfs names its folder (``0000:18:00.0``, from NVML's
+    ``00000000:18:00.0``); empty where NVML does not say."""
+    try:
+        bus_id = nvml.nvmlDeviceGetPciInfo(handle).busId
+    except (AttributeError, nvml.NVMLError):
+        return ""
+    text = bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
+    parts = text.strip().lower().split(":")
+    try:
+        return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}" if len(parts) == 3 else ""
+    except ValueError:
+        return ""
+
+
+def read_aer(device: str, folder: Path) -> PcieAer | None:
+    """``device``'s AER totals from its PCI device folder; None where the kernel keeps none."""
+    counters: dict[str, int] = {}
+    for name, (file, total) in AER_COUNTERS.items():
+        try:
+            text = (folder / file).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.strip().rpartition(" ")
+            if key == total and value.isdigit():
+                counters[name] = int(value)
+    if not counters:
+        return None
+    try:
+        address = folder.resolve().name
+    except OSError:
+        address = folder.name
+    return PcieAer(device, address, counters)
+
+
+def read_device_aer(root: str, gpus: tuple[GpuNvLinks, ...], pci_root: str = PCI_ROOT) -> tuple[PcieAer, ...]:
+    """The AER totals of every GPU NVML gave an address for and of every HCA under ``root``."""
+    found = [read_aer(f"gpu{g.index}", Path(pci_root) / g.address) for g in gpus if g.address]
+    base = Path(root)
+    if base.is_dir():
+        found += [read_aer(hca.name, hca / "device") for hca in sorted(base.iterdir(), key=lambda p: p.name)]
+    return tuple(a for a in found if a is not None)
 
 
 def read_nvlink_counters(nvml: Any) -> tuple[tuple[GpuNvLinks, ...], str]:
@@ -279,17 +352,23 @@ def _nvlink_snapshot() -> tuple[tuple[GpuNvLinks, ...], str]:
             pass
 
 
-def snapshot(ctx: TaskContext, *, root: str = SYSFS_ROOT, nvml: bool = True) -> FabricSnapshot:
+def snapshot(
+    ctx: TaskContext, *, root: str = SYSFS_ROOT, nvml: bool = True, pci_root: str = PCI_ROOT
+) -> FabricSnapshot:
     """Run on each node, in a job holding the node's GPUs (NVML sees only those under device
-    cgroups): its InfiniBand and NVLink error counters now. ``nvml=False`` skips NVLink (recorded
-    as unsupported), for profiles whose nodes have no real GPUs."""
+    cgroups): its InfiniBand, NVLink and PCIe error counters now. ``nvml=False`` skips NVLink
+    (recorded as unsupported), for profiles whose nodes have no real GPUs."""
     node = ctx.hostname or socket.gethostname()
     gpus, status = _nvlink_snapshot() if nvml else ((), "unsupported: not asked for (the profile has no real GPUs)")
     now = time.time()
     try:
-        return FabricSnapshot(node, now, root, read_ib_counters(root), gpus, status)
+        aer = read_device_aer(root, gpus, pci_root)
+    except OSError:
+        aer = ()  # the statistics are extra evidence: a tree that cannot be listed leaves them out
+    try:
+        return FabricSnapshot(node, now, root, read_ib_counters(root), gpus, status, aer=aer)
     except OSError as exc:
-        return FabricSnapshot(node, now, root, (), gpus, status, error=f"cannot read {root}: {exc}")
+        return FabricSnapshot(node, now, root, (), gpus, status, error=f"cannot read {root}: {exc}", aer=aer)
 
 
 @dataclass(frozen=True)
