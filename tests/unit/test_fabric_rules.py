@@ -36,9 +36,11 @@ def test_every_counter_read_is_in_exactly_one_family():
         ("nvlink_recovery", 0, 10.0, "note"),
         ("nvlink_crc", 7740, 321.0, "note"),  # 24.1/s per GPU: 18 links × 1.3/s, a healthy 4×H200
         ("nvlink_crc", 6322, 109.0, "note"),  # 58/s: the highest healthy rate recorded (docs/gpu-runs.md)
-        ("nvlink_crc", 24075, 321.0, "warn"),  # 75/s
-        ("nvlink_crc", 32100, 321.0, "fail"),  # 100/s per GPU
-        ("nvlink_crc", 32099, 321.0, "warn"),
+        ("nvlink_crc", 5617 // 2, 22.7, "note"),  # 124/s: a 2×H200 under 23 s of NCCL sweeps alone
+        ("nvlink_crc", 32100, 321.0, "note"),  # 100/s per GPU: DCGM's line, under the densest healthy rate
+        ("nvlink_crc", 64200, 321.0, "warn"),  # 200/s
+        ("nvlink_crc", 160500, 321.0, "fail"),  # 500/s per GPU
+        ("nvlink_crc", 160499, 321.0, "warn"),
         ("nvlink_ecc", 43000, 321.0, "note"),  # recorded, never judged by default
         ("symbol_error", 37, 815.0, "warn"),
         ("symbol_error", 10, 1.0, "fail"),
@@ -56,7 +58,7 @@ def test_family_status_by_rate(family, increase, seconds, status):
 
 
 def test_lines_read_as_a_person_writes_them():
-    assert DEFAULT_RULES["nvlink_crc"].lines() == "warn ≥ 75/s, fail ≥ 100/s per GPU"
+    assert DEFAULT_RULES["nvlink_crc"].lines() == "warn ≥ 200/s, fail ≥ 500/s per GPU"
     assert DEFAULT_RULES["nvlink_replay"].lines() == "fail > 0"
     assert DEFAULT_RULES["link_error_recovery"].lines() == "warn > 0, fail ≥ 5/min per port"
     assert DEFAULT_RULES["nvlink_ecc"].lines() == "recorded, not judged"
@@ -77,7 +79,7 @@ def test_places_fold_gpus_links_and_ports():
 def test_a_healthy_4x_h200_is_noted_once_per_family_never_per_link():
     found = fabric.compare(h200("before"), h200("after_healthy"), nvlink_required=True)
     assert [(f.status, f.sentence) for f in found] == [
-        ("note", "node1: NVLink CRC 21.2–21.7/s on gpu0–3 over 5 min 21 s (warn ≥ 75/s, fail ≥ 100/s per GPU)"),
+        ("note", "node1: NVLink CRC 21.2–21.7/s on gpu0–3 over 5 min 21 s (warn ≥ 200/s, fail ≥ 500/s per GPU)"),
         ("note", "node1: NVLink ECC 130–134/s on gpu0–3 over 5 min 21 s (recorded, not judged)"),
     ]
     assert fabric.judged(found) == []  # a healthy node stays clear of the warn line
@@ -144,7 +146,7 @@ def _error(tmp_path: Path, table: str) -> str:
         ("[profiles.lab.fabric.nvlink_crc_data]\nfail_per_s = 1", "It is judged in the family 'nvlink_crc'"),
         ("[profiles.lab.fabric.nvlink_crc]\nfail_per_sec = 1", "unknown key. Perhaps you meant 'fail_per_s'?"),
         ("[profiles.lab.fabric.nvlink_crc]\nfail_per_s = -1", "expected a rate ≥ 0 (0: any increase) or false"),
-        ("[profiles.lab.fabric.nvlink_crc]\nwarn_per_s = 200", "the warn line (200/s) is above the fail line (100/s)"),
+        ("[profiles.lab.fabric.nvlink_crc]\nwarn_per_s = 600", "the warn line (600/s) is above the fail line (500/s)"),
         ("[profiles.lab.fabric.symbol_error]\nfail_per_s = 1\nfail_per_min = 60", "fail_per_s is set too"),
         ('[profiles.lab.fabric.symbol_error]\nsource = ""', "expected what the lines rest on as text"),
     ],
@@ -196,5 +198,5 @@ def test_a_counter_no_family_claims_fails_on_any_increase():
 
 def test_a_crc_rate_at_a_line_says_what_it_means():
     rule = DEFAULT_RULES["nvlink_crc"]
-    assert rule.status(80 * 100, 100.0) == "warn"
+    assert rule.status(250 * 100, 100.0) == "warn"
     assert "sending the data again" in rule.meaning and "NVSwitch port" in rule.meaning
