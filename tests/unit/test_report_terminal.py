@@ -64,6 +64,8 @@ def test_a_run_that_did_not_accept_a_node_says_how_to_re_test_it_and_merge():
     # Nothing to say: every node accepted, no results file, or no Slurm to pick nodes from.
     accepted = {"verdicts": {"node1": {"verdict": "ACCEPTED"}}}
     assert terminal.retest_command(command, "slurm", accepted) is None
+    narrowed = {"verdicts": {"node1": {"verdict": "PARTIAL"}}}  # a selection, not a fault
+    assert terminal.retest_command(command, "slurm", narrowed) is None
     assert terminal.retest_command(command[:1], "slurm", ACC["nodes"]) is None
     assert terminal.retest_command(command, "local", ACC["nodes"]) is None
     assert not any("re-test" in text for text, _ in terminal.summary({"acceptance": ACC}, NO_JOBS).lines)

@@ -62,10 +62,11 @@ def retest_command(command: Sequence[str], executor: str, nodes: Mapping[str, An
     ``--gpucluster-merge-results`` naming this run's results file, which re-tests just those nodes
     beside an accepted partner and merges the verdicts (the results and page get names of their
     own, so the earlier run's are kept); a run that was itself such a re-test, the same command
-    again. None where every node was accepted, the profile is not a Slurm one (a re-test picks
-    Slurm nodes) or the run wrote no results file."""
+    again. None where no node was rejected or left not judged (a node PARTIAL only by the
+    selection has nothing to repair), the profile is not a Slurm one (a re-test picks Slurm
+    nodes) or the run wrote no results file."""
     verdicts = nodes.get("verdicts") or {}
-    if executor != "slurm" or all(v.get("verdict") == "ACCEPTED" for v in verdicts.values()) or not verdicts:
+    if executor != "slurm" or not any(v.get("verdict") in ("REJECTED", "INCOMPLETE") for v in verdicts.values()):
         return None
     args = list(command)
     results = _option_value(args, RESULTS_OPTION)
