@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -230,19 +231,29 @@ def read_ib_counters(root: str = SYSFS_ROOT) -> tuple[IbPortCounters, ...]:
     return tuple(ports)
 
 
-def _nvlink_counters(nvml: Any, handle: Any, link: int) -> NvLinkCounters:
+def _read_each(nvml: Any, readers: Mapping[str, Callable[[], Any] | None]) -> tuple[dict[str, int], tuple[str, ...]]:
+    """(each counter its reader read, those unsupported): no reader (an older NVML binding without
+    the call or constant) or NVML answering not-supported. Other NVML errors are raised."""
     counters: dict[str, int] = {}
     unsupported: list[str] = []
-    for name, member in NVLINK_ERROR_COUNTERS.items():
-        kind = getattr(nvml, member, None)
-        if kind is None:  # an older NVML binding without this counter
+    for name, read in readers.items():
+        if read is None:
             unsupported.append(name)
             continue
         try:
-            counters[name] = int(nvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, kind))
+            counters[name] = int(read())
         except nvml.NVMLError_NotSupported:
             unsupported.append(name)
-    return NvLinkCounters(link, counters, tuple(unsupported))
+    return counters, tuple(unsupported)
+
+
+def _nvlink_counters(nvml: Any, handle: Any, link: int) -> NvLinkCounters:
+    def reader(member: str) -> Callable[[], Any] | None:
+        kind = getattr(nvml, member, None)
+        return None if kind is None else lambda: nvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, kind)
+
+    counters, unsupported = _read_each(nvml, {name: reader(m) for name, m in NVLINK_ERROR_COUNTERS.items()})
+    return NvLinkCounters(link, counters, unsupported)
 
 
 def gpu_links(nvml: Any, index: int) -> GpuNvLinks:
@@ -259,20 +270,16 @@ def gpu_links(nvml: Any, index: int) -> GpuNvLinks:
             links.append(_nvlink_counters(nvml, handle, link))
         except nvml.NVMLError as exc:
             errors.append(f"link {link}: {exc}")
+    calls = {name: getattr(nvml, call, None) for name, call in PCIE_ERROR_COUNTERS.items()}
     pcie: dict[str, int] = {}
-    unsupported: list[str] = []
-    for name, call in PCIE_ERROR_COUNTERS.items():
-        read = getattr(nvml, call, None)
-        if read is None:  # an older NVML binding without this call
-            unsupported.append(name)
-            continue
-        try:
-            pcie[name] = int(read(handle))
-        except nvml.NVMLError_NotSupported:
-            unsupported.append(name)
-        except nvml.NVMLError as exc:
-            errors.append(f"PCIe {name}: {exc}")
-    return GpuNvLinks(index, tuple(links), tuple(errors), pcie, tuple(unsupported), _address(nvml, handle))
+    unsupported: tuple[str, ...] = ()
+    try:
+        pcie, unsupported = _read_each(
+            nvml, {name: None if call is None else partial(call, handle) for name, call in calls.items()}
+        )
+    except nvml.NVMLError as exc:
+        errors.append(f"PCIe: {exc}")
+    return GpuNvLinks(index, tuple(links), tuple(errors), pcie, unsupported, _address(nvml, handle))
 
 
 def _address(nvml: Any, handle: Any) -> str:
