@@ -374,13 +374,17 @@ class GpuClusterSession:
         )
         if status != session.exitstatus:
             session.exitstatus = status
-        if self.settings.results_path is not None:
-            self.results.write(self.settings.results_path)
         # A run that only planned (--collect-only, --gpucluster-dry-run) judged no node: it leaves
         # the last real run's metrics file as it is.
         metrics_path = self.settings.outputs.metrics_path
-        if metrics_path is not None and self.settings.is_controller and self.settings.submits:
-            metrics.write(metrics_path, self.results.to_json())
+        if not (self.settings.is_controller and self.settings.submits):
+            metrics_path = None
+        # The document is encoded once for both files.
+        document = self.results.to_json() if metrics_path is not None else None
+        if self.settings.results_path is not None:
+            self.results.write(self.settings.results_path, document)
+        if metrics_path is not None and document is not None:
+            metrics.write(metrics_path, document)
 
     def pytest_unconfigure(self) -> None:
         """Last chance to cancel; remove a temporary job folder this run made; give the caller's

@@ -162,8 +162,8 @@ class _Diff:
             self.counters(place, known_before, now.counters)
 
     def aer(self, before: FabricSnapshot, after: FabricSnapshot) -> None:
-        """The GPUs' and HCAs' PCIe AER totals; a device read before and not after has its
-        counters missing (unless its whole GPU or HCA is said missing elsewhere)."""
+        """The GPUs' and HCAs' PCIe AER totals; a device read before and not after has each of
+        its counters said missing."""
         later = {a.device: a for a in after.aer}
         for device in before.aer:
             now = later.get(device.device)

@@ -375,10 +375,11 @@ class ResultsDocument:
         """The document as written to disk (``codec.encode_document``)."""
         return codec.encode_document(self)
 
-    def write(self, path: Path) -> None:
-        """Rewrite ``path`` atomically."""
+    def write(self, path: Path, document: dict[str, Any] | None = None) -> None:
+        """Rewrite ``path`` atomically, with ``document`` where the caller has already made it
+        (``to_json``) for another writer too."""
         t0 = time.monotonic()
-        codec.write(path, self.to_json())
+        codec.write(path, self.to_json() if document is None else document)
         self._written_at = time.monotonic()
         self._write_s = self._written_at - t0
 
