@@ -39,8 +39,11 @@ def test_their_node(node, request):
 
 
 def _env() -> dict[str, str]:
-    """This environment less what would let the fresh one see the repository's sources."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS")}
+    """This environment less what would let the fresh one see the repository's sources, and with
+    bytecode written on import: the install skips compiling all of torch (most of its time), so
+    the first import of each module compiles it once for every later process."""
+    dropped = ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS", "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
 
@@ -52,8 +55,11 @@ def _run(argv: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProc
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtualenv holding the wheel this checkout builds, and its dependencies: made once
-    for the whole test run, whichever xdist worker comes first (the others wait for it)."""
-    shared = tmp_path_factory.getbasetemp().parent / "installed-wheel"
+    for the whole test run, whichever xdist worker comes first (the others wait for it). The run's
+    own temporary folder holds it (an xdist worker's is one level down), never one an earlier run
+    left behind."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "installed-wheel"
     shared.mkdir(exist_ok=True)
     with (shared / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -73,7 +79,7 @@ def _install(root: Path, env: Path) -> None:
     assert len(wheels) == 1, wheels
     made = _run([sys.executable, "-m", "venv", str(env)], root, 300)
     assert made.returncode == 0, made.stderr
-    pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q"]
+    pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile"]
     for what in (["torch==2.13.0"], [str(wheels[0])]):
         done = _run([*pip, *what], root, 1200)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
