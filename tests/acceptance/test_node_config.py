@@ -1,5 +1,6 @@
 """Node configuration per node (read once per node by the node probe): the limits a Slurm task
-gets, swap, GPU persistence and ECC modes, the GPUDirect RDMA path, the NVSwitch fabric, PCIe ACS
+gets, swap, GPU persistence and ECC modes, what caps a GPU's speed by setting (power limit,
+applications clocks, compute mode), the GPUDirect RDMA path, the NVSwitch fabric, PCIe ACS
 above the GPUs and NICs, a NIC on each GPU's NUMA node, the CPU governor, and the MTU of NCCL's
 interfaces across nodes; and, measured in a job of their own, the host memory bandwidth of each
 NUMA node and the clock against the other nodes'. Each finding names the setting, the value
@@ -67,6 +68,13 @@ def test_gpu_persistence_and_ecc_modes(settings, node, profile, judge):
         probe.good(settings), node, profile.node_config, gpus_are_real=profile.gpus_are_real
     )
     _judge(found, judge, f"{node}: GPU modes not as expected")
+
+
+@PROBE
+@pytest.mark.gpu
+def test_gpu_power_limit_clocks_and_compute_mode(settings, node, profile, judge):
+    found = node_gpu_config.gpu_caps_of(_of(settings, node), profile.node_config, gpus_are_real=profile.gpus_are_real)
+    _judge(found, judge, f"{node}: a GPU is held below its speed by a setting")
 
 
 @PROBE

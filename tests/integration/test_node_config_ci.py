@@ -70,6 +70,8 @@ def test_memlock_of_one_slurmd_names_that_node_and_a_clean_run_passes(
         assert clean[f"test_task_limits[{node}]"]["outcome"] == "passed", out
         assert clean[f"test_task_limits[{node}]"]["findings"] == [], out
     assert clean[f"test_pcie_acs_off_above_gpus_and_nics[{FAULT_NODE}]"]["outcome"] == "skipped"  # GRES-only or a VM
+    caps = clean[f"test_gpu_power_limit_clocks_and_compute_mode[{FAULT_NODE}]"]
+    assert caps["verdict"] == "n/a" and "gpus_are_real = false" in caps["message"], caps  # no NVML to read
 
     cluster = TestCluster.from_running()
     assert cluster is not None, "the test cluster stopped"

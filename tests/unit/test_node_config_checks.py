@@ -4,6 +4,8 @@ the value found, the value expected and the remedy; nothing to measure is not ap
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -206,3 +208,113 @@ def test_limits_that_could_not_be_read_leave_the_check_not_judged():
     unread = NodeSettings("node1", errors=("limits: PermissionError: /proc/self/limits",))
     (f,) = node_config.limits({"node1": unread}, "node1", NodeConfig(), ib_hcas=0).findings
     assert (f.severity, f.convicts) == ("not_judged", ()) and "PermissionError" in f.text
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "node_config"
+
+
+def _h200(**changed) -> gpu_modes.GpuMode:
+    """The one H200 of the test machine as NVML read it (captured), with ``changed`` set."""
+    (read,) = json.loads((DATA / "gpu_modes_h200_vm.json").read_text())
+    return dataclasses.replace(gpu_modes.GpuMode(**read), **changed)
+
+
+def _caps(*gpus: gpu_modes.GpuMode, cfg: NodeConfig | None = None) -> node_config.Judged:
+    return node_gpu_config.gpu_caps_of(_gpus(*gpus), cfg or NodeConfig(), gpus_are_real=True)
+
+
+def test_the_captured_h200_reading_agrees_with_nvidia_smi_and_passes():
+    smi = (DATA / "nvidia-smi-580-q-power-clock-compute-h200-vm.txt").read_text()
+
+    def field(section: str, name: str) -> str:
+        after = smi[smi.index(f"    {section}\n") :]
+        return re.search(rf"^\s+{name}\s+: (.+)$", after, re.M).group(1)
+
+    g = _h200()
+    assert field("GPU Power Readings", "Current Power Limit") == f"{g.power_enforced_w:.2f} W"
+    assert field("GPU Power Readings", "Requested Power Limit") == f"{g.power_limit_w:.2f} W"
+    assert field("GPU Power Readings", "Default Power Limit") == f"{g.power_default_w:.2f} W"
+    assert field("Applications Clocks", "Graphics") == f"{g.app_clock_mhz} MHz"
+    assert field("Default Applications Clocks", "Memory") == f"{g.app_memory_clock_default_mhz} MHz"
+    assert re.search(r"Compute Mode\s+: Default", smi) and gpu_modes.COMPUTE_MODES[g.compute_mode] == "default"
+    assert _caps(g, _h200(index=1)) == node_config.Judged()
+
+
+def test_a_power_limit_below_the_default_fails_naming_the_gpu_and_who_set_it():
+    by_driver = _h200(index=3, power_limit_w=500.0, power_enforced_w=500.0)
+    out_of_band = _h200(index=5, power_enforced_w=450.0)
+    found = _caps(_h200(index=0), by_driver, out_of_band).findings
+    assert [(f.setting, f.gpu, f.severity, f.found, f.expected) for f in found] == [
+        ("power limit", 3, "fail", "500 W", "700 W"),
+        ("power limit", 5, "fail", "450 W", "700 W"),
+    ]
+    assert found[0].text.startswith("node1:gpu3: power limit 500 W, expected 700 W (the board's default)")
+    assert "nvidia-smi -i 3 -pl 700" in found[0].remedy
+    assert "the driver's own limit is 700 W" in found[1].text and "BMC" in found[1].remedy
+    assert found[0].convicts == ("node1",) and found[0].place == "node1:gpu3 power limit"
+
+
+def test_a_site_that_caps_its_gpus_on_purpose_says_so_in_the_profile():
+    capped = _h200(power_limit_w=600.0, power_enforced_w=600.0)
+    assert _caps(capped, cfg=NodeConfig(power_limit_w=600)) == node_config.Judged()
+    assert _caps(_h200(), cfg=NodeConfig(power_limit_w=600)) == node_config.Judged()  # above the cap: not slower
+    (f,) = _caps(_h200(power_limit_w=550.0, power_enforced_w=550.0), cfg=NodeConfig(power_limit_w=600)).findings
+    assert (f.found, f.expected) == ("550 W", "600 W") and "(node_config.power_limit_w)" in f.text
+    # Rounding of a board's milliwatts is no finding.
+    assert _caps(_h200(power_enforced_w=699.5)) == node_config.Judged()
+
+
+def test_an_applications_clock_below_its_default_fails_with_the_reset():
+    found = _caps(_h200(index=2, app_clock_mhz=1410, app_memory_clock_mhz=2619)).findings
+    assert [(f.setting, f.found, f.expected, f.severity) for f in found] == [
+        ("applications clock (graphics)", "1410 MHz", "1980 MHz", "fail"),
+        ("applications clock (memory)", "2619 MHz", "3201 MHz", "fail"),
+    ]
+    assert found[0].remedy == "nvidia-smi -i 2 -rac (the applications clocks back to their defaults)"
+    assert _caps(_h200(app_clock_mhz=2010)) == node_config.Judged()  # above the default: not slower
+
+
+def test_a_compute_mode_other_than_the_profiles_warns_and_prohibited_fails():
+    exclusive, prohibited = _h200(index=1, compute_mode=3), _h200(index=2, compute_mode=2)
+    found = _caps(_h200(), exclusive, prohibited).findings
+    assert [(f.gpu, f.found, f.expected, f.severity) for f in found] == [
+        (1, "exclusive_process", "default", "warn"),
+        (2, "prohibited", "default", "fail"),
+    ]
+    assert "busy or unavailable" in found[0].text and found[0].remedy.startswith("nvidia-smi -i 1 -c DEFAULT")
+    site = NodeConfig(compute_mode="exclusive_process")
+    assert _caps(exclusive, cfg=site) == node_config.Judged()
+    (f,) = _caps(_h200(), cfg=site).findings
+    assert (f.found, f.expected, f.severity) == ("default", "exclusive_process", "warn")
+    assert "-c EXCLUSIVE_PROCESS" in f.remedy
+
+
+def test_gpu_caps_not_applicable_without_a_reading():
+    assert (
+        "gpus_are_real = false"
+        in node_gpu_config.gpu_caps_of(_gpus(), NodeConfig(), gpus_are_real=False).not_applicable
+    )
+    assert "NVML lists no GPU" in _caps().not_applicable
+    assert "no power limit, applications clock or compute mode" in _caps(gpu_modes.GpuMode(0)).not_applicable
+    unread = node_gpu_config.gpu_caps_of(_gpus(error="NVML: Unknown Error"), NodeConfig(), gpus_are_real=True)
+    (f,) = unread.findings
+    assert "GPU settings unreadable: NVML: Unknown Error" in f.text and f.convicts == ("node1",)
+
+
+def test_the_profile_rejects_a_compute_mode_or_power_limit_no_gpu_takes():
+    with pytest.raises(
+        ValueError, match="compute_mode: one of default, exclusive_thread, prohibited, exclusive_process"
+    ):
+        NodeConfig(compute_mode="exclusive")
+    with pytest.raises(ValueError, match="power_limit_w: a GPU power limit in watts from 50 to 5000, got 7"):
+        NodeConfig(power_limit_w=7)
+
+
+def test_the_profile_table_takes_a_sites_power_cap_and_compute_mode(tmp_path: Path):
+    path = tmp_path / "t.toml"
+    table = '[profiles.x]\ngpus_per_node = 0\n[profiles.x.node_config]\npower_limit_w = 600\ncompute_mode = "{}"\n'
+    path.write_text(table.format("exclusive_process"))
+    assert load(path).profile("x").node_config == NodeConfig(power_limit_w=600, compute_mode="exclusive_process")
+    path.write_text(table.format("exclusive"))
+    with pytest.raises(ConfigError, match=r"t\.toml: profiles\.x\.node_config: compute_mode: one of default"):
+        load(path)

@@ -1,5 +1,6 @@
 """The node's GPU and PCIe configuration, judged on the login node: persistence and ECC modes,
-the GPUDirect RDMA path, the NVSwitch fabric registration, PCIe ACS on the bridges above the
+the settings that cap a GPU's speed (power limit, applications clocks, compute mode), the
+GPUDirect RDMA path, the NVSwitch fabric registration, PCIe ACS on the bridges above the
 GPUs and NICs and a NIC on each GPU's NUMA node (``checks.node_config`` has the rest and the ``Judged`` they return)."""
 
 from __future__ import annotations
@@ -9,9 +10,21 @@ from collections.abc import Mapping
 
 from pytest_gpucluster.checks.node_config import MAJORITY, Judged, rdma_in_use, setting
 from pytest_gpucluster.config.node_config import NodeConfig
-from pytest_gpucluster.verdict import Finding
+from pytest_gpucluster.verdict import Finding, Severity
 from pytest_gpucluster.workloads import gpu_modes, pci_acs
 from pytest_gpucluster.workloads.node_settings import NodeSettings
+
+# Power limits within this of each other are the same limit (NVML counts milliwatts; boards and
+# sites round theirs to whole watts).
+POWER_SLACK_W = 1.0
+# What nvidia-smi -c takes for each compute mode.
+COMPUTE_MODE_ARGS = {
+    "default": "DEFAULT",
+    "exclusive_thread": "EXCLUSIVE_THREAD",
+    "prohibited": "PROHIBITED",
+    "exclusive_process": "EXCLUSIVE_PROCESS",
+}
+SLOWER = "under a full load the GPU holds its clocks down to stay within it, so every GEMM and collective runs slower"
 
 # dma-buf peer memory: the NVIDIA open kernel module on Linux 5.12 or later (NCCL 2.19+ uses it).
 DMABUF_KERNEL = (5, 12)
@@ -93,6 +106,114 @@ def gpu_modes_of(all_nodes: Mapping[str, NodeSettings], node: str, cfg: NodeConf
             )
     if all(g.persistence is None and g.ecc_current is None for g in s.gpus.gpus):
         return Judged(not_applicable=f"{node}: NVML supports neither persistence nor ECC mode on these GPUs")
+    return Judged(tuple(out))
+
+
+def _power(node: str, g: gpu_modes.GpuMode, cfg: NodeConfig) -> Finding | None:
+    """The power limit in force below the one expected (the profile's, else the board's default)."""
+    limit = g.power_enforced_w if g.power_enforced_w is not None else g.power_limit_w
+    expected: float | None = g.power_default_w
+    source = "the board's default"
+    if cfg.power_limit_w is not None:
+        expected, source = cfg.power_limit_w, "node_config.power_limit_w"
+    if limit is None or expected is None or limit >= expected - POWER_SLACK_W:
+        return None
+    where = f"{node}:gpu{g.index}"
+    driver = g.power_limit_w
+    if driver is not None and limit < driver - POWER_SLACK_W:
+        text = (
+            f"{where}: power limit in force {limit:g} W, expected {expected:g} W ({source}); the driver's own limit "
+            f"is {driver:g} W, so a cap outside it (the BMC's or the rack's power management) holds the GPU lower: "
+            f"{SLOWER}"
+        )
+        remedy = (
+            "lift the cap in the BMC's or the rack's power management, or set node_config.power_limit_w where the "
+            "cap is intended"
+        )
+    else:
+        text = f"{where}: power limit {limit:g} W, expected {expected:g} W ({source}): {SLOWER}"
+        remedy = (
+            f"nvidia-smi -i {g.index} -pl {expected:g}, kept in the node's boot configuration, or set "
+            "node_config.power_limit_w where the cap is intended"
+        )
+    found, wanted = f"{limit:g} W", f"{expected:g} W"
+    return setting(node, "power limit", text, found=found, expected=wanted, remedy=remedy, gpu=g.index)
+
+
+def _app_clocks(node: str, g: gpu_modes.GpuMode) -> list[Finding]:
+    """An applications clock set below its default."""
+    out = []
+    for domain, now, default in (
+        ("graphics", g.app_clock_mhz, g.app_clock_default_mhz),
+        ("memory", g.app_memory_clock_mhz, g.app_memory_clock_default_mhz),
+    ):
+        if now is None or default is None or now >= default:
+            continue
+        text = (
+            f"{node}:gpu{g.index}: applications clock ({domain}) {now} MHz, its default {default} MHz: the GPU never "
+            f"runs its {domain} clock faster than that, however much work it has"
+        )
+        remedy = f"nvidia-smi -i {g.index} -rac (the applications clocks back to their defaults)"
+        found, expected = f"{now} MHz", f"{default} MHz"
+        name = f"applications clock ({domain})"
+        out.append(setting(node, name, text, found=found, expected=expected, remedy=remedy, gpu=g.index))
+    return out
+
+
+def _compute_mode(node: str, g: gpu_modes.GpuMode, cfg: NodeConfig) -> Finding | None:
+    """A compute mode other than the profile's: prohibited fails (nothing can compute), an
+    exclusive or default mode the profile did not ask for warns."""
+    if g.compute_mode is None:
+        return None
+    found = gpu_modes.COMPUTE_MODES.get(g.compute_mode, f"mode {g.compute_mode}")
+    if found == cfg.compute_mode:
+        return None
+    why = {
+        "prohibited": "no process can make a CUDA context on it, so no job computes there",
+        "exclusive_process": "one process at a time may hold a CUDA context on it: a second one (a monitoring "
+        "agent's, a profiler's, a data-loader worker's) fails with 'CUDA-capable device(s) is/are busy or unavailable'",
+        "exclusive_thread": "one thread of one process at a time may use it (a mode NVIDIA has deprecated)",
+        "default": "several processes may share it",
+    }.get(found, "NVML names no such mode")
+    text = f"{node}:gpu{g.index}: compute mode {found}, expected {cfg.compute_mode} (node_config.compute_mode): {why}"
+    remedy = f"nvidia-smi -i {g.index} -c {COMPUTE_MODE_ARGS[cfg.compute_mode]}, or set node_config.compute_mode"
+    severity: Severity = "fail" if found == "prohibited" else "warn"
+    return setting(
+        node,
+        "compute mode",
+        text,
+        found=found,
+        expected=cfg.compute_mode,
+        remedy=remedy,
+        gpu=g.index,
+        severity=severity,
+    )
+
+
+def gpu_caps_of(s: NodeSettings, cfg: NodeConfig, *, gpus_are_real: bool) -> Judged:
+    """What caps a GPU's speed by setting, on every GPU of the node: the power limit in force
+    below the expected one and an applications clock below its default (failures: the GPU runs
+    slower than the card under every load), a compute mode other than the profile's."""
+    why = _no_gpus(s, gpus_are_real)
+    if why:
+        return Judged(not_applicable=why)
+    if s.gpus.error:
+        return Judged((Finding.on_node(s.node, f"{s.node}: GPU settings unreadable: {s.gpus.error}"),))
+    read = (
+        "power_limit_w",
+        "power_enforced_w",
+        "app_clock_mhz",
+        "app_memory_clock_mhz",
+        "compute_mode",
+    )
+    if all(getattr(g, name) is None for g in s.gpus.gpus for name in read):
+        return Judged(
+            not_applicable=f"{s.node}: NVML reports no power limit, applications clock or compute mode on these GPUs"
+        )
+    out: list[Finding] = []
+    for g in s.gpus.gpus:
+        power, mode = _power(s.node, g, cfg), _compute_mode(s.node, g, cfg)
+        out.extend(f for f in (power, *_app_clocks(s.node, g), mode) if f is not None)
     return Judged(tuple(out))
 
 

@@ -12,6 +12,9 @@ from typing import Annotated
 
 Bytes = Annotated[int, "bytes"]
 
+# The compute modes a GPU can be set to (nvidia-smi -c; NVML's nvmlComputeMode_t).
+COMPUTE_MODES = ("default", "exclusive_thread", "prohibited", "exclusive_process")
+
 # RLIMIT_MEMLOCK a task needs for RDMA: unlimited, or at least this (the AWS health checks' line).
 RDMA_MEMLOCK_BYTES = 16 * 2**30
 
@@ -31,6 +34,11 @@ class NodeConfig:
     persistence_mode: bool = True
     # Whether ECC should be on; unset: as on the majority of the tested GPUs.
     ecc: bool | None = None
+    # The power limit in force on every GPU, in watts, where a site caps its GPUs on purpose;
+    # unset: each GPU's own default limit.
+    power_limit_w: float | None = None
+    # The compute mode every GPU should be in (COMPUTE_MODES).
+    compute_mode: str = "default"
     # The CPU frequency governor every CPU should use.
     governor: str = "performance"
     # The interfaces NCCL uses (names or name prefixes, as NCCL_SOCKET_IFNAME lists them); empty:
@@ -53,5 +61,9 @@ class NodeConfig:
             raise ValueError(f"memory_bytes: at least 1 MiB, got {self.memory_bytes}")
         if not 1 <= self.memory_passes <= 100:
             raise ValueError(f"memory_passes: from 1 to 100, got {self.memory_passes}")
+        if self.power_limit_w is not None and not 50 <= self.power_limit_w <= 5000:
+            raise ValueError(f"power_limit_w: a GPU power limit in watts from 50 to 5000, got {self.power_limit_w}")
+        if self.compute_mode not in COMPUTE_MODES:
+            raise ValueError(f"compute_mode: one of {', '.join(COMPUTE_MODES)}, got {self.compute_mode!r}")
         if not self.governor.strip():
             raise ValueError("governor: name a cpufreq governor, e.g. 'performance'")

@@ -1,6 +1,9 @@
 """The GPUs' modes a node's configuration sets, read through NVML: persistence mode, ECC mode
-(current and pending) and, on NVSwitch systems, the GPU's fabric registration with the fabric
-manager. ``None`` where NVML does not support the reading on that GPU; no CUDA context is made."""
+(current and pending), on NVSwitch systems the GPU's fabric registration with the fabric
+manager, and what caps a GPU's speed by setting: its power limits (the driver's, its default and
+the one enforced, which an out-of-band cap lowers too), its applications clocks against their
+defaults, and its compute mode. ``None`` where NVML does not support the reading on that GPU; no
+CUDA context is made."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from pytest_gpucluster.workloads.nvml_util import node_gpu_indices
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
 FABRIC_COMPLETED = 3
 FABRIC_NOT_SUPPORTED = 0
+# nvmlComputeMode_t (nvml.h)
+COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,14 @@ class GpuMode:
     ecc_pending: bool | None = None
     fabric_state: int | None = None  # FABRIC_STATES; None: this NVML has no fabric query
     fabric_status: int | None = None  # the NVML return code of the registration (0: success)
+    power_limit_w: float | None = None  # the driver's power management limit (nvidia-smi -pl)
+    power_default_w: float | None = None  # the board's default power management limit
+    power_enforced_w: float | None = None  # the limit in force: the lowest of the driver's and out-of-band caps
+    app_clock_mhz: int | None = None  # applications clock, graphics
+    app_clock_default_mhz: int | None = None
+    app_memory_clock_mhz: int | None = None  # applications clock, memory
+    app_memory_clock_default_mhz: int | None = None
+    compute_mode: int | None = None  # COMPUTE_MODES
 
 
 @dataclass(frozen=True)
@@ -54,11 +67,20 @@ def _fabric(nvml: Any, handle: Any) -> tuple[int | None, int | None]:
     return int(info.state), int(info.status)
 
 
+def _watts(milliwatts: Any) -> float | None:
+    return None if milliwatts is None else int(milliwatts) / 1000
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _gpu(nvml: Any, index: int) -> GpuMode:
     h = nvml.nvmlDeviceGetHandleByIndex(index)
     persistence = _try(nvml, lambda: nvml.nvmlDeviceGetPersistenceMode(h))
     ecc = _try(nvml, lambda: nvml.nvmlDeviceGetEccMode(h))  # (current, pending)
     state, status = _fabric(nvml, h)
+    graphics, memory = nvml.NVML_CLOCK_GRAPHICS, nvml.NVML_CLOCK_MEM
     return GpuMode(
         index,
         persistence=None if persistence is None else persistence == nvml.NVML_FEATURE_ENABLED,
@@ -66,6 +88,14 @@ def _gpu(nvml: Any, index: int) -> GpuMode:
         ecc_pending=None if ecc is None else ecc[1] == nvml.NVML_FEATURE_ENABLED,
         fabric_state=state,
         fabric_status=status,
+        power_limit_w=_watts(_try(nvml, lambda: nvml.nvmlDeviceGetPowerManagementLimit(h))),
+        power_default_w=_watts(_try(nvml, lambda: nvml.nvmlDeviceGetPowerManagementDefaultLimit(h))),
+        power_enforced_w=_watts(_try(nvml, lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h))),
+        app_clock_mhz=_int(_try(nvml, lambda: nvml.nvmlDeviceGetApplicationsClock(h, graphics))),
+        app_clock_default_mhz=_int(_try(nvml, lambda: nvml.nvmlDeviceGetDefaultApplicationsClock(h, graphics))),
+        app_memory_clock_mhz=_int(_try(nvml, lambda: nvml.nvmlDeviceGetApplicationsClock(h, memory))),
+        app_memory_clock_default_mhz=_int(_try(nvml, lambda: nvml.nvmlDeviceGetDefaultApplicationsClock(h, memory))),
+        compute_mode=_int(_try(nvml, lambda: nvml.nvmlDeviceGetComputeMode(h))),
     )
 
 
