@@ -43,17 +43,19 @@ def test_multinode_runs_the_whole_acceptance_and_gives_the_handover_verdict(run_
         assert kept["ended"] == "duration" and kept["cycles"] >= 5, kept
         assert all(len(g["tflops"]) == kept["cycles"] and all(g["tflops"]) for g in kept["gpus"].values()), kept
     order = [t["area"] for t in run.results["tests"]]
-    assert order.index("soak") > max(i for i, a in enumerate(order) if a not in ("soak", "fabric", "xid"))
+    last = ("fabric", "xid", "gpu_slowdown")  # the checks of the jobs that run last
+    assert order.index("soak") > max(i for i, a in enumerate(order) if a not in ("soak", *last))
     # No InfiniBand and no GPU on the ci nodes: the fabric check says so on each node, never passes.
     fabric = [t for t in run.results["tests"] if t["area"] == "fabric"]
     assert len(fabric) == 2 and all(t["verdict"] == "n/a" for t in fabric), fabric
-    # The checks of the jobs that run last (fabric, Xid) come last; the Xid check has no GPU device
-    # to watch on the ci nodes: n/a on each, never a pass.
-    assert {t["area"] for t in run.results["tests"][-4:]} == {"fabric", "xid"}, run.results["tests"][-4:]
-    xid = [t for t in run.results["tests"] if t["area"] == "xid"]
-    assert len(xid) == 2 and all(t["verdict"] == "n/a" for t in xid), xid
+    # The checks of the jobs that run last (fabric, Xid, the time slowed) come last; the Xid and
+    # slowdown checks have no GPU device to read on the ci nodes: n/a on each, never a pass.
+    assert {t["area"] for t in run.results["tests"][-6:]} == set(last), run.results["tests"][-6:]
     gres_only = "profile 'ci' has GRES-only GPUs (gpus_are_real = false); this check needs GPU devices"
-    assert all(t["message"].endswith(gres_only) for t in xid), xid
+    for area in ("xid", "gpu_slowdown"):
+        tests = [t for t in run.results["tests"] if t["area"] == area]
+        assert len(tests) == 2 and all(t["verdict"] == "n/a" for t in tests), tests
+        assert all(t["message"].endswith(gres_only) for t in tests), tests
     reasons = set(sel["not_applicable"].values())
     assert "profile 'ci' expects no InfiniBand (ib_hcas = 0)" in reasons
     assert "profile 'ci' runs without Slurm accounting (accounting = false)" not in reasons  # ci has slurmdbd

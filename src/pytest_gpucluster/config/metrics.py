@@ -97,6 +97,8 @@ METRICS: dict[str, Metric] = {
         _m("gpu.remapped_rows_pending", "count", "lower", "HBM row remaps pending a reset"),
         _m("gpu.remapped_rows_failed", "count", "lower", "HBM row remap failures"),
         _m("gpu.memory_used_at_rest", "MiB", "lower", "device memory in use before the job"),
+        _m("gpu.hw_slowdown_share", "%", "lower", "share of the run a GPU spent in HW thermal slowdown or power brake"),
+        _m("gpu.sw_thermal_share", "%", "lower", "share of the run the driver held a GPU's clocks down for heat"),
         # per-GPU compute
         _m("compute.matmul_bf16", "TFLOP/s", "higher", "large square bf16 GEMM on random data", calibrate=True),
         _m("compute.memcopy", "TB/s", "higher", "device-to-device copy, bytes read + written", calibrate=True),

@@ -18,6 +18,15 @@ PCIe link sent again after an error (DCGM's ``DCGM_FI_DEV_PCIE_REPLAY_COUNTER``)
 does not support on a GPU is listed as unsupported; NVML missing altogether is recorded in
 ``nvml_status``. Neither raises.
 
+Clock events, per GPU: NVML's cumulative time, in nanoseconds since the driver loaded, that the
+GPU spent with its clocks held down for each reason that slows it (``nvmlDeviceGetFieldValues``
+with the ``NVML_FI_DEV_CLOCKS_EVENT_REASON_*`` fields; nvidia-smi prints them in microseconds as
+"Clocks Event Reasons Counters"). The thermal and power-brake fields' numbers moved between NVML
+releases (251–253 in some, 269–271 in 13.x); the binding's numbers are asked for, and a rise the
+span cannot hold tells the judge that the driver meant another field. Not fabric errors, but
+read in the same two snapshots so the time a GPU ran slowed over the whole run is known
+(``checks.gpu_slowdown``); a field the GPU does not keep is left out.
+
 PCIe AER, per GPU and per HCA: the kernel's error statistics of the PCIe device
 (``aer_dev_correctable``, ``aer_dev_nonfatal``, ``aer_dev_fatal`` in its sysfs folder; the ABI's
 sysfs-bus-pci-devices-aer_stats), each file's total. A device the kernel keeps no statistics for
@@ -108,6 +117,15 @@ class NvLinkCounters:
 # Counter name in a snapshot → the NVML call that reads it for a GPU's PCIe link.
 PCIE_ERROR_COUNTERS: dict[str, str] = {"pcie_replay": "nvmlDeviceGetPcieReplayCounter"}
 
+# Reason in a snapshot → the NVML field holding the nanoseconds the GPU's clocks were held down
+# for it (nvml.h; sync boost is left out: it holds a GPU to its group's clock, not below it).
+CLOCK_EVENT_FIELDS: dict[str, str] = {
+    "sw_power_cap": "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP",
+    "sw_thermal": "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN",
+    "hw_thermal": "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN",
+    "hw_power_brake": "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN",
+}
+
 PCI_ROOT = "/sys/bus/pci/devices"
 # Counter name in a snapshot → (the AER statistics file of a PCI device, the line of its total).
 AER_COUNTERS: dict[str, tuple[str, str]] = {
@@ -139,6 +157,7 @@ class GpuNvLinks:
     pcie: dict[str, int] = field(default_factory=dict)
     pcie_unsupported: tuple[str, ...] = ()
     address: str = ""  # the GPU's PCI address as sysfs names it (0000:18:00.0); empty: not read
+    slowed_ns: dict[str, int] = field(default_factory=dict)  # CLOCK_EVENT_FIELDS → ns, those NVML keeps
 
 
 @dataclass(frozen=True)
@@ -176,6 +195,7 @@ def snapshot_from_dict(data: Mapping[str, Any]) -> FabricSnapshot:
             dict(g.get("pcie", {})),
             tuple(g.get("pcie_unsupported", ())),
             str(g.get("address", "")),
+            {str(k): int(v) for k, v in dict(g.get("slowed_ns", {})).items()},
         )
         for g in data.get("gpus", ())
     )
@@ -279,7 +299,23 @@ def gpu_links(nvml: Any, index: int) -> GpuNvLinks:
         )
     except nvml.NVMLError as exc:
         errors.append(f"PCIe: {exc}")
-    return GpuNvLinks(index, tuple(links), tuple(errors), pcie, unsupported, _address(nvml, handle))
+    slowed = _slowed_ns(nvml, handle)
+    return GpuNvLinks(index, tuple(links), tuple(errors), pcie, unsupported, _address(nvml, handle), slowed)
+
+
+def _slowed_ns(nvml: Any, handle: Any) -> dict[str, int]:
+    """The GPU's clock-event times (``CLOCK_EVENT_FIELDS``) in one NVML call; a field this NVML
+    binding does not name, or the GPU does not keep, is left out, and so is every field where the
+    call itself fails (a driver without field values)."""
+    ids = {name: getattr(nvml, const, None) for name, const in CLOCK_EVENT_FIELDS.items()}
+    known = {name: fid for name, fid in ids.items() if fid is not None}
+    if not known:
+        return {}
+    try:
+        values = nvml.nvmlDeviceGetFieldValues(handle, list(known.values()))
+    except (AttributeError, nvml.NVMLError):
+        return {}
+    return {name: int(v.value.ullVal) for name, v in zip(known, values, strict=True) if v.nvmlReturn == 0}
 
 
 def _address(nvml: Any, handle: Any) -> str:
