@@ -133,14 +133,23 @@ def test_the_test_cluster_proves_the_paths_and_the_gpu_sets_say_why_they_do_not_
     assert h200["nccl.alltoall.inter_node"].origin == "derived"
 
 
-@pytest.mark.parametrize(("profile", "fail", "recorded"), [("testbox", 320, "355.0"), ("testbox-2x2", 295, "328.6")])
-def test_nvlink_alone_on_h200_shapes_whose_plain_sweep_went_over_nvlink_alone(shipped, profile, fail, recorded):
+def _nvlink_alone(shipped, profile):
     p = shipped.profile(profile)
-    line = shipped.thresholds_for(p, gpu_model=p.gpu_model, gpus_per_node=p.gpus_per_node)[
+    return shipped.thresholds_for(p, gpu_model=p.gpu_model, gpus_per_node=p.gpus_per_node)[
         "nccl.all_reduce.nvlink_only"
     ]
-    assert line.fail_below == fail and "P2P/CUMEM alone" in line.evidence and recorded in line.evidence
+
+
+def test_nvlink_alone_at_4_h200_is_inferred_from_a_plain_sweep_that_went_over_nvlink_alone(shipped):
+    line = _nvlink_alone(shipped, "testbox")
+    assert line.fail_below == 320 and "P2P/CUMEM alone" in line.evidence and "355.0" in line.evidence
     assert line.evidence.startswith("inferred, not yet run with these settings")
+
+
+def test_nvlink_alone_at_2_h200_rests_on_its_own_runs(shipped):
+    line = _nvlink_alone(shipped, "testbox-2x2")
+    assert line.fail_below == 295 and "326.5 and 328.2 GB/s" in line.evidence
+    assert "results-2xh200-readme.json" in line.evidence and "inferred" not in line.evidence
 
 
 def test_gpus_without_an_infiniband_nic_have_no_nic_layer(shipped):
