@@ -1,6 +1,6 @@
 """How long each GPU ran slowed for heat or power over the whole run: NVML's cumulative
 clock-event counters, read in the fabric check's two snapshots (before the first workload, and
-after every other job), give every microsecond a GPU spent in HW thermal slowdown, HW power
+after every other job), give every nanosecond a GPU spent in HW thermal slowdown, HW power
 brake or SW thermal slowdown between them, where sampling during one job sees only instants
 (checks/gpu_slowdown.py, docs/inventory-telemetry.md).
 """

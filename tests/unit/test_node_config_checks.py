@@ -12,7 +12,7 @@ import pytest
 
 from pytest_gpucluster.checks import node_config, node_gpu_config
 from pytest_gpucluster.config import load
-from pytest_gpucluster.config.node_config import NodeConfig
+from pytest_gpucluster.config.node_config import COMPUTE_MODES, NodeConfig
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.results import codec
 from pytest_gpucluster.verdict import Finding
@@ -236,7 +236,7 @@ def test_the_captured_h200_reading_agrees_with_nvidia_smi_and_passes():
     assert field("GPU Power Readings", "Default Power Limit") == f"{g.power_default_w:.2f} W"
     assert field("Applications Clocks", "Graphics") == f"{g.app_clock_mhz} MHz"
     assert field("Default Applications Clocks", "Memory") == f"{g.app_memory_clock_default_mhz} MHz"
-    assert re.search(r"Compute Mode\s+: Default", smi) and gpu_modes.COMPUTE_MODES[g.compute_mode] == "default"
+    assert re.search(r"Compute Mode\s+: Default", smi) and COMPUTE_MODES[g.compute_mode] == "default"
     assert _caps(g, _h200(index=1)) == node_config.Judged()
 
 

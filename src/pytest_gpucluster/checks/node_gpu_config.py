@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from pytest_gpucluster.checks.node_config import MAJORITY, Judged, rdma_in_use, setting
-from pytest_gpucluster.config.node_config import NodeConfig
+from pytest_gpucluster.config.node_config import COMPUTE_MODES, NodeConfig
 from pytest_gpucluster.verdict import Finding, Severity
 from pytest_gpucluster.workloads import gpu_modes, pci_acs
 from pytest_gpucluster.workloads.node_settings import NodeSettings
@@ -17,13 +17,6 @@ from pytest_gpucluster.workloads.node_settings import NodeSettings
 # Power limits within this of each other are the same limit (NVML counts milliwatts; boards and
 # sites round theirs to whole watts).
 POWER_SLACK_W = 1.0
-# What nvidia-smi -c takes for each compute mode.
-COMPUTE_MODE_ARGS = {
-    "default": "DEFAULT",
-    "exclusive_thread": "EXCLUSIVE_THREAD",
-    "prohibited": "PROHIBITED",
-    "exclusive_process": "EXCLUSIVE_PROCESS",
-}
 SLOWER = "under a full load the GPU holds its clocks down to stay within it, so every GEMM and collective runs slower"
 
 # dma-buf peer memory: the NVIDIA open kernel module on Linux 5.12 or later (NCCL 2.19+ uses it).
@@ -165,7 +158,8 @@ def _compute_mode(node: str, g: gpu_modes.GpuMode, cfg: NodeConfig) -> Finding |
     exclusive or default mode the profile did not ask for warns."""
     if g.compute_mode is None:
         return None
-    found = gpu_modes.COMPUTE_MODES.get(g.compute_mode, f"mode {g.compute_mode}")
+    known = 0 <= g.compute_mode < len(COMPUTE_MODES)
+    found = COMPUTE_MODES[g.compute_mode] if known else f"mode {g.compute_mode}"
     if found == cfg.compute_mode:
         return None
     why = {
@@ -176,7 +170,8 @@ def _compute_mode(node: str, g: gpu_modes.GpuMode, cfg: NodeConfig) -> Finding |
         "default": "several processes may share it",
     }.get(found, "NVML names no such mode")
     text = f"{node}:gpu{g.index}: compute mode {found}, expected {cfg.compute_mode} (node_config.compute_mode): {why}"
-    remedy = f"nvidia-smi -i {g.index} -c {COMPUTE_MODE_ARGS[cfg.compute_mode]}, or set node_config.compute_mode"
+    # nvidia-smi -c takes each mode's name in capitals (-c EXCLUSIVE_PROCESS).
+    remedy = f"nvidia-smi -i {g.index} -c {cfg.compute_mode.upper()}, or set node_config.compute_mode"
     severity: Severity = "fail" if found == "prohibited" else "warn"
     return setting(
         node,

@@ -12,7 +12,8 @@ from typing import Annotated
 
 Bytes = Annotated[int, "bytes"]
 
-# The compute modes a GPU can be set to (nvidia-smi -c; NVML's nvmlComputeMode_t).
+# The compute modes a GPU can be set to (nvidia-smi -c), in the order of NVML's nvmlComputeMode_t:
+# a mode's index is the number NVML reports for it.
 COMPUTE_MODES = ("default", "exclusive_thread", "prohibited", "exclusive_process")
 
 # RLIMIT_MEMLOCK a task needs for RDMA: unlimited, or at least this (the AWS health checks' line).

@@ -17,8 +17,6 @@ from pytest_gpucluster.workloads.nvml_util import node_gpu_indices
 FABRIC_STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
 FABRIC_COMPLETED = 3
 FABRIC_NOT_SUPPORTED = 0
-# nvmlComputeMode_t (nvml.h)
-COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
 
 @dataclass(frozen=True)
@@ -38,7 +36,7 @@ class GpuMode:
     app_clock_default_mhz: int | None = None
     app_memory_clock_mhz: int | None = None  # applications clock, memory
     app_memory_clock_default_mhz: int | None = None
-    compute_mode: int | None = None  # COMPUTE_MODES
+    compute_mode: int | None = None  # nvmlComputeMode_t (config.node_config.COMPUTE_MODES names them)
 
 
 @dataclass(frozen=True)
