@@ -296,6 +296,8 @@ def test_gpu_caps_not_applicable_without_a_reading():
     )
     assert "NVML lists no GPU" in _caps().not_applicable
     assert "no power limit, applications clock or compute mode" in _caps(gpu_modes.GpuMode(0)).not_applicable
+    (f,) = _caps(_h200(), gpu_modes.GpuMode(1)).findings
+    assert (f.severity, f.gpu) == ("not_judged", 1) and f.text.startswith("node1:gpu1: power limit, applications")
     unread = node_gpu_config.gpu_caps_of(_gpus(error="NVML: Unknown Error"), NodeConfig(), gpus_are_real=True)
     (f,) = unread.findings
     assert "GPU settings unreadable: NVML: Unknown Error" in f.text and f.convicts == ("node1",)

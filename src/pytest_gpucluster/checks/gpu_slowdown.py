@@ -49,20 +49,15 @@ def nothing_to_read(before: FabricSnapshot) -> str | None:
     return None
 
 
-def _seconds(before: GpuNvLinks, after: GpuNvLinks, reasons: tuple[str, ...], length: float) -> float | None:
-    """Seconds the GPU spent held down for ``reasons`` between the snapshots, ``length`` seconds
-    apart; None where either snapshot lacks one of them, a counter went back (the driver reloaded
-    between them) or rose by more than the span holds (the driver numbers its fields otherwise
-    than the binding: the value is not this time)."""
-    total = 0.0
-    for reason in reasons:
-        if reason not in before.slowed_ns or reason not in after.slowed_ns:
-            return None
-        rise = (after.slowed_ns[reason] - before.slowed_ns[reason]) / 1e9
-        if rise < 0 or rise > length * SLACK:
-            return None
-        total += rise
-    return total
+def _seconds(before: GpuNvLinks, after: GpuNvLinks, reason: str, length: float) -> float | None:
+    """Seconds the GPU spent held down for ``reason`` between the snapshots, ``length`` seconds
+    apart; None where either snapshot lacks it, the counter went back (the driver reloaded between
+    them) or rose by more than the span holds (the driver numbers its fields otherwise than the
+    binding: the value is not this time)."""
+    if reason not in before.slowed_ns or reason not in after.slowed_ns:
+        return None
+    rise = (after.slowed_ns[reason] - before.slowed_ns[reason]) / 1e9
+    return None if rise < 0 or rise > length * SLACK else rise
 
 
 def _detail(times: dict[str, float | None], length: float) -> str:
@@ -99,9 +94,11 @@ def judge_node(
                 Finding.on_node(node, f"{where}: time slowed not judged: {why}", gpu=g.index, severity="not_judged")
             )
             continue
-        times = {r: _seconds(g, now, (r,), length) for r in (*HW_REASONS, "sw_thermal", "sw_power_cap")}
+        times = {r: _seconds(g, now, r, length) for r in WORDS}
+        hw_parts = [times[r] for r in HW_REASONS]
+        hw = None if None in hw_parts else sum(t for t in hw_parts if t is not None)
         detail = _detail(times, length)
-        for metric, seconds in ((HW, _seconds(g, now, HW_REASONS, length)), (SW_THERMAL, times["sw_thermal"])):
+        for metric, seconds in ((HW, hw), (SW_THERMAL, times["sw_thermal"])):
             if seconds is None:
                 why = (
                     f"{where}: {metric} not judged: its counters are not comparable across the run (one missing, "

@@ -207,6 +207,12 @@ def gpu_caps_of(s: NodeSettings, cfg: NodeConfig, *, gpus_are_real: bool) -> Jud
         )
     out: list[Finding] = []
     for g in s.gpus.gpus:
+        if all(getattr(g, name) is None for name in read):  # its peers were read: never a silent pass
+            why = (
+                f"{s.node}:gpu{g.index}: power limit, applications clocks and compute mode not read (NVML reports none)"
+            )
+            out.append(Finding.on_node(s.node, why, gpu=g.index, severity="not_judged"))
+            continue
         power, mode = _power(s.node, g, cfg), _compute_mode(s.node, g, cfg)
         out.extend(f for f in (power, *_app_clocks(s.node, g), mode) if f is not None)
     return Judged(tuple(out))
