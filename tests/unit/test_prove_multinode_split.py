@@ -38,7 +38,14 @@ def test_shapes_name_nodes_and_gpus():
         with pytest.raises(ValueError):
             T.parse_shape(bad)
     assert T.SPLIT_STEPS[0] == "2x2-handover" and T.SPLIT_STEPS[-1] == "down"
-    assert {s.split("-", 1)[0] for s in T.SPLIT_STEPS[:-1]} == {"2x2", "4x1"}
+    assert {s.split("-", 1)[0] for s in T.SPLIT_STEPS[:-1]} == {"2x2", "4x1", "2x1"}
+
+
+def test_a_machine_runs_the_shapes_its_gpus_hold():
+    assert T.shapes_for(4) == ("2x2", "4x1", "2x1") and T.shapes_for(2) == ("2x1",) and T.shapes_for(1) == ()
+    steps = T.split_steps(T.shapes_for(2))
+    assert steps[0] == "2x1-handover" and steps[-1] == "down"
+    assert all(s.startswith("2x1-") for s in steps[:-1]) and len(steps) == len(T.SPLIT_KINDS) + 1
 
 
 @pytest.mark.parametrize(
@@ -145,6 +152,14 @@ def test_the_retest_merges_with_the_first_fault_run_that_rejected_node2_alone(tm
     ]
     assert T.merge_base(runs, "node2") == tmp_path / "c.json"
     assert T.merge_base(runs[:2], "node2") is None
+
+
+def test_the_retest_runs_under_the_profile_of_the_run_it_merges_with(tmp_path):
+    # The link cut runs under testbox-SHAPE-long; a merge refuses a re-test of another profile.
+    (tmp_path / "cut.json").write_text('{"profile": "testbox-2x1-long", "acceptance": {}}')
+    (tmp_path / "torn.json").write_text('{"profile": ')
+    assert T.merged_profile(tmp_path / "cut.json") == "testbox-2x1-long"
+    assert T.merged_profile(tmp_path / "torn.json") is None and T.merged_profile(tmp_path / "gone.json") is None
 
 
 def test_every_judged_figure_goes_into_the_log():
