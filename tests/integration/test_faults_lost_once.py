@@ -5,8 +5,19 @@ node1/node2 stay undisturbed)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from faults_support import cluster_handle, fault_profile, restore_nodes, run_pytest
+from faults_support import (
+    cluster_handle,
+    fault_profile,
+    finish,
+    restore_nodes,
+    run_pytest,
+    slurm_cmd,
+    start_suite,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -59,3 +70,39 @@ def test_a_node_dead_before_the_run_costs_one_bounded_wait_and_is_named(slurm_cl
     verdicts = {n: v["verdict"] for n, v in doc["acceptance"]["nodes"]["verdicts"].items()}
     assert verdicts["node4"] == "REJECTED" and verdicts["node3"] != "REJECTED", verdicts
     assert doc["acceptance"]["nodes"]["exclude"] == "node4"
+
+
+def test_a_partner_lost_while_the_node_probe_waits_costs_the_other_node_nothing(slurm_cluster, tmp_path):
+    # node4 busy with another run of the suite (whose jobs this run takes turns with), so the
+    # probe's job over node3 and node4 waits PENDING; node4 then dies. The job is cancelled at
+    # once for node4 and run again on node3 alone: node3's readings are judged, node4 is
+    # rejected, and node3 is neither rejected nor left unjudged.
+    profile = fault_profile(tmp_path, queue_timeout_s=90)
+    holder = slurm_cmd(
+        "sbatch", "--parsable", "--exclusive", "-w", "node4", "-p", "debug", "-J", "gpucluster-another-run-busy",
+        "--chdir=/tmp", "--output=/dev/null", "--time=5", "--wrap", "sleep 300",
+    ).strip().split(";")[0]  # fmt: skip
+    cluster = cluster_handle(slurm_cluster)
+    try:
+        wait_until(
+            "the job on node4 running", lambda: "RUNNING" in slurm_cmd("squeue", "-h", "-j", holder, "-o", "%T"), 30
+        )
+        proc, results = start_suite(
+            profile, tmp_path, "tests/acceptance/test_inventory.py", "-k", "matches_the_profile"
+        )
+        wait_until("the probe's job pending", lambda: any(j["state"] == "PENDING" for j in profile.jobs()), 60)
+        cluster.kill_slurmd("node4", with_jobs=True)
+        output = finish(proc, 240)
+    finally:
+        slurm_cmd("scancel", holder, check=False)
+        profile.cancel_all()
+        restore_nodes(slurm_cluster)
+    doc = json.loads(results.read_text())
+    verdicts = {t["params"]: t for t in doc["tests"]}
+    assert verdicts["node3"]["verdict"] == "pass", (verdicts["node3"], output[-3000:])
+    assert verdicts["node4"]["verdict"] == "fail" and "node4" in verdicts["node4"]["message"], verdicts["node4"]
+    nodes = doc["acceptance"]["nodes"]
+    assert nodes["verdicts"]["node4"]["verdict"] == "REJECTED" and nodes["exclude"] == "node4", nodes
+    assert nodes["verdicts"]["node3"]["verdict"] not in ("REJECTED", "INCOMPLETE"), nodes
+    probes = [j for t in doc["tests"] for j in t["jobs"] if "node-probe" in j["name"]]
+    assert len({j["job_id"] for j in probes}) == 2, probes  # cancelled once, run once more

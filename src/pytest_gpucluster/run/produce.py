@@ -133,13 +133,26 @@ T = TypeVar("T")
 def answered(run: Callable[[], list[TaskResult[T]]]) -> list[TaskResult[T]]:
     """``run``'s results; where nodes were lost under the job, those of the nodes that answered
     (``NodeLostError.answered``), so each other node is judged on its own readings and the lost
-    nodes are named by their own tests. Raises where no node answered."""
+    nodes are named by their own tests.
+
+    Where no node answered (the job was cancelled while PENDING, its node lost before it
+    started), ``run`` once more: the run has learned the lost nodes, so a job asking for every
+    tested node is submitted to the others, and one pinned to a lost node is refused without a
+    submission. A partner's loss then costs the healthy nodes one job start, not their readings.
+    Raises where still no node answered: the first evidence, unless the second try lost
+    another node."""
     try:
         return run()
     except NodeLostError as exc:
-        if not exc.answered:
-            raise
-        return cast(list[TaskResult[T]], exc.answered)
+        if exc.answered:
+            return cast(list[TaskResult[T]], exc.answered)
+        first = exc
+    try:
+        return run()
+    except NodeLostError as again:
+        if again.answered:
+            return cast(list[TaskResult[T]], again.answered)
+        raise (again if again.lost.keys() - first.lost.keys() else first) from None
 
 
 def plain(ctx: JobContext, request: JobRequest) -> list[TaskResult[Any]]:
