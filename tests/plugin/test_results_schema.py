@@ -48,3 +48,16 @@ def test_every_key_a_run_writes_is_in_the_schema(gpc: pytest.Pytester):
     known = documented()
     missing = sorted(p for p in written(doc) if p.rsplit(".", 1)[-1].removesuffix("[]") not in known)
     assert not missing, f"keys written but not in {SCHEMA.name}: {missing}"
+
+
+def test_every_key_a_soak_writes_is_in_the_schema(gpc: pytest.Pytester):
+    # A short soak of CPU ranks: the soak section, its rules with the tables they were read from.
+    shutil.copy(REPO / "tests" / "acceptance" / "test_soak.py", gpc.path / "test_soak.py")
+    with (gpc.path / "thresholds.toml").open("a") as f:
+        f.write("\n[profiles.local.soak]\ncycle_s = 2\nsdc_every = 2\n")
+    result = gpc.runpytest_subprocess("--gpucluster-soak=4s", "--gpucluster-results=out.json")
+    doc = json.loads((gpc.path / "out.json").read_text())
+    assert doc["soak"]["rules"]["drift"]["tables"], result.stdout.str()
+    known = documented()
+    missing = sorted(p for p in written(doc) if p.rsplit(".", 1)[-1].removesuffix("[]") not in known)
+    assert not missing, f"keys written but not in {SCHEMA.name}: {missing}"

@@ -1,6 +1,7 @@
 """The soak, judged on the login node: the cycle records every GPU streamed (``workloads.soak``),
-gathered as they arrive (``SoakTrack``), judged by the rules of ``[soak.rules]`` and the suite's
-existing lines (``judge``), and folded into the results' ``soak`` section (``section``). Pure.
+gathered as they arrive (``SoakTrack``), judged by the rules of ``[soak.rules]`` (for CPU ranks
+standing in, ``[soak.cpu_rules]`` over them: the caller picks) and the suite's existing lines
+(``judge``), and folded into the results' ``soak`` section (``section``). Pure.
 
 Every finding is one GPU's (or, for the all_reduce and the InfiniBand ports, one node's) and one
 cause's, with the cycle it began in and the time since that node's soak began:
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, fields
+from dataclasses import replace
 from typing import Any
 
 from pytest_gpucluster.checks.soak_rules import (
@@ -55,35 +56,41 @@ SERIES = ("tflops", "copy_tbps", "sm_mhz", "temp_c", "power_w")
 
 
 def judge(track: SoakTrack, rules: SoakRules, lines: Lines) -> list[Finding]:
-    """Every finding of the soak so far, node by node, GPU by GPU."""
+    """Every finding of the soak so far, node by node, GPU by GPU; a finding of one of ``rules``
+    carries that rule as its ``threshold``, naming the tables it was read from."""
     out: list[Finding] = []
     starts = {node: track.started(node) for node in track.nodes()}
+
+    def by(name: str, found: list[Finding]) -> list[Finding]:
+        return [replace(f, threshold=rules.threshold(name)) for f in found] if found else found
+
     for node in track.nodes():
         gpus = track.of_node(node)
         start = starts[node]
         if rules.behind_node_best is not None:
-            out += behind_node_best(gpus, rules.behind_node_best, start)
+            out += by("behind_node_best", behind_node_best(gpus, rules.behind_node_best, start))
         for t in gpus:
             out += errors(t, start)
             out += unwatched(t)
             if rules.drift is not None:
-                out += drift(t, rules.drift, start, [m for m in rules.drift.metrics if m != "busbw_gbps"])
+                own = [m for m in rules.drift.metrics if m != "busbw_gbps"]
+                out += by("drift", drift(t, rules.drift, start, own))
             if rules.dip is not None:
                 own = [m for m in rules.dip.metrics if m != "busbw_gbps"]
-                out += dips(t, rules.dip, _longest_dip(rules), start, own)
-            for rule, title in _throttle_rules(rules):
-                out += throttle(t, rule, title, start)
+                out += by("dip", dips(t, rules.dip, _longest_dip(rules), start, own))
+            for name, rule, title in _throttle_rules(rules):
+                out += by(name, throttle(t, rule, title, start))
             if rules.memory_errors is not None:
-                out += memory_errors(t, start)
+                out += by("memory_errors", memory_errors(t, start))
             out += temperatures(t, lines, start)
             out += fabric(t, lines.fabric, start)
         # The all_reduce spans the node's GPUs: its drift and dips are the node's, judged on its
         # first GPU.
         node_wide: list[Finding] = []
         if rules.drift is not None and "busbw_gbps" in rules.drift.metrics and gpus:
-            node_wide += drift(gpus[0], rules.drift, start, ["busbw_gbps"])
+            node_wide += by("drift", drift(gpus[0], rules.drift, start, ["busbw_gbps"]))
         if rules.dip is not None and "busbw_gbps" in rules.dip.metrics and gpus:
-            node_wide += dips(gpus[0], rules.dip, _longest_dip(rules), start, ["busbw_gbps"])
+            node_wide += by("dip", dips(gpus[0], rules.dip, _longest_dip(rules), start, ["busbw_gbps"]))
         for f in node_wide:
             out.append(
                 Finding.on_node(
@@ -94,6 +101,7 @@ def judge(track: SoakTrack, rules: SoakRules, lines: Lines) -> list[Finding]:
                     metric=f.metric,
                     value=f.value,
                     unit=f.unit,
+                    threshold=f.threshold,
                 )
             )
         out += xids(gpus, start)
@@ -106,13 +114,13 @@ def _longest_dip(rules: SoakRules) -> int:
     return rules.drift.cycles if rules.drift is not None else 3
 
 
-def _throttle_rules(rules: SoakRules) -> list[tuple[ThrottleRate, str]]:
-    pairs = [
-        (rules.hw_slowdown, "HW slowdown"),
-        (rules.thermal, "thermal slowdown"),
-        (rules.power_brake, "HW power brake"),
+def _throttle_rules(rules: SoakRules) -> list[tuple[str, ThrottleRate, str]]:
+    named = [
+        ("hw_slowdown", rules.hw_slowdown, "HW slowdown"),
+        ("thermal", rules.thermal, "thermal slowdown"),
+        ("power_brake", rules.power_brake, "HW power brake"),
     ]
-    return [(rule, title) for rule, title in pairs if rule is not None]
+    return [(name, rule, title) for name, rule, title in named if rule is not None]
 
 
 def failing_nodes(findings: Iterable[Finding]) -> list[str]:
@@ -221,6 +229,6 @@ def section(
     return {
         "requested_s": requested_s,
         "config": dict(config),
-        "rules": {f.name: (asdict(v) if (v := getattr(rules, f.name)) is not None else None) for f in fields(rules)},
+        "rules": rules.to_json(),
         "nodes": out_nodes,
     }

@@ -2,7 +2,8 @@
 
 The file holds two kinds of table, ``[profiles.NAME]`` (config/profile.py) and
 ``[thresholds.SET]`` (config/thresholds.py); either may name another of its kind in ``extends``
-and take over what it does not set; ``[soak.rules.NAME]`` holds the soak's rules (config/soak.py).
+and take over what it does not set; ``[soak.rules.NAME]`` holds the soak's rules and
+``[soak.cpu_rules.NAME]`` the keys that differ for CPU ranks standing in (config/soak.py).
 It is read once, before any job exists. Every error names the file and the dotted key and says how
 to fix it; unknown keys are answered with the closest known one.
 """
@@ -54,6 +55,9 @@ _SET_PER_JOB = frozenset(
 )
 # Profile tables that replace the inherited one whole under ``extends`` instead of being merged.
 _REPLACED_WHOLE = ("env", "sbatch_extra")
+# The soak's rule tables: [soak.rules.RULE] for GPUs, [soak.cpu_rules.RULE] the keys that differ
+# for CPU ranks standing in.
+SOAK_TABLES = ("rules", "cpu_rules")
 
 
 @dataclass(frozen=True)
@@ -114,11 +118,14 @@ def load(path: Path) -> Config:
     reject_unknown(data, ("profiles", "thresholds", "metrics", "soak"), "(top level)", file)
     catalogue = {**METRICS, **_site_metrics(data.get("metrics", {}), file)}
     soak = data.get("soak", {})
-    if not isinstance(soak, dict) or not isinstance(soak.get("rules", {}), dict):
-        raise ConfigError(f"{file}: soak: expected [soak.rules.NAME] tables.")
-    reject_unknown(soak, ("rules",), "soak", file)
-    build(SoakRules, soak.get("rules", {}), "soak.rules", file, settable={})  # checked once, here
-    profiles = _profiles(data.get("profiles", {}), file, soak.get("rules", {}))
+    if not isinstance(soak, dict):
+        raise ConfigError(f"{file}: soak: expected [soak.rules.NAME] and [soak.cpu_rules.NAME] tables.")
+    reject_unknown(soak, SOAK_TABLES, "soak", file)
+    top = {name: _rule_tables(soak.get(name, {}), f"soak.{name}", file) for name in SOAK_TABLES}
+    # Checked once here, so an error names the file's own table rather than a profile's.
+    _rules(file, "soak.rules", ("soak.rules", top["rules"]))
+    _rules(file, "soak.cpu_rules", ("soak.rules", top["rules"]), ("soak.cpu_rules", top["cpu_rules"]))
+    profiles = _profiles(data.get("profiles", {}), file, top)
     sets, matches, shapes = threshold_sets(data.get("thresholds", {}), file, catalogue)
     for name, profile in profiles.items():
         if profile.thresholds is not None and profile.thresholds not in sets:
@@ -174,7 +181,7 @@ def _site_metrics(raw: Any, file: str) -> dict[str, Metric]:
 # --------------------------------------------------------------------------- profiles
 
 
-def _profiles(raw: Mapping[str, Any], file: str, soak_rules: Mapping[str, Any]) -> dict[str, Profile]:
+def _profiles(raw: Mapping[str, Any], file: str, soak_rules: Mapping[str, Mapping[str, Any]]) -> dict[str, Profile]:
     if not raw:
         raise ConfigError(f"{file}: no [profiles.NAME] table; define at least one profile.")
 
@@ -205,10 +212,19 @@ def _profiles(raw: Mapping[str, Any], file: str, soak_rules: Mapping[str, Any]) 
         where = f"profiles.{name}"
         table = dict(table)
         fabric = _fabric_rules(table, where, file)
-        rules = _soak_rules(table, soak_rules, where, file)
+        rules, cpu_rules = _soak_rules(table, soak_rules, where, file)
         topology = _topology(table, where, file)
         profile = build(
-            Profile, table, where, file, settable=PROFILE_KEYS, name=name, soak_rules=rules, topology=topology, **fabric
+            Profile,
+            table,
+            where,
+            file,
+            settable=PROFILE_KEYS,
+            name=name,
+            soak_rules=rules,
+            soak_cpu_rules=cpu_rules,
+            topology=topology,
+            **fabric,
         )
         _check_profile(profile, where, file)
         profiles[name] = profile
@@ -261,20 +277,66 @@ def _topology(table: dict[str, Any], where: str, file: str) -> Topology | None:
         raise ConfigError(f"{file}: {key}: {path}: {exc}{end}") from None
 
 
-def _soak_rules(table: dict[str, Any], top: Mapping[str, Any], where: str, file: str) -> SoakRules:
-    """``[soak.rules]`` with the profile's ``[profiles.NAME.soak.rules.RULE]`` keys laid over each
-    rule (taken out of ``table``): a cluster whose stand-ins are noisier loosens a line there."""
-    own: Any = {}
+def _rule_tables(value: Any, where: str, file: str) -> dict[str, dict[str, Any]]:
+    """``[WHERE.RULE]`` tables as read (a copy); anything else is refused naming ``where``."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{file}: {where}: expected [{where}.RULE] tables.")
+    for name, rule in value.items():
+        if not isinstance(rule, dict):
+            raise ConfigError(f"{file}: {where}.{name}: expected a table [{where}.{name}], got {rule!r}.")
+    return {name: dict(rule) for name, rule in value.items()}
+
+
+def _rules(file: str, where: str, *layers: tuple[str, Mapping[str, Mapping[str, Any]]]) -> SoakRules:
+    """``SoakRules`` from rule tables laid over each other, the first at the bottom: each rule's
+    keys from the last table that sets them, and the tables that set any named with it (the last
+    first). ``where`` names the top table in an error."""
+    merged: dict[str, dict[str, Any]] = {}
+    tables: dict[str, tuple[str, ...]] = {}
+    for prefix, layer in layers:
+        for name, rule in layer.items():
+            merged.setdefault(name, {}).update(rule)
+            tables[name] = (f"{prefix}.{name}", *tables.get(name, ()))
+    built: SoakRules = build(
+        SoakRules, merged, where, file, settable={}, tables=types.MappingProxyType(tables), path=file
+    )
+    return built
+
+
+def _soak_rules(
+    table: dict[str, Any], top: Mapping[str, Mapping[str, Any]], where: str, file: str
+) -> tuple[SoakRules, SoakRules]:
+    """The rules for GPUs and for CPU ranks standing in (both tables taken out of ``table``).
+    GPUs: ``[soak.rules]``, then the profile's ``[profiles.NAME.soak.rules.RULE]``. CPU ranks:
+    the profile's GPU rules, then ``[soak.cpu_rules]``, then the profile's
+    ``[profiles.NAME.soak.cpu_rules.RULE]``; the later table wins a key. A profile whose GPUs are
+    only GRES (its ranks always CPU stand-ins) may not set a GPU key the CPU table overrides: it
+    would never apply."""
+    own: dict[str, Any] = {}
     if isinstance(table.get("soak"), dict):
         table["soak"] = dict(table["soak"])  # a copy: the file's own table stays as read
-        own = table["soak"].pop("rules", {})
-    if not isinstance(own, dict) or not all(isinstance(v, dict) for v in own.values()):
-        raise ConfigError(f"{file}: {where}.soak.rules: expected [{where}.soak.rules.RULE] tables.")
-    merged = {name: dict(rule) for name, rule in top.items() if isinstance(rule, dict)}
-    for name, rule in own.items():
-        merged.setdefault(name, {}).update(rule)
-    built: SoakRules = build(SoakRules, merged, f"{where}.soak.rules", file, settable={})
-    return built
+        own = {name: table["soak"].pop(name) for name in SOAK_TABLES if name in table["soak"]}
+    mine = {name: _rule_tables(own.get(name, {}), f"{where}.soak.{name}", file) for name in SOAK_TABLES}
+    gpu_layers = (("soak.rules", top["rules"]), (f"{where}.soak.rules", mine["rules"]))
+    cpu_layers = (("soak.cpu_rules", top["cpu_rules"]), (f"{where}.soak.cpu_rules", mine["cpu_rules"]))
+    gpus = _rules(file, f"{where}.soak.rules", *gpu_layers)
+    try:
+        cpus = _rules(file, f"{where}.soak.cpu_rules", *gpu_layers, *cpu_layers)
+    except ConfigError as exc:  # the keys fit the GPU rules but not those for CPU ranks
+        raise ConfigError(
+            f"{exc} (CPU ranks standing in are judged by [soak.cpu_rules] and [{where}.soak.cpu_rules] laid "
+            "over this profile's GPU rules.)"
+        ) from None
+    if table.get("gpus_are_real") is False:
+        for name, rule in mine["rules"].items():
+            hidden = sorted(set(rule) & set(top["cpu_rules"].get(name, {})) - set(mine["cpu_rules"].get(name, {})))
+            if hidden:
+                raise ConfigError(
+                    f"{file}: {where}.soak.rules.{name}: {', '.join(hidden)} would never apply: this profile's ranks "
+                    f"are CPU stand-ins (gpus_are_real = false), judged by [soak.cpu_rules.{name}], which sets it. "
+                    f"Set it in [{where}.soak.cpu_rules.{name}]."
+                )
+    return gpus, cpus
 
 
 def _check_profile(p: Profile, where: str, file: str) -> None:

@@ -193,8 +193,11 @@ class Profile:
     soak: SoakSettings = field(default_factory=SoakSettings)
     # The parties and the contract's reference the handover sheet names.
     handover: Handover = field(default_factory=Handover)
-    # How a soak judges each GPU: [soak.rules] with the profile's [soak.rules.RULE] keys over it.
+    # How a soak judges each GPU: [soak.rules] with the profile's [soak.rules.RULE] keys over it;
+    # and CPU ranks standing in for GPUs: those, then [soak.cpu_rules] and the profile's
+    # [soak.cpu_rules.RULE] keys over them (``soak_rules_for`` picks).
     soak_rules: SoakRules = field(default_factory=SoakRules)
+    soak_cpu_rules: SoakRules = field(default_factory=SoakRules)
     # Where the fabric check reads the InfiniBand error counters on each node.
     fabric_sysfs_root: str = SYSFS_ROOT
     # The fabric check's rules per counter family: the suite's defaults with the profile's
@@ -202,6 +205,12 @@ class Profile:
     fabric: Mapping[str, FabricRule] = field(default_factory=lambda: DEFAULT_RULES)
     # What the node configuration check expects of every node ([profiles.NAME.node_config]).
     node_config: NodeConfig = field(default_factory=NodeConfig)
+
+
+def soak_rules_for(profile: Profile, *, real_gpus: bool) -> SoakRules:
+    """The rules a soak judges by: the GPU rules where its ranks are GPUs (``real_gpus``, as
+    ``SoakSettings.config`` takes it), else those for CPU ranks standing in."""
+    return profile.soak_rules if real_gpus else profile.soak_cpu_rules
 
 
 def node_network_gbps(profile: Profile) -> float | None:

@@ -6,15 +6,19 @@ profile's acceptance requires a soak (``required = true``), and the cycle's work
 
 ``[soak.rules.NAME]`` (``SoakRules``): how each GPU is judged cycle by cycle, every rule with the
 ``source`` its numbers rest on (docs/thresholds.md); a profile's ``[profiles.NAME.soak.rules.RULE]``
-changes a rule's keys for its cluster. The rules are data in thresholds.toml; a run that asks for
-a soak under a file without them is refused before any job, naming the table.
+changes a rule's keys for its cluster. ``[soak.cpu_rules.NAME]`` holds only the keys that differ
+where CPU ranks stand in for GPUs, laid over the GPU rules (a rule it does not name is the GPU
+rule), and a profile's ``[profiles.NAME.soak.cpu_rules.RULE]`` over those. The rules are data in
+thresholds.toml; a run that asks for a soak under a file without them is refused before any job,
+naming the table.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Annotated, Any
 
 from pytest_gpucluster.workloads.nvml_util import THROTTLE_BITS
@@ -184,12 +188,20 @@ class MemoryErrors:
     source: str = ""
 
 
+# The rules of a soak, as [soak.rules] names them (``SoakRules``' fields of the same names).
+RULE_NAMES = ("behind_node_best", "drift", "hw_slowdown", "thermal", "power_brake", "memory_errors", "dip")
+
+
 @dataclass(frozen=True)
 class SoakRules:
     """``[soak.rules]``: every rule a soak judges by (None: the file has no such table). Xid
     events, fabric counters and temperatures are judged by the suite's existing rules (the Xid
     classes, the profile's fabric families, ``gpu.temperature`` of the threshold set); an SDC
-    digest that differs from its model's majority fails. A recovered dip only warns."""
+    digest that differs from its model's majority fails. A recovered dip only warns.
+
+    ``tables`` names, per rule, the tables its keys were read from, the one that wins first
+    (``("profiles.ci.soak.rules.drift", "soak.cpu_rules.drift", "soak.rules.drift")``); a rule it
+    does not name is ``[soak.rules.RULE]``'s alone. ``path`` is the file that holds them."""
 
     behind_node_best: BehindNodeBest | None = None
     drift: Drift | None = None
@@ -198,7 +210,43 @@ class SoakRules:
     power_brake: ThrottleRate | None = None
     memory_errors: MemoryErrors | None = None
     dip: Dip | None = None  # optional: a file without it names no recovered dips
+    tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    path: str = ""
 
     def missing(self) -> list[str]:
         """The rule tables the file lacks (``dip`` is optional)."""
-        return [f"[soak.rules.{f.name}]" for f in fields(self) if f.name != "dip" and getattr(self, f.name) is None]
+        return [f"[soak.rules.{name}]" for name in RULE_NAMES if name != "dip" and getattr(self, name) is None]
+
+    def tables_of(self, name: str) -> tuple[str, ...]:
+        """The tables rule ``name``'s keys were read from, the one that wins first."""
+        return self.tables.get(name) or (f"soak.rules.{name}",)
+
+    def where(self, name: str) -> str:
+        """``[soak.cpu_rules.drift] over [soak.rules.drift]``: where rule ``name`` is set."""
+        return " over ".join(f"[{t}]" for t in self.tables_of(name))
+
+    def threshold(self, name: str) -> dict[str, Any]:
+        """What a finding of rule ``name`` was judged by, as the results keep it: the rule's keys,
+        ``source`` (the file and the tables, ``where``) and ``evidence`` (the rule's own
+        ``source``: what its numbers rest on)."""
+        rule = getattr(self, name)
+        keys = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(rule).items() if v is not None}
+        evidence = keys.pop("source", "")
+        file = f"{self.path} " if self.path else ""
+        return {**keys, "source": f"{file}{self.where(name)}", **({"evidence": evidence} if evidence else {})}
+
+    def for_cpu_ranks(self) -> str:
+        """How these rules judge CPU ranks standing in, in words: ``[soak.cpu_rules] over
+        [soak.rules]``, or, where no rule names a CPU table, the GPU rules."""
+        if any("cpu_rules." in table for name in RULE_NAMES for table in self.tables_of(name)):
+            return "[soak.cpu_rules] over [soak.rules]"
+        return "the GPU rules ([soak.rules]): the file has no [soak.cpu_rules]"
+
+    def to_json(self) -> dict[str, Any]:
+        """The rules as the results' ``soak`` section keeps them: each rule's keys and the tables
+        they were read from (None: not in force)."""
+        out: dict[str, Any] = {}
+        for name in RULE_NAMES:
+            rule = getattr(self, name)
+            out[name] = {**asdict(rule), "tables": list(self.tables_of(name))} if rule is not None else None
+        return out

@@ -390,15 +390,19 @@ def drift_rows(section: Mapping[str, Any], limit: int = DRIFT_ROWS) -> tuple[lis
 
 
 def rules_in_force(section: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Each rule with its keys in words and the ``source`` its numbers rest on; a rule the file
-    does not set is said to be off."""
+    """Each rule with its keys in words and the ``source`` its numbers rest on, after the tables
+    they were read from where the results name them (``[soak.cpu_rules.drift] over
+    [soak.rules.drift]``: CPU ranks stood in); a rule the file does not set is said to be off."""
     out = []
     for name, rule in (section.get("rules") or {}).items():
         if not isinstance(rule, Mapping):
             out.append((str(name), "not in force", ""))
             continue
-        keys = "; ".join(f"{k} {plain(v)}" for k, v in rule.items() if k != "source" and v is not None)
-        out.append((str(name), keys or "any", str(rule.get("source") or "")))
+        shown = {k: v for k, v in rule.items() if k not in ("source", "tables") and v is not None}
+        keys = "; ".join(f"{k} {plain(v)}" for k, v in shown.items())
+        tables = " over ".join(f"[{t}]" for t in rule.get("tables") or ())
+        source = ": ".join(part for part in (tables, str(rule.get("source") or "")) if part)
+        out.append((str(name), keys or "any", source))
     return out
 
 

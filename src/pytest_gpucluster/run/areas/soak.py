@@ -25,7 +25,8 @@ from typing import Any
 from pytest_gpucluster.checks import soak as soak_checks
 from pytest_gpucluster.checks.soak import Lines, SoakTrack
 from pytest_gpucluster.config import Profile, ThresholdSet
-from pytest_gpucluster.config.soak import say_duration
+from pytest_gpucluster.config.profile import soak_rules_for
+from pytest_gpucluster.config.soak import SoakRules, say_duration
 from pytest_gpucluster.errors import GpuClusterError
 from pytest_gpucluster.launch import Job
 from pytest_gpucluster.plan import jobs
@@ -194,7 +195,8 @@ def _soak(ctx: JobContext) -> SoakRun:
     requested = profile.soak.duration_s
     real = profile.gpus_are_real and ctx.gpus_per_node > 0
     config: SoakConfig = profile.soak.config(real_gpus=real)
-    rules, lines = profile.soak_rules, lines_of(profile, ctx.thresholds)
+    # CPU ranks standing in for GPUs (no GPU devices, or GRES-only GPUs) take their own rules.
+    rules, lines = soak_rules_for(profile, real_gpus=real), lines_of(profile, ctx.thresholds)
     folder = ctx.job_root / f"soak-{secrets.token_hex(3)}"
     folder.mkdir(parents=True)
     follower = Follower(
@@ -227,7 +229,8 @@ def _soak(ctx: JobContext) -> SoakRun:
             )
         except GpuClusterError as exc:  # a node lost earlier: that node's verdict only
             ended[node] = NodeSoak("", "failed", exc)
-    ctx.say(f"soak of {say_duration(requested)} on {len(submitted)} node(s), cycles of {config.cycle_s:g} s")
+    ranks = "" if real else f"; CPU ranks stand in, judged by {rules.for_cpu_ranks()}"
+    ctx.say(f"soak of {say_duration(requested)} on {len(submitted)} node(s), cycles of {config.cycle_s:g} s{ranks}")
     follower.start()
     try:
         for node, job in submitted.items():
@@ -242,13 +245,13 @@ def _soak(ctx: JobContext) -> SoakRun:
         follower.poll(final=True)
         for node, job in submitted.items():
             ended.setdefault(node, NodeSoak(job.job_id, "interrupted"))
-        _record(ctx, follower, ended, requested, config, [], interrupted=True)
+        _record(ctx, follower, ended, requested, config, rules, [], interrupted=True)
         raise
     follower.stop()
     follower.poll(final=True)
     ended = {n: _with_stream_end(e, follower.track, n) for n, e in ended.items()}
     findings = soak_checks.judge(follower.track, rules, lines)
-    _record(ctx, follower, ended, requested, config, findings, interrupted=False)
+    _record(ctx, follower, ended, requested, config, rules, findings, interrupted=False)
     return SoakRun(requested, ended, tuple(findings), follower.track, follower.first_failure)
 
 
@@ -267,6 +270,7 @@ def _record(
     ended: Mapping[str, NodeSoak],
     requested: float,
     config: SoakConfig,
+    rules: SoakRules,
     findings: list[Finding],
     *,
     interrupted: bool,
@@ -278,7 +282,7 @@ def _record(
         track,
         requested_s=requested,
         config=config_dict(config),
-        rules=ctx.profile.soak_rules,
+        rules=rules,
         nodes={n: e.to_json() for n, e in ended.items()},
     )
     section["findings"] = [codec.encode_finding(f) for f in findings]
