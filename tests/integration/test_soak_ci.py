@@ -33,8 +33,8 @@ from gpucluster_testcluster.config import Paths
 pytestmark = pytest.mark.integration
 
 SOAK = "tests/acceptance/test_soak.py"
-# The ci profile's soak: 4-second cycles, lines for CPU stand-ins on two shared cores.
-SOAK_TABLE = {"cycle_s": 4, "sdc_every": 3, "rules": {"drift": {"warn": 0.3, "fail": 0.4, "metrics": ["tflops"]}}}
+# The ci profile's soak: 4-second cycles; its CPU stand-ins are judged by [soak.cpu_rules].
+SOAK_TABLE = {"cycle_s": 4, "sdc_every": 3}
 AREA = Path("/srv/gpucluster-ci/shared/.pytest-gpucluster")
 
 
