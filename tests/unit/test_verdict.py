@@ -43,3 +43,19 @@ def test_xfail_threshold_turns_fail_into_expected():
     t = Threshold("nccl.all_reduce.intra_node", "GB/s", fail_below=330, xfail="known slow NVSwitch tray")
     v = judge(m(100), t)
     assert v.status == "xfail" and "known slow NVSwitch tray" in v.sentence
+
+
+def test_a_pass_against_a_path_line_says_the_path_was_proven_not_a_speed():
+    path = Threshold("train.ddp.tokens_per_s_per_gpu", "tokens/s", fail_below=1, path_only=True, source="t.toml [z]")
+    across = Measurement("train.ddp.tokens_per_s_per_gpu", 22541.6, "tokens/s", where="node1+node2")
+    proven = judge(across, path)
+    assert (proven.status, proven.proves_path) == ("pass", True)
+    assert proven.sentence == (
+        "node1+node2: train.ddp.tokens_per_s_per_gpu = 22541.6 tokens/s, "
+        "path proven (fail < 1 tokens/s is a path line, not a speed)"
+    )
+    # a zero fails the path line as any line; a pass against a real line is a pass of its speed
+    stopped = judge(Measurement("train.ddp.tokens_per_s_per_gpu", 0.0, "tokens/s"), path)
+    assert (stopped.status, stopped.proves_path) == ("fail", False)
+    real = judge(m(360), BUSBW)
+    assert not real.proves_path and real.sentence.endswith("within bounds (fail < 330 GB/s, warn < 355 GB/s)")

@@ -78,6 +78,12 @@ class Verdict:
         """What the line rests on (``Threshold.origin``), or ``missing`` for a measurement no line judged."""
         return "missing" if self.status == UNJUDGED else self.threshold.origin
 
+    @property
+    def proves_path(self) -> bool:
+        """A pass against a line that only proves a path works (``Threshold.path_only``): the
+        path carried the work, and the value is no pass of a speed."""
+        return self.status == "pass" and self.threshold.path_only
+
     def finding(self) -> Finding | None:
         """The finding a verdict past a line is (None for a pass or an expected failure): of the
         measured node or GPU, or of the nodes measured together and the culprits isolated."""
@@ -117,6 +123,8 @@ def judge(m: Measurement, t: Threshold) -> Verdict:
         status, line = "warn", f"below the warn line {_fmt(t.warn_below)} {t.unit}"
     elif t.warn_above is not None and m.value > t.warn_above:
         status, line = "warn", f"above the warn line {_fmt(t.warn_above)} {t.unit}"
+    if status == "pass" and t.path_only:
+        return Verdict(m, t, "pass", f"{subject} = {value}, path proven ({t.describe()} is a path line, not a speed)")
     if status == "pass":
         return Verdict(m, t, "pass", f"{subject} = {value}, within bounds ({t.describe()})")
     if status == "fail" and t.xfail:
