@@ -72,3 +72,60 @@ def test_a_check_over_every_node_that_passed_counts_for_the_repaired_node():
     merged = handover(earlier, "first.json", now, "again.json")
     assert merged["verdict"] == "INCOMPLETE"
     assert "did not pass again test_no_foreign_process" in merged["nodes"]["node2"]["reasons"][0]
+
+
+def _partial(now: dict) -> dict:
+    # The same re-test narrowed by -k: only the selected checks speak for the nodes.
+    for v in now["acceptance"]["nodes"]["verdicts"].values():
+        v["verdict"] = "PARTIAL" if v["verdict"] == "ACCEPTED" else v["verdict"]
+    return now
+
+
+def test_a_node_left_out_earlier_is_accepted_only_by_a_whole_re_test():
+    earlier = _earlier()
+    earlier["acceptance"]["nodes"]["verdicts"]["node2"] = {
+        "verdict": "REJECTED",
+        "reasons": ["node2: Slurm reports it DOWN; not tested"],
+        "checks": [],
+        "unfinished": True,
+    }
+    merged = handover(earlier, "first.json", _partial(_now("ACCEPTED", "ACCEPTED")), "again.json")
+    assert merged["verdict"] == "INCOMPLETE" and merged["nodes"]["node2"]["verdict"] == "INCOMPLETE"
+    assert "left out or lost" in merged["nodes"]["node2"]["reasons"][0]
+    assert handover(earlier, "first.json", _now("ACCEPTED", "ACCEPTED"), "again.json")["verdict"] == "ACCEPTED"
+
+
+def test_a_node_lost_earlier_is_not_accepted_by_the_checks_that_convicted_it_alone():
+    # Lost during the compute check: the checks it never reached are not in its list.
+    earlier = _earlier()
+    earlier["acceptance"]["nodes"]["verdicts"]["node2"]["unfinished"] = True
+    merged = handover(earlier, "first.json", _partial(_now("ACCEPTED", "ACCEPTED")), "again.json")
+    assert merged["verdict"] == "INCOMPLETE"
+    # the same node rejected by that check alone, every other check of it judged: re-accepted
+    del earlier["acceptance"]["nodes"]["verdicts"]["node2"]["unfinished"]
+    merged = handover(earlier, "first.json", _partial(_now("ACCEPTED", "ACCEPTED")), "again.json")
+    assert merged["verdict"] == "ACCEPTED"
+
+
+def test_a_check_that_left_the_rejected_node_not_judged_must_pass_again_too():
+    earlier = _earlier()
+    earlier["acceptance"]["nodes"]["verdicts"]["node2"]["unjudged"] = ["test_nccl"]
+    merged = handover(earlier, "first.json", _partial(_now("ACCEPTED", "ACCEPTED")), "again.json")
+    assert merged["verdict"] == "INCOMPLETE"
+    assert "did not pass again test_nccl" in merged["nodes"]["node2"]["reasons"][0]
+    now = _partial(_now("ACCEPTED", "ACCEPTED"))
+    now["tests"].append(_test("test_nccl", "node2", "pass"))
+    assert handover(earlier, "first.json", now, "again.json")["verdict"] == "ACCEPTED"
+
+
+def test_a_node_partial_in_both_runs_or_new_in_a_partial_re_test_is_not_accepted():
+    earlier = _earlier()
+    earlier["acceptance"]["nodes"]["verdicts"]["node2"] = {"verdict": "PARTIAL", "reasons": [], "checks": []}
+    merged = handover(earlier, "first.json", _partial(_now("ACCEPTED", "ACCEPTED")), "again.json")
+    assert merged["nodes"]["node2"]["verdict"] == "INCOMPLETE" and merged["verdict"] == "INCOMPLETE"
+    assert "selected only some checks (PARTIAL)" in merged["nodes"]["node2"]["reasons"][0]
+    # node2 not in the earlier run at all (named with --gpucluster-nodes)
+    del earlier["acceptance"]["nodes"]["verdicts"]["node2"]
+    merged = handover(earlier, "first.json", _partial(_now("ACCEPTED", "ACCEPTED")), "again.json")
+    assert merged["nodes"]["node2"]["verdict"] == "INCOMPLETE"
+    assert handover(earlier, "first.json", _now("ACCEPTED", "ACCEPTED"), "again.json")["verdict"] == "ACCEPTED"

@@ -217,3 +217,33 @@ def test_a_failure_no_node_explains_stands_until_a_run_without_it():
     earlier = _earlier({"node1": {"verdict": "ACCEPTED"}}, cluster_wide=["test_fabric: fail: slow"])
     merged = handover(earlier, "a", _now([_t("a::test_x[node1]", "pass", node="node1")], ("node1",)), "b")
     assert merged["verdict"] == "INCOMPLETE" and merged["cluster_wide"] == ["test_fabric: fail: slow"]
+
+
+def test_a_node_left_out_or_lost_is_marked_unfinished_and_a_rejected_nodes_unjudged_checks_kept():
+    # What a re-test must pass for a node comes from these fields (``verdict.merge``): a node left
+    # out or lost never reached some checks; a node rejected by one check and not judged by another
+    # must pass both again.
+    tests = [
+        _t("a::test_gpu[node1]", "fail", node="node1", findings=[_f("gpu slow", node="node1")]),
+        _t("a::test_nccl[node1]", "not_judged", node="node1", message="Skipped: no result"),
+        _t("a::test_gpu[node2]", "pass", node="node2"),
+    ]
+    doc = {
+        **_doc(tests, nodes=("node1", "node2", "node3", "node4")),
+        "environment": {
+            "lost_nodes": {"node3": {"why": "DOWN", "when": "t", "job": "7", "how": "x"}},
+            "excluded_nodes": {"node4": "DRAIN (bad DIMM)"},
+        },
+    }
+    by_node = {v.node: v for v in verdict.node_verdicts(codec.decode_run(doc), "REJECTED").verdicts}
+    assert (by_node["node1"].checks, by_node["node1"].unjudged, by_node["node1"].unfinished) == (
+        ("test_gpu",),
+        ("test_nccl",),
+        False,
+    )
+    assert by_node["node3"].unfinished and by_node["node4"].unfinished and not by_node["node2"].unfinished
+    nodes = verdict.node_verdicts(codec.decode_run(doc), "REJECTED")
+    encoded = codec.encode_nodes(nodes)["verdicts"]
+    assert encoded["node1"]["unjudged"] == ["test_nccl"] and "unfinished" not in encoded["node1"]
+    assert encoded["node4"]["unfinished"] is True
+    assert codec.decode_nodes({"verdicts": encoded}).verdicts == nodes.verdicts

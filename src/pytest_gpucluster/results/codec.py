@@ -249,8 +249,14 @@ def decode_acceptance(data: Mapping[str, Any]) -> Acceptance:
 
 
 def encode_node_verdict(v: NodeVerdict) -> dict[str, Any]:
-    """One node's verdict, under its node's name."""
-    return {"verdict": v.verdict, "reasons": list(v.reasons), "checks": list(v.checks)}
+    """One node's verdict, under its node's name; ``unfinished`` and ``unjudged`` only where they
+    say something."""
+    entry: dict[str, Any] = {"verdict": v.verdict, "reasons": list(v.reasons), "checks": list(v.checks)}
+    if v.unfinished:
+        entry["unfinished"] = True
+    if v.unjudged:
+        entry["unjudged"] = list(v.unjudged)
+    return entry
 
 
 def encode_nodes(n: Nodes) -> dict[str, Any]:
@@ -266,7 +272,14 @@ def encode_nodes(n: Nodes) -> dict[str, Any]:
 def decode_nodes(data: Mapping[str, Any]) -> Nodes:
     """The node verdicts ``encode_nodes`` wrote."""
     verdicts = tuple(
-        NodeVerdict(str(n), v["verdict"], tuple(v.get("reasons", [])), tuple(v.get("checks", [])))
+        NodeVerdict(
+            str(n),
+            v["verdict"],
+            tuple(v.get("reasons", [])),
+            tuple(v.get("checks", [])),
+            unfinished=bool(v.get("unfinished", False)),
+            unjudged=tuple(v.get("unjudged", [])),
+        )
         for n, v in (data.get("verdicts") or {}).items()
     )
     wide = tuple(data.get("cluster_wide", []))

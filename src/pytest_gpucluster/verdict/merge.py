@@ -22,6 +22,13 @@ def _passed_for(m: Matrix, node: str, col: Column) -> bool:
     return m.cell(CLUSTER_ROW, col).status in ("pass", "warn")
 
 
+def _unfinished(was: NodeVerdict) -> bool:
+    """Whether an earlier verdict leaves unknown what the node would pass: left out or lost
+    (``unfinished``), or not accepted with no check named (PARTIAL in a partial run, or a results
+    file written before ``unfinished`` was recorded)."""
+    return was.unfinished or (was.verdict != "ACCEPTED" and not was.checks and not was.unjudged)
+
+
 # The fewest nodes a check across nodes runs on: a re-test of fewer brings accepted partners.
 ACROSS_NODES = 2
 
@@ -29,10 +36,12 @@ ACROSS_NODES = 2
 def retest_choice(verdicts: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What a re-test runs on, from the earlier run's node → verdict: the nodes it did not accept,
     and beside them accepted partners, the first in the earlier run's order, enough that every
-    check across nodes runs for them (a repaired node is judged by the checks that decided it)."""
+    check across nodes runs for them (a repaired node is judged by the checks that decided it),
+    and at least one: where two nodes are left and one still fails, the checks across nodes need
+    a node known good beside the other to tell whose fault a failure is."""
     left = tuple(n for n, v in verdicts.items() if v != "ACCEPTED")
     accepted = [n for n, v in verdicts.items() if v == "ACCEPTED"]
-    wanted = max(0, min(ACROSS_NODES, len(verdicts)) - len(left))
+    wanted = max(ACROSS_NODES - len(left), 1 if left else 0)
     return left, tuple(accepted[:wanted])
 
 
@@ -68,10 +77,12 @@ def handover(
     an earlier run's node verdicts (``--gpucluster-merge-results``).
 
     A node this run tested takes this run's verdict, and an ACCEPTED or PARTIAL one counts as
-    ACCEPTED only when every check that decided its earlier verdict ran again and passed (INCOMPLETE
-    otherwise, naming those checks). A node the earlier run accepted and this run tested beside
-    them (a partner, ``retest_choice``) keeps its earlier verdict unless it now fails. A node this
-    run did not test keeps its earlier verdict. Failures the earlier run could pin on no node stand
+    ACCEPTED only when every check that decided its earlier verdict, or left it not judged, ran
+    again and passed (INCOMPLETE otherwise, naming those checks). A node the earlier run did not
+    test in full (left out, lost, a partial run, or not in it) has no such list: only this run's
+    own ACCEPTED, every check run, accepts it. A node the earlier run accepted and this run tested
+    beside them (a partner, ``retest_choice``) keeps its earlier verdict unless it now fails. A
+    node this run did not test keeps its earlier verdict. Failures the earlier run could pin on no node stand
     until a run without them. ACCEPTED only when every node is; REJECTED when any node is."""
     before = {v.node: v for v in earlier.verdicts}
     after = {v.node: v for v in now.verdicts}
@@ -88,9 +99,21 @@ def handover(
             merged[node] = Merged(after[node], now_ref) if failed_now else Merged(was, earlier_ref)
             continue
         mine = after[node]
-        if mine.verdict in ("PARTIAL", "ACCEPTED"):
+        if mine.verdict == "PARTIAL" and (was is None or _unfinished(was)):
+            if was is None:
+                earlier_said = "the earlier run did not test it"
+            elif was.verdict == "PARTIAL":
+                earlier_said = "the earlier run selected only some checks (PARTIAL)"
+            else:
+                earlier_said = f"the earlier run did not test it in full ({was.verdict}: left out or lost)"
+            reason = (
+                f"{node}: {earlier_said}, and this re-test selected only some checks: only a re-test "
+                "of every check (no -k, -m or test paths narrowing the run) can accept it"
+            )
+            mine = replace(mine, verdict="INCOMPLETE", reasons=(reason,))
+        elif mine.verdict in ("PARTIAL", "ACCEPTED"):
             passed = {col[1] for col in m.columns if _passed_for(m, node, col)}
-            deciding = was.checks if was is not None else ()
+            deciding = (*was.checks, *was.unjudged) if was is not None else ()
             missing = [c for c in deciding if c not in passed]
             if missing:
                 reason = (

@@ -27,6 +27,10 @@ class NodeVerdict:
     verdict: NodeOverall
     reasons: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()  # the checks (test functions) whose results decided a REJECTED or INCOMPLETE
+    # Left out before any job or lost during the run: the checks it never reached are unknown, so
+    # ``checks`` does not say all a re-test must pass for it (``merge.handover``).
+    unfinished: bool = False
+    unjudged: tuple[str, ...] = ()  # a REJECTED node's checks not judged either: a re-test must pass them too
 
 
 @dataclass(frozen=True)
@@ -57,11 +61,15 @@ def node_verdicts(run: RunRecord, run_verdict: str = "", placed: Sequence[Placed
             seen = lost[node]
             why = seen.get("why", seen) if isinstance(seen, Mapping) else seen
             bad.insert(0, f"{node}: lost during the run: {why}")
+        unjudged = [p for p in mine if p.status in UNJUDGED]
         if bad:
             checks = tuple(dict.fromkeys(p.column[1] for p in mine if p.convicts))
-            out.append(NodeVerdict(node, "REJECTED", tuple(fold_lines(dict.fromkeys(bad), known)), checks))
+            lines = tuple(fold_lines(dict.fromkeys(bad), known))
+            also = tuple(c for c in dict.fromkeys(p.column[1] for p in unjudged) if c not in checks)
+            out.append(
+                NodeVerdict(node, "REJECTED", lines, checks, unfinished=node in excluded or node in lost, unjudged=also)
+            )
             continue
-        unjudged = [p for p in mine if p.status in UNJUDGED]
         if unjudged:
             lines = tuple(fold_lines(dict.fromkeys(p.line for p in unjudged), known))
             out.append(NodeVerdict(node, "INCOMPLETE", lines, tuple(dict.fromkeys(p.column[1] for p in unjudged))))
