@@ -53,7 +53,7 @@ def test_wrong_counts_are_named():
     problems, _ = _judged(_view(cvd="0,1,2", job_gpus="0"), 2, device_cgroups=False)
     assert problems == [
         "node1 (job 10, task 0): CUDA_VISIBLE_DEVICES='0,1,2' lists 3 GPU(s), the job asked for 2",
-        "node1 (job 10, task 0): Slurm allotted GPU(s) ['0'] (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for 2",
+        "node1 (job 10, task 0): Slurm allotted GPU(s) 0 (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for 2",
     ]
     problems, _ = _judged(_view(cvd=None), 2, device_cgroups=True)
     assert problems[0] == "node1 (job 10, task 0): CUDA_VISIBLE_DEVICES is not set; Slurm did not bind the job's GPUs"
@@ -98,8 +98,21 @@ def test_nvml_seeing_every_gpu_is_a_failure_or_a_warning():
     assert (warned.scope, warned.severity) == ("config", "warn")  # the profile says devices are not constrained
     wrong = replace(view, torch_uuids=("0aaa", "3aaa"))  # CUDA's index 0 is not a GPU Slurm gave
     assert _judged(wrong, 2, device_cgroups=False)[0] == [
-        "node1 (job 10, task 0): CUDA sees GPU(s) ['0aaa'] outside the allotment ['2aaa', '3aaa']"
+        "node1 (job 10, task 0): CUDA sees GPU(s) 0aaa outside the allotment 2aaa, 3aaa"
     ]
+
+
+def test_without_device_cgroups_the_allotment_is_read_through_the_nodes_gres_conf():
+    # node2 of a split machine: GRES indices 0-1 are /dev/nvidia2-3 (its gres.conf); NVML sees all
+    # four GPUs, so the job's GPUs are picked by the files gres.conf gives its indices.
+    gres = "NodeName=node1 Name=gpu File=/dev/nvidia[0-1]\nNodeName=node2 Name=gpu File=/dev/nvidia[2-3]\n"
+    procs = {0: ((4242, 30000),), 3: ((5151, 1000),)}
+    view = _view(node="node2", job_gpus="0,1", nvml=_devices([0, 1, 2, 3], procs), gres_conf=gres)
+    assert [d.minor for d in iso_checks.allotted(view)] == [2, 3]
+    (found,) = iso_checks.foreign_process_findings(view)  # node1's process on gpu0 is not node2's
+    assert (found.gpu, found.culprits) == (3, ("node2",)) and "process 5151" in found.text
+    # no files for the node in gres.conf: index and minor are one
+    assert [d.minor for d in iso_checks.allotted(replace(view, gres_conf=None))] == [0, 1]
 
 
 def test_foreign_process():
@@ -121,7 +134,7 @@ def test_concurrent_jobs_recorded_on_the_test_cluster_are_disjoint():
     assert iso_checks.disjoint_findings(a, b) == []
     clash = [replace(b[0], job_gpus="1,2", step_gpus="1,2"), b[1]]
     (found,) = iso_checks.disjoint_findings(a, clash)
-    assert found.text == "node1: jobs 10 and 11 ran at the same time on ['gres index 1']"
+    assert found.text == "node1: jobs 10 and 11 ran at the same time on gres index 1"
     assert (found.scope, found.culprits) == ("node", ("node1",))  # node2 was set up alike and shared nothing
     late = [replace(b[0], peer_seen=False), b[1]]
     (found,) = iso_checks.disjoint_findings(a, late)
@@ -139,7 +152,7 @@ def test_gpus_per_task_recorded_on_the_test_cluster():
     assert [f.text for f in iso_checks.per_task_findings(views)] == ["node1: tasks [2, 3] share gres index 2"]
     views[3] = _view(3, cvd="2,3", job_gpus="0,1,2,3", step="2,3")
     assert iso_checks.per_task_findings(views)[0].text == (
-        "node1 (job 10, task 3): sees 2 GPU(s) ['gres index 2', 'gres index 3'] (CUDA_VISIBLE_DEVICES='2,3'), "
+        "node1 (job 10, task 3): sees 2 GPU(s) gres index 2, gres index 3 (CUDA_VISIBLE_DEVICES='2,3'), "
         "expected exactly 1"
     )
 
@@ -225,13 +238,12 @@ def test_per_task_views_as_the_4xh200_machine_gave_them():
     assert iso_checks.foreign_process_findings(step_wide[1]) == []
     outside = replace(t1, nvml=_devices([0, 1, 2, 3]), torch_uuids=("1aaa",))  # GPU 1 is not the job's
     assert _judged(outside, 1, device_cgroups=False, job_holds=2)[0] == [
-        "node1 (job 10, task 1): CUDA sees GPU(s) ['1aaa'] outside the allotment ['2aaa', '3aaa']"
+        "node1 (job 10, task 1): CUDA sees GPU(s) 1aaa outside the allotment 2aaa, 3aaa"
     ]
     shared = [step_wide[0], replace(step_wide[1], torch_uuids=("2aaa",))]  # CUDA gives both tasks GPU 2
     assert [f.text for f in iso_checks.per_task_findings(shared)] == ["node1: tasks [0, 1] share GPU-2aaa"]
     # SLURM_STEP_GPUS as Slurm documents it (the step's GPUs) is no fault either; three are.
     assert _judged(replace(t1, step_gpus="2,3"), 1, device_cgroups=True, job_holds=2) == ([], [])
     assert _judged(replace(t1, step_gpus="1,2,3"), 1, device_cgroups=True, job_holds=2)[0] == [
-        "node1 (job 10, task 1): Slurm allotted GPU(s) ['1', '2', '3'] (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job "
-        "asked for 1"
+        "node1 (job 10, task 1): Slurm allotted GPU(s) 1, 2, 3 (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for 1"
     ]

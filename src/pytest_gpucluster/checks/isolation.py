@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_gpucluster.checks.gres_conf import gres_order_mismatch
+from pytest_gpucluster.checks.gres_conf import gres_order_mismatch, minor_of, node_gpu_files
 from pytest_gpucluster.checks.places import own_or_setup
 from pytest_gpucluster.verdict import Finding
 from pytest_gpucluster.workloads.isolation import Device, GpuView
@@ -28,6 +28,11 @@ def parse_list(text: str | None) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
+def _words(items: Sequence[str]) -> str:
+    """``("0", "1")`` → ``0, 1`` (``none`` for none): a sentence names GPUs, not a Python list."""
+    return ", ".join(items) or "none"
+
+
 def _norm(uuid: str) -> str:
     # NVML writes "GPU-<uuid>", torch the bare uuid.
     return uuid.lower().removeprefix("gpu-")
@@ -35,7 +40,7 @@ def _norm(uuid: str) -> str:
 
 def allotted(view: GpuView) -> tuple[Device, ...]:
     """The NVML devices Slurm gave the task: all of them when NVML sees only the allotment (device
-    cgroups), else those whose /dev/nvidiaN minor is in the allotted GRES indices. A task of a
+    cgroups), else those of the allotted GRES indices (``_of``: through the node's gres.conf). A task of a
     ``--gpus-per-task`` job: the one CUDA gives it, where it read one, since its SLURM_STEP_GPUS
     does not always name it (Slurm 22.05 can give a task the index of another GPU of the job;
     docs/checks-infrastructure.md)."""
@@ -50,10 +55,18 @@ def allotted(view: GpuView) -> tuple[Device, ...]:
 
 
 def _of(view: GpuView, indices: tuple[str, ...]) -> tuple[Device, ...]:
+    """The NVML devices of GRES ``indices``: all NVML sees where it sees no more (device cgroups),
+    else those whose minor is the device file gres.conf gives each index (index i is the node's
+    i-th file; where gres.conf names no files, index and minor are one)."""
     nvml = view.nvml or ()
     if len(nvml) <= len(indices) or not indices:
         return nvml
-    return tuple(d for d in nvml if str(d.minor) in indices)
+    files = node_gpu_files(view.gres_conf, view.node) if view.gres_conf else None
+    if files and all(i.isdigit() and int(i) < len(files) for i in indices):
+        minors = {minor_of(files[int(i)]) for i in indices}
+    else:
+        minors = {int(i) for i in indices if i.isdigit()}
+    return tuple(d for d in nvml if d.minor in minors)
 
 
 def view_findings(
@@ -93,7 +106,8 @@ def _view(
         problems.append(
             (
                 "slurm",
-                f"{w}: Slurm allotted GPU(s) {list(slurm)} (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked for {asked}",
+                f"{w}: Slurm allotted GPU(s) {_words(slurm)} (SLURM_STEP_GPUS/SLURM_JOB_GPUS), the job asked "
+                f"for {asked}",
             )
         )
     if view.torch_count is not None and view.torch_count != asked:
@@ -141,7 +155,8 @@ def _view(
             wrong = seen != given
         if wrong:
             outside = sorted(seen - given) or sorted(seen)
-            problems.append(("cuda", f"{w}: CUDA sees GPU(s) {outside} outside the allotment {sorted(given)}"))
+            text = f"{w}: CUDA sees GPU(s) {_words(outside)} outside the allotment {_words(sorted(given))}"
+            problems.append(("cuda", text))
     return problems, found
 
 
@@ -188,7 +203,7 @@ def disjoint_findings(first: Sequence[GpuView], second: Sequence[GpuView]) -> li
         if v.peer_seen is False
     ]
     seen = [
-        ("shared", a.node, f"{a.node}: jobs {a.job_id} and {b.job_id} ran at the same time on {sorted(shared)}")
+        ("shared", a.node, f"{a.node}: jobs {a.job_id} and {b.job_id} ran at the same time on {_words(sorted(shared))}")
         for a in first
         for b in second
         if a.node == b.node and (shared := _identities(a) & _identities(b))
@@ -207,7 +222,7 @@ def per_task_findings(views: Sequence[GpuView]) -> list[Finding]:
         visible = len(v.nvml) if v.nvml is not None and len(v.nvml) <= 1 else len(parse_list(v.cuda_visible_devices))
         if len(ids) != 1 or visible != 1:
             text = (
-                f"{v.where}: sees {visible} GPU(s) {sorted(ids)} (CUDA_VISIBLE_DEVICES="
+                f"{v.where}: sees {visible} GPU(s) {_words(sorted(ids))} (CUDA_VISIBLE_DEVICES="
                 f"{v.cuda_visible_devices!r}), expected exactly 1"
             )
             seen.append(("count", v.node, text))
