@@ -10,7 +10,7 @@ standalone page by ``render_page`` (``python -m pytest_gpucluster.report``).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -23,6 +23,8 @@ from pytest_gpucluster.report import figures, handover, inventory, model, plots,
 from pytest_gpucluster.report.node_fixes import node_fixes
 from pytest_gpucluster.results import codec
 from pytest_gpucluster.results.timing import start_up_note
+from pytest_gpucluster.verdict.attribution import path_cells
+from pytest_gpucluster.verdict.check import Column
 from pytest_gpucluster.verdict.findings import SEVERITY, test_label, worst
 from pytest_gpucluster.verdict.fold import fold_lines
 from pytest_gpucluster.verdict.run import COUNTED
@@ -37,10 +39,12 @@ STATUS_TEXT = {
     "n/a": "n/a",
     "xfail": "expected fail",
     "xpass": "unexpected pass",
+    "path": "path only",  # a matrix cell whose every pass is against a line that only proves a path
     "none": "",
 }
 STATUS_SYMBOL = {
     "pass": "✓",
+    "path": "↔",
     "warn": "!",
     "fail": "✗",
     "xpass": "✗",
@@ -267,9 +271,11 @@ def environment_block(doc: Mapping[str, Any]) -> str:
     )
 
 
-def matrix_block(m: verdict.Matrix) -> str:
+def matrix_block(m: verdict.Matrix, paths: Collection[tuple[str, Column]] = frozenset()) -> str:
     """The node × check matrix: one row per node (past ``NODE_ROWS`` nodes, the nodes with
-    anything but passes first and the rest in one row), one column per check; hover for details."""
+    anything but passes first and the rest in one row), one column per check; hover for details.
+    A passing cell of ``paths`` (``verdict.attribution.path_cells``) has a look of its own: it proves a path,
+    not a speed."""
     if not m.columns:
         return ""
     areas: list[tuple[str, int]] = []
@@ -279,13 +285,18 @@ def matrix_block(m: verdict.Matrix) -> str:
         else:
             areas.append((area, 1))
     rows = []
+    shown: set[str] = set()
     nodes = [r for r in m.rows if r != verdict.CLUSTER_ROW]
     for row in model.matrix_rows(m, NODE_ROWS):
         cells = []
         for col in m.columns:
             cell = row.cell(m, col)
             tip = "\n".join(fold_lines(cell.lines, nodes)[:20]) or "not run on this node"
-            cells.append({"status": cell.status, "tip": tip, "symbol": STATUS_SYMBOL.get(cell.status, "")})
+            status = cell.status
+            if status == "pass" and all((n, col) in paths for n in row.nodes):
+                status, tip = "path", f"path proven: its lines prove a path, not a speed\n{tip}"
+            shown.add(status)
+            cells.append({"status": status, "tip": tip, "symbol": STATUS_SYMBOL.get(status, "")})
         rows.append({"label": row.label, "group": len(row.nodes) > 1, "cells": cells})
     row_status = {r: worst(m.cell(r, c).status for c in m.columns) for r in m.rows}
     failing = [r for r, st in row_status.items() if st in ("fail", "xpass") and r != verdict.CLUSTER_ROW]
@@ -294,7 +305,7 @@ def matrix_block(m: verdict.Matrix) -> str:
         "matrix.html.j2",
         failing=short_list(failing),
         warning=short_list(warning),
-        legend=("pass", "warn", "fail", "not_judged", "n/a"),
+        legend=("pass", *(("path",) if "path" in shown else ()), "warn", "fail", "not_judged", "n/a"),
         cluster_row=verdict.CLUSTER_ROW,
         grouped=any(r["group"] for r in rows),
         areas=areas,
@@ -506,7 +517,7 @@ def render_page(
     blocks = [
         acceptance_block(doc, recorded, results_file),
         environment_block(doc),
-        matrix_block(recorded.matrix),
+        matrix_block(recorded.matrix, path_cells(codec.decode_run(doc))),
         gpu_map_block(doc),
         plots_block(doc),
         rounds_block(doc),

@@ -75,14 +75,19 @@ def measurement_value(m: Mapping[str, Any]) -> str:
 
 def junit_properties(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """Readable JUnit XML properties for a test's data entries: one per measurement
-    (``nccl.all_reduce.intra_node[node1]`` = ``354.2 GB/s pass (fail < 320 GB/s)``), job and
-    problem. Series, environment and inventory stay in the results file only."""
+    (``nccl.all_reduce.intra_node[node1]`` = ``354.2 GB/s pass (fail < 320 GB/s)``; a pass against
+    a path line reads ``path proven (...)``), job and problem. Series, environment and inventory
+    stay in the results file only."""
     props: list[tuple[str, str]] = []
     for e in entries:
         kind = e.get("kind")
         if kind == "measurement":
             bounds = describe_threshold(e)
-            props.append((measurement_label(e), f"{measurement_value(e)} {e.get('status', '?')} ({bounds})"))
+            if line_of(e).proves_path:
+                said = f"path proven ({bounds}, a path line, not a speed)"
+            else:
+                said = f"{e.get('status', '?')} ({bounds})"
+            props.append((measurement_label(e), f"{measurement_value(e)} {said}"))
         elif kind == "job":
             props.append((f"{PROPERTY}.job", f"{e.get('job_id')} {e.get('name', '')} {e.get('folder', '')}".strip()))
         elif kind == "problem":

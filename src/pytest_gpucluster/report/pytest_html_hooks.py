@@ -26,6 +26,7 @@ from pytest_gpucluster.report import html, model
 from pytest_gpucluster.report.handover import ResultsFile
 from pytest_gpucluster.results import codec
 from pytest_gpucluster.session import GpuClusterSession
+from pytest_gpucluster.verdict.attribution import path_cells
 from pytest_gpucluster.verdict.findings import test_label
 
 
@@ -102,7 +103,7 @@ class HtmlReportHooks:
         postfix.extend(
             [
                 html.environment_block(doc),
-                html.matrix_block(recorded.matrix),
+                html.matrix_block(recorded.matrix, path_cells(codec.decode_run(doc))),
                 html.gpu_map_block(doc),
                 html.plots_block(doc),
                 html.rounds_block(doc),

@@ -14,7 +14,10 @@ The rules, per test:
   was stopped by something outside them, only the held node where other work held one), else its
   own node, else no node (the run's verdict still says it);
 * what passed or warned colours the cells of the nodes it measured; in a check that was judged,
-  a figure no line judged is a warning on its nodes (the check warns that the line is missing).
+  a figure no line judged is a warning on its nodes (the check warns that the line is missing);
+* a pass against a line that only proves a path (``Verdict.proves_path``) is marked so, and so is a
+  node's pass of a check whose every measurement is one: a cell of such passes only proves a path
+  (``path_cells``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ CLUSTER_ROW = "(cluster-wide)"
 @dataclass(frozen=True)
 class Placed:
     """One line of one test on one row of the matrix (a node, or ``CLUSTER_ROW``). ``convicts``:
-    a failure of the row's node's own."""
+    a failure of the row's node's own; ``path_only``: a pass that only proves a path."""
 
     row: str
     column: Column
@@ -43,6 +46,7 @@ class Placed:
     line: str
     nodeid: str
     convicts: bool = False
+    path_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ def _passed_beside(t: CheckResult) -> Iterable[Placed]:
     for v in t.verdicts:
         if v.status in ("pass", "warn", "xfail"):
             for n in v.measurement.nodes:
-                yield Placed(n, t.column, v.status, v.sentence, t.nodeid)
+                yield Placed(n, t.column, v.status, v.sentence, t.nodeid, path_only=v.proves_path)
 
 
 def _failure_lines(t: CheckResult, bad: set[str]) -> Iterable[Placed]:
@@ -143,14 +147,15 @@ def _judged_lines(t: CheckResult) -> Iterable[Placed]:
     placed = False
     if t.node:
         placed = True
-        yield Placed(t.node, col, verdict, f"{label}: {verdict}", t.nodeid)
+        path = bool(t.verdicts) and all(v.proves_path for v in t.verdicts)
+        yield Placed(t.node, col, verdict, f"{label}: {verdict}", t.nodeid, path_only=path)
     for v in t.verdicts:
         # A figure no line judged, in a check that judged the rest: the check warns that its line
         # is missing (``checks/lines.py``), so the figure's nodes read as warned, not as untested.
         status = "warn" if v.status == UNJUDGED else v.status
         for n in v.measurement.nodes:
             placed = True
-            yield Placed(n, col, status, v.sentence, t.nodeid)
+            yield Placed(n, col, status, v.sentence, t.nodeid, path_only=v.proves_path)
     for f in t.findings_of("warn"):
         for n in f.nodes:
             placed = True
@@ -191,3 +196,17 @@ def matrix(run: RunRecord, placed: Sequence[Placed] | None = None) -> Matrix:
         for key, vals in collected.items()
     }
     return Matrix(tuple(rows), tuple(columns), cells)
+
+
+def path_cells(run: RunRecord, placed: Sequence[Placed] | None = None) -> frozenset[tuple[str, Column]]:
+    """The matrix cells that pass and whose every pass only proves a path: a pass there says the
+    path carried the work, not that a speed met its line."""
+    placed = placements(run) if placed is None else placed
+    collected: dict[tuple[str, Column], list[Placed]] = {}
+    for p in placed:
+        collected.setdefault((p.row, p.column), []).append(p)
+    return frozenset(
+        key
+        for key, ps in collected.items()
+        if worst(p.status for p in ps) == "pass" and all(p.path_only for p in ps if p.status == "pass")
+    )
