@@ -11,12 +11,12 @@ from pytest_gpucluster.workloads.nvml_util import NvmlSample
 
 
 def _gpu(i: int, tflops: float, *, node: str = "n1", checked: bool = True, label: str = "") -> GpuCeiling:
-    return GpuCeiling(node, label or f"gpu{i}", "NVIDIA H200", "bf16", tflops, 4.0, checked)
+    return GpuCeiling(node, label or f"gpu{i}", "NVIDIA H200", "bf16", tflops, 4.0, checked, 8192, 4 * 2**30)
 
 
 def test_each_gpu_is_measured_with_its_fraction_of_the_median():
     gpus = [_gpu(0, 321.0), _gpu(1, 740.0), _gpu(2, 728.0), _gpu(3, 762.0)]
-    measured = compute.ceiling_measurements(gpus, "77", "NVIDIA H200, bf16")
+    measured = compute.ceiling_measurements(gpus, "77")
     assert len(measured) == 16  # two metrics, each value and its fraction, per GPU
     slow = next(m for m in measured if m.gpu == 0 and m.metric == compute.MEDIAN_METRIC)
     assert (slow.nodes, slow.culprits, slow.where, slow.job_id) == (("n1",), ("n1",), "n1:gpu0", "77")
@@ -24,11 +24,26 @@ def test_each_gpu_is_measured_with_its_fraction_of_the_median():
     assert slow.detail == "compute.matmul_bf16 vs node median"
 
 
+def test_each_metric_names_what_it_measured():
+    gpus = [_gpu(0, 740.0), _gpu(1, 741.0)]
+    details = {m.metric: m.detail for m in compute.ceiling_measurements(gpus, "77") if m.gpu == 0}
+    assert details == {
+        "compute.matmul_bf16": "NVIDIA H200, bf16 GEMM of 8192 × 8192 matrices",
+        "compute.memcopy": "NVIDIA H200, 4 GiB copied device to device",  # a copy has no precision
+        compute.MEDIAN_METRIC: "compute.memcopy vs node median",
+    }
+
+
 def test_one_gpu_has_no_median_and_a_cpu_rank_is_named_in_the_detail():
-    (mm, cp) = compute.ceiling_measurements([_gpu(0, 1.0, label="cpu0")], "5", "cpu, fp32")
+    cpu = GpuCeiling("n1", "cpu0", "cpu", "fp32", 1.0, 0.1, True, 256, 16 * 2**20)
+    (mm, cp) = compute.ceiling_measurements([cpu], "5", stand_in=True)
     assert (mm.metric, mm.nodes, mm.gpu, mm.where) == ("compute.matmul_bf16", ("n1",), None, "n1:cpu0")
-    assert mm.detail == "cpu, fp32; one GPU on the node: no node median to compare"
+    assert (
+        mm.detail
+        == "cpu, fp32 GEMM of 256 × 256 matrices (CPU stand-in); one GPU on the node: no node median to compare"
+    )
     assert cp.metric == "compute.memcopy"
+    assert cp.detail.startswith("cpu, 16 MiB copied device to device (CPU stand-in)")
 
 
 def test_a_wrong_product_and_a_slowed_burn_are_their_gpus():

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from pytest_gpucluster.checks.places import gpu_index
 from pytest_gpucluster.verdict import Finding, Measurement
+from pytest_gpucluster.workloads.busbw import human_bytes
 from pytest_gpucluster.workloads.compute import BurnResult, GpuCeiling, fractions_of_median
 
 MEDIAN_METRIC = "compute.fraction_of_node_median"
@@ -19,6 +20,7 @@ CEILINGS: dict[str, tuple[str, Callable[[GpuCeiling], float]]] = {
     "compute.matmul_bf16": ("TFLOP/s", lambda g: g.matmul_tflops),
     "compute.memcopy": ("TB/s", lambda g: g.copy_tbps),
 }
+STAND_IN = " (CPU stand-in)"
 
 
 def _at(metric: str, value: float, unit: str, g: GpuCeiling, detail: str, job: str) -> Measurement:
@@ -29,18 +31,31 @@ def _at(metric: str, value: float, unit: str, g: GpuCeiling, detail: str, job: s
     return m if gpu is not None else dataclasses.replace(m, where=g.where)
 
 
-def ceiling_measurements(gpus: Sequence[GpuCeiling], job: str, detail: str) -> list[Measurement]:
-    """Each GPU's GEMM and copy rate, and each one's fraction of its node's median; a node of one
-    GPU has no peer to compare with, so only its value is judged, and the detail says so."""
+def ceiling_detail(metric: str, g: GpuCeiling, *, stand_in: bool = False) -> str:
+    """What ``metric`` measured on ``g``: the GEMM's precision and matrix size, the bytes the
+    copy moved (a copy has no precision), and whether a CPU rank stood in for a GPU."""
+    note = STAND_IN if stand_in else ""
+    if metric == "compute.matmul_bf16":
+        size = f" of {g.matmul_n} × {g.matmul_n} matrices" if g.matmul_n else ""
+        return f"{g.device_name}, {g.dtype} GEMM{size}{note}"
+    size = f"{human_bytes(g.copy_bytes)} " if g.copy_bytes else ""
+    return f"{g.device_name}, {size}copied device to device{note}"
+
+
+def ceiling_measurements(gpus: Sequence[GpuCeiling], job: str, *, stand_in: bool = False) -> list[Measurement]:
+    """Each GPU's GEMM and copy rate, each with what it measured (``ceiling_detail``), and each
+    one's fraction of its node's median; a node of one GPU has no peer to compare with, so only
+    its value is judged, and the detail says so. ``stand_in``: CPU ranks stood in for GPUs."""
     out: list[Measurement] = []
     for metric, (unit, read) in CEILINGS.items():
         if len(gpus) == 1:
-            note = f"{detail}; one GPU on the node: no node median to compare"
-            out.append(_at(metric, read(gpus[0]), unit, gpus[0], note, job))
+            g = gpus[0]
+            note = f"{ceiling_detail(metric, g, stand_in=stand_in)}; one GPU on the node: no node median to compare"
+            out.append(_at(metric, read(g), unit, g, note, job))
             continue
         ratios = fractions_of_median({g.gpu: read(g) for g in gpus})
         for g in gpus:
-            out.append(_at(metric, read(g), unit, g, detail, job))
+            out.append(_at(metric, read(g), unit, g, ceiling_detail(metric, g, stand_in=stand_in), job))
             out.append(_at(MEDIAN_METRIC, ratios[g.gpu], "ratio", g, f"{metric} vs node median", job))
     return out
 

@@ -83,6 +83,8 @@ class GpuCeiling:
     matmul_tflops: float
     copy_tbps: float
     matmul_checked: bool  # a sample of the product matched a reference computed in fp32
+    matmul_n: int = 0  # the GEMM's square matrices are n × n; 0: not recorded
+    copy_bytes: int = 0  # the bytes of one copy (each read once and written once); 0: not recorded
 
     @property
     def where(self) -> str:
@@ -112,7 +114,7 @@ def ceilings_here(ctx: TaskContext, *, config: ComputeConfig, backend: str | Non
     else:
         torch.set_num_threads(1)  # one core per stand-in rank: ranks must not slow each other
     tflops, checked = _gemm(config, device)
-    tbps = _copy(config, device)
+    tbps, copied = _copy(config, device)
     if on_gpu:
         torch.cuda.empty_cache()
     return GpuCeiling(
@@ -123,6 +125,8 @@ def ceilings_here(ctx: TaskContext, *, config: ComputeConfig, backend: str | Non
         matmul_tflops=tflops,
         copy_tbps=tbps,
         matmul_checked=checked,
+        matmul_n=config.matmul_n,
+        copy_bytes=copied,
     )
 
 
@@ -175,7 +179,8 @@ def _gemm(config: ComputeConfig, device: Any) -> tuple[float, bool]:
     return 2.0 * n**3 * config.matmul_iters / seconds / 1e12, checked
 
 
-def _copy(config: ComputeConfig, device: Any) -> float:
+def _copy(config: ComputeConfig, device: Any) -> tuple[float, int]:
+    """TB/s of a device-to-device copy, and the bytes one copy moves (``copy_bytes`` in whole fp32s)."""
     import torch
 
     numel = max(1, config.copy_bytes // 4)
@@ -185,7 +190,7 @@ def _copy(config: ComputeConfig, device: Any) -> float:
         dst.copy_(src)
     seconds = _timed(device, lambda: dst.copy_(src), config.copy_iters)
     moved = 2 * numel * 4 * config.copy_iters  # every byte is read once and written once
-    return moved / seconds / 1e12
+    return moved / seconds / 1e12, numel * 4
 
 
 # --------------------------------------------------------------------------- login side, pure
