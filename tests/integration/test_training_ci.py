@@ -28,7 +28,7 @@ def test_tiny_model_trains_with_ddp_and_fsdp_on_and_across_both_nodes(run_accept
     efficiency = metrics["train.ddp.scaling_efficiency"]
     assert (efficiency["where"], efficiency["nodes"], efficiency["culprits"]) == ("node1+node2", ["node1", "node2"], [])
     assert metrics["train.ddp.tokens_per_s_per_gpu"]["value"] > 0
-    assert metrics["train.ddp.tokens_per_s_per_gpu"]["detail"] == "4 × cpu, fp32"  # ci sets its own sizes
+    assert metrics["train.ddp.tokens_per_s_per_gpu"]["detail"] == "2 nodes × 2 × cpu, fp32"  # ci sets its own sizes
     losses = next(s for s in across["series"] if s["name"] == "train.ddp.loss")["points"]
     assert losses[-1][1] < losses[0][1]
     # the across-nodes job and both per-node jobs, whose GPUs trained alone first (the baseline)

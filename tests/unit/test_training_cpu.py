@@ -202,3 +202,17 @@ def test_a_parameter_count_is_written_as_people_write_it():
     counts = (950, 207_360, 125_000_000, 940_640_256, 1_300_000_000)
     said = [training_checks.count_words(n) for n in counts]
     assert said == ["950", "207 k", "125 M", "941 M", "1.3 B"]
+
+
+def test_the_detail_names_the_nodes_and_gpus_a_run_trained_on():
+    def run(places):
+        stats = [replace(_stats(r, [3.0, 2.0, 1.0], node=n), world_size=len(places)) for r, n in enumerate(places)]
+        return summarise(stats, TrainConfig())
+
+    assert training_checks.detail(run(["n1", "n1"]), tiny=False) == "2 × NVIDIA H200, bf16"
+    across = run(["n1", "n1", "n2", "n2"])
+    assert training_checks.detail(across, tiny=False) == "2 nodes × 2 × NVIDIA H200, bf16"
+    alone = training_checks.Baseline(run(["n1"]), "7", "n1, alone")
+    (tokens, _) = training_checks.speed(across, alone, "8", tiny=False)
+    assert tokens.detail == "2 nodes × 2 × NVIDIA H200, bf16" and tokens.nodes == ("n1", "n2")
+    assert training_checks.detail(run(["n1", "n1", "n2"]), tiny=False) == "3 × NVIDIA H200 on 2 nodes, bf16"

@@ -47,8 +47,17 @@ def count_words(n: int) -> str:
 
 
 def detail(run: TrainingSummary, *, tiny: bool) -> str:
-    """What ran: GPUs, device and dtype; ``tiny``: the tiny CPU model stood in for the profile's."""
-    return f"{run.world_size} × {run.device_name}, {run.dtype}{TINY_NOTE if tiny else ''}"
+    """What ran: nodes and GPUs, device and dtype (``2 × NVIDIA H200, bf16`` on one node,
+    ``2 nodes × 2 × NVIDIA H200, bf16`` across nodes, so an across-node figure never reads as a
+    node's); ``tiny``: the tiny CPU model stood in for the profile's."""
+    nodes = len(run.nodes)
+    if nodes < 2:
+        gpus = f"{run.world_size} × {run.device_name}"
+    elif run.world_size % nodes == 0:  # the across-node job places as many tasks on every node
+        gpus = f"{nodes} nodes × {run.world_size // nodes} × {run.device_name}"
+    else:
+        gpus = f"{run.world_size} × {run.device_name} on {nodes} nodes"
+    return f"{gpus}, {run.dtype}{TINY_NOTE if tiny else ''}"
 
 
 def records(run: TrainingSummary, where: str) -> list[tuple[str, dict[str, Any]]]:
