@@ -174,3 +174,20 @@ def test_plain_never_writes_a_python_literal():
     value = {"node": 0, "cpus": "0-63", "holds": ["/", "/tmp"], "nested": {"a": 1.5, "b": None}, "own": True}
     assert inventory.plain(value) == "node: 0; cpus: 0-63; holds: /, /tmp; nested: a: 1.5; b: ; own: yes"
     assert inventory.plain(False) == "no"
+
+
+def test_a_metric_measured_on_each_node_and_across_nodes_is_two_key_figures():
+    line = {"fail_below": 60000.0, "warn_below": 70000.0, "source": "t.toml [thresholds.h100]"}
+    metric = "train.ddp.tokens_per_s_per_gpu"
+    nodes = ["node1", "node2", "node3"]
+    per_node = [{**_m(metric, 82000.0 + i * 1000, n, line, "tokens/s"), "nodes": [n]} for i, n in enumerate(nodes)]
+    across = {**_m(metric, 75000.0, "+".join(nodes), line, "tokens/s"), "nodes": nodes}
+    keys = [k for k in figures.key_figures(_doc([*per_node, across], nodes)) if k.metric == metric]
+    # the nodes' median is theirs, not mixed with the run across them, and the two rows say which is which
+    assert [(k.worst, k.where, k.places, k.median, k.across, k.scope) for k in keys] == [
+        ("82000.0 tokens/s", "node1", 3, "83000 tokens/s", False, ""),
+        ("75000.0 tokens/s", "node1+node2+node3", 1, "", True, "across nodes"),
+    ]
+    # a metric measured across nodes only needs no word to tell it apart
+    (alone,) = [k for k in figures.key_figures(_doc([across], nodes)) if k.metric == metric]
+    assert (alone.across, alone.scope) == (True, "")

@@ -92,6 +92,8 @@ class KeyFigure:
     # What the worst value measured, as its check recorded it: the GPU and precision, the message
     # size and ranks of a collective, the training model.
     measured: str = ""
+    across: bool = False  # measured on several nodes together (a run across nodes), not on one node or GPU
+    scope: str = ""  # "across nodes" where the metric has a row of each node's values beside this one
 
 
 def _measured(m: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
@@ -107,19 +109,22 @@ def _measured(m: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
 def key_figures(doc: Mapping[str, Any], limit: int = 14) -> list[KeyFigure]:
     """The speeds a cluster is bought for (every metric ``--gpucluster-calibrate`` may calibrate: FLOP/s,
     bandwidths, tokens/s, MFU, scaling) and every metric with a failure or a warning, failures
-    first; at most ``limit`` rows, so the handover sheet stays one page."""
-    by_metric: dict[str, list[Mapping[str, Any]]] = {}
+    first; at most ``limit`` rows, so the handover sheet stays one page. A metric measured on
+    each node and by a run across nodes (training's tokens/s per GPU) is two rows: the worst and
+    the median of one are never the other's."""
+    by_metric: dict[tuple[str, bool], list[Mapping[str, Any]]] = {}
     for t in doc.get("tests", []):
         for m in t.get("measurements", []):
             if _float(m.get("value")) is None:
                 continue
+            judged = line_of(m)
             # A pass against a line that only proves a path is no figure of the cluster's speed.
-            if m.get("status") == "pass" and threshold_origin(m) == "path":
+            if judged.proves_path:
                 continue
-            by_metric.setdefault(str(m.get("metric")), []).append(m)
+            by_metric.setdefault((judged.measurement.metric, len(judged.measurement.nodes) > 1), []).append(m)
     rows: list[tuple[int, int, KeyFigure]] = []
     gpu = gpu_model(doc)
-    for order, (metric, ms) in enumerate(by_metric.items()):
+    for order, ((metric, across), ms) in enumerate(by_metric.items()):
         status = worst(str(m.get("status", "pass")) for m in ms)
         known = METRICS.get(metric)
         if not (known and known.calibrate) and SEVERITY.get(status, 0) < SEVERITY["warn"]:
@@ -143,6 +148,8 @@ def key_figures(doc: Mapping[str, Any], limit: int = 14) -> list[KeyFigure]:
                     status=status,
                     spec=share(bad.get("value"), unit, spec_of(gpu, metric)),
                     measured=_measured(bad, doc),
+                    across=across,
+                    scope="across nodes" if across and (metric, False) in by_metric else "",
                 ),
             )
         )
