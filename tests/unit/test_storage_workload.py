@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from pytest_gpucluster.config.load import load
 from pytest_gpucluster.errors import ConfigError
+from pytest_gpucluster.workloads import storage
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.storage import (
     BUFFERED,
@@ -48,10 +50,25 @@ MOUNTINFO = (
 )
 
 
-def node(rank: int, world: int, root: str, name: str, config: StorageConfig = SMALL) -> StorageReport:
+def node(
+    rank: int, world: int, root: str, name: str, config: StorageConfig = SMALL, timeout_s: float = 30
+) -> StorageReport:
     hosts = tuple(f"n{i}" for i in range(world))
     ctx = TaskContext("1", rank, 0, rank, world, world, hosts[rank], hosts, hosts[0], 29500)
-    return measure_node(ctx, root_template=root, name=name, config=config, streams=2, timeout_s=30)
+    return measure_node(ctx, root_template=root, name=name, config=config, streams=2, timeout_s=timeout_s, limit_s=60)
+
+
+def slow_second_node(rank: int, world: int, root: str, name: str, config: StorageConfig) -> StorageReport:
+    """``node`` with 1 s waits, where rank 1's streams take 4 s longer than rank 0's."""
+    if rank == 1:
+        fast = storage.measure_streams
+
+        def slow(*args, **kwargs):
+            time.sleep(4)
+            return fast(*args, **kwargs)
+
+        storage.measure_streams = slow  # this process is rank 1's alone
+    return node(rank, world, root, name, config, timeout_s=1)
 
 
 def run_nodes(root: Path, world: int = 2, config: StorageConfig = SMALL) -> list[StorageReport]:
@@ -65,7 +82,7 @@ def run_nodes(root: Path, world: int = 2, config: StorageConfig = SMALL) -> list
 def test_two_nodes_measure_every_part_and_leave_only_the_jobs_shared_files(tmp_path):
     reports = run_nodes(tmp_path)
     for r in reports:
-        assert r.barrier_timeout == "" and r.errors == ()
+        assert r.barrier_timeout is None and r.errors == ()
         assert r.stream is not None and r.stream.verified and r.stream.size_bytes == 2 * 8 * 2**20
         assert len(r.stream.each) == 2 and all(s.size_bytes == 8 * 2**20 for s in r.stream.each)
         assert r.stream.mode in (DIRECT, BUFFERED) and r.stream.write_mb_s > 0
@@ -83,6 +100,30 @@ def test_two_nodes_measure_every_part_and_leave_only_the_jobs_shared_files(tmp_p
     # What each node made of its own is gone; the barriers and the lock file stay for the login
     # node, which removes the directory.
     assert sorted(p.name for p in (tmp_path / "job").iterdir() if not p.name.startswith(".barrier")) == ["lock"]
+
+
+def test_a_node_whose_streams_take_longer_than_the_usual_wait_is_waited_for(tmp_path):
+    (tmp_path / "job").mkdir()
+    config = dataclasses.replace(SMALL, import_module="", large_dir_files=50)
+    with ProcessPoolExecutor(2) as pool:
+        reports = list(pool.map(slow_second_node, range(2), [2] * 2, [str(tmp_path)] * 2, ["job"] * 2, [config] * 2))
+    for r in reports:
+        assert r.barrier_timeout is None and r.errors == ()
+        assert r.metadata_files == 50 and len(r.round_trips_s) == 3
+        assert r.lock is not None and r.lock.error == "" and r.large_dir is not None and r.large_dir.error == ""
+        assert r.stream is not None and r.stream.verified
+
+
+def test_a_node_that_never_comes_is_given_up_on_before_the_jobs_limit_naming_it(tmp_path):
+    (tmp_path / "job").mkdir()
+    hosts = ("n0", "n1")
+    ctx = TaskContext("1", 0, 0, 0, 2, 2, "n0", hosts, "n0", 29500)
+    start = time.monotonic()
+    r = measure_node(ctx, root_template=str(tmp_path), name="job", config=SMALL, timeout_s=30, limit_s=3)
+    assert time.monotonic() - start < 3
+    assert r.barrier_timeout is not None and r.barrier_timeout.barrier == "start"
+    assert r.barrier_timeout.missing == (1,) and r.barrier_timeout.nodes == ("n1",)
+    assert str(r.barrier_timeout) == "start: rank(s) [1] missing after 3 s"
 
 
 def test_direct_false_measures_through_the_dropped_page_cache(tmp_path):

@@ -7,9 +7,9 @@ in large blocks and reads it back (O_DIRECT where the filesystem takes it, else 
 cache with fsync and ``posix_fadvise(DONTNEED)`` before the read, so the read comes from the
 filesystem, not from memory), creates, stats and unlinks many small files in a directory of its
 own, then plays ping-pong with its neighbour through files (``storage_coherence``) and takes part
-in a lock held across nodes. Every wait is bounded; every file a node makes is removed in a
-``finally``. The measurements are the workload's own (plain Python, no external benchmark tool):
-``StorageReport.tool`` says so.
+in a lock held across nodes. Every wait is bounded and ends before the job's time limit; every
+file a node makes is removed in a ``finally``. The measurements are the workload's own (plain
+Python, no external benchmark tool): ``StorageReport.tool`` says so.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ from typing import Annotated
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.sharedfs import _barrier, expand
 from pytest_gpucluster.workloads.storage_coherence import (
+    GaveUp,
     LargeDirectory,
     LockResult,
     large_directory,
     lock_across_nodes,
     ping_pong,
+    ping_pong_bound_s,
 )
 from pytest_gpucluster.workloads.storage_streams import (
     BUFFERED,
@@ -42,7 +44,7 @@ from pytest_gpucluster.workloads.storage_streams import (
     python_streams,
 )
 
-__all__ = ["BUFFERED", "DIRECT", "Stream", "Streams"]
+__all__ = ["BUFFERED", "DIRECT", "GaveUp", "Stream", "Streams"]
 
 MiB = 2**20
 # Runs in the fresh interpreter: the module's name comes as an argument, never as code.
@@ -53,6 +55,27 @@ IMPORT_SCRIPT = (
     "print(time.perf_counter() - t)\n"
 )
 
+
+# The barriers of the job, in the order every node meets them (``checks.storage`` reads a wait
+# given up at one of them as a node missing from it).
+BARRIERS = (
+    "start",
+    "streams",
+    "metadata",
+    "visibility",
+    "lock-held",
+    "lock-tried",
+    "lock-released",
+    "large-dir",
+    "large-written",
+    "large-listed",
+)
+# Every wait ends this share of the job's time limit before the limit: the task starts after the
+# job does, and its report still has to come back.
+END_SHARE = 0.1
+# After a phase whose length depends on the node (the streams, the metadata), the others wait for
+# it up to this share of the time the job has left, the rest kept for the phases after.
+WAIT_SHARE = 0.5
 
 # A stream's file is never smaller than this: below it the rate is the device's latency, not its
 # throughput.
@@ -178,7 +201,7 @@ class StorageReport:
     import_error: str = ""
     python: str = ""  # the jobs' interpreter
     python_mount: str = ""  # where it lies
-    barrier_timeout: str = ""
+    barrier_timeout: GaveUp | None = None  # the barrier this node gave up at; nothing after it ran
     errors: tuple[str, ...] = ()
 
     @property
@@ -196,9 +219,13 @@ def measure_node(
     config: StorageConfig,
     streams: int = 1,
     timeout_s: float = 90.0,
+    limit_s: float,
 ) -> StorageReport:
     """Run on every node (one task each) inside the private directory ``name`` under the root;
-    ``streams``: the node's streams at once (one per GPU, as the login node resolved it)."""
+    ``streams``: the node's streams at once (one per GPU, as the login node resolved it);
+    ``timeout_s``: the wait at a barrier after a phase that takes alike on every node;
+    ``limit_s``: the job's time limit, before which every wait ends (``END_SHARE``)."""
+    end = time.monotonic() + (1 - END_SHARE) * limit_s
     directory = expand(root_template, os.environ) / name
     try:
         mountinfo = Path("/proc/self/mountinfo").read_text()
@@ -216,21 +243,33 @@ def measure_node(
     if not directory.is_dir():
         return replace(report, errors=(f"{directory} does not exist on this node",))
     world, rank = ctx.world_size, ctx.rank
+    hosts = ctx.hostnames if len(ctx.hostnames) == world else ()
 
-    def meet(barrier: str, wait_s: float = timeout_s) -> str:
-        missing = _barrier(directory, barrier, rank, world, wait_s)
-        return f"{barrier}: rank(s) {missing} missing after {wait_s:.0f} s" if missing else ""
+    def meet(barrier: str, wait_s: float | None = None) -> GaveUp | None:
+        wait = max(0.0, min(timeout_s if wait_s is None else wait_s, end - time.monotonic()))
+        missing = _barrier(directory, barrier, rank, world, wait)
+        if not missing:
+            return None
+        return GaveUp(barrier, tuple(missing), tuple(hosts[m] for m in missing) if hosts else (), wait)
 
-    if timeout := meet("start"):
-        return replace(report, barrier_timeout=timeout)
+    def after_own_pace() -> float:
+        # The wait after a phase that takes as long as the filesystem makes it on each node (what
+        # is measured, so no size tells it beforehand): a slow node is waited for as long as the
+        # job leaves room, so that it is judged by its own figures and its peers still measure
+        # the phases after.
+        return max(timeout_s, WAIT_SHARE * (end - time.monotonic()))
+
+    if gave_up := meet("start"):
+        return replace(report, barrier_timeout=gave_up)
     if config.import_module:
         seconds, error = _cold_import(config)
         report = replace(report, import_module=config.import_module, import_s=seconds, import_error=error)
     vfs = os.statvfs(directory)
     free = vfs.f_bavail * vfs.f_frsize
     report = replace(report, free_bytes=free)
-    if timeout := meet("streams"):
-        return replace(report, barrier_timeout=timeout)
+    # Another node's cold import may take up to its timeout.
+    if gave_up := meet("streams", timeout_s + (config.import_timeout_s if config.import_module else 0.0)):
+        return replace(report, barrier_timeout=gave_up)
     size = stream_bytes(config, streams * world, free)
     if not size:
         report = replace(
@@ -254,8 +293,8 @@ def measure_node(
             report = replace(report, stream=measured, tool=measured.tool)
         except (OSError, subprocess.SubprocessError) as exc:
             report = replace(report, not_measured=f"the write/read streams failed: {exc}")
-    if timeout := meet("metadata"):
-        return replace(report, barrier_timeout=timeout)
+    if gave_up := meet("metadata", after_own_pace()):
+        return replace(report, barrier_timeout=gave_up)
     try:
         report = replace(
             report,
@@ -265,9 +304,9 @@ def measure_node(
     except OSError as exc:
         report = replace(report, errors=(*report.errors, f"metadata phase failed: {exc}"))
     if world > 1:
-        if timeout := meet("visibility"):
-            return replace(report, barrier_timeout=timeout)
-        peer = ctx.hostnames[(rank + 1) % world] if len(ctx.hostnames) == world else str((rank + 1) % world)
+        if gave_up := meet("visibility", after_own_pace()):
+            return replace(report, barrier_timeout=gave_up)
+        peer = hosts[(rank + 1) % world] if hosts else str((rank + 1) % world)
         try:
             trips, missed = ping_pong(directory, rank, world, config.visibility_tries, config.visibility_timeout_s)
             report = replace(report, peer=peer, round_trips_s=trips, round_trips_missed=missed)
@@ -278,10 +317,12 @@ def measure_node(
                 round_trips_missed=config.visibility_tries,
                 errors=(*report.errors, f"visibility phase failed: {exc}"),
             )
-        report = replace(report, lock=lock_across_nodes(directory, rank, meet, config.visibility_timeout_s))
+        # Another node's ping-pong may take up to its bound.
+        arrive_s = timeout_s + ping_pong_bound_s(config.visibility_tries, config.visibility_timeout_s)
+        report = replace(report, lock=lock_across_nodes(directory, rank, meet, config.visibility_timeout_s, arrive_s))
     if config.large_dir_files:
-        if timeout := meet("large-dir"):
-            return replace(report, barrier_timeout=timeout)
+        if gave_up := meet("large-dir"):
+            return replace(report, barrier_timeout=gave_up)
         found = large_directory(directory, rank, world, config.large_dir_files, meet, config.large_dir_timeout_s)
         report = replace(report, large_dir=found)
     return report

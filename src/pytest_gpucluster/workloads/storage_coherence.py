@@ -17,11 +17,32 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 POLL_S = 0.005
+
+
+@dataclass(frozen=True)
+class GaveUp:
+    """A barrier a node gave up waiting at: the ranks still missing when its wait ran out and,
+    where the job names them, their nodes (in the order of ``missing``)."""
+
+    barrier: str
+    missing: tuple[int, ...]
+    nodes: tuple[str, ...] = ()
+    waited_s: float = 0.0
+
+    def __str__(self) -> str:
+        return f"{self.barrier}: rank(s) {list(self.missing)} missing after {self.waited_s:.0f} s"
+
+
+class Meet(Protocol):
+    """The job's bounded barrier: waits at ``barrier`` until every node is there, ``wait_s`` at
+    most (None: the job's usual wait), never past the job's end; what was missing, or None."""
+
+    def __call__(self, barrier: str, wait_s: float | None = None) -> GaveUp | None: ...
 
 
 def _appears(path: Path, deadline: float) -> bool:
@@ -43,6 +64,13 @@ def _publish(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def ping_pong_bound_s(tries: int, timeout_s: float) -> float:
+    """The longest ``ping_pong`` takes on one node: its own tries, each answered within
+    ``timeout_s`` or missed, then its answers to the predecessor, each ping waited for twice as
+    long."""
+    return 3 * tries * timeout_s
 
 
 def ping_pong(directory: Path, rank: int, world: int, tries: int, timeout_s: float) -> tuple[tuple[float, ...], int]:
@@ -98,12 +126,14 @@ class LockResult:
     kept_out: bool | None = None  # another node's lock kept this one out (None: the holder)
     taken_after: bool | None = None  # this node took it once the holder let go (None: the holder)
     error: str = ""
+    gave_up: GaveUp | None = None  # the barrier of the lock check this node stopped at
 
 
-def lock_across_nodes(directory: Path, rank: int, meet: Callable[[str], str], timeout_s: float) -> LockResult:
+def lock_across_nodes(directory: Path, rank: int, meet: Meet, timeout_s: float, arrive_s: float) -> LockResult:
     """Rank 0 takes an exclusive lock on one shared file; every other node must find it taken
     (non-blocking try), then take it once rank 0 has let go (retried within ``timeout_s``, as
-    the others compete for it too). ``meet`` is the job's bounded barrier."""
+    the others compete for it too). ``meet`` is the job's bounded barrier; ``arrive_s`` the wait
+    at the first one, which allows for the phase before on the other nodes."""
     path = directory / "lock"
     holder = rank == 0
     fd = -1
@@ -112,19 +142,19 @@ def lock_across_nodes(directory: Path, rank: int, meet: Callable[[str], str], ti
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
             if not _take_within(fd, timeout_s):  # never a blocking wait on a lock server
                 return LockResult(True, error=f"lock on {path}: not taken within {timeout_s:.0f} s")
-        if timeout := meet("lock-held"):
-            return LockResult(holder, error=timeout)
+        if gave_up := meet("lock-held", arrive_s):
+            return LockResult(holder, error=str(gave_up), gave_up=gave_up)
         if not holder:
             fd = os.open(path, os.O_RDWR)
             kept_out = not _try_lock(fd)
             if not kept_out:
                 fcntl.lockf(fd, fcntl.LOCK_UN)
-        if timeout := meet("lock-tried"):
-            return LockResult(holder, error=timeout)
+        if gave_up := meet("lock-tried"):
+            return LockResult(holder, error=str(gave_up), gave_up=gave_up)
         if holder:
             fcntl.lockf(fd, fcntl.LOCK_UN)
-        if timeout := meet("lock-released"):
-            return LockResult(holder, error=timeout)
+        if gave_up := meet("lock-released"):
+            return LockResult(holder, error=str(gave_up), gave_up=gave_up)
         if holder:
             return LockResult(True)
         taken = _take_within(fd, timeout_s)
@@ -166,11 +196,10 @@ class LargeDirectory:
     listed: int | None = None  # the lister: files it counted (None: not the lister)
     list_s: float = 0.0
     error: str = ""
+    gave_up: GaveUp | None = None  # the barrier of the large directory this node stopped at
 
 
-def large_directory(
-    directory: Path, rank: int, world: int, count: int, meet: Callable[[str, float], str], timeout_s: float
-) -> LargeDirectory:
+def large_directory(directory: Path, rank: int, world: int, count: int, meet: Meet, timeout_s: float) -> LargeDirectory:
     """Rank 0 creates ``count`` empty files in one directory; the next rank (rank 0 itself on one
     node) then lists it, counting the entries; rank 0 removes the files afterwards. ``meet`` is the
     job's bounded barrier, given ``timeout_s`` for the wait on the writer."""
@@ -189,8 +218,8 @@ def large_directory(
                 result = LargeDirectory(True, made, time.perf_counter() - start)
             except OSError as exc:
                 result = LargeDirectory(True, made, error=f"creating file {made} in {large}: {exc.strerror or exc}")
-        if timeout := meet("large-written", timeout_s):
-            return LargeDirectory(writer, result.files, result.create_s, error=timeout)
+        if gave_up := meet("large-written", timeout_s):
+            return LargeDirectory(writer, result.files, result.create_s, error=str(gave_up), gave_up=gave_up)
         if lister:
             try:
                 start = time.perf_counter()
@@ -199,8 +228,10 @@ def large_directory(
                 result = LargeDirectory(writer, result.files, result.create_s, listed, time.perf_counter() - start)
             except OSError as exc:
                 result = LargeDirectory(writer, result.files, result.create_s, 0, error=f"listing {large}: {exc}")
-        if timeout := meet("large-listed", timeout_s):
-            return LargeDirectory(writer, result.files, result.create_s, result.listed, result.list_s, error=timeout)
+        if gave_up := meet("large-listed", timeout_s):
+            return LargeDirectory(
+                writer, result.files, result.create_s, result.listed, result.list_s, str(gave_up), gave_up
+            )
         return result
     finally:
         if writer:
