@@ -13,6 +13,10 @@ The attribution rule for a rate every node measured at once (write, read, metada
   unjudged for ``--gpucluster-calibrate``.
 
 The sum over the nodes, measured at once, against its own line is the shared filesystem's alone.
+
+A node that gave up waiting for another at one of the job's barriers measured nothing after it:
+what it could not measure is not judged, never its failure, and the nodes it waited for are named
+as the cause (``waited``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pytest_gpucluster.checks import lines
 from pytest_gpucluster.config import ThresholdSet
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 from pytest_gpucluster.verdict.finding import Severity
-from pytest_gpucluster.workloads.storage import StorageReport
+from pytest_gpucluster.workloads.storage import BARRIERS, GaveUp, StorageReport
 
 FRACTION = "storage.fraction_of_node_median"
 
@@ -227,23 +231,88 @@ def shared_fs_line(m: Measurement, thresholds: ThresholdSet, nodes: Sequence[str
     return Judged(verdicts=(verdict,), findings=(found,))
 
 
+def _order(barrier: str) -> int:
+    return BARRIERS.index(barrier) if barrier in BARRIERS else len(BARRIERS)
+
+
+def stopped_before(r: StorageReport, barrier: str) -> GaveUp | None:
+    """Where ``r``'s node gave up waiting at ``barrier`` or an earlier one, so that the phase
+    after ``barrier`` never ran there: that wait; else None."""
+    g = r.barrier_timeout
+    return g if g is not None and _order(g.barrier) <= _order(barrier) else None
+
+
+def _gave_ups(r: StorageReport) -> list[GaveUp]:
+    found = [r.barrier_timeout, r.lock.gave_up if r.lock else None, r.large_dir.gave_up if r.large_dir else None]
+    return [g for g in found if g is not None]
+
+
+def waited(node: str, gave_up: GaveUp, reports: Sequence[StorageReport], what: str, job_id: str = "") -> Finding:
+    """``node``'s ``what`` not measured, for it gave up waiting at a barrier: not judged, never a
+    failure of the node that waited. The culprits are the nodes it waited for; where one of those
+    had itself given up at an earlier barrier (and so never came), the nodes that one waited for,
+    and so on. A node is named from its report (by rank), else from the job's host names."""
+    by_rank = {r.rank: r for r in reports}
+    culprits: dict[str, None] = {}
+    roots: list[tuple[str, GaveUp]] = []  # the waits that name a culprit directly
+    queue, seen = [(node, gave_up)], set()
+    while queue:
+        waiter, g = queue.pop(0)
+        if waiter in seen:
+            continue
+        seen.add(waiter)
+        direct = []
+        for i, rank in enumerate(g.missing):
+            other = by_rank.get(rank)
+            earlier = [e for e in _gave_ups(other) if _order(e.barrier) < _order(g.barrier)] if other else []
+            if other is not None and earlier:
+                queue.append((other.node, min(earlier, key=lambda e: _order(e.barrier))))
+            else:
+                direct.append(other.node if other else g.nodes[i] if i < len(g.nodes) else f"rank {rank}")
+        if direct:
+            culprits.update(dict.fromkeys(direct))
+            roots.append((waiter, g))
+    if not roots:  # each node it waited for had left, waiting in turn for one that had left
+        text = (
+            f"{node}: gave up at barrier {gave_up.barrier} after {gave_up.waited_s:.0f} s, every node it waited for "
+            f"having left after a wait of its own: its {what} not measured"
+        )
+        return Finding.across([node], text, severity="not_judged", job_id=job_id)
+    first = roots[0][1]
+    waiters = [w for w, g in roots if g.barrier == first.barrier]
+    text = (
+        f"{', '.join(culprits)}: not at barrier {first.barrier} within {first.waited_s:.0f} s, "
+        f"where {', '.join(waiters)} gave up waiting"
+    )
+    if (node, gave_up) not in roots:
+        text += f" and left; {node} then gave up at barrier {gave_up.barrier}"
+    return Finding.across(
+        [*culprits, node],
+        f"{text}: {node}'s {what} not measured",
+        culprits=culprits,
+        severity="not_judged",
+        job_id=job_id,
+    )
+
+
 def not_measured(reports: Sequence[StorageReport], nodes: Sequence[str]) -> list[Finding]:
-    """Why some node's stream was not measured (never a silent pass): no report, a barrier given
-    up on, too little free space (the filesystem's, not judged), or an error on the node."""
+    """Why some node's stream was not measured (never a silent pass): no report, too little free
+    space (the filesystem's, not judged), an error on the node, or a barrier it gave up waiting at
+    before the streams (not judged, the nodes it waited for named)."""
     found = [
         Finding.on_node(n, f"{n}: sent no report from the storage job")
         for n in nodes
         if n not in {r.node for r in reports}
     ]
     for r in reports:
-        if r.barrier_timeout:
-            found.append(Finding.across(nodes, f"{r.node} gave up waiting at barrier {r.barrier_timeout}"))
-        elif r.stream is None and r.short_of_space:
+        if r.stream is None and r.short_of_space:
             found.append(
                 Finding.outside(
                     "shared_fs", f"{r.node}: not measured: {r.not_measured}", nodes=[r.node], severity="not_judged"
                 )
             )
+        elif r.stream is None and (gave_up := stopped_before(r, "streams")) is not None:
+            found.append(waited(r.node, gave_up, reports, "write and read streams"))
         elif r.stream is None:
             found.append(
                 Finding.on_node(r.node, f"{r.node}: {r.not_measured or '; '.join(r.errors) or 'not measured'}")
@@ -296,12 +365,15 @@ def throughput(reports: Sequence[StorageReport], nodes: Sequence[str], threshold
 def metadata(reports: Sequence[StorageReport], nodes: Sequence[str], thresholds: ThresholdSet, job_id: str) -> Judged:
     """Every node's small-file creates, stats and unlinks per second, by the module's rule."""
     values = {r.node: r.metadata_ops_s for r in reports if r.metadata_files}
-    said = {r.node: "; ".join(r.errors) for r in reports}
-    found = [
-        Finding.on_node(n, f"{n}: measured no metadata rate ({said.get(n) or 'no report'})")
-        for n in nodes
-        if n not in values
-    ]
+    by_node = {r.node: r for r in reports}
+    found = []
+    for n in (n for n in nodes if n not in values):
+        r = by_node.get(n)
+        if r is not None and (gave_up := stopped_before(r, "metadata")) is not None:
+            found.append(waited(n, gave_up, reports, "metadata rate", job_id))
+        else:
+            said = "; ".join(r.errors) if r is not None else ""
+            found.append(Finding.on_node(n, f"{n}: measured no metadata rate ({said or 'no report'})"))
     judged = Judged(findings=tuple(found))
     if values:
         judged += rate(
@@ -320,6 +392,11 @@ def cold_import(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_
     """Every node's cold import of the framework, all nodes at once, against its line: slow on
     every node alike is the run's environment's (scope ``environment``), slow on some its nodes'."""
     found = [Finding.on_node(r.node, f"{r.node}: {r.import_error}") for r in reports if r.import_error]
+    found += [
+        waited(r.node, gave_up, reports, "cold import", job_id)
+        for r in reports
+        if r.import_s is None and not r.import_error and (gave_up := stopped_before(r, "start")) is not None
+    ]
     values = {r.node: r.import_s for r in reports if r.import_s is not None}
     where = {r.node: f"import {r.import_module} by {r.python} on {r.python_mount or '?'}" for r in reports}
     judged = Judged(findings=tuple(found))

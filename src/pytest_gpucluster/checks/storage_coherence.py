@@ -1,7 +1,9 @@
 """Storage across nodes, judged on the login node: the mounts compared between nodes, how soon a
 file one node writes is seen by another (``workloads.storage_coherence.ping_pong``), and the
 POSIX lock held across nodes. What every node sees alike is the shared filesystem's; what one
-node sees apart from its peers is that node's.
+node sees apart from its peers is that node's. A node without a result for a phase is named in a
+finding, never passed over: not judged where it gave up waiting for another node at a barrier
+(``checks.storage.waited`` names the node it waited for).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import statistics
 from collections.abc import Sequence
 
 from pytest_gpucluster.checks.places import off_majority
-from pytest_gpucluster.checks.storage import Judged, missing_line, mount_of, worst
+from pytest_gpucluster.checks.storage import Judged, missing_line, mount_of, stopped_before, waited, worst
 from pytest_gpucluster.config import ThresholdSet
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 from pytest_gpucluster.workloads.storage import MountFacts, StorageReport
@@ -68,12 +70,13 @@ def visibility(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_i
     (its client sees the others' files late, or shows its own late: in the ring of pings it is in
     both its pairs, as pinger and as the one pinged); other pairs past it are those pairs' (either
     node's view may be late: no culprit)."""
+    found = _no_result(reports, [r for r in reports if not r.peer], "visibility", "round trips", job_id)
     pairs = [r for r in reports if r.peer]
     if not pairs:
-        return Judged()
+        return Judged(findings=tuple(found))
     where = mount_of(reports)
     line = thresholds.get("storage.visibility_round_trip")
-    measured, found = [], []
+    measured = []
     for r in pairs:
         trips = sorted(r.round_trips_s)
         slowest = float("inf") if r.round_trips_missed else (trips[-1] if trips else float("nan"))
@@ -97,7 +100,7 @@ def visibility(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_i
     if line is None:
         return Judged(
             unjudged=tuple(measured),
-            findings=(missing_line(thresholds, "storage.visibility_round_trip", [r.node for r in pairs]),),
+            findings=(*found, missing_line(thresholds, "storage.visibility_round_trip", [r.node for r in pairs])),
         )
     verdicts = [judge(m, line) for m in measured]
     past = [v for v in verdicts if v.status in ("fail", "warn")]
@@ -119,6 +122,22 @@ def visibility(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_i
     return Judged(tuple(verdicts), findings=tuple(found))
 
 
+def _no_result(
+    reports: Sequence[StorageReport], without: Sequence[StorageReport], barrier: str, what: str, job_id: str = ""
+) -> list[Finding]:
+    """A not-judged finding for each report in ``without`` (no result for the phase that opens at
+    ``barrier``): where its node gave up waiting at that barrier or before, naming the nodes it
+    waited for; otherwise, where the job had more than one node, saying it has none."""
+    found = []
+    for r in without:
+        if (gave_up := stopped_before(r, barrier)) is not None:
+            found.append(waited(r.node, gave_up, reports, what, job_id))
+        elif len(reports) > 1:
+            why = "; ".join(r.errors) or "no reason given"
+            found.append(Finding.across([r.node], f"{r.node}: has no {what} ({why})", severity="not_judged"))
+    return found
+
+
 def _common_node(past: Sequence[Verdict], verdicts: Sequence[Verdict]) -> str | None:
     """The one node every late pair holds, where a pair without it is not late; else None."""
     common = set.intersection(*(set(v.measurement.nodes) for v in past)) if past else set()
@@ -133,19 +152,21 @@ def lock_findings(reports: Sequence[StorageReport]) -> list[Finding]:
     """The lock rank 0 held kept every other node out, and each took it once let go. Where no
     node was kept out, the filesystem does not share locks (``nolock``, ``local_lock``): its
     finding; where only some were, theirs."""
+    found = _no_result(reports, [r for r in reports if r.lock is None], "visibility", "lock check")
+    found += [waited(r.node, r.lock.gave_up, reports, "lock check") for r in reports if r.lock and r.lock.gave_up]
     holder = next((r for r in reports if r.lock is not None and r.lock.holder), None)
     others = [r for r in reports if r.lock is not None and not r.lock.holder]
     if holder is None or not others:
-        return []
+        return found
     where = mount_of(reports)
-    found = [
+    found += [
         Finding.across(
             dict.fromkeys([holder.node, r.node]),
             f"{r.node}: lock check not finished: {r.lock.error}",
             severity="not_judged",
         )
         for r in [holder, *others]
-        if r.lock and r.lock.error
+        if r.lock and r.lock.error and not r.lock.gave_up
     ]
     let_in = [r.node for r in others if r.lock and r.lock.kept_out is False]
     stuck = [r.node for r in others if r.lock and r.lock.taken_after is False]
@@ -171,16 +192,22 @@ def large_directory(reports: Sequence[StorageReport], thresholds: ThresholdSet, 
     """The directory of many files one node wrote, as another node lists it: the count must
     match (a fail of the pair, no culprit: either node's view may be wrong), and the seconds to
     list it against ``storage.large_dir_list``."""
+    found = _no_result(reports, [r for r in reports if r.large_dir is None], "large-dir", "large directory", job_id)
+    found += [
+        waited(r.node, r.large_dir.gave_up, reports, "large directory", job_id)
+        for r in reports
+        if r.large_dir and r.large_dir.gave_up
+    ]
     writer = next((r for r in reports if r.large_dir is not None and r.large_dir.writer), None)
     lister = next((r for r in reports if r.large_dir is not None and r.large_dir.listed is not None), None)
     if writer is None or writer.large_dir is None:
-        return Judged()
+        return Judged(findings=tuple(found))
     wrote = writer.large_dir
     pair = [writer.node] + ([lister.node] if lister else [])
-    found = [
+    found += [
         Finding.across(pair, f"{r.node}: large directory: {r.large_dir.error}")
         for r in dict.fromkeys([writer, *([lister] if lister else [])])
-        if r.large_dir is not None and r.large_dir.error
+        if r.large_dir is not None and r.large_dir.error and not r.large_dir.gave_up
     ]
     if lister is None or lister.large_dir is None or lister.large_dir.listed is None:
         return Judged(findings=tuple(found) or (Finding.across(pair, "no node listed the large directory"),))
