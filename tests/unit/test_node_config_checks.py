@@ -163,16 +163,48 @@ def test_nvswitch_fabric_judged_only_where_one_exists():
     assert "nvidia-fabricmanager" in f.remedy
 
 
+GPU_UNDER_SWITCH = pci_acs.PciDevice("gpu", "0000:02:00.0", 0, ("pci0000:00", "0000:00:01.0", "0000:01:00.0"))
+
+
+def _acs(*bridges: pci_acs.Bridge, **more) -> NodeSettings:
+    return dataclasses.replace(_node("node1"), acs=pci_acs.AcsReading((GPU_UNDER_SWITCH,), bridges), **more)
+
+
 def test_acs_redirect_fails_on_bare_metal_and_a_vm_is_not_applicable():
-    bridges = (pci_acs.Bridge("0000:00:01.0", ("gpu 0000:02:00.0",), 0x1D), pci_acs.Bridge("0000:00:02.0", (), 0x11))
-    node = dataclasses.replace(_node("node1"), acs=pci_acs.AcsReading(("gpu 0000:02:00.0",), bridges))
+    node = _acs(pci_acs.Bridge("0000:00:01.0", ("gpu 0000:02:00.0",), 0x1D), pci_acs.Bridge("0000:00:02.0", (), 0x11))
     (f,) = node_gpu_config.acs(node).findings
     assert (f.setting, f.found) == ("PCIe ACS 0000:00:01.0", "SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+")
     assert "setpci -s 0000:00:01.0 ECAP_ACS+0x6.w=0000" in f.remedy
     vm = dataclasses.replace(node, virtual_machine="the CPU reports the hypervisor flag")
     assert "a virtual machine" in node_gpu_config.acs(vm).not_applicable
-    unreadable = dataclasses.replace(node, acs=pci_acs.AcsReading(("gpu 0000:02:00.0",), (), readable=False))
-    assert "root only" in node_gpu_config.acs(unreadable).not_applicable
+    assert "no PCIe bridge" in node_gpu_config.acs(_acs()).not_applicable
+
+
+def test_acs_unreadable_without_root_on_bare_metal_is_not_judged_saying_how_to_judge_it():
+    found = node_gpu_config.acs(_acs(pci_acs.Bridge("0000:00:01.0", ("gpu 0000:02:00.0",), None, pci_acs.NOT_ROOT)))
+    assert found.not_applicable == ""
+    (f,) = found.findings
+    assert (f.severity, f.nodes, f.convicts) == ("not_judged", ("node1",), ())
+    assert "0000:00:01.0" in f.text and "CAP_SYS_ADMIN" in f.text
+    assert "as root" in f.text and "Slurm prolog" in f.text and "lspci -vvv -s" in f.text
+
+
+def test_acs_judges_the_bridges_read_and_names_those_not_read():
+    node = _acs(
+        pci_acs.Bridge("0000:00:01.0", ("gpu 0000:02:00.0",), 0x1D),
+        pci_acs.Bridge("0000:01:00.0", ("gpu 0000:02:00.0",), None, pci_acs.NOT_ROOT),
+        pci_acs.Bridge("0000:00:02.0", ("nic 0000:05:00.0",), 0),
+    )
+    failed, unjudged = node_gpu_config.acs(node).findings
+    assert (failed.severity, failed.setting) == ("fail", "PCIe ACS 0000:00:01.0")
+    assert unjudged.severity == "not_judged"
+    assert "not judged on 1 of 3 bridges" in unjudged.text and "(0000:01:00.0;" in unjudged.text
+    clean = _acs(
+        pci_acs.Bridge("0000:00:01.0", ("gpu 0000:02:00.0",), 0),
+        pci_acs.Bridge("0000:01:00.0", ("gpu 0000:02:00.0",), None, "PermissionError: Permission denied"),
+    )
+    (f,) = node_gpu_config.acs(clean).findings
+    assert f.severity == "not_judged" and "PermissionError" in f.text and "CAP_SYS_ADMIN" not in f.text
 
 
 def test_a_setting_finding_keeps_its_fields_through_the_results_file():
@@ -195,11 +227,16 @@ def test_the_profile_table_rejects_an_unknown_key(tmp_path: Path):
 
 
 def test_a_gpu_without_a_nic_on_its_numa_node_warns():
-    numa = {"gpu 0000:18:00.0": 0, "gpu 0000:9a:00.0": 1, "nic 0000:17:00.0": 0}
-    node = dataclasses.replace(_node("node1"), acs=pci_acs.AcsReading(tuple(numa), (), numa=numa))
+    devices = (
+        pci_acs.PciDevice("gpu", "0000:18:00.0", 0),
+        pci_acs.PciDevice("gpu", "0000:9a:00.0", 1),
+        pci_acs.PciDevice("nic", "0000:17:00.0", 0),
+    )
+    node = dataclasses.replace(_node("node1"), acs=pci_acs.AcsReading(devices))
     (f,) = node_gpu_config.gpu_nic_numa(node).findings
     assert (f.setting, f.found, f.severity) == ("NUMA of gpu 0000:9a:00.0", "NUMA node 1; NICs on 0", "warn")
-    unreported = dataclasses.replace(node, acs=pci_acs.AcsReading(tuple(numa), (), numa=dict.fromkeys(numa, -1)))
+    none = tuple(dataclasses.replace(d, numa_node=-1) for d in devices)
+    unreported = dataclasses.replace(node, acs=pci_acs.AcsReading(none))
     assert "no NUMA node" in node_gpu_config.gpu_nic_numa(unreported).not_applicable
     assert "no GPU on PCIe" in node_gpu_config.gpu_nic_numa(_node("node1")).not_applicable
 

@@ -279,23 +279,35 @@ def nvswitch_fabric(s: NodeSettings, *, gpus_are_real: bool) -> Judged:
     return Judged(tuple(out))
 
 
+def _judged_by(unread: tuple[pci_acs.Bridge, ...]) -> str:
+    """How a person gets the unread bridges judged: a task with root's capability, or a read by
+    hand as root."""
+    bdfs = " ".join(b.bdf for b in unread)
+    by_hand = f"`for b in {bdfs}; do lspci -vvv -s $b | grep ACSCtl; done` (each should read ReqRedir- CmpltRedir-)"
+    if all(b.unread == pci_acs.NOT_ROOT for b in unread):
+        return (
+            "run the suite's jobs as root (its tasks then hold CAP_SYS_ADMIN and read the extended configuration "
+            f"space), or read them as root on the node, as a Slurm prolog or a node health check can: {by_hand}"
+        )
+    return f"read them as root on the node: {by_hand}"
+
+
 def acs(s: NodeSettings) -> Judged:
-    """No P2P request/completion redirect on the PCIe bridges above the GPUs and NICs (bare metal)."""
+    """No P2P request/completion redirect on the PCIe bridges above the GPUs and NICs (bare
+    metal). The bridges read are judged; those that could not be read (the task not root) are
+    not judged, named with why and how to get them judged."""
     if s.virtual_machine:
         return Judged(
             not_applicable=f"{s.node}: a virtual machine ({s.virtual_machine}): ACS on the physical bridges is the "
-            "hypervisor's to set"
-        )
-    if not s.acs.readable:
-        return Judged(
-            not_applicable=f"{s.node}: the bridges' extended configuration space is readable by root only, and "
-            "the job ran as another user"
+            "hypervisor's to set, and the bridges the guest sees are emulated"
         )
     if not s.acs.devices:
         return Judged(not_applicable=f"{s.node}: no GPU or NIC on PCIe")
+    if not s.acs.bridges:
+        return Judged(not_applicable=f"{s.node}: no PCIe bridge above the GPUs and NICs (they sit on a root bus)")
     out = []
     for b in s.acs.bridges:
-        if b.control is None or not b.control & pci_acs.REDIRECT_MASK:
+        if b.unread or b.control is None or not b.control & pci_acs.REDIRECT_MASK:
             continue
         found = pci_acs.describe(b.control)
         text = (
@@ -307,17 +319,28 @@ def acs(s: NodeSettings) -> Judged:
         out.append(
             setting(s.node, f"PCIe ACS {b.bdf}", text, found=found, expected="ReqRedir- CmpltRedir-", remedy=remedy)
         )
+    unread = s.acs.unread
+    if unread:
+        reasons = sorted({b.unread for b in unread})
+        read = len(s.acs.bridges) - len(unread)
+        judged = f"the {read} other read and judged" if read else "none read"
+        text = (
+            f"{s.node}: PCIe ACS not judged on {len(unread)} of {len(s.acs.bridges)} bridges above the GPUs and "
+            f"NICs ({', '.join(b.bdf for b in unread)}; {judged}): {'; '.join(reasons)}. To judge them: "
+            f"{_judged_by(unread)}"
+        )
+        out.append(Finding.on_node(s.node, text, severity="not_judged"))
     return Judged(tuple(out))
 
 
 def gpu_nic_numa(s: NodeSettings) -> Judged:
     """Each GPU has a NIC on its own NUMA node (a warning otherwise), where the node has both and
     the kernel reports their NUMA nodes."""
-    gpus = {d: n for d, n in s.acs.numa.items() if d.startswith("gpu ")}
-    nics = {d: n for d, n in s.acs.numa.items() if d.startswith("nic ")}
+    gpus = {d.label: d.numa_node for d in s.acs.devices if d.kind == "gpu"}
+    nics = {d.label: d.numa_node for d in s.acs.devices if d.kind == "nic"}
     if not gpus or not nics:
         return Judged(not_applicable=f"{s.node}: no {'GPU' if not gpus else 'RDMA NIC'} on PCIe to place")
-    if any(n < 0 for n in s.acs.numa.values()):
+    if any(n < 0 for n in (*gpus.values(), *nics.values())):
         return Judged(not_applicable=f"{s.node}: the kernel reports no NUMA node for the GPUs and NICs")
     out = []
     for gpu, node in sorted(gpus.items()):

@@ -1,17 +1,19 @@
 """PCIe Access Control Services on the bridges above a node's GPUs and NICs, read from each
-bridge's configuration space in sysfs (``/sys/bus/pci/devices/BDF/config``), and the NUMA node
-of each of those GPUs and NICs.
+bridge's configuration space in sysfs (``/sys/bus/pci/devices/BDF/config``), and where each of
+those GPUs and NICs sits: its NUMA node and the bridges between it and the root complex.
 
 ACS with P2P request or completion redirect set sends every peer-to-peer transfer (GPU↔NIC for
 GPUDirect RDMA, GPU↔GPU over PCIe) up to the root complex: lower bandwidth, and on some platforms
-hangs. The parser is pure (configuration bytes in, control bits out); the extended space past
-256 bytes is readable by root only, so a task of another user reads ``readable=False``.
+hangs. The parser is pure (configuration bytes in, control bits out). The kernel gives a reader
+without CAP_SYS_ADMIN the first 64 bytes of a configuration space only, so a task of another user
+than root reads no extended capability: each such bridge is kept as unread, with the reason, and
+the bridges that were read are kept beside it.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ACS_CAP_ID = 0x000D  # PCIe extended capability ID of ACS (PCI Express Base Specification, 7.7.8)
@@ -27,27 +29,51 @@ ACS_BITS = {
 }
 REDIRECT_MASK = 0x04 | 0x08  # the bits that route peer-to-peer traffic through the root complex
 NVIDIA, MELLANOX = "0x10de", "0x15b3"
+# Why a bridge read short was not read: the kernel's pci_read_config gives a reader without
+# CAP_SYS_ADMIN the first 64 bytes (128 of a CardBus bridge) of its 256 or 4096.
+NOT_ROOT = "only the first 64 bytes of its configuration space are readable without CAP_SYS_ADMIN (root)"
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_ROOT_BUS = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")  # a host bridge's root bus in /sys/devices
 
 
 @dataclass(frozen=True)
 class Bridge:
-    """One PCIe bridge above a GPU or NIC: its ACS control register (None: no ACS capability)."""
+    """One PCIe bridge above a GPU or NIC: its ACS control register (None: no ACS capability),
+    or why it could not be read (``unread``)."""
 
     bdf: str
     above: tuple[str, ...]  # "gpu 0000:18:00.0", "nic 0000:17:00.0"
     control: int | None
+    unread: str = ""  # NOT_ROOT, or the error that stopped the read; "" where it was read
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    """A GPU or NIC on PCIe: its address, its NUMA node and the path down to it from its root bus."""
+
+    kind: str  # "gpu" or "nic"
+    bdf: str
+    numa_node: int = -1  # -1: the kernel reports none (a VM; firmware without NUMA information)
+    path: tuple[str, ...] = ()  # its root bus ("pci0000:15") and every bridge below it, itself left out
+    name: str = ""  # a NIC's RDMA device (mlx5_0), else its network interface; "" for a GPU
+
+    @property
+    def label(self) -> str:
+        """``gpu 0000:18:00.0``, as ``Bridge.above`` names it."""
+        return f"{self.kind} {self.bdf}"
 
 
 @dataclass(frozen=True)
 class AcsReading:
-    """The bridges above the node's GPUs and NICs; ``readable`` False where the extended
-    configuration space could not be read (not root)."""
+    """The node's GPUs and NICs on PCIe and the bridges above them."""
 
-    devices: tuple[str, ...] = ()  # the GPUs and NICs found, as in ``Bridge.above``
+    devices: tuple[PciDevice, ...] = ()
     bridges: tuple[Bridge, ...] = ()
-    readable: bool = True
-    numa: dict[str, int] = field(default_factory=dict)  # device → its NUMA node (-1: none reported)
+
+    @property
+    def unread(self) -> tuple[Bridge, ...]:
+        """The bridges whose ACS control could not be read."""
+        return tuple(b for b in self.bridges if b.unread)
 
 
 def acs_control(config: bytes) -> int | None:
@@ -72,12 +98,13 @@ def describe(control: int) -> str:
     return " ".join(f"{name}+" for bit, name in ACS_BITS.items() if control & bit) or "none"
 
 
-def _kind(device: Path) -> str:
-    def read(name: str) -> str:
-        path = device / name
-        return path.read_text().strip().lower() if path.is_file() else ""
+def _read(device: Path, name: str) -> str:
+    path = device / name
+    return path.read_text().strip().lower() if path.is_file() else ""
 
-    cls, vendor = read("class"), read("vendor")
+
+def _kind(device: Path) -> str:
+    cls, vendor = _read(device, "class"), _read(device, "vendor")
     if vendor == NVIDIA and cls[:6] in ("0x0302", "0x0300"):
         return "gpu"
     if cls[:6] == "0x0207" or (vendor == MELLANOX and cls[:6] == "0x0200"):
@@ -85,30 +112,50 @@ def _kind(device: Path) -> str:
     return ""
 
 
+def _nic_name(device: Path) -> str:
+    for sub in ("infiniband", "net"):
+        names = sorted(p.name for p in (device / sub).iterdir()) if (device / sub).is_dir() else []
+        if names:
+            return names[0]
+    return ""
+
+
+def _numa_node(device: Path) -> int:
+    text = _read(device, "numa_node")
+    return int(text) if text.lstrip("-").isdigit() else -1
+
+
+def bridge(bdf: str, above: tuple[str, ...], config_path: Path) -> Bridge:
+    """One bridge's ACS control from its configuration space file; a short read (not root) or a
+    failed one is kept as unread, with why."""
+    try:
+        config = config_path.read_bytes()
+    except OSError as exc:
+        return Bridge(bdf, above, None, f"{type(exc).__name__}: {exc.strerror or exc}")
+    if len(config) < EXT_CAP_START:
+        return Bridge(bdf, above, None, NOT_ROOT)
+    if len(config) == EXT_CAP_START:  # a conventional PCI bridge: no extended space, so no ACS
+        return Bridge(bdf, above, None)
+    return Bridge(bdf, above, acs_control(config))
+
+
 def read(sys_root: Path) -> AcsReading:
-    """Every bridge on the path from the root complex to each GPU and NIC of the node."""
+    """Every GPU and NIC of the node, and every bridge on the path from the root complex to them."""
     root = sys_root / "bus/pci/devices"
     if not root.is_dir():
         return AcsReading()
     above: dict[str, list[str]] = {}
     devices = []
-    numa = {}
     for link in sorted(root.iterdir()):
         kind = _kind(link)
         if not kind:
             continue
-        devices.append(f"{kind} {link.name}")
-        node_file = link / "numa_node"
-        numa[devices[-1]] = int(node_file.read_text()) if node_file.is_file() else -1
-        for part in link.resolve().parent.parts:
+        parts = link.resolve().parent.parts
+        path = tuple(p for p in parts if _BDF.match(p) or _ROOT_BUS.match(p))
+        found = PciDevice(kind, link.name, _numa_node(link), path, _nic_name(link) if kind == "nic" else "")
+        devices.append(found)
+        for part in path:
             if _BDF.match(part):
-                above.setdefault(part, []).append(f"{kind} {link.name}")
-    bridges, readable = [], True
-    for bdf, below in sorted(above.items()):
-        try:
-            control = acs_control((root / bdf / "config").read_bytes())
-        except (OSError, ValueError):
-            readable = False
-            continue
-        bridges.append(Bridge(bdf, tuple(below), control))
-    return AcsReading(tuple(devices), tuple(bridges), readable, numa)
+                above.setdefault(part, []).append(found.label)
+    bridges = tuple(bridge(bdf, tuple(below), root / bdf / "config") for bdf, below in sorted(above.items()))
+    return AcsReading(tuple(devices), bridges)
