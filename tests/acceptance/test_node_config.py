@@ -1,17 +1,17 @@
 """Node configuration per node (read once per node by the node probe): the limits a Slurm task
 gets, swap, GPU persistence and ECC modes, what caps a GPU's speed by setting (power limit,
 applications clocks, compute mode), the GPUDirect RDMA path, the NVSwitch fabric, PCIe ACS
-above the GPUs and NICs, a NIC on each GPU's NUMA node, the CPU governor, and the MTU of NCCL's
-interfaces across nodes; and, measured in a job of their own, the host memory bandwidth of each
-NUMA node and the clock against the other nodes'. Each finding names the setting, the value
-found, the value expected and how to change it; a setting the node has nothing of is not
-applicable, with the reason (docs/checks-node-config.md)."""
+above the GPUs and NICs, each GPU's NUMA node and nearest NIC against the profile or the other
+nodes, the CPU governor, and the MTU of NCCL's interfaces across nodes; and, measured in a job of
+their own, the host memory bandwidth of each NUMA node and the clock against the other nodes'.
+Each finding names the setting, the value found, the value expected and how to change it; a
+setting the node has nothing of is not applicable, with the reason (docs/checks-node-config.md)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_gpucluster.checks import host_checks, node_config, node_gpu_config, probe
+from pytest_gpucluster.checks import gpu_placement, host_checks, node_config, node_gpu_config, probe
 from pytest_gpucluster.outcomes import not_applicable
 from pytest_gpucluster.plan import jobs
 
@@ -97,8 +97,10 @@ def test_pcie_acs_off_above_gpus_and_nics(settings, node, judge):
 
 
 @PROBE
-def test_gpu_numa_node_has_a_nic(settings, node, judge):
-    _judge(node_gpu_config.gpu_nic_numa(_of(settings, node)), judge, f"{node}: a GPU has no NIC on its NUMA node")
+def test_gpu_numa_node_and_nearest_nic(settings, node, profile, judge):
+    _of(settings, node)
+    found = gpu_placement.gpu_placement(probe.good(settings), node, profile.node_config)
+    _judge(found, judge, f"{node}: a GPU sits on another NUMA node or nearest another NIC than expected")
 
 
 @PROBE

@@ -226,21 +226,6 @@ def test_the_profile_table_rejects_an_unknown_key(tmp_path: Path):
     assert load(path).profile("x").node_config == NodeConfig(memlock_min=16 * GiB)
 
 
-def test_a_gpu_without_a_nic_on_its_numa_node_warns():
-    devices = (
-        pci_acs.PciDevice("gpu", "0000:18:00.0", 0),
-        pci_acs.PciDevice("gpu", "0000:9a:00.0", 1),
-        pci_acs.PciDevice("nic", "0000:17:00.0", 0),
-    )
-    node = dataclasses.replace(_node("node1"), acs=pci_acs.AcsReading(devices))
-    (f,) = node_gpu_config.gpu_nic_numa(node).findings
-    assert (f.setting, f.found, f.severity) == ("NUMA of gpu 0000:9a:00.0", "NUMA node 1; NICs on 0", "warn")
-    none = tuple(dataclasses.replace(d, numa_node=-1) for d in devices)
-    unreported = dataclasses.replace(node, acs=pci_acs.AcsReading(none))
-    assert "no NUMA node" in node_gpu_config.gpu_nic_numa(unreported).not_applicable
-    assert "no GPU on PCIe" in node_gpu_config.gpu_nic_numa(_node("node1")).not_applicable
-
-
 def test_limits_that_could_not_be_read_leave_the_check_not_judged():
     unread = NodeSettings("node1", errors=("limits: PermissionError: /proc/self/limits",))
     (f,) = node_config.limits({"node1": unread}, "node1", NodeConfig(), ib_hcas=0).findings

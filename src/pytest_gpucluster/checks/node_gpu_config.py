@@ -1,7 +1,8 @@
 """The node's GPU and PCIe configuration, judged on the login node: persistence and ECC modes,
 the settings that cap a GPU's speed (power limit, applications clocks, compute mode), the
-GPUDirect RDMA path, the NVSwitch fabric registration, PCIe ACS on the bridges above the
-GPUs and NICs and a NIC on each GPU's NUMA node (``checks.node_config`` has the rest and the ``Judged`` they return)."""
+GPUDirect RDMA path, the NVSwitch fabric registration and PCIe ACS on the bridges above the
+GPUs and NICs (``checks.gpu_placement`` places each GPU by NUMA node and nearest NIC;
+``checks.node_config`` has the rest and the ``Judged`` they return)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pytest_gpucluster.checks.node_config import MAJORITY, Judged, rdma_in_use, 
 from pytest_gpucluster.config.node_config import COMPUTE_MODES, NodeConfig
 from pytest_gpucluster.verdict import Finding, Severity
 from pytest_gpucluster.workloads import gpu_modes, pci_acs
-from pytest_gpucluster.workloads.node_settings import NodeSettings
+from pytest_gpucluster.workloads.node_settings import PCI_READING, NodeSettings
 
 # Power limits within this of each other are the same limit (NVML counts milliwatts; boards and
 # sites round theirs to whole watts).
@@ -301,6 +302,10 @@ def acs(s: NodeSettings) -> Judged:
             not_applicable=f"{s.node}: a virtual machine ({s.virtual_machine}): ACS on the physical bridges is the "
             "hypervisor's to set, and the bridges the guest sees are emulated"
         )
+    failed = [e for e in s.errors if e.startswith(f"{PCI_READING}:")]
+    if failed:
+        text = f"{s.node}: PCIe ACS not judged: the PCIe devices could not be read ({'; '.join(failed)})"
+        return Judged((Finding.on_node(s.node, text, severity="not_judged"),))
     if not s.acs.devices:
         return Judged(not_applicable=f"{s.node}: no GPU or NIC on PCIe")
     if not s.acs.bridges:
@@ -330,39 +335,4 @@ def acs(s: NodeSettings) -> Judged:
             f"{_judged_by(unread)}"
         )
         out.append(Finding.on_node(s.node, text, severity="not_judged"))
-    return Judged(tuple(out))
-
-
-def gpu_nic_numa(s: NodeSettings) -> Judged:
-    """Each GPU has a NIC on its own NUMA node (a warning otherwise), where the node has both and
-    the kernel reports their NUMA nodes."""
-    gpus = {d.label: d.numa_node for d in s.acs.devices if d.kind == "gpu"}
-    nics = {d.label: d.numa_node for d in s.acs.devices if d.kind == "nic"}
-    if not gpus or not nics:
-        return Judged(not_applicable=f"{s.node}: no {'GPU' if not gpus else 'RDMA NIC'} on PCIe to place")
-    if any(n < 0 for n in (*gpus.values(), *nics.values())):
-        return Judged(not_applicable=f"{s.node}: the kernel reports no NUMA node for the GPUs and NICs")
-    out = []
-    for gpu, node in sorted(gpus.items()):
-        if node in nics.values():
-            continue
-        found = f"NUMA node {node}; NICs on {', '.join(str(n) for n in sorted(set(nics.values())))}"
-        text = (
-            f"{s.node}: {gpu} is on NUMA node {node} with no NIC there, expected a NIC on the same NUMA node: its "
-            "GPUDirect RDMA traffic crosses the link between the sockets"
-        )
-        remedy = (
-            "put a NIC in a slot of that socket (the server's slot map), or check the BIOS's NUMA-per-socket setting"
-        )
-        out.append(
-            setting(
-                s.node,
-                f"NUMA of {gpu}",
-                text,
-                found=found,
-                expected="a NIC on the same NUMA node",
-                remedy=remedy,
-                severity="warn",
-            )
-        )
     return Judged(tuple(out))

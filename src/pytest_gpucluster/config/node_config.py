@@ -7,7 +7,8 @@ nodes (``checks.node_config``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Annotated
 
 Bytes = Annotated[int, "bytes"]
@@ -47,6 +48,12 @@ class NodeConfig:
     nccl_interfaces: tuple[str, ...] = ()
     # Their MTU; unset: the majority of the nodes' value, per interface.
     mtu: int | None = None
+    # Each GPU's NUMA node, by GPU index as nvidia-smi numbers them (``{0 = 0, 4 = 1}``), where the
+    # site states its layout; a GPU left out: as on the majority of the tested nodes.
+    gpu_numa_nodes: Mapping[str, int] = field(default_factory=dict)
+    # Each GPU's nearest NIC (its RDMA device, ``{0 = "mlx5_0"}``), by GPU index; a GPU left out:
+    # as on the majority of the tested nodes.
+    gpu_nics: Mapping[str, str] = field(default_factory=dict)
     # Whether every node's clock should be kept synchronized by a time daemon (a warning if not).
     clock_synced: bool = True
     # The host memory bandwidth kernel: the three arrays' bytes in all per NUMA node, and passes.
@@ -68,3 +75,15 @@ class NodeConfig:
             raise ValueError(f"compute_mode: one of {', '.join(COMPUTE_MODES)}, got {self.compute_mode!r}")
         if not self.governor.strip():
             raise ValueError("governor: name a cpufreq governor, e.g. 'performance'")
+        for key, table in (("gpu_numa_nodes", self.gpu_numa_nodes), ("gpu_nics", self.gpu_nics)):
+            bad = [k for k in table if not k.isdigit()]
+            if bad:
+                raise ValueError(
+                    f"{key}: keys are GPU indices as nvidia-smi numbers them ({{0 = ..., 1 = ...}}), got {bad[0]!r}"
+                )
+        for gpu, numa in self.gpu_numa_nodes.items():
+            if numa < 0:
+                raise ValueError(f"gpu_numa_nodes.{gpu}: a NUMA node, 0 or more, got {numa}")
+        for gpu, nic in self.gpu_nics.items():
+            if not nic.strip():
+                raise ValueError(f"gpu_nics.{gpu}: name the NIC's RDMA device, e.g. 'mlx5_0'")

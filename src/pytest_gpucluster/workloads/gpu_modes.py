@@ -2,7 +2,8 @@
 (current and pending), on NVSwitch systems the GPU's fabric registration with the fabric
 manager, and what caps a GPU's speed by setting: its power limits (the driver's, its default and
 the one enforced, which an out-of-band cap lowers too), its applications clocks against their
-defaults, and its compute mode. ``None`` where NVML does not support the reading on that GPU; no
+defaults, and its compute mode; and its PCI address, which ties NVML's index to the GPU's place in
+sysfs (``checks.gpu_placement``). ``None`` where NVML does not support the reading on that GPU; no
 CUDA context is made."""
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class GpuMode:
     app_memory_clock_mhz: int | None = None  # applications clock, memory
     app_memory_clock_default_mhz: int | None = None
     compute_mode: int | None = None  # nvmlComputeMode_t (config.node_config.COMPUTE_MODES names them)
+    pci_bus_id: str = ""  # as sysfs names the GPU ("0000:18:00.0"); "" where NVML did not say
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,20 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def bus_id(nvml_bus_id: str | bytes) -> str:
+    """NVML's PCI bus id (``00000000:18:00.0``, a 32-bit domain) as sysfs names the device
+    (``0000:18:00.0``); "" for anything else."""
+    text = nvml_bus_id.decode() if isinstance(nvml_bus_id, bytes) else nvml_bus_id
+    parts = text.strip().lower().split(":")
+    if len(parts) != 3 or not all(parts):
+        return ""
+    try:
+        domain = int(parts[0], 16)
+    except ValueError:
+        return ""
+    return f"{domain:04x}:{parts[1]}:{parts[2]}"
+
+
 def _gpu(nvml: Any, index: int) -> GpuMode:
     h = nvml.nvmlDeviceGetHandleByIndex(index)
     persistence = _try(nvml, lambda: nvml.nvmlDeviceGetPersistenceMode(h))
@@ -94,6 +110,7 @@ def _gpu(nvml: Any, index: int) -> GpuMode:
         app_memory_clock_mhz=_int(_try(nvml, lambda: nvml.nvmlDeviceGetApplicationsClock(h, memory))),
         app_memory_clock_default_mhz=_int(_try(nvml, lambda: nvml.nvmlDeviceGetDefaultApplicationsClock(h, memory))),
         compute_mode=_int(_try(nvml, lambda: nvml.nvmlDeviceGetComputeMode(h))),
+        pci_bus_id=bus_id(_try(nvml, lambda: nvml.nvmlDeviceGetPciInfo(h).busId) or ""),
     )
 
 

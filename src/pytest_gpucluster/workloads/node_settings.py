@@ -28,6 +28,8 @@ LIMIT_ROWS = {"memlock": "Max locked memory", "nofile": "Max open files"}
 # Modules that give GPUDirect RDMA its peer-memory path (the in-tree one, and MLNX_OFED's older one).
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 ARPHRD_INFINIBAND = 32  # /sys/class/net/IF/type of an IPoIB interface (include/uapi/linux/if_arp.h)
+# What ``NodeSettings.errors`` calls the reading of the PCIe devices (pci_acs) where it failed.
+PCI_READING = "PCIe ACS"
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,7 @@ def read_node(ctx: TaskContext, *, sys_root: str = "/sys", proc_root: str = "/pr
         rdma_devices=tuple(sorted(p.name for p in infiniband.iterdir())) if infiniband.is_dir() else (),
         interfaces=attempt("interfaces", lambda: read_interfaces(sys_p), ()),
         virtual_machine=attempt("virtualisation", lambda: virtual_machine(_text(proc_p / "cpuinfo"), sys_p), ""),
-        acs=attempt("PCIe ACS", lambda: pci_acs.read(sys_p), pci_acs.AcsReading()),
+        acs=attempt(PCI_READING, lambda: pci_acs.read(sys_p), pci_acs.AcsReading()),
         gpus=gpu_modes.read(),
         errors=tuple(errors),
     )
