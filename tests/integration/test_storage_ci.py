@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 AREA = "tests/acceptance/test_storage.py"
 BLKIO = Path("/sys/fs/cgroup/blkio")
-THROTTLE_BPS = 16 * 10**6
+THROTTLE_BPS = 8 * 10**6
 
 
 def test_the_storage_area_passes_on_the_ci_profile(run_acceptance):
