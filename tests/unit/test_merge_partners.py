@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from result_docs import handover
+
+from pytest_gpucluster import verdict
+from pytest_gpucluster.results import codec
 
 
 def _test(name: str, node: str, verdict: str) -> dict:
@@ -129,3 +135,27 @@ def test_a_node_partial_in_both_runs_or_new_in_a_partial_re_test_is_not_accepted
     merged = handover(earlier, "first.json", _partial(_now("ACCEPTED", "ACCEPTED")), "again.json")
     assert merged["nodes"]["node2"]["verdict"] == "INCOMPLETE"
     assert handover(earlier, "first.json", _now("ACCEPTED", "ACCEPTED"), "again.json")["verdict"] == "ACCEPTED"
+
+
+def test_a_node_lost_on_real_gpus_is_accepted_by_its_whole_re_test():
+    # Recorded on the 2 x H200 split (tests/data/merge): node2 lost with its slurmd, its checks
+    # never reached listed as failures, DCGM, ACS, GPUDirect and the NIC placement among them;
+    # its whole re-test ACCEPTED it with those not applicable in that VM. The merge said
+    # INCOMPLETE ("did not pass again test_dcgm_diagnostics, ..."): a check with nothing to
+    # measure is not a failure of the node. node1, the partner, was rejected in that re-test by
+    # the split's shared host memory (a line since given to h200-split): it stays rejected here.
+    doc = json.loads(
+        (Path(__file__).parents[1] / "data" / "merge" / "2x1-h200-slurmd-killed-then-retest.json").read_text()
+    )
+    earlier, now = doc["earlier"]["acceptance"]["nodes"], doc["retest"]["acceptance"]
+    assert earlier["verdicts"]["node2"]["unfinished"] and now["nodes"]["verdicts"]["node2"]["verdict"] == "ACCEPTED"
+    assert doc["retest"]["handover_as_recorded"]["nodes"]["node2"]["verdict"] == "INCOMPLETE"
+    merged = verdict.handover(
+        codec.decode_nodes(earlier),
+        "killed.json",
+        codec.decode_nodes(now["nodes"]),
+        codec.decode_matrix(now["matrix"]),
+        "retest.json",
+    )
+    by_node = {m.node.node: m.node.verdict for m in merged.nodes}
+    assert by_node == {"node1": "REJECTED", "node2": "ACCEPTED"}

@@ -80,10 +80,12 @@ def handover(
     ACCEPTED only when every check that decided its earlier verdict, or left it not judged, ran
     again and passed (INCOMPLETE otherwise, naming those checks). A node the earlier run did not
     test in full (left out, lost, a partial run, or not in it) has no such list: only this run's
-    own ACCEPTED, every check run, accepts it. A node the earlier run accepted and this run tested
-    beside them (a partner, ``retest_choice``) keeps its earlier verdict unless it now fails. A
-    node this run did not test keeps its earlier verdict. Failures the earlier run could pin on no node stand
-    until a run without them. ACCEPTED only when every node is; REJECTED when any node is."""
+    own ACCEPTED, every check run, accepts it (the checks a lost node never reached are listed as
+    its failures, and one with nothing to measure now is not applicable, not a failure). A node
+    the earlier run accepted and this run tested beside them (a partner, ``retest_choice``) keeps
+    its earlier verdict unless it now fails. A node this run did not test keeps its earlier
+    verdict. Failures the earlier run could pin on no node stand until a run without them.
+    ACCEPTED only when every node is; REJECTED when any node is."""
     before = {v.node: v for v in earlier.verdicts}
     after = {v.node: v for v in now.verdicts}
     merged: dict[str, Merged] = {}
@@ -99,7 +101,9 @@ def handover(
             merged[node] = Merged(after[node], now_ref) if failed_now else Merged(was, earlier_ref)
             continue
         mine = after[node]
-        if mine.verdict == "PARTIAL" and (was is None or _unfinished(was)):
+        # Not tested in full before: this run's own verdict stands, ACCEPTED only with every check run.
+        whole_needed = was is None or _unfinished(was)
+        if whole_needed and mine.verdict == "PARTIAL":
             if was is None:
                 earlier_said = "the earlier run did not test it"
             elif was.verdict == "PARTIAL":
@@ -111,14 +115,14 @@ def handover(
                 "of every check (no -k, -m or test paths narrowing the run) can accept it"
             )
             mine = replace(mine, verdict="INCOMPLETE", reasons=(reason,))
-        elif mine.verdict in ("PARTIAL", "ACCEPTED"):
+        elif was is not None and not whole_needed and mine.verdict in ("PARTIAL", "ACCEPTED"):
             passed = {col[1] for col in m.columns if _passed_for(m, node, col)}
-            deciding = (*was.checks, *was.unjudged) if was is not None else ()
+            deciding = (*was.checks, *was.unjudged)
             missing = [c for c in deciding if c not in passed]
             if missing:
                 reason = (
                     f"{node}: the re-test did not pass again {', '.join(missing)}, which decided "
-                    f"its earlier verdict ({was.verdict if was is not None else None}); a check across "
+                    f"its earlier verdict ({was.verdict}); a check across "
                     "nodes needs an accepted node beside it: re-test without --gpucluster-nodes (the run "
                     "adds accepted partners) or name one there"
                 )
