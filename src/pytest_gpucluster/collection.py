@@ -14,7 +14,7 @@ import pytest
 
 from pytest_gpucluster.outcomes import NOT_APPLICABLE
 from pytest_gpucluster.plan import last_order
-from pytest_gpucluster.plan.selection import Needs, Selection, cannot_run, not_applicable, plan_selection
+from pytest_gpucluster.plan.selection import Needs, Selection, alone, cannot_run, not_applicable, plan_selection
 from pytest_gpucluster.results import codec
 from pytest_gpucluster.run.items import declared_not_applicable, defines_check, is_check, needs_of, requests_of
 
@@ -47,8 +47,10 @@ class CollectionHooks:
         """Before ``-k``/``-m``/``--deselect`` take their pick: mark every acceptance check
         ``multinode`` (the whole acceptance of a multi-node cluster), end the checks that do not
         apply to the profile as not applicable and those that cannot run now as skipped, each
-        with the reason, and remember every check's needs for the required set. Tests that use a
-        job that ``runs_last`` move to the end of the run (``plan.last_order``)."""
+        with the reason (a check of a usable node against others none of which is usable is not
+        applicable to it: ``selection.alone``), and remember every check's needs for the required
+        set. Tests that use a job that ``runs_last`` move to the end of the run
+        (``plan.last_order``)."""
         self._collected = []
         shape = self.session.shape()
         for item in items:
@@ -60,6 +62,12 @@ class CollectionHooks:
             )
             self._collected.append(needs)
             na, blocked = not_applicable(needs, shape), cannot_run(needs, shape)
+            callspec = getattr(item, "callspec", None)
+            node = callspec.params.get("node") if callspec is not None else None
+            # Blocked by its peers alone (no other node usable): not applicable to this node.
+            peers_only = blocked and cannot_run(dataclasses.replace(needs, across_nodes=False), shape) is None
+            if peers_only and not na and node in self.session.nodes:
+                na = alone(needs, shape, node)
             if na:
                 # First among the skip marks: a check the profile gives nothing to measure is n/a,
                 # also on a node whose parameter skips it as excluded (pytest takes the first).

@@ -56,6 +56,7 @@ def test_a_drained_node_is_left_out_with_its_reason_and_its_tests_say_so(slurm_c
             tmp_path,
             "tests/acceptance/test_placement.py",
             "tests/acceptance/test_inventory.py::test_node_matches_the_profile",
+            "tests/acceptance/test_inventory.py::test_node_matches_the_others",
             timeout=180,
         )
     finally:
@@ -75,6 +76,13 @@ def test_a_drained_node_is_left_out_with_its_reason_and_its_tests_say_so(slurm_c
     on_node4 = run.test("test_node_matches_the_profile[node4]")
     assert on_node4["outcome"] == "skipped"
     assert on_node4["message"] == f"Skipped: node4 is excluded: Slurm reports it {why}"
+    # node3 beside no usable node: nothing to compare it with, not applicable to it (node4's
+    # state is node4's), so node3 is judged in full on what ran, never left unjudged for node4.
+    alone = run.test("test_node_matches_the_others[node3]")
+    assert alone["message"] == f"Skipped: not applicable: node3 has no other node to be judged with (node4: {why})"
+    assert alone["verdict"] == "n/a", alone
+    assert run.results["acceptance"]["nodes"]["verdicts"]["node3"]["verdict"] == "PARTIAL", run.results["acceptance"]
+    assert run.results["acceptance"]["nodes"]["verdicts"]["node4"]["unfinished"] is True
     # No job of the run ever went to node4.
     assert all("node4" not in str(j.get("nodes", "")) for t in run.results["tests"] for j in t.get("jobs", []))
     assert profile.jobs() == []

@@ -100,6 +100,17 @@ def cannot_run(needs: Needs, shape: Shape) -> str | None:
     return None
 
 
+def alone(needs: Needs, shape: Shape, node: str | None) -> str | None:
+    """Why a check of one usable node against the others has nothing to judge it by: no other
+    node is usable, each left out for its own state (Slurm's), or None. Not applicable to that
+    node, as for a node whose peers were lost during the run: its peers' faults are theirs."""
+    if node is None or not needs.across_nodes or shape.executor != "slurm" or shape.nodes < 2:
+        return None
+    if shape.usable_nodes != 1:
+        return None
+    return f"{node} has no other node to be judged with ({shape.unusable or 'no other node is usable'})"
+
+
 @dataclass
 class Selection:
     """The required set of a run and what its selection left out (stored in the results)."""
