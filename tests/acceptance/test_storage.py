@@ -86,7 +86,7 @@ def test_large_directory_listed_from_another_node(stored, cluster, judge, record
 @STORAGE
 def test_cold_import_of_the_framework(stored, cluster, judge, record):
     if not cluster.profile.storage.import_module:
-        pytest.skip(f"profile {cluster.profile.name!r} leaves the cold import out ([storage] import_module = \"\")")
+        pytest.skip(f'profile {cluster.profile.name!r} leaves the cold import out ([storage] import_module = "")')
     judged = storage_checks.cold_import(stored.reports, cluster.thresholds, stored.job_id)
     _conclude(judge, record, stored, judged, f"job {stored.job_id}: cold import in the jobs' interpreter")
 
