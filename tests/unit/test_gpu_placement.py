@@ -225,3 +225,14 @@ def test_a_failed_pcie_reading_is_not_judged_by_placement_or_acs():
     assert f.severity == "not_judged" and "PermissionError" in f.text
     (f,) = node_gpu_config.acs(broken).findings
     assert f.severity == "not_judged" and "PermissionError" in f.text
+
+
+def test_each_nodes_reading_is_placed_once_however_many_nodes_are_judged(monkeypatch):
+    # Every node's check compares it with every node: N nodes place N readings, not N².
+    nodes = _cluster(node7=_layout(numa=(0, 0, 0, 1, 1, 1, 1, 1)))
+    calls = []
+    real = gpu_placement.placements
+    monkeypatch.setattr(gpu_placement, "placements", lambda s: calls.append(s.node) or real(s))
+    for node in nodes:
+        gpu_placement.gpu_placement(nodes, node, NodeConfig())
+    assert sorted(calls) == sorted(nodes)

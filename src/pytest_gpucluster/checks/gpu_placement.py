@@ -145,8 +145,21 @@ _FACTS = (
 )
 
 
+# Each node's check compares it with every node: each node's reading is placed once per process
+# (keyed by the reading itself, which the run's node probe keeps for the whole run), not once per
+# node's check, so a run of N nodes places N readings, not N².
+_PLACED: dict[int, tuple[NodeSettings, dict[int, GpuPlacement]]] = {}
+
+
+def _placed_once(s: NodeSettings) -> dict[int, GpuPlacement]:
+    hit = _PLACED.get(id(s))
+    if hit is None or hit[0] is not s:
+        hit = _PLACED[id(s)] = (s, {p.index: p for p in placements(s)})
+    return hit[1]
+
+
 def _placed(all_nodes: Mapping[str, NodeSettings]) -> dict[str, dict[int, GpuPlacement]]:
-    return {n: {p.index: p for p in placements(s)} for n, s in all_nodes.items()}
+    return {n: _placed_once(s) for n, s in all_nodes.items()}
 
 
 def _against(
