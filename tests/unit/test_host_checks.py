@@ -179,6 +179,15 @@ def test_the_first_nodes_wrong_clock_falls_on_it_by_the_median():
     assert judge_host.offsets(reports) == pytest.approx({"node1": -2500.0, "node2": 0.0, "node3": 0.4})
     (f,) = judge_host.clock_offset(reports, "node1", lines()).findings
     assert f.convicts == ("node1",) and f.severity == "fail" and "-2500 ms from the median" in f.text
+    # A setting of the node: what was found, what is expected and from where, and how to change it.
+    assert (f.scope, f.setting, f.found) == (
+        "node_setting",
+        "clock offset",
+        "-2500 ms from the median of 3 nodes' clocks",
+    )
+    assert f.expected == "within 100 ms (host.clock_offset: fail > 1000 ms, warn > 100 ms)"
+    assert "no time daemon runs" in f.remedy and "chronyd" in f.remedy and f.text.endswith(f"To change: {f.remedy}")
+    assert (f.metric, f.value, f.unit) == (judge_host.OFFSET, pytest.approx(2500.0), "ms")
     for node in ("node2", "node3"):
         judged = judge_host.clock_offset(reports, node, lines())
         assert not judged.findings and [v.status for v in judged.verdicts] == ["pass"]
@@ -193,6 +202,24 @@ def test_two_clocks_apart_are_named_together_with_no_culprit():
     (f,) = judge_host.clock_offset(reports, "node2", lines()).findings
     assert f.severity == "warn" and f.nodes == ("node1", "node2") and not f.culprits
     assert "differ by 300 ms" in f.text and "nothing tells which clock is wrong" in f.text
+    # Both nodes run chronyd: the change says what to look at in it, on both.
+    assert (f.setting, f.found) == ("clock offset", "300 ms apart") and "chronyc tracking" in f.remedy
+    assert f"To change, on both: {f.remedy}" in f.text
+
+
+def test_the_clock_remedy_names_what_to_look_at_in_each_time_daemon():
+    kept = ClockReading(True, 1, 1, ("ptp4l", "phc2sys"))
+    said = judge_host.clock_remedy(kept)
+    assert said.startswith("ptp4l and phc2sys run but") and "GET CURRENT_DATA_SET" in said and "PTP clock" in said
+    timesyncd = judge_host.clock_remedy(ClockReading(True, 1, 1, ("systemd-timesyncd",)))
+    assert "timedatectl timesync-status" in timesyncd
+    # Not synchronized although chronyd runs: look at chronyd, not "run chrony".
+    free = HostReport("node1", 4, clock=ClockReading(False, 16_000_000, 16_000_000, ("chronyd",)))
+    (f,) = judge_host.synchronized(free, NodeConfig()) or ()
+    assert (
+        f.remedy.startswith("chronyd runs but the kernel reports the clock unsynchronized")
+        and "chronyc sources" in f.remedy
+    )
 
 
 def test_an_offset_not_measured_is_not_judged_and_says_why():

@@ -26,7 +26,7 @@ from pytest_gpucluster.checks.storage import Judged
 from pytest_gpucluster.config import ThresholdSet
 from pytest_gpucluster.config.node_config import NodeConfig
 from pytest_gpucluster.verdict import Finding, Measurement, judge
-from pytest_gpucluster.workloads.host_checks import HostReport, NumaBandwidth
+from pytest_gpucluster.workloads.host_checks import ClockReading, HostReport, NumaBandwidth
 
 BANDWIDTH = "host.memory_bandwidth"
 FRACTION = "host.memory_fraction_of_median"
@@ -140,7 +140,7 @@ def synchronized(report: HostReport, cfg: NodeConfig) -> tuple[Finding, ...] | N
         "clock drifts by seconds a day, and the logs, traces and checkpoints of one job from several nodes stop "
         "lining up"
     )
-    remedy = "run chrony (or the site's time daemon) against the site's time servers on every node"
+    remedy = clock_remedy(clock, "the kernel reports the clock unsynchronized")
     found_it = setting(
         report.node,
         "clock synchronization",
@@ -199,16 +199,81 @@ def clock_offset(reports: Mapping[str, HostReport], node: str, thresholds: Thres
     if verdict.status not in ("fail", "warn"):
         return Judged((verdict,))
     said = ", ".join(f"{n} {apart[n]:+.4g} ms" for n in sorted(apart))
+    bound = line.warn_above if line.warn_above is not None else line.fail_above
+    expected = f"within {bound:g} ms ({OFFSET}: {line.describe()})" if bound is not None else line.describe()
     if len(apart) == 2:
+        each = {n: clock_remedy(reports[n].clock) for n in sorted(apart)}
+        remedy = (
+            next(iter(each.values()))
+            if len(set(each.values())) == 1
+            else "; ".join(f"{n}: {r}" for n, r in each.items())
+        )
         text = (
             f"the clocks of {' and '.join(sorted(apart))} differ by {abs(apart[node]):.4g} ms ({line.describe()}; "
-            f"{line.evidence or line.source}); with two nodes nothing tells which clock is wrong"
+            f"{line.evidence or line.source}); with two nodes nothing tells which clock is wrong. To change, on "
+            f"both: {remedy}"
         )
-        found = Finding.across(sorted(apart), text, severity=verdict.status)
+        found = Finding.across(
+            sorted(apart),
+            text,
+            severity=verdict.status,
+            setting="clock offset",
+            found=f"{abs(apart[node]):.4g} ms apart",
+            expected=expected,
+            remedy=remedy,
+        )
     else:
         text = (
             f"{node}: clock {apart[node]:+.4g} ms from the median of the nodes' clocks ({said}; {line.describe()}; "
             f"{line.evidence or line.source})"
         )
-        found = Finding.on_node(node, text, severity=verdict.status, metric=OFFSET, value=abs(apart[node]), unit="ms")
+        found = setting(
+            node,
+            "clock offset",
+            text,
+            found=f"{apart[node]:+.4g} ms from the median of {len(apart)} nodes' clocks",
+            expected=expected,
+            remedy=clock_remedy(clock),
+            severity=verdict.status,
+            metric=OFFSET,
+            value=abs(apart[node]),
+            unit="ms",
+            job_id=job_id,
+        )
     return Judged((verdict,), findings=(found,))
+
+
+# What to look at where each time daemon runs, in the order a node's daemons are named.
+_DAEMON_CHECKS = {
+    "chronyd": "`chronyc tracking` shows the offset chronyd keeps and `chronyc sources` whether it reaches its "
+    "servers; `chronyc makestep` steps the clock at once",
+    "ntpd": "`ntpq -p` shows whether ntpd reaches its servers and its offset from them",
+    "openntpd": "`ntpctl -s all` shows whether ntpd reaches its servers and its offset from them",
+    "systemd-timesyncd": "`timedatectl timesync-status` shows the server systemd-timesyncd reached and its "
+    "offset (an SNTP client: chrony keeps clocks closer)",
+    "ptp4l": "`pmc -u -b 0 'GET CURRENT_DATA_SET'` shows ptp4l's offset from the grandmaster",
+    "phc2sys": "phc2sys carries the NIC's PTP clock to the system clock: it runs against the interface ptp4l uses",
+    "timemaster": "`chronyc sources` shows the PTP and NTP sources timemaster gave chronyd",
+}
+
+
+def clock_remedy(
+    clock: ClockReading | None, fault: str = "does not keep the clock in step with the other nodes'"
+) -> str:
+    """How to bring the node's clock in step, by the time daemons it runs (``fault``: what the
+    running daemon fails to do): what to look at for each, and that every node uses the same
+    servers; with none running, to run one."""
+    if clock is None:
+        return "run chrony (or the site's time daemon) against the site's time servers, the same on every node"
+    if not clock.daemons:
+        return (
+            "no time daemon runs: run chrony against the site's time servers, the same on every node "
+            "(systemctl enable --now chronyd)"
+        )
+    said = [_DAEMON_CHECKS[d] for d in clock.daemons if d in _DAEMON_CHECKS]
+    names = " and ".join(clock.daemons)
+    return (
+        f"{names} {'runs' if len(clock.daemons) == 1 else 'run'} but {fault}: "
+        + "; ".join(said or ["check that it reaches the site's time servers"])
+        + "; every node should name the same time servers (or the same PTP domain)"
+    )

@@ -83,9 +83,11 @@ class Finding:
         remedy: str,
         gpu: int | None = None,
         severity: Severity = "fail",
+        **more: Any,
     ) -> Finding:
         """A configuration setting of ``node`` (of its GPU ``gpu`` where given) that differs from
-        what is expected: the node is its culprit."""
+        what is expected: the node is its culprit. ``more``: a measured setting's figure
+        (``metric``, ``value``, ``unit``, ``job_id``)."""
         return cls(
             text,
             "node_setting",
@@ -97,6 +99,7 @@ class Finding:
             found=found,
             expected=expected,
             remedy=remedy,
+            **more,
         )
 
     @classmethod
