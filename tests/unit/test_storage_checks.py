@@ -153,6 +153,25 @@ def test_metadata_rate_of_every_node_slow_alike_is_the_filesystems():
     assert found.scope == "shared_fs" and "creates/stats/unlinks" in found.text
 
 
+def test_metadata_rates_summed_over_the_nodes_are_judged_as_the_filesystems_aggregate():
+    # 1000 files, 3 s over the three phases: 1000 ops/s per node, 3000 summed.
+    reports = [report(n, i, 1500) for i, n in enumerate(NODES)]
+    judged = checks.metadata(reports, NODES, SITE, "7")
+    (asked,) = [f for f in judged.findings if f.metric == "storage.metadata_aggregate"]
+    assert asked.severity == "warn" and asked.scope == "config"
+    (kept,) = [m for m in judged.unjudged if m.metric == "storage.metadata_aggregate"]
+    assert kept.value == pytest.approx(3000) and kept.nodes == NODES and kept.unit == "ops/s"
+    site = ThresholdSet("site", {**SITE.values, "storage.metadata_aggregate": Threshold(
+        "storage.metadata_aggregate", "ops/s", fail_below=5000, source="the site's storage contract")})  # fmt: skip
+    judged = checks.metadata(reports, NODES, site, "7")
+    (total,) = [v for v in judged.verdicts if v.measurement.metric == "storage.metadata_aggregate"]
+    assert total.status == "fail" and total.measurement.detail == "3 node(s) at once"
+    (found,) = fails(judged)
+    assert found.scope == "shared_fs" and found.convicts == () and "creates/stats/unlinks" in found.text
+    nodes = checks.section(reports)["nodes"]
+    assert nodes["node1"]["metadata_phase_ops_s"] == {"create": 1000.0, "stat": 2000.0, "unlink": 666.7}
+
+
 def test_cold_import_slow_on_one_node_is_its_own_and_on_all_the_environments():
     line = lines(**{"storage.cold_import": ("s", {"fail_above": 30, "warn_above": 5})})
     one = [

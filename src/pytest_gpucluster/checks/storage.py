@@ -363,7 +363,8 @@ def throughput(reports: Sequence[StorageReport], nodes: Sequence[str], threshold
 
 
 def metadata(reports: Sequence[StorageReport], nodes: Sequence[str], thresholds: ThresholdSet, job_id: str) -> Judged:
-    """Every node's small-file creates, stats and unlinks per second, by the module's rule."""
+    """Every node's small-file creates, stats and unlinks per second, by the module's rule, and
+    the nodes' rates summed (measured at once) against ``storage.metadata_aggregate``."""
     values = {r.node: r.metadata_ops_s for r in reports if r.metadata_files}
     by_node = {r.node: r for r in reports}
     found = []
@@ -384,6 +385,9 @@ def metadata(reports: Sequence[StorageReport], nodes: Sequence[str], thresholds:
             what="creates/stats/unlinks",
             where=mount_of(reports),
             job_id=job_id,
+        )
+        judged += aggregate(
+            values, "storage.metadata_aggregate", "ops/s", thresholds, what="creates/stats/unlinks", job_id=job_id
         )
     return judged
 
@@ -447,6 +451,7 @@ def section(reports: Sequence[StorageReport]) -> dict[str, Any]:
             "read_mb_s_per_stream": [round(one.read_mb_s, 1) for one in s.each] if s else [],
             "not_measured": r.not_measured,
             "metadata_ops_s": round(r.metadata_ops_s, 1) if r.metadata_files else None,
+            "metadata_phase_ops_s": _phase_rates(r),
             "round_trips_ms": [round(t * 1e3, 2) for t in r.round_trips_s],
             "peer": r.peer,
             "import_s": r.import_s,
@@ -459,3 +464,11 @@ def section(reports: Sequence[StorageReport]) -> dict[str, Any]:
             nodes[r.node]["large_dir_listed"] = r.large_dir.listed
             nodes[r.node]["large_dir_list_s"] = round(r.large_dir.list_s, 3)
     return {"nodes": nodes}
+
+
+def _phase_rates(r: StorageReport) -> dict[str, float]:
+    """The node's creates, stats and unlinks per second, each phase on its own."""
+    if not r.metadata_files:
+        return {}
+    phases = zip(("create", "stat", "unlink"), r.metadata_s, strict=True)
+    return {name: round(r.metadata_files / s, 1) for name, s in phases if s > 0}

@@ -63,6 +63,13 @@ METRICS: dict[str, Metric] = {
         _m("storage.read_aggregate", "MB/s", "higher", "the nodes' read-backs summed, every node at once", True),
         _m("storage.fraction_of_node_median", "ratio", "higher", "a node's throughput over its peers' median"),
         _m("storage.metadata_ops", "ops/s", "higher", "creates, stats and unlinks of small files per node", True),
+        _m(
+            "storage.metadata_aggregate",
+            "ops/s",
+            "higher",
+            "the nodes' creates, stats and unlinks per second summed, every node at once",
+            True,
+        ),
         _m("storage.visibility_round_trip", "s", "lower", "a file written on one node seen on another and back"),
         _m("storage.cold_import", "s", "lower", "a fresh interpreter's import of the framework on a node"),
         _m(
