@@ -10,10 +10,10 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from pytest_gpucluster.errors import GpuClusterError, NodeLostError, SharedFsFault
-from pytest_gpucluster.launch import TaskResult
+from pytest_gpucluster.launch import Job, TaskResult
 from pytest_gpucluster.plan import jobs
 from pytest_gpucluster.plan.facts import ranks_per_node
 from pytest_gpucluster.run.context import JobContext
@@ -28,6 +28,8 @@ from pytest_gpucluster.workloads.training import plan_training
 # before the job's time limit.
 BARRIER_S = 120.0
 
+R = TypeVar("R")
+
 
 class Stored(NamedTuple):
     """One report per node that answered, the job id and the nodes the job ran on."""
@@ -39,17 +41,26 @@ class Stored(NamedTuple):
 
 class Place(NamedTuple):
     """A job's private directory: the root template the nodes expand, the directory's name under
-    it, and the directory as the login node sees it."""
+    it, the directory as the login node sees it, and the jobs that write into it."""
 
     root_template: str
     name: str
     directory: Path
+    writers: list[Job[Any]]
+
+    def writing(self, job: Job[R]) -> Job[R]:
+        """``job``, noted as writing into the directory: it is cancelled before the directory is
+        removed."""
+        self.writers.append(job)
+        return job
 
 
 @contextmanager
 def private_directory(ctx: JobContext, what: str) -> Iterator[Place]:
     """A fresh 0700 directory ``storage-*`` for one job in this user's folder on ``shared_fs``
-    (locally, in the run's job folder), removed afterwards whatever the job did."""
+    (locally, in the run's job folder), removed afterwards whatever the job did. A job still
+    running then (an interrupt, a wait that raised) is cancelled first, so that no task goes on
+    writing into the directory being removed; cancelling a job that ended does nothing."""
     root = ctx.profile.shared_fs
     if root is None and ctx.profile.executor == "slurm":
         raise GpuClusterError(f"profile {ctx.profile.name!r} sets no shared_fs: no {what}")
@@ -59,11 +70,16 @@ def private_directory(ctx: JobContext, what: str) -> Iterator[Place]:
     except OSError as exc:
         why = str(exc.strerror or exc)
         raise SharedFsFault.cannot_write(str(base), why, f"cannot make the {what}'s directory") from exc
+    writers: list[Job[Any]] = []
     try:
         name = str(directory.relative_to(ctx.shared_root if root else base))
-        yield Place(root or str(base), name, directory)
+        yield Place(root or str(base), name, directory, writers)
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        try:
+            for job in writers:
+                job.cancel()
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @produces(jobs.STORAGE)
@@ -78,15 +94,17 @@ def stored(ctx: JobContext) -> Stored:
             assert jobs.STORAGE.workload is not None
             spec = spec_of(ctx, jobs.STORAGE)
             nodes = spec.nodelist or ctx.live_nodes
-            job = ctx.submit(
-                jobs.STORAGE.workload,
-                spec,
-                root_template=place.root_template,
-                name=place.name,
-                config=ctx.profile.storage,
-                streams=streams,
-                timeout_s=min(BARRIER_S, spec.timeout_min * 60 / 4),
-                limit_s=spec.timeout_min * 60,
+            job = place.writing(
+                ctx.submit(
+                    jobs.STORAGE.workload,
+                    spec,
+                    root_template=place.root_template,
+                    name=place.name,
+                    config=ctx.profile.storage,
+                    streams=streams,
+                    timeout_s=min(BARRIER_S, spec.timeout_min * 60 / 4),
+                    limit_s=spec.timeout_min * 60,
+                )
             )
             try:
                 results = job.results()
@@ -126,15 +144,17 @@ def checkpointed(ctx: JobContext) -> Checkpointed:
             assert jobs.STORAGE_CHECKPOINT.workload is not None
             spec = spec_of(ctx, jobs.STORAGE_CHECKPOINT)
             nodes = spec.nodelist or ctx.live_nodes
-            job = ctx.submit(
-                jobs.STORAGE_CHECKPOINT.workload,
-                spec,
-                root_template=place.root_template,
-                name=place.name,
-                model=model,
-                max_free_share=config.max_free_share,
-                lr=training.config.lr,
-                timeout_s=spec.timeout_min * 60 / 2,
+            job = place.writing(
+                ctx.submit(
+                    jobs.STORAGE_CHECKPOINT.workload,
+                    spec,
+                    root_template=place.root_template,
+                    name=place.name,
+                    model=model,
+                    max_free_share=config.max_free_share,
+                    lr=training.config.lr,
+                    timeout_s=spec.timeout_min * 60 / 2,
+                )
             )
             results = job.results()
             return Checkpointed([r.value for r in results], results[0].job_id, nodes, said)
