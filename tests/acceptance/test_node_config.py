@@ -2,8 +2,9 @@
 gets, swap, GPU persistence and ECC modes, what caps a GPU's speed by setting (power limit,
 applications clocks, compute mode), the GPUDirect RDMA path, the NVSwitch fabric, PCIe ACS
 above the GPUs and NICs, each GPU's NUMA node and nearest NIC against the profile or the other
-nodes, the CPU governor, and the MTU of NCCL's interfaces across nodes; and, measured in a job of
-their own, the host memory bandwidth of each NUMA node and the clock against the other nodes'.
+nodes, the CPU governor, and the MTU of NCCL's and the RoCE interfaces across nodes; and,
+measured in a job of their own, the host memory bandwidth of each NUMA node and the clock
+against the other nodes'.
 Each finding names the setting, the value found, the value expected and how to change it; a
 setting the node has nothing of is not applicable, with the reason (docs/checks-node-config.md)."""
 

@@ -111,6 +111,32 @@ def test_mtu_without_a_majority_names_the_nodes_and_convicts_none():
     assert (f.scope, f.nodes, f.convicts) == ("nodes", ("node1", "node2"), ())
 
 
+def _with_roce(name: str, mtu: int) -> NodeSettings:
+    roce = (Interface("ens1f0np0", mtu, False, "mlx5_0 port 1", "Ethernet"), Interface("eth0", 1500))
+    return dataclasses.replace(_node(name), interfaces=roce)
+
+
+def test_mtu_of_a_roce_interface_alike_beside_nccls_sockets():
+    nodes = {"node1": _with_roce("node1", 4200), "node2": _with_roce("node2", 4200), "node3": _with_roce("node3", 1500)}
+    # Whatever NCCL's sockets use, the RoCE interface's MTU is judged: RDMA goes through it.
+    for env in ({}, {"NCCL_SOCKET_IFNAME": "eth0"}):
+        (f,) = node_config.mtu(nodes, NodeConfig(), env).findings
+        assert (f.scope, f.setting, f.convicts, f.found) == ("node_setting", "MTU of ens1f0np0", ("node3",), "1500")
+        assert f.expected == "4200 (the majority of the tested nodes)"
+        assert "the RoCE interface of mlx5_0 port 1" in f.text and "RoCE takes its path MTU" in f.text
+        assert f.remedy.startswith("ip link set dev ens1f0np0 mtu 4200") and "switch ports" in f.remedy
+    # NCCL_IB_HCA leaves the device out: its interface is not NCCL's to use.
+    assert "no interface to compare" in node_config.mtu(nodes, NodeConfig(), {"NCCL_IB_HCA": "mlx5_1"}).not_applicable
+    assert len(node_config.mtu(nodes, NodeConfig(), {"NCCL_IB_HCA": "=mlx5_0:1"}).findings) == 1
+
+
+def test_mtu_without_a_majority_says_what_to_expect_and_how_to_change_it():
+    nodes = {"node1": _with_if("node1", 4092), "node2": _with_if("node2", 2044)}
+    (f,) = node_config.mtu(nodes, NodeConfig(), {}).findings
+    assert (f.setting, f.found) == ("MTU of ib0", "node1 4092, node2 2044")
+    assert "node_config.mtu" in f.expected and "node_config.mtu" in f.remedy and "ip link set dev ib0 mtu" in f.remedy
+
+
 def test_mtu_without_an_interface_to_compare_is_not_applicable():
     assert "no interface to compare" in node_config.mtu({"node1": _node("node1")}, NodeConfig(), {}).not_applicable
 

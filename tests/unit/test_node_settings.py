@@ -53,6 +53,38 @@ def test_governors_and_interfaces_from_sysfs(tmp_path):
     )
 
 
+def _sysfs(root: Path, path: str, text: str) -> None:
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_text(text + "\n")
+
+
+def test_rdma_ports_name_their_network_interfaces_and_link_layer(tmp_path):
+    # A RoCE port naming its interface in its GID table (an unused entry reads as an error, here a
+    # directory), a RoCE bond named by its GID table though its PCI function lists a member, and
+    # an InfiniBand HCA whose IPoIB interface only its PCI function lists.
+    _sysfs(tmp_path, "class/infiniband/mlx5_0/ports/1/link_layer", "Ethernet")
+    _sysfs(tmp_path, "class/infiniband/mlx5_0/ports/1/gid_attrs/ndevs/0", "ens1f0np0")
+    _sysfs(tmp_path, "class/infiniband/mlx5_0/ports/1/gid_attrs/ndevs/1", "ens1f0np0")
+    (tmp_path / "class/infiniband/mlx5_0/ports/1/gid_attrs/ndevs/2").mkdir()
+    _sysfs(tmp_path, "class/infiniband/mlx5_bond_0/ports/1/link_layer", "Ethernet")
+    _sysfs(tmp_path, "class/infiniband/mlx5_bond_0/ports/1/gid_attrs/ndevs/0", "bond0")
+    (tmp_path / "class/infiniband/mlx5_bond_0/device/net/ens2f0np0").mkdir(parents=True)
+    _sysfs(tmp_path, "class/infiniband/mlx5_2/ports/1/link_layer", "InfiniBand")
+    (tmp_path / "class/infiniband/mlx5_2/device/net/ib0").mkdir(parents=True)
+    assert node_settings.rdma_netdevs(tmp_path) == {
+        "ens1f0np0": ("mlx5_0 port 1", "Ethernet"),
+        "bond0": ("mlx5_bond_0 port 1", "Ethernet"),
+        "ib0": ("mlx5_2 port 1", "InfiniBand"),
+    }
+    for name, mtu, kind in (("ens1f0np0", 4200, 1), ("bond0", 9000, 1), ("ib0", 4092, 32), ("eth0", 1500, 1)):
+        _sysfs(tmp_path, f"class/net/{name}/mtu", str(mtu))
+        _sysfs(tmp_path, f"class/net/{name}/type", str(kind))
+    found = {i.name: i for i in node_settings.read_interfaces(tmp_path)}
+    assert found["ens1f0np0"] == node_settings.Interface("ens1f0np0", 4200, False, "mlx5_0 port 1", "Ethernet")
+    assert [n for n, i in found.items() if i.roce] == ["bond0", "ens1f0np0"]
+    assert found["ib0"].infiniband and not found["ib0"].roce and found["eth0"].rdma_port == ""
+
+
 def test_this_machine_is_read_without_error():
     found = node_settings.read_node(local_context())
     assert found.errors == ()

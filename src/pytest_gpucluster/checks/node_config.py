@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_gpucluster.config.node_config import RDMA_MEMLOCK_BYTES, NodeConfig
 from pytest_gpucluster.verdict import Finding, Severity
+from pytest_gpucluster.workloads import net_settings
 from pytest_gpucluster.workloads.node_settings import NodeSettings
 
 MAJORITY = "the majority of the tested nodes"
@@ -192,23 +193,63 @@ def nccl_interfaces(s: NodeSettings, cfg: NodeConfig, env: Mapping[str, str]) ->
     return ",".join(i.name for i in s.interfaces if i.infiniband), "the IPoIB interfaces"
 
 
+def roce_interfaces(s: NodeSettings, env: Mapping[str, str]) -> dict[str, str]:
+    """The node's RoCE interfaces (the network devices of RDMA ports whose link layer is
+    Ethernet) NCCL's RDMA transport may use, each with where that comes from: all of them, or
+    those of the HCAs the profile's NCCL_IB_HCA selects."""
+    roce = [i for i in s.interfaces if i.roce]
+    spec = env.get("NCCL_IB_HCA", "").strip()
+    if spec:
+        kept = set(net_settings.selects(spec, sorted({i.rdma_port.split()[0] for i in roce})))
+        roce = [i for i in roce if i.rdma_port.split()[0] in kept]
+    return {i.name: f"the RoCE interface of {i.rdma_port}" for i in roce}
+
+
+def mtu_interfaces(s: NodeSettings, cfg: NodeConfig, env: Mapping[str, str]) -> dict[str, str]:
+    """Every interface of the node whose MTU the collectives depend on, with why: those NCCL's
+    sockets use (``nccl_interfaces``) and the RoCE interfaces its RDMA transport uses."""
+    chosen, source = nccl_interfaces(s, cfg, env)
+    named = {name: source for name in chosen.split(",") if name}
+    return {**named, **roce_interfaces(s, env)}
+
+
+_MTU_WHY = {
+    False: "frames larger than a peer's MTU are dropped, so NCCL's connections stall or fall back",
+    True: "RoCE takes its path MTU from this interface's MTU, so the node's RDMA traffic goes in smaller "
+    "packets than its peers', or is dropped where a switch port is set for a smaller MTU",
+}
+
+
+def _mtu_remedy(name: str, line: int | str, roce: bool) -> str:
+    remedy = f"ip link set dev {name} mtu {line}, and in the interface's persistent configuration"
+    if roce:
+        remedy += "; the switch ports the interface is cabled to carry the same MTU"
+    return remedy
+
+
 def mtu(all_nodes: Mapping[str, NodeSettings], cfg: NodeConfig, env: Mapping[str, str]) -> Judged:
-    """The MTU of each interface NCCL uses, alike on every node (the profile's, else the
-    majority's); where no majority exists the nodes are named together, none convicted."""
+    """The MTU of each interface the collectives depend on (``mtu_interfaces``), alike on every
+    node (the profile's, else the majority's); where no majority exists the nodes are named
+    together, none convicted, and the profile is asked for the MTU."""
     per_name: dict[str, dict[str, int]] = {}
-    source = ""
+    sources: dict[str, str] = {}
+    roce: set[str] = set()
     for node, s in all_nodes.items():
-        chosen, source = nccl_interfaces(s, cfg, env)
+        chosen = mtu_interfaces(s, cfg, env)
         for i in s.interfaces:
-            if i.name in chosen.split(","):
+            if i.name in chosen:
                 per_name.setdefault(i.name, {})[node] = i.mtu
+                sources.setdefault(i.name, chosen[i.name])
+                if i.roce:
+                    roce.add(i.name)
     if not per_name:
         return Judged(
-            not_applicable="no interface to compare: no IPoIB interface on the nodes, and neither "
+            not_applicable="no interface to compare: no IPoIB or RoCE interface on the nodes, and neither "
             "node_config.nccl_interfaces nor the profile's NCCL_SOCKET_IFNAME names one"
         )
     out: list[Finding] = []
     for name, values in sorted(per_name.items()):
+        source, why = sources[name], _MTU_WHY[name in roce]
         line = cfg.mtu
         origin = "node_config.mtu"
         if line is None:
@@ -216,17 +257,26 @@ def mtu(all_nodes: Mapping[str, NodeSettings], cfg: NodeConfig, env: Mapping[str
             top = max(counts.values())
             if len(values) > 1 and list(counts.values()).count(top) > 1:
                 found = ", ".join(f"{n} {m}" for n, m in sorted(values.items()))
-                text = f"{name} ({source}): MTU differs between the nodes with no majority: {found}"
-                out.append(Finding.across(values, text))
+                expected = "one MTU on every node (no majority: the profile's node_config.mtu, unset)"
+                remedy = (
+                    "state the MTU the fabric is built for in the profile's node_config.mtu; on the nodes off it, "
+                    + _mtu_remedy(name, "MTU", name in roce)
+                )
+                text = (
+                    f"{name} ({source}): MTU differs between the nodes with no majority: {found}: {why}. "
+                    f"To change: {remedy}"
+                )
+                out.append(
+                    Finding.across(
+                        values, text, setting=f"MTU of {name}", found=found, expected=expected, remedy=remedy
+                    )
+                )
                 continue
             line, origin = counts.most_common(1)[0][0], MAJORITY
         for node, value in sorted(values.items()):
             if value != line:
-                text = (
-                    f"{node}: MTU of {name} ({source}) is {value}, expected {line} ({origin}): frames larger "
-                    "than a peer's MTU are dropped, so NCCL's connections stall or fall back"
-                )
-                remedy = f"ip link set dev {name} mtu {line}, and in the interface's persistent configuration"
+                text = f"{node}: MTU of {name} ({source}) is {value}, expected {line} ({origin}): {why}"
+                remedy = _mtu_remedy(name, line, name in roce)
                 out.append(
                     setting(
                         node, f"MTU of {name}", text, found=str(value), expected=f"{line} ({origin})", remedy=remedy

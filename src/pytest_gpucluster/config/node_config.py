@@ -46,7 +46,8 @@ class NodeConfig:
     # The interfaces NCCL uses (names or name prefixes, as NCCL_SOCKET_IFNAME lists them); empty:
     # the profile's env NCCL_SOCKET_IFNAME, else the nodes' IPoIB interfaces.
     nccl_interfaces: tuple[str, ...] = ()
-    # Their MTU; unset: the majority of the nodes' value, per interface.
+    # Their MTU, and that of the RoCE interfaces NCCL's RDMA transport uses; unset: the majority
+    # of the nodes' value, per interface.
     mtu: int | None = None
     # Each GPU's NUMA node, by GPU index as nvidia-smi numbers them (``{0 = 0, 4 = 1}``), where the
     # site states its layout; a GPU left out: as on the majority of the tested nodes.

@@ -42,11 +42,19 @@ class Limit:
 
 @dataclass(frozen=True)
 class Interface:
-    """One network interface of the node: its MTU and whether it is IPoIB."""
+    """One network interface of the node: its MTU, whether it is IPoIB, and the RDMA device port
+    it is the network device of, with that port's link layer (``Ethernet``: RoCE)."""
 
     name: str
     mtu: int
     infiniband: bool = False
+    rdma_port: str = ""  # "mlx5_0 port 1" ("mlx5_0" where the port is not known), "" for none
+    link_layer: str = ""  # "Ethernet" (RoCE) or "InfiniBand", as the RDMA port reports it
+
+    @property
+    def roce(self) -> bool:
+        """The interface carries an RDMA device's RoCE traffic: its MTU sets RoCE's path MTU."""
+        return self.link_layer == "Ethernet" and bool(self.rdma_port)
 
 
 @dataclass(frozen=True)
@@ -99,14 +107,52 @@ def read_governors(sys_root: Path) -> dict[str, int]:
     return dict(found)
 
 
+def _port_netdevs(port: Path) -> list[str]:
+    """The network devices a port's GID table names (``gid_attrs/ndevs/N``); an unused entry
+    reads as an error (EINVAL) and names none."""
+    names: dict[str, None] = {}
+    for entry in sorted(port.glob("gid_attrs/ndevs/*"), key=lambda p: int(p.name) if p.name.isdigit() else 0):
+        try:
+            name = entry.read_text().strip()
+        except OSError:
+            continue
+        if name:
+            names[name] = None
+    return list(names)
+
+
+def rdma_netdevs(sys_root: Path) -> dict[str, tuple[str, str]]:
+    """network interface → (the RDMA device port it serves, that port's link layer), from
+    /sys/class/infiniband: each port's GID table (which names a bond, not its members), else the
+    interfaces of the device's PCI function (``device/net``)."""
+    out: dict[str, tuple[str, str]] = {}
+    root = sys_root / "class/infiniband"
+    for dev in sorted(root.iterdir()) if root.is_dir() else []:
+        layers: dict[str, str] = {}
+        for port in sorted((dev / "ports").iterdir()) if (dev / "ports").is_dir() else []:
+            layer = _text(port / "link_layer").strip()
+            layers[port.name] = layer
+            for name in _port_netdevs(port):
+                out.setdefault(name, (f"{dev.name} port {port.name}", layer))
+        if any(where.startswith(f"{dev.name} ") for where, _ in out.values()):
+            continue
+        where = f"{dev.name} port {next(iter(layers))}" if len(layers) == 1 else dev.name
+        layer = next(iter(set(layers.values()))) if len(set(layers.values())) == 1 else ""
+        for net in sorted((dev / "device/net").iterdir()) if (dev / "device/net").is_dir() else []:
+            out.setdefault(net.name, (where, layer))
+    return out
+
+
 def read_interfaces(sys_root: Path) -> tuple[Interface, ...]:
-    """Every network interface but loopback, with its MTU."""
+    """Every network interface but loopback, with its MTU and the RDMA port it serves."""
+    rdma = rdma_netdevs(sys_root)
     out = []
     for path in sorted((sys_root / "class/net").iterdir()) if (sys_root / "class/net").is_dir() else []:
         if path.name == "lo" or not (path / "mtu").is_file():
             continue
         kind = (path / "type").read_text().strip() if (path / "type").is_file() else ""
-        out.append(Interface(path.name, int((path / "mtu").read_text()), kind == str(ARPHRD_INFINIBAND)))
+        port, layer = rdma.get(path.name, ("", ""))
+        out.append(Interface(path.name, int((path / "mtu").read_text()), kind == str(ARPHRD_INFINIBAND), port, layer))
     return tuple(out)
 
 
