@@ -14,14 +14,14 @@ import warnings
 import pytest
 
 from pytest_gpucluster.outcomes import GpuClusterWarning, not_applicable
-from pytest_gpucluster.verdict import Measurement
+from pytest_gpucluster.verdict import Finding, Measurement
 
 CASE = os.environ.get("CASE", "")
 
 
 @pytest.mark.quick
 def test_free_space(judge):
-    judge(Measurement("sharedfs.free", 50.0 if CASE != "fail" else 0.5, "GiB", where="node1"))
+    judge(Measurement("sharedfs.free", 50.0 if CASE not in ("fail", "setting") else 0.5, "GiB", where="node1"))
 
 
 def test_temperature(judge):
@@ -35,6 +35,11 @@ def test_temperature(judge):
 def test_cgroups(judge):
     if CASE == "warn":
         warnings.warn(GpuClusterWarning("node1: device cgroups are off"), stacklevel=1)
+    if CASE == "setting":
+        swap = Finding.of_setting(
+            "node1", "swap", "node1: 8 GiB of swap", found="8 GiB", expected="0", remedy="swapoff -a", severity="warn"
+        )
+        judge.findings([swap], "node1: swap configured")
 
 
 def test_ports(judge):
@@ -88,6 +93,20 @@ def test_a_failure_rejects_exit_1_with_the_culprit_first(suite, monkeypatch):
         ["*gpucluster: REJECTED: 1 check failed*", "  node1: sharedfs.free = 0.5 GiB is below the fail line 1 GiB*"]
     )
     assert doc["acceptance"]["reasons"][0].startswith("node1: sharedfs.free = 0.5 GiB is below the fail line")
+
+
+def test_a_nodes_setting_to_fix_comes_first_with_its_change_and_symptoms(suite, monkeypatch):
+    result, _ = _run(suite, monkeypatch, "setting")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*gpucluster: REJECTED: 1 check failed*",
+            "node configuration to fix first (it may explain the findings below):",
+            "  node1: warn swap: 8 GiB, expected 0; to change: swapoff -a",
+            "  node1: also failed or warned: test_suite.py::test_free_space",
+            "  node1: sharedfs.free = 0.5 GiB is below the fail line*",
+        ]
+    )
 
 
 def test_a_skipped_required_check_is_incomplete_exit_10(suite, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 
 from pytest_gpucluster.report import terminal
+from pytest_gpucluster.report.node_fixes import NodeFixes, SettingFix
 
 ACC = {
     "verdict": "REJECTED",
@@ -69,3 +70,24 @@ def test_a_run_that_did_not_accept_a_node_says_how_to_re_test_it_and_merge():
     assert terminal.retest_command(command[:1], "slurm", ACC["nodes"]) is None
     assert terminal.retest_command(command, "local", ACC["nodes"]) is None
     assert not any("re-test" in text for text, _ in terminal.summary({"acceptance": ACC}, NO_JOBS).lines)
+
+
+def test_settings_to_fix_come_before_the_reasons_per_node_with_the_change():
+    memlock = SettingFix(
+        "RLIMIT_MEMLOCK", "64 KiB", "16 GiB or more (RDMA)", "LimitMEMLOCK=infinity", "fail", (), ("t",)
+    )
+    ecc = SettingFix("ECC mode", "off", "on (node_config.ecc)", "nvidia-smi -e 1", "fail", (0, 3), ("t",))
+    fixes = [NodeFixes("node1", (memlock, ecc), ("test_nccl.py::test_ib[node1]",))]
+    lines = [text for text, _ in terminal.summary({"acceptance": ACC}, NO_JOBS, fixes=fixes).lines]
+    assert lines[1:5] == [
+        "node configuration to fix first (it may explain the findings below):",
+        "  node1: fail RLIMIT_MEMLOCK: 64 KiB, expected 16 GiB or more (RDMA); to change: LimitMEMLOCK=infinity",
+        "  node1: fail ECC mode (GPU 0, 3): off, expected on (node_config.ecc); to change: nvidia-smi -e 1",
+        "  node1: also failed or warned: test_nccl.py::test_ib[node1]",
+    ]
+    assert lines.index("  node1:gpu0: ECC errors (test_gpu.py::test_ecc[node1])") > 4
+    # Many nodes' settings: the first ones, then how many more the report holds.
+    many = [NodeFixes(f"node{i}", (memlock,), ()) for i in range(terminal.SETTINGS_SHOWN + 3)]
+    lines = [text for text, _ in terminal.summary({"acceptance": ACC}, NO_JOBS, fixes=many).lines]
+    assert sum(" RLIMIT_MEMLOCK: " in text for text in lines) == terminal.SETTINGS_SHOWN
+    assert "  ... and 3 more setting(s) (see the report or the results file)" in lines

@@ -1,7 +1,8 @@
 """The acceptance verdict at the end of the terminal output: the headline in the verdict's
-colour, the node and handover summaries, what was drained, the reasons (or warnings), the checks
-that do not apply, where the time went, the baseline comparison and the calibration file. Pure:
-the results document and what the run compared and wrote in, lines out."""
+colour, the node summary, the node configuration to fix first (``report/node_fixes.py``), the
+handover summary, what was drained, the reasons (or warnings), the checks that do not apply,
+where the time went, the baseline comparison and the calibration file. Pure: the results
+document and what the run compared and wrote in, lines out."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gpucluster.report.node_fixes import NodeFixes
 from pytest_gpucluster.results.baseline import Comparison
 from pytest_gpucluster.results.timing import start_up_note
 from pytest_gpucluster.verdict import hostlist
@@ -86,6 +88,35 @@ def retest_command(command: Sequence[str], executor: str, nodes: Mapping[str, An
     return "pytest " + shlex.join(args)
 
 
+# Settings shown in the terminal before the rest is left to the report.
+SETTINGS_SHOWN = 12
+
+
+def fix_first(fixes: Sequence[NodeFixes], out: Summary) -> None:
+    """The node configuration to fix first, per node: each setting with the value found, the
+    value expected and the change, then the node's other checks that failed or warned (the
+    symptoms it may explain); up to ``SETTINGS_SHOWN`` settings, then how many more."""
+    if not fixes:
+        return
+    out.line("node configuration to fix first (it may explain the findings below):", bold=True)
+    shown = 0
+    for n in fixes:
+        if shown == SETTINGS_SHOWN:
+            break
+        for fix in n.fixes[: SETTINGS_SHOWN - shown]:
+            gpus = f" (GPU {', '.join(map(str, fix.gpus))})" if fix.gpus else ""
+            out.line(
+                f"  {n.node}: {fix.severity} {fix.setting}{gpus}: {fix.found}, expected {fix.expected}; "
+                f"to change: {fix.remedy}"
+            )
+            shown += 1
+        if n.symptoms:
+            out.line(f"  {n.node}: also failed or warned: {', '.join(n.symptoms)}")
+    left = sum(len(n.fixes) for n in fixes) - shown
+    if left > 0:
+        out.line(f"  ... and {left} more setting(s) (see the report or the results file)")
+
+
 def summary(
     doc: Mapping[str, Any],
     timing: Mapping[str, Any],
@@ -94,10 +125,13 @@ def summary(
     baseline_path: Path | None = None,
     calibrated_path: Path | None = None,
     retest: str | None = None,
+    fixes: Sequence[NodeFixes] = (),
 ) -> Summary:
     """The summary of a run from ``doc``, its results document or the verdict entries in it
     (``acceptance``, ``handover``, ``drained``), and ``timing``, the run's ``timing`` entry;
-    ``retest``: the command that re-tests the nodes not accepted (``retest_command``)."""
+    ``retest``: the command that re-tests the nodes not accepted (``retest_command``);
+    ``fixes``: the node configuration to fix first (``node_fixes.node_fixes``), shown ahead of
+    the reasons it may explain."""
     acc = doc["acceptance"]
     counts = ", ".join(f"{n} {COUNT_WORDS.get(k, k)}" for k, n in acc["counts"].items() if n)
     colour = {"ACCEPTED": {"green": True}, "REJECTED": {"red": True}}.get(acc["verdict"], {"yellow": True})
@@ -106,6 +140,7 @@ def summary(
     if nodes.get("verdicts"):
         exclude = f" (sbatch --exclude={nodes['exclude']})" if nodes.get("exclude") else ""
         out.line(f"nodes: {nodes['summary']}{exclude}", bold=True)
+    fix_first(fixes, out)
     merged = doc.get("handover")
     if merged:
         exclude = f" (sbatch --exclude={merged['exclude']})" if merged.get("exclude") else ""

@@ -28,6 +28,7 @@ from _pytest import junitxml  # its stash key: the test suite's properties (as r
 from pytest_gpucluster.errors import ConfigError, DeclarationError, GpuClusterError
 from pytest_gpucluster.outcomes import GpuClusterWarning, is_not_applicable
 from pytest_gpucluster.report import model, terminal
+from pytest_gpucluster.report.node_fixes import node_fixes
 from pytest_gpucluster.results import codec
 from pytest_gpucluster.results.baseline import REGRESSION_METRIC, Comparison, compare
 from pytest_gpucluster.results.calibrate import Margins, Run, calibrate, check_comparable, read_run, set_name_for
@@ -296,15 +297,17 @@ class ResultsHooks:
         if self.config.option.collectonly:  # --collect-only, --gpucluster-dry-run: nothing ran, nothing to judge
             return
         command = results.selection.command if results.selection is not None else []
+        tests = [codec.encode_test(t) for t in results.tests.values()]
         shown = terminal.summary(
             results.extra,
-            results.timing(),
+            results.timing(tests),
             comparison=self.comparison,
             baseline_path=self.baseline_path,
             calibrated_path=self.calibrated_path,
             retest=terminal.retest_command(
                 command, self.session.profile.executor, results.extra["acceptance"].get("nodes") or {}
             ),
+            fixes=node_fixes({"tests": tests, "nodes": results.nodes}),
         )
         terminalreporter.write_sep("=", shown.headline, bold=True, **shown.colour)
         for text, bold in shown.lines:
