@@ -140,6 +140,23 @@ def test_a_stream_not_measured_for_lack_of_free_space_is_not_judged_and_no_nodes
     assert why.scope == "shared_fs" and why.convicts == ()
 
 
+def test_too_few_free_inodes_is_not_judged_naming_the_mount_and_no_nodes_fault():
+    why = f"4512 files and folders the job makes would take more than 10% of the 3000 inodes free on {NFS.describe()}"
+    said = {"mount": NFS, "short_of_inodes": True, "not_measured": f"{why}: nothing written"}
+    short = [StorageReport(n, i, f"/mnt/shared/x/{n}", **said) for i, n in enumerate(NODES)]
+    found = [
+        *checks.throughput(short, NODES, SITE, "7").findings,
+        *checks.metadata(short, NODES, SITE, "7").findings,
+        *coherence.visibility(short, SITE, "7").findings,
+        *coherence.lock_findings(short),
+        *coherence.large_directory(short, SITE, "7").findings,
+    ]
+    assert len(found) == 5 * len(NODES)
+    assert all(f.severity == "not_judged" and f.scope == "shared_fs" and f.convicts == () for f in found)
+    assert all("nfs4 10.0.0.5:/export at /mnt/shared: nothing written" in f.text for f in found)
+    assert found[0].text.startswith("node1: write and read streams not measured: 4512 files and folders")
+
+
 def test_a_silent_node_and_a_wrong_read_back_are_the_nodes():
     bad = report("node2", 1, 1500)
     bad = StorageReport(**{**bad.__dict__, "stream": streams(1000, verified=False)})

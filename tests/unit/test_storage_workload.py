@@ -143,6 +143,35 @@ def test_no_stream_where_not_even_the_least_size_fits_its_share_of_free_space(tm
     assert not list((tmp_path / "job").glob("stream-*"))
 
 
+def test_nothing_is_written_where_the_jobs_files_would_take_too_many_free_inodes(tmp_path, monkeypatch):
+    real = os.statvfs
+
+    def few_inodes(path):
+        got = real(path)
+        return os.statvfs_result((*got[:5], 10_000, 600, 600, *got[8:]))  # f_files, f_ffree, f_favail
+
+    monkeypatch.setattr(storage.os, "statvfs", few_inodes)
+    (tmp_path / "job").mkdir()
+    # One node: 2 streams, 50 metadata files, 3 tries, the large directory of 300: over 10 % of 600.
+    config = dataclasses.replace(SMALL, import_module="")
+    needed = storage.inodes_needed(config, streams=2, world=1)
+    assert needed > 300
+    r = node(0, 1, str(tmp_path), "job", config)
+    assert r.short_of_inodes and r.free_inodes == 600 and r.stream is None and r.metadata_files == 0
+    assert r.not_measured.startswith(f"{needed} files and folders the job makes would take more than 10% of the 600")
+    assert r.not_measured.endswith(": nothing written") and r.large_dir is None and r.lock is None
+    assert [p.name for p in (tmp_path / "job").iterdir()] == [".barrier-start-0"]
+
+
+def test_inodes_are_not_counted_where_the_filesystem_counts_none():
+    config = StorageConfig(max_free_share=0.1)
+    needed = storage.inodes_needed(config, streams=8, world=64)
+    assert needed == 64 * (8 + 2000 + 1 + 20 + 1 + storage.LOCK_FILES + len(storage.BARRIERS)) + 100_001
+    assert storage.short_of_inodes(config, needed, favail=10 * needed - 1, files=10**9)
+    assert not storage.short_of_inodes(config, needed, favail=10 * needed, files=10**9)
+    assert not storage.short_of_inodes(config, needed, favail=0, files=0)  # btrfs, some FUSE: no count
+
+
 def test_stream_files_shrink_to_the_share_of_free_space_down_to_the_least_size():
     config = StorageConfig(file_bytes=4 * 2**30, block_bytes=16 * 2**20, max_free_share=0.1)
     # 63.9 GiB free (the one-H200 machine's disk), 2 nodes × 1 stream: 3.19 GiB each, whole blocks.

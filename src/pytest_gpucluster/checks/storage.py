@@ -295,22 +295,28 @@ def waited(node: str, gave_up: GaveUp, reports: Sequence[StorageReport], what: s
     )
 
 
+def no_room(r: StorageReport, what: str) -> Finding:
+    """``r``'s node measured no ``what``: the job's files would have taken too much of the shared
+    filesystem's free space or free inodes (``r.not_measured`` says which, naming the mount). Not
+    judged, and the filesystem's: no node is at fault."""
+    return Finding.outside(
+        "shared_fs", f"{r.node}: {what} not measured: {r.not_measured}", nodes=[r.node], severity="not_judged"
+    )
+
+
 def not_measured(reports: Sequence[StorageReport], nodes: Sequence[str]) -> list[Finding]:
     """Why some node's stream was not measured (never a silent pass): no report, too little free
-    space (the filesystem's, not judged), an error on the node, or a barrier it gave up waiting at
-    before the streams (not judged, the nodes it waited for named)."""
+    space or too few free inodes (the filesystem's, not judged), an error on the node, or a
+    barrier it gave up waiting at before the streams (not judged, the nodes it waited for
+    named)."""
     found = [
         Finding.on_node(n, f"{n}: sent no report from the storage job")
         for n in nodes
         if n not in {r.node for r in reports}
     ]
     for r in reports:
-        if r.stream is None and r.short_of_space:
-            found.append(
-                Finding.outside(
-                    "shared_fs", f"{r.node}: not measured: {r.not_measured}", nodes=[r.node], severity="not_judged"
-                )
-            )
+        if r.stream is None and (r.short_of_space or r.short_of_inodes):
+            found.append(no_room(r, "write and read streams"))
         elif r.stream is None and (gave_up := stopped_before(r, "streams")) is not None:
             found.append(waited(r.node, gave_up, reports, "write and read streams"))
         elif r.stream is None:
@@ -370,7 +376,9 @@ def metadata(reports: Sequence[StorageReport], nodes: Sequence[str], thresholds:
     found = []
     for n in (n for n in nodes if n not in values):
         r = by_node.get(n)
-        if r is not None and (gave_up := stopped_before(r, "metadata")) is not None:
+        if r is not None and r.short_of_inodes:
+            found.append(no_room(r, "metadata rate"))
+        elif r is not None and (gave_up := stopped_before(r, "metadata")) is not None:
             found.append(waited(n, gave_up, reports, "metadata rate", job_id))
         else:
             said = "; ".join(r.errors) if r is not None else ""
@@ -450,6 +458,7 @@ def section(reports: Sequence[StorageReport]) -> dict[str, Any]:
             "write_mb_s_per_stream": [round(one.write_mb_s, 1) for one in s.each] if s else [],
             "read_mb_s_per_stream": [round(one.read_mb_s, 1) for one in s.each] if s else [],
             "not_measured": r.not_measured,
+            "free_inodes": r.free_inodes,
             "metadata_ops_s": round(r.metadata_ops_s, 1) if r.metadata_files else None,
             "metadata_phase_ops_s": _phase_rates(r),
             "round_trips_ms": [round(t * 1e3, 2) for t in r.round_trips_s],

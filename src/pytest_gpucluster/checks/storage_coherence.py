@@ -12,7 +12,15 @@ import statistics
 from collections.abc import Sequence
 
 from pytest_gpucluster.checks.places import off_majority
-from pytest_gpucluster.checks.storage import Judged, missing_line, mount_of, stopped_before, waited, worst
+from pytest_gpucluster.checks.storage import (
+    Judged,
+    missing_line,
+    mount_of,
+    no_room,
+    stopped_before,
+    waited,
+    worst,
+)
 from pytest_gpucluster.config import ThresholdSet
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 from pytest_gpucluster.workloads.storage import MountFacts, StorageReport
@@ -126,11 +134,14 @@ def _no_result(
     reports: Sequence[StorageReport], without: Sequence[StorageReport], barrier: str, what: str, job_id: str = ""
 ) -> list[Finding]:
     """A not-judged finding for each report in ``without`` (no result for the phase that opens at
-    ``barrier``): where its node gave up waiting at that barrier or before, naming the nodes it
-    waited for; otherwise, where the job had more than one node, saying it has none."""
+    ``barrier``): where its node wrote nothing for too few free inodes, the filesystem's; where
+    it gave up waiting at that barrier or before, naming the nodes it waited for; otherwise, where
+    the job had more than one node, saying it has none."""
     found = []
     for r in without:
-        if (gave_up := stopped_before(r, barrier)) is not None:
+        if r.short_of_inodes:
+            found.append(no_room(r, what))
+        elif (gave_up := stopped_before(r, barrier)) is not None:
             found.append(waited(r.node, gave_up, reports, what, job_id))
         elif len(reports) > 1:
             why = "; ".join(r.errors) or "no reason given"

@@ -77,6 +77,8 @@ END_SHARE = 0.1
 # it up to this share of the time the job has left, the rest kept for the phases after.
 WAIT_SHARE = 0.5
 
+# The lock files the job makes: one per kind of lock tried across nodes.
+LOCK_FILES = 2
 # A stream's file is never smaller than this: below it the rate is the device's latency, not its
 # throughput.
 MIN_STREAM_BYTES = 256 * MiB
@@ -89,6 +91,20 @@ def stream_bytes(config: StorageConfig, files: int, free: int) -> int:
     fits = int(config.max_free_share * free) // max(1, files)
     size = min(config.file_bytes, fits - fits % config.block_bytes)
     return size if size >= min(MIN_STREAM_BYTES, config.file_bytes) else 0
+
+
+def inodes_needed(config: StorageConfig, streams: int, world: int) -> int:
+    """The files and folders the storage job makes on the shared filesystem, at most: every
+    node's streams, metadata files, ping-pong files, lock files and barrier marks, and the large
+    directory. Counted as if none were removed in between, so it bounds what is in use at once."""
+    per_node = streams + config.metadata_files + 1 + 2 * config.visibility_tries + 1 + LOCK_FILES + len(BARRIERS)
+    return world * per_node + (config.large_dir_files + 1 if config.large_dir_files else 0)
+
+
+def short_of_inodes(config: StorageConfig, needed: int, favail: int, files: int) -> bool:
+    """Whether ``needed`` inodes take more than ``max_free_share`` of the ``favail`` free; never
+    where the filesystem counts no inodes (``f_files`` 0: it makes them as needed)."""
+    return files > 0 and needed > config.max_free_share * favail
 
 
 @dataclass(frozen=True)
@@ -186,6 +202,8 @@ class StorageReport:
     tool: str = "python"
     mount: MountFacts | None = None
     free_bytes: int = 0
+    free_inodes: int = 0  # f_favail, the inodes an unprivileged user may still take
+    short_of_inodes: bool = False  # nothing written: the job's files would take too many of them
     stream: Streams | None = None  # the node's streams, one per GPU, all at once
     not_measured: str = ""  # why the stream was not measured (free space, an error)
     short_of_space: bool = False  # not measured: the files would take too much of the free space
@@ -266,7 +284,17 @@ def measure_node(
         report = replace(report, import_module=config.import_module, import_s=seconds, import_error=error)
     vfs = os.statvfs(directory)
     free = vfs.f_bavail * vfs.f_frsize
-    report = replace(report, free_bytes=free)
+    report = replace(report, free_bytes=free, free_inodes=vfs.f_favail)
+    needed = inodes_needed(config, streams, world)
+    if short_of_inodes(config, needed, vfs.f_favail, vfs.f_files):
+        # Every node reads the same filesystem's count and stops here alike: nothing is written.
+        where = report.mount.describe() if report.mount else str(directory)
+        return replace(
+            report,
+            short_of_inodes=True,
+            not_measured=f"{needed} files and folders the job makes would take more than "
+            f"{config.max_free_share:.0%} of the {vfs.f_favail} inodes free on {where}: nothing written",
+        )
     # Another node's cold import may take up to its timeout.
     if gave_up := meet("streams", timeout_s + (config.import_timeout_s if config.import_module else 0.0)):
         return replace(report, barrier_timeout=gave_up)
