@@ -1,7 +1,7 @@
 """Storage: how fast the shared filesystem is, every node at once in one job (docs/storage.md):
 large-block write and read-back per node and summed, small-file metadata rate, how soon a file
-written on one node is seen on another, a POSIX lock across nodes, the mounts compared between
-nodes, and a cold ``import`` of the framework; and a checkpoint from every GPU, saved with
+written on one node is seen on another, a lockf and a flock lock across nodes, the mounts compared
+between nodes, and a cold ``import`` of the framework; and a checkpoint from every GPU, saved with
 ``torch.distributed.checkpoint`` and restored bit for bit. A node slower than its peers is named
 with its mount; every node slow alike is the shared filesystem's finding, and no node is rejected
 for it."""
@@ -71,8 +71,9 @@ def test_write_seen_on_another_node_soon(stored, cluster, judge, record):
 
 @STORAGE
 @pytest.mark.across_nodes
-def test_lock_held_on_one_node_keeps_the_others_out(stored, judge):
-    judge.findings(coherence.lock_findings(stored.reports), f"job {stored.job_id}: POSIX locks across nodes")
+def test_lock_held_on_one_node_keeps_the_others_out(stored, judge, record):
+    record("storage", **storage_checks.section(stored.reports), locks=coherence.locks_tried(stored.reports))
+    judge.findings(coherence.lock_findings(stored.reports), f"job {stored.job_id}: lockf and flock across nodes")
 
 
 @STORAGE

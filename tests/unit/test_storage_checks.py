@@ -151,7 +151,7 @@ def test_too_few_free_inodes_is_not_judged_naming_the_mount_and_no_nodes_fault()
         *coherence.lock_findings(short),
         *coherence.large_directory(short, SITE, "7").findings,
     ]
-    assert len(found) == 5 * len(NODES)
+    assert len(found) == 6 * len(NODES)  # streams, metadata, round trips, lockf, flock, large directory
     assert all(f.severity == "not_judged" and f.scope == "shared_fs" and f.convicts == () for f in found)
     assert all("nfs4 10.0.0.5:/export at /mnt/shared: nothing written" in f.text for f in found)
     assert found[0].text.startswith("node1: write and read streams not measured: 4512 files and folders")
@@ -260,19 +260,48 @@ def test_every_pair_late_is_the_shared_filesystems():
     assert found.scope == "shared_fs" and found.convicts == ()
 
 
+HELD = {"lock": LockResult(True), "flock": LockResult(True, kind="flock")}
+KEPT = {
+    "lock": LockResult(False, kept_out=True, taken_after=True),
+    "flock": LockResult(False, kept_out=True, taken_after=True, kind="flock"),
+}
+
+
 def test_a_lock_shared_by_no_node_is_the_filesystems_and_one_node_let_in_is_that_nodes():
-    holder = report("node1", 0, 1500, lock=LockResult(True))
+    holder = report("node1", 0, 1500, **HELD)
     let_in = LockResult(False, kept_out=False, taken_after=True)
-    kept = LockResult(False, kept_out=True, taken_after=True)
     (none,) = coherence.lock_findings(
-        [holder, report("node2", 1, 1500, lock=let_in), report("node3", 2, 1500, lock=let_in)]
+        [
+            holder,
+            report("node2", 1, 1500, **{**KEPT, "lock": let_in}),
+            report("node3", 2, 1500, **{**KEPT, "lock": let_in}),
+        ]
     )
-    assert none.scope == "shared_fs" and "does not share POSIX locks" in none.text
+    assert none.scope == "shared_fs" and "does not share POSIX record locks (fcntl/lockf)" in none.text
     (one,) = coherence.lock_findings(
-        [holder, report("node2", 1, 1500, lock=let_in), report("node3", 2, 1500, lock=kept)]
+        [holder, report("node2", 1, 1500, **{**KEPT, "lock": let_in}), report("node3", 2, 1500, **KEPT)]
     )
-    assert one.convicts == ("node2",)
-    assert coherence.lock_findings([holder, report("node2", 1, 1500, lock=kept)]) == []
+    assert one.convicts == ("node2",) and one.text.startswith("node2: took the lockf lock node1 held")
+    assert coherence.lock_findings([holder, report("node2", 1, 1500, **KEPT)]) == []
+
+
+def test_a_flock_not_shared_where_lockf_is_is_found_and_each_kind_said():
+    # An NFS mount with local_lock=flock: flock locks stay on each client, lockf locks reach the server.
+    flock_in = LockResult(False, kept_out=False, taken_after=True, kind="flock")
+    reports = [
+        report("node1", 0, 1500, **HELD),
+        *(report(n, i, 1500, **{**KEPT, "flock": flock_in}) for i, n in enumerate(NODES[1:], 1)),
+    ]
+    (found,) = coherence.lock_findings(reports)
+    assert found.scope == "shared_fs" and found.severity == "fail" and found.convicts == ()
+    assert found.text.startswith(f"the shared filesystem ({NFS.describe()}) does not share flock locks across nodes")
+    assert coherence.locks_tried(reports) == {
+        "node1": {"lockf": "held it while the others tried", "flock": "held it while the others tried"},
+        **{n: {"lockf": "kept out, then took it", "flock": "let in, then took it"} for n in NODES[1:]},
+    }
+    # A node without a flock result is named, not passed over.
+    (missing,) = coherence.lock_findings([reports[0], report("node2", 1, 1500, lock=KEPT["lock"])])
+    assert missing.severity == "not_judged" and missing.text.startswith("node2: has no flock check")
 
 
 def test_a_node_without_a_metadata_rate_is_named_with_its_error():
@@ -284,8 +313,10 @@ def test_a_node_without_a_metadata_rate_is_named_with_its_error():
 
 
 def test_a_lock_the_holder_could_not_take_leaves_the_check_not_judged():
-    holder = report("node1", 0, 1500, lock=LockResult(True, error="lock on /m/lock: not taken within 5 s"))
-    other = report("node2", 1, 1500, lock=LockResult(False, error="lock-held: rank(s) [0] missing after 120 s"))
+    holder = report("node1", 0, 1500, **{**HELD, "lock": LockResult(True, error="lockf on /m/lock: not taken in 5 s")})
+    other = report(
+        "node2", 1, 1500, **{**KEPT, "lock": LockResult(False, error="lock-held: rank(s) [0] missing after 120 s")}
+    )
     found = coherence.lock_findings([holder, other])
     assert [f.severity for f in found] == ["not_judged", "not_judged"] and all(f.convicts == () for f in found)
 

@@ -99,16 +99,17 @@ def test_a_wait_inside_the_lock_check_names_the_node_late_at_its_first_barrier()
         g = GaveUp(barrier, missing, names, 120)
         return LockResult(holder, error=str(g), gave_up=g)
 
+    flock = {"flock": LockResult(False, kept_out=True, taken_after=True, kind="flock")}
     reports = [
-        report("node1", 0, 1500, lock=lock(True, "lock-tried", (2,), ("node3",))),
-        report("node2", 1, 1500, lock=lock(False, "lock-tried", (2,), ("node3",))),
-        report("node3", 2, 1500, lock=lock(False, "lock-held", (0,), ("node1",))),
+        report("node1", 0, 1500, lock=lock(True, "lock-tried", (2,), ("node3",)), flock=LockResult(True, kind="flock")),
+        report("node2", 1, 1500, lock=lock(False, "lock-tried", (2,), ("node3",)), **flock),
+        report("node3", 2, 1500, lock=lock(False, "lock-held", (0,), ("node1",)), **flock),
     ]
     found = coherence.lock_findings(reports)
     assert len(found) == 3 and all(f.severity == "not_judged" and f.culprits == ("node1",) for f in found)
     assert found[1].text == (
         "node1: not at barrier lock-held within 120 s, where node3 gave up waiting and left; node2 then gave up at "
-        "barrier lock-tried: node2's lock check not measured"
+        "barrier lock-tried: node2's lockf check not measured"
     )
 
 

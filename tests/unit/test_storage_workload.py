@@ -97,9 +97,15 @@ def test_two_nodes_measure_every_part_and_leave_only_the_jobs_shared_files(tmp_p
     assert other.large_dir is not None and other.large_dir.listed == 300 and other.large_dir.list_s > 0
     assert holder.lock is not None and holder.lock.holder
     assert other.lock is not None and other.lock.kept_out and other.lock.taken_after
+    # flock beside lockf: each kind kept the other node out while held, then let it take it.
+    assert holder.flock is not None and holder.flock.holder and holder.flock.kind == "flock"
+    assert other.flock is not None and other.flock.kept_out and other.flock.taken_after
     # What each node made of its own is gone; the barriers and the lock file stay for the login
     # node, which removes the directory.
-    assert sorted(p.name for p in (tmp_path / "job").iterdir() if not p.name.startswith(".barrier")) == ["lock"]
+    assert sorted(p.name for p in (tmp_path / "job").iterdir() if not p.name.startswith(".barrier")) == [
+        "flock",
+        "lock",
+    ]
 
 
 def test_a_node_whose_streams_take_longer_than_the_usual_wait_is_waited_for(tmp_path):

@@ -243,7 +243,12 @@ def stopped_before(r: StorageReport, barrier: str) -> GaveUp | None:
 
 
 def _gave_ups(r: StorageReport) -> list[GaveUp]:
-    found = [r.barrier_timeout, r.lock.gave_up if r.lock else None, r.large_dir.gave_up if r.large_dir else None]
+    found = [
+        r.barrier_timeout,
+        r.lock.gave_up if r.lock else None,
+        r.flock.gave_up if r.flock else None,
+        r.large_dir.gave_up if r.large_dir else None,
+    ]
     return [g for g in found if g is not None]
 
 

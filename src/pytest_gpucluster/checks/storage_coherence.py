@@ -1,9 +1,9 @@
-"""Storage across nodes, judged on the login node: the mounts compared between nodes, how soon a
-file one node writes is seen by another (``workloads.storage_coherence.ping_pong``), and the
-POSIX lock held across nodes. What every node sees alike is the shared filesystem's; what one
-node sees apart from its peers is that node's. A node without a result for a phase is named in a
-finding, never passed over: not judged where it gave up waiting for another node at a barrier
-(``checks.storage.waited`` names the node it waited for).
+"""Storage across nodes, judged on the login node: the mounts compared between nodes, how soon a file
+one node writes is seen by another (``workloads.storage_coherence.ping_pong``), and the locks held
+across nodes (a POSIX record lock and a ``flock``). What every node sees alike is the shared
+filesystem's; what one node sees apart from its peers is that node's. A node without a result for a
+phase is named in a finding, never passed over: not judged where it gave up waiting for another node
+at a barrier (``checks.storage.waited`` names the node it waited for).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pytest_gpucluster.checks.storage import (
 from pytest_gpucluster.config import ThresholdSet
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 from pytest_gpucluster.workloads.storage import MountFacts, StorageReport
+from pytest_gpucluster.workloads.storage_coherence import LOCK_KINDS, LockResult
 
 # Mount options that name the client itself and so differ between healthy nodes.
 PER_CLIENT_OPTIONS = ("clientaddr=",)
@@ -159,44 +160,81 @@ def _common_node(past: Sequence[Verdict], verdicts: Sequence[Verdict]) -> str | 
     return node if clear else None
 
 
+# How a finding names each kind of lock.
+LOCK_NAMES = {"lockf": "POSIX record locks (fcntl/lockf)", "flock": "flock locks"}
+
+
+def lock_of(r: StorageReport, kind: str) -> LockResult | None:
+    """``r``'s result for one kind of lock."""
+    return r.flock if kind == "flock" else r.lock
+
+
 def lock_findings(reports: Sequence[StorageReport]) -> list[Finding]:
-    """The lock rank 0 held kept every other node out, and each took it once let go. Where no
-    node was kept out, the filesystem does not share locks (``nolock``, ``local_lock``): its
-    finding; where only some were, theirs."""
-    found = _no_result(reports, [r for r in reports if r.lock is None], "visibility", "lock check")
-    found += [waited(r.node, r.lock.gave_up, reports, "lock check") for r in reports if r.lock and r.lock.gave_up]
-    holder = next((r for r in reports if r.lock is not None and r.lock.holder), None)
-    others = [r for r in reports if r.lock is not None and not r.lock.holder]
+    """For each kind of lock tried (``LOCK_KINDS``: a POSIX record lock and a ``flock``, which an
+    NFS mount may share differently): the lock rank 0 held kept every other node out, and each
+    took it once let go. Where no node was kept out, the filesystem does not share that kind
+    (``nolock``, ``local_lock``): its finding; where only some were, theirs."""
+    found: list[Finding] = []
+    for kind in LOCK_KINDS:
+        found += _lock_findings(reports, kind)
+    return found
+
+
+def _lock_findings(reports: Sequence[StorageReport], kind: str) -> list[Finding]:
+    said = LOCK_NAMES.get(kind, kind)
+    found = _no_result(reports, [r for r in reports if lock_of(r, kind) is None], "visibility", f"{kind} check")
+    results = {r.node: got for r in reports if (got := lock_of(r, kind)) is not None}
+    found += [waited(n, got.gave_up, reports, f"{kind} check") for n, got in results.items() if got.gave_up]
+    holder = next((n for n, got in results.items() if got.holder), None)
+    others = [n for n, got in results.items() if not got.holder]
     if holder is None or not others:
         return found
     where = mount_of(reports)
     found += [
         Finding.across(
-            dict.fromkeys([holder.node, r.node]),
-            f"{r.node}: lock check not finished: {r.lock.error}",
-            severity="not_judged",
+            dict.fromkeys([holder, n]), f"{n}: {kind} check not finished: {results[n].error}", severity="not_judged"
         )
-        for r in [holder, *others]
-        if r.lock and r.lock.error and not r.lock.gave_up
+        for n in [holder, *others]
+        if results[n].error and not results[n].gave_up
     ]
-    let_in = [r.node for r in others if r.lock and r.lock.kept_out is False]
-    stuck = [r.node for r in others if r.lock and r.lock.taken_after is False]
+    let_in = [n for n in others if results[n].kept_out is False]
+    stuck = [n for n in others if results[n].taken_after is False]
     if let_in and len(let_in) == len(others):
         found.append(
             Finding.outside(
                 "shared_fs",
-                f"the shared filesystem ({where(holder.node)}) does not share POSIX locks across nodes: "
-                f"{', '.join(let_in)} took the lock {holder.node} held",
-                nodes=[holder.node, *let_in],
+                f"the shared filesystem ({where(holder)}) does not share {said} across nodes: "
+                f"{', '.join(let_in)} took the {kind} lock {holder} held",
+                nodes=[holder, *let_in],
             )
         )
     else:
-        found += [Finding.on_node(n, f"{n}: took the lock {holder.node} held on {where(n)}") for n in let_in]
+        found += [Finding.on_node(n, f"{n}: took the {kind} lock {holder} held on {where(n)}") for n in let_in]
     found += [
-        Finding.across([holder.node, n], f"{n}: could not take the lock after {holder.node} let go of it on {where(n)}")
+        Finding.across([holder, n], f"{n}: could not take the {kind} lock after {holder} let go of it on {where(n)}")
         for n in stuck
     ]
     return found
+
+
+def locks_tried(reports: Sequence[StorageReport]) -> dict[str, dict[str, str]]:
+    """For the results: each kind of lock tried and what each node did with it (node → kind →
+    "held it", "kept out, then took it", "let in", ...)."""
+    tried: dict[str, dict[str, str]] = {}
+    for kind in LOCK_KINDS:
+        for r in reports:
+            got = lock_of(r, kind)
+            if got is None:
+                continue
+            if got.error:
+                did = f"not finished: {got.error}"
+            elif got.holder:
+                did = "held it while the others tried"
+            else:
+                did = "kept out" if got.kept_out else "let in"
+                did += ", then took it" if got.taken_after else ", then could not take it"
+            tried.setdefault(r.node, {})[kind] = did
+    return tried
 
 
 def large_directory(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_id: str) -> Judged:

@@ -6,10 +6,10 @@ once: times a cold ``import`` of the jobs' framework in a fresh interpreter, wri
 in large blocks and reads it back (O_DIRECT where the filesystem takes it, else through the page
 cache with fsync and ``posix_fadvise(DONTNEED)`` before the read, so the read comes from the
 filesystem, not from memory), creates, stats and unlinks many small files in a directory of its
-own, then plays ping-pong with its neighbour through files (``storage_coherence``) and takes part
-in a lock held across nodes. Every wait is bounded and ends before the job's time limit; every
-file a node makes is removed in a ``finally``. The measurements are the workload's own (plain
-Python, no external benchmark tool): ``StorageReport.tool`` says so.
+own, then plays ping-pong with its neighbour through files (``storage_coherence``) and takes part in
+locks held across nodes (``lockf`` and ``flock``). Every wait is bounded and ends before the job's
+time limit; every file a node makes is removed in a ``finally``. The measurements are the workload's
+own (plain Python, no external benchmark tool): ``StorageReport.tool`` says so.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Annotated
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.sharedfs import _barrier, expand
 from pytest_gpucluster.workloads.storage_coherence import (
+    LOCK_KINDS,
     GaveUp,
     LargeDirectory,
     LockResult,
@@ -66,6 +67,9 @@ BARRIERS = (
     "lock-held",
     "lock-tried",
     "lock-released",
+    "flock-held",
+    "flock-tried",
+    "flock-released",
     "large-dir",
     "large-written",
     "large-listed",
@@ -78,7 +82,7 @@ END_SHARE = 0.1
 WAIT_SHARE = 0.5
 
 # The lock files the job makes: one per kind of lock tried across nodes.
-LOCK_FILES = 2
+LOCK_FILES = len(LOCK_KINDS)
 # A stream's file is never smaller than this: below it the rate is the device's latency, not its
 # throughput.
 MIN_STREAM_BYTES = 256 * MiB
@@ -212,7 +216,8 @@ class StorageReport:
     peer: str = ""  # the neighbour this node played ping-pong with
     round_trips_s: tuple[float, ...] = ()  # this node's write seen by the peer and its answer seen back
     round_trips_missed: int = 0  # tries whose answer did not appear within the timeout
-    lock: LockResult | None = None
+    lock: LockResult | None = None  # the POSIX record lock (fcntl.lockf)
+    flock: LockResult | None = None  # the BSD lock (fcntl.flock)
     large_dir: LargeDirectory | None = None
     import_module: str = ""
     import_s: float | None = None
@@ -348,6 +353,10 @@ def measure_node(
         # Another node's ping-pong may take up to its bound.
         arrive_s = timeout_s + ping_pong_bound_s(config.visibility_tries, config.visibility_timeout_s)
         report = replace(report, lock=lock_across_nodes(directory, rank, meet, config.visibility_timeout_s, arrive_s))
+        # The others arrive once their try at the lockf lock has ended.
+        after_lockf_s = timeout_s + config.visibility_timeout_s
+        flock = lock_across_nodes(directory, rank, meet, config.visibility_timeout_s, after_lockf_s, "flock")
+        report = replace(report, flock=flock)
     if config.large_dir_files:
         if gave_up := meet("large-dir"):
             return replace(report, barrier_timeout=gave_up)

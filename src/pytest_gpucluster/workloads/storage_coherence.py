@@ -1,5 +1,6 @@
-"""Storage, across nodes: how soon a file one node writes is seen by another, and whether a POSIX
-lock taken on one node keeps the others out. Runs inside ``storage.measure_node``.
+"""Storage, across nodes: how soon a file one node writes is seen by another, and whether a lock
+taken on one node keeps the others out (a POSIX record lock and a ``flock``, each tried). Runs
+inside ``storage.measure_node``.
 
 Visibility is timed as a round trip, so no two nodes' clocks are compared: a node writes a ping
 file, its neighbour (the next rank) opens it by name as soon as it can and answers with a pong
@@ -118,72 +119,100 @@ def _remove(directory: Path, prefixes: tuple[str, ...], tries: int) -> None:
         pass  # a late answer: the login node removes the whole directory after the job
 
 
+# The kinds of lock tried across nodes, each on a file of its own, and the barriers of each. A
+# POSIX record lock (``fcntl.lockf``) and a BSD lock (``fcntl.flock``) are separate mechanisms:
+# an NFS client sends the first to the server and emulates the second with it, unless the mount
+# keeps flock locks on the client (``local_lock=flock``/``all``), so one may be shared where the
+# other is not.
+LOCK_KINDS = ("lockf", "flock")
+LOCK_BARRIERS = {
+    "lockf": ("lock-held", "lock-tried", "lock-released"),
+    "flock": ("flock-held", "flock-tried", "flock-released"),
+}
+
+
 @dataclass(frozen=True)
 class LockResult:
-    """A POSIX (fcntl) lock across nodes: rank 0 holds it, the others try."""
+    """One kind of lock across nodes (``kind``: "lockf", a POSIX record lock through fcntl, or
+    "flock"): rank 0 holds it, the others try."""
 
     holder: bool  # this node held the lock while the others tried
     kept_out: bool | None = None  # another node's lock kept this one out (None: the holder)
     taken_after: bool | None = None  # this node took it once the holder let go (None: the holder)
     error: str = ""
     gave_up: GaveUp | None = None  # the barrier of the lock check this node stopped at
+    kind: str = "lockf"
 
 
-def lock_across_nodes(directory: Path, rank: int, meet: Meet, timeout_s: float, arrive_s: float) -> LockResult:
-    """Rank 0 takes an exclusive lock on one shared file; every other node must find it taken
-    (non-blocking try), then take it once rank 0 has let go (retried within ``timeout_s``, as
-    the others compete for it too). ``meet`` is the job's bounded barrier; ``arrive_s`` the wait
-    at the first one, which allows for the phase before on the other nodes."""
-    path = directory / "lock"
+def lock_across_nodes(
+    directory: Path, rank: int, meet: Meet, timeout_s: float, arrive_s: float, kind: str = "lockf"
+) -> LockResult:
+    """Rank 0 takes an exclusive lock of ``kind`` on one shared file; every other node must find
+    it taken (non-blocking try), then take it once rank 0 has let go (retried within
+    ``timeout_s``, as the others compete for it too). ``meet`` is the job's bounded barrier;
+    ``arrive_s`` the wait at the first one, which allows for the phase before on the other
+    nodes."""
+    path = directory / ("lock" if kind == "lockf" else kind)
+    held, tried, released = LOCK_BARRIERS[kind]
     holder = rank == 0
     fd = -1
     try:
         if holder:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            if not _take_within(fd, timeout_s):  # never a blocking wait on a lock server
-                return LockResult(True, error=f"lock on {path}: not taken within {timeout_s:.0f} s")
-        if gave_up := meet("lock-held", arrive_s):
-            return LockResult(holder, error=str(gave_up), gave_up=gave_up)
+            if not _take_within(fd, timeout_s, kind):  # never a blocking wait on a lock server
+                return LockResult(True, error=f"{kind} on {path}: not taken within {timeout_s:.0f} s", kind=kind)
+        if gave_up := meet(held, arrive_s):
+            return LockResult(holder, error=str(gave_up), gave_up=gave_up, kind=kind)
         if not holder:
             fd = os.open(path, os.O_RDWR)
-            kept_out = not _try_lock(fd)
+            kept_out = not _try_lock(fd, kind)
             if not kept_out:
-                fcntl.lockf(fd, fcntl.LOCK_UN)
-        if gave_up := meet("lock-tried"):
-            return LockResult(holder, error=str(gave_up), gave_up=gave_up)
+                _unlock(fd, kind)
+        if gave_up := meet(tried):
+            return LockResult(holder, error=str(gave_up), gave_up=gave_up, kind=kind)
         if holder:
-            fcntl.lockf(fd, fcntl.LOCK_UN)
-        if gave_up := meet("lock-released"):
-            return LockResult(holder, error=str(gave_up), gave_up=gave_up)
+            _unlock(fd, kind)
+        if gave_up := meet(released):
+            return LockResult(holder, error=str(gave_up), gave_up=gave_up, kind=kind)
         if holder:
-            return LockResult(True)
-        taken = _take_within(fd, timeout_s)
+            return LockResult(True, kind=kind)
+        taken = _take_within(fd, timeout_s, kind)
         if taken:
-            fcntl.lockf(fd, fcntl.LOCK_UN)
-        return LockResult(False, kept_out, taken)
+            _unlock(fd, kind)
+        return LockResult(False, kept_out, taken, kind=kind)
     except OSError as exc:
-        return LockResult(holder, error=f"lock on {path}: {exc.strerror or exc}")
+        return LockResult(holder, error=f"{kind} on {path}: {exc.strerror or exc}", kind=kind)
     finally:
         if fd >= 0:
             os.close(fd)
 
 
-def _take_within(fd: int, timeout_s: float) -> bool:
+def _take_within(fd: int, timeout_s: float, kind: str) -> bool:
     """Whether the exclusive lock was taken within ``timeout_s`` (non-blocking tries)."""
     deadline = time.monotonic() + timeout_s
-    while not (taken := _try_lock(fd)) and time.monotonic() < deadline:
+    while not (taken := _try_lock(fd, kind)) and time.monotonic() < deadline:
         time.sleep(POLL_S)
     return taken
 
 
-def _try_lock(fd: int) -> bool:
+def _try_lock(fd: int, kind: str) -> bool:
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if kind == "flock":
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EAGAIN):
             return False
         raise
+
+
+def _unlock(fd: int, kind: str) -> None:
+    if kind == "flock":
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
