@@ -71,6 +71,13 @@ def test_write_seen_on_another_node_soon(stored, cluster, judge, record):
 
 @STORAGE
 @pytest.mark.across_nodes
+def test_renamed_file_seen_whole_on_another_node_soon(stored, cluster, judge, record):
+    judged = coherence.visibility(stored.reports, cluster.thresholds, stored.job_id, renamed=True)
+    _conclude(judge, record, stored, judged, f"job {stored.job_id}: a file renamed on one node seen whole on another")
+
+
+@STORAGE
+@pytest.mark.across_nodes
 def test_lock_held_on_one_node_keeps_the_others_out(stored, judge, record):
     record("storage", **storage_checks.section(stored.reports), locks=coherence.locks_tried(stored.reports))
     judge.findings(coherence.lock_findings(stored.reports), f"job {stored.job_id}: lockf and flock across nodes")

@@ -38,6 +38,7 @@ def test_the_storage_area_passes_on_the_ci_profile(run_acceptance):
         "test_lock_held_on_one_node_keeps_the_others_out",
         "test_metadata_rate",
         "test_mounted_alike_on_every_node",
+        "test_renamed_file_seen_whole_on_another_node_soon",
         "test_write_and_read_throughput",
         "test_write_seen_on_another_node_soon",
     ], run.output[-3000:]
@@ -49,6 +50,11 @@ def test_the_storage_area_passes_on_the_ci_profile(run_acceptance):
         assert facts["mode"] == "O_DIRECT" and facts["bytes"] == 2 * 128 * 2**20 and facts["streams"] == 2
         assert facts["tool"] in ("fio", "python") and len(facts["write_mb_s_per_stream"]) == 2
         assert len(facts["round_trips_ms"]) == 5 and facts["import_s"] > 0
+        assert len(facts["renamed_round_trips_ms"]) == 5 and facts["renamed_short"] == 0
+    locks = tests["test_lock_held_on_one_node_keeps_the_others_out"]["storage"]["locks"]
+    assert locks["node2"] == {"lockf": "kept out, then took it", "flock": "kept out, then took it"}, locks
+    metadata = {m["metric"] for m in tests["test_metadata_rate"]["measurements"]}
+    assert "storage.metadata_aggregate" in metadata, metadata
     assert nodes["node1"]["large_dir_files"] == 2000 and nodes["node2"]["large_dir_listed"] == 2000
     checkpoint = tests["test_checkpoint_restores_bit_for_bit"]["storage"]["checkpoint"]
     assert checkpoint["bit_for_bit"] and sorted(checkpoint["ranks"]) == ["node1:cpu0", "node2:cpu0"], checkpoint

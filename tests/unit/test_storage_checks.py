@@ -10,7 +10,7 @@ from pytest_gpucluster.checks import storage as checks
 from pytest_gpucluster.checks import storage_coherence as coherence
 from pytest_gpucluster.config import Threshold, ThresholdSet
 from pytest_gpucluster.workloads.storage import DIRECT, MountFacts, StorageReport, Stream, Streams
-from pytest_gpucluster.workloads.storage_coherence import LargeDirectory, LockResult
+from pytest_gpucluster.workloads.storage_coherence import LargeDirectory, LockResult, RoundTrips
 
 NFS = MountFacts("/mnt/shared", "nfs4", "10.0.0.5:/export", ("hard", "nconnect=16", "proto=tcp", "rw", "vers=4.2"))
 NODES = ("node1", "node2", "node3")
@@ -150,8 +150,10 @@ def test_too_few_free_inodes_is_not_judged_naming_the_mount_and_no_nodes_fault()
         *coherence.visibility(short, SITE, "7").findings,
         *coherence.lock_findings(short),
         *coherence.large_directory(short, SITE, "7").findings,
+        *coherence.visibility(short, SITE, "7", renamed=True).findings,
     ]
-    assert len(found) == 6 * len(NODES)  # streams, metadata, round trips, lockf, flock, large directory
+    # Streams, metadata, round trips written and renamed, lockf, flock, the large directory.
+    assert len(found) == 7 * len(NODES)
     assert all(f.severity == "not_judged" and f.scope == "shared_fs" and f.convicts == () for f in found)
     assert all("nfs4 10.0.0.5:/export at /mnt/shared: nothing written" in f.text for f in found)
     assert found[0].text.startswith("node1: write and read streams not measured: 4512 files and folders")
@@ -252,6 +254,32 @@ def test_the_one_node_in_every_late_pair_is_named_when_a_pair_without_it_is_not_
         report("node2", 1, 1500, peer="node1", round_trips_s=(0.02,), round_trips_missed=2),
     ]
     assert all(f.convicts == () for f in fails(coherence.visibility(two, visibility_line(), "7")))
+
+
+def test_renamed_files_are_judged_on_their_own_line_and_one_seen_short_fails_the_pair():
+    line = lines(**{
+        "storage.renamed_visibility_round_trip": ("s", {"fail_above": 2, "warn_above": 1}),
+        "storage.visibility_round_trip": ("s", {"fail_above": 2, "warn_above": 1}),
+    })  # fmt: skip
+    reports = [
+        report("node1", 0, 1500, peer="node2", round_trips_s=(0.01,), renamed=RoundTrips((0.01, 0.02, 0.03))),
+        report("node2", 1, 1500, peer="node3", round_trips_s=(0.01,), renamed=RoundTrips((0.01,), incomplete=2)),
+        report("node3", 2, 1500, peer="node1", round_trips_s=(0.01,), renamed=RoundTrips((0.01, 0.04))),
+    ]
+    assert fails(coherence.visibility(reports, line, "7")) == []  # the written files were seen in time
+    judged = coherence.visibility(reports, line, "7", renamed=True)
+    assert {v.measurement.metric for v in judged.verdicts} == {"storage.renamed_visibility_round_trip"}
+    (found,) = fails(judged)
+    assert found.nodes == ("node2", "node3") and found.convicts == ()
+    assert "2 seen under the new name but short" in found.text
+    (first,) = [v for v in judged.verdicts if v.measurement.nodes == ("node1", "node2")]
+    assert first.status == "pass" and first.measurement.detail.startswith("3 round trips, median 20.0 ms, max 30.0 ms")
+    # Every pair late alike is the shared filesystem's, naming renamed files.
+    late = [report(n, i, 1500, peer=NODES[(i + 1) % 3], renamed=RoundTrips((2.5, 3.0))) for i, n in enumerate(NODES)]
+    (shared,) = fails(coherence.visibility(late, line, "7", renamed=True))
+    assert shared.scope == "shared_fs" and shared.text.startswith("the shared filesystem: every node's renamed files")
+    nodes = checks.section(reports)["nodes"]
+    assert nodes["node2"]["renamed_round_trips_ms"] == [10.0] and nodes["node2"]["renamed_short"] == 2
 
 
 def test_every_pair_late_is_the_shared_filesystems():

@@ -16,6 +16,7 @@ import pytest
 from pytest_gpucluster.config.load import load
 from pytest_gpucluster.errors import ConfigError
 from pytest_gpucluster.workloads import storage
+from pytest_gpucluster.workloads import storage_coherence as coherence
 from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.storage import (
     BUFFERED,
@@ -88,6 +89,7 @@ def test_two_nodes_measure_every_part_and_leave_only_the_jobs_shared_files(tmp_p
         assert r.stream.mode in (DIRECT, BUFFERED) and r.stream.write_mb_s > 0
         assert r.metadata_files == 50 and r.metadata_ops_s > 0
         assert len(r.round_trips_s) + r.round_trips_missed == 3 and r.round_trips_missed == 0
+        assert r.renamed is not None and len(r.renamed.trips) == 3 and r.renamed.missed == r.renamed.incomplete == 0
         assert r.import_s is not None and r.import_error == ""
         assert r.mount is not None and r.tool == "python"
     assert [r.peer for r in reports] == ["n1", "n0"]
@@ -106,6 +108,20 @@ def test_two_nodes_measure_every_part_and_leave_only_the_jobs_shared_files(tmp_p
         "flock",
         "lock",
     ]
+
+
+def test_a_renamed_file_seen_short_under_its_new_name_is_counted_apart(tmp_path, monkeypatch):
+    whole = coherence._publish_renamed
+
+    def half_of_each_ping(path, data):
+        whole(path, data[: len(data) // 2] if path.name.startswith("ping-") else data)
+
+    # One node answers its own pings (its neighbour in a ring of one).
+    assert coherence.ping_pong(tmp_path, 0, 1, 3, 5.0, renamed=True).trips != ()
+    monkeypatch.setattr(coherence, "_publish_renamed", half_of_each_ping)
+    short = coherence.ping_pong(tmp_path, 0, 1, 3, 5.0, renamed=True)
+    assert short == coherence.RoundTrips((), missed=0, incomplete=3)
+    assert list(tmp_path.iterdir()) == []  # its files, temporary names included, are removed
 
 
 def test_a_node_whose_streams_take_longer_than_the_usual_wait_is_waited_for(tmp_path):
@@ -172,7 +188,7 @@ def test_nothing_is_written_where_the_jobs_files_would_take_too_many_free_inodes
 def test_inodes_are_not_counted_where_the_filesystem_counts_none():
     config = StorageConfig(max_free_share=0.1)
     needed = storage.inodes_needed(config, streams=8, world=64)
-    assert needed == 64 * (8 + 2000 + 1 + 20 + 1 + storage.LOCK_FILES + len(storage.BARRIERS)) + 100_001
+    assert needed == 64 * (8 + 2000 + 2 + 40 + 2 + storage.LOCK_FILES + len(storage.BARRIERS)) + 100_001
     assert storage.short_of_inodes(config, needed, favail=10 * needed - 1, files=10**9)
     assert not storage.short_of_inodes(config, needed, favail=10 * needed, files=10**9)
     assert not storage.short_of_inodes(config, needed, favail=0, files=0)  # btrfs, some FUSE: no count

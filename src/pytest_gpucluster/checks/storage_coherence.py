@@ -24,7 +24,7 @@ from pytest_gpucluster.checks.storage import (
 from pytest_gpucluster.config import ThresholdSet
 from pytest_gpucluster.verdict import Finding, Measurement, Verdict, judge
 from pytest_gpucluster.workloads.storage import MountFacts, StorageReport
-from pytest_gpucluster.workloads.storage_coherence import LOCK_KINDS, LockResult
+from pytest_gpucluster.workloads.storage_coherence import LOCK_KINDS, LockResult, RoundTrips
 
 # Mount options that name the client itself and so differ between healthy nodes.
 PER_CLIENT_OPTIONS = ("clientaddr=",)
@@ -72,53 +72,69 @@ def _differs(mine: tuple[str, str, tuple[str, ...]], common: tuple[str, str, tup
     return "; ".join(parts)
 
 
-def visibility(reports: Sequence[StorageReport], thresholds: ThresholdSet, job_id: str) -> Judged:
-    """Each node's slowest round trip to its neighbour against the line; a try never answered
-    fails the pair. Every pair past the line is the shared filesystem's. Of three nodes or more,
-    pairs past it that all hold one node, while a pair without it meets the line, are that node's
-    (its client sees the others' files late, or shows its own late: in the ring of pings it is in
-    both its pairs, as pinger and as the one pinged); other pairs past it are those pairs' (either
-    node's view may be late: no culprit)."""
-    found = _no_result(reports, [r for r in reports if not r.peer], "visibility", "round trips", job_id)
-    pairs = [r for r in reports if r.peer]
+WRITTEN = "storage.visibility_round_trip"
+RENAMED = "storage.renamed_visibility_round_trip"
+
+
+def trips_of(r: StorageReport, renamed: bool) -> RoundTrips | None:
+    """``r``'s round trips with written files (``renamed`` false) or renamed ones; None where its
+    node had none."""
+    if renamed:
+        return r.renamed
+    return RoundTrips(r.round_trips_s, r.round_trips_missed) if r.peer else None
+
+
+def visibility(
+    reports: Sequence[StorageReport], thresholds: ThresholdSet, job_id: str, *, renamed: bool = False
+) -> Judged:
+    """Each node's slowest round trip to its neighbour against the line (``renamed``: with files
+    renamed into place, against ``storage.renamed_visibility_round_trip``); a try never answered,
+    or a renamed file seen short, fails the pair. Every pair past the line is the shared
+    filesystem's. Of three nodes or more, pairs past it that all hold one node, while a pair
+    without it meets the line, are that node's (its client sees the others' files late, or shows
+    its own late: in the ring of pings it is in both its pairs, as pinger and as the one pinged);
+    other pairs past it are those pairs' (either node's view may be late: no culprit)."""
+    metric, files = (RENAMED, "renamed files") if renamed else (WRITTEN, "files")
+    what = "renamed round trips" if renamed else "round trips"
+    barrier = "renamed" if renamed else "visibility"
+    got = {r.node: trips_of(r, renamed) for r in reports}
+    found = _no_result(reports, [r for r in reports if got[r.node] is None], barrier, what, job_id)
+    pairs = [(r, t) for r in reports if (t := got[r.node]) is not None]
     if not pairs:
         return Judged(findings=tuple(found))
     where = mount_of(reports)
-    line = thresholds.get("storage.visibility_round_trip")
+    line = thresholds.get(metric)
     measured = []
-    for r in pairs:
-        trips = sorted(r.round_trips_s)
-        slowest = float("inf") if r.round_trips_missed else (trips[-1] if trips else float("nan"))
+    for r, t in pairs:
+        trips = sorted(t.trips)
+        slowest = float("inf") if t.missed or t.incomplete else (trips[-1] if trips else float("nan"))
         spread = (
             f"{len(trips)} round trips, median {statistics.median(trips) * 1e3:.1f} ms, max {trips[-1] * 1e3:.1f} ms"
             if trips
             else "no round trip"
         )
-        if r.round_trips_missed:
-            spread += f", {r.round_trips_missed} never answered"
+        if t.missed:
+            spread += f", {t.missed} never answered"
+        if t.incomplete:
+            spread += f", {t.incomplete} seen under the new name but short"
         measured.append(
             Measurement.across(
-                "storage.visibility_round_trip",
-                slowest,
-                "s",
-                [r.node, r.peer],
-                detail=f"{spread}; {where(r.node)}",
-                job_id=job_id,
+                metric, slowest, "s", [r.node, r.peer], detail=f"{spread}; {where(r.node)}", job_id=job_id
             )
         )
     if line is None:
         return Judged(
             unjudged=tuple(measured),
-            findings=(*found, missing_line(thresholds, "storage.visibility_round_trip", [r.node for r in pairs])),
+            findings=(*found, missing_line(thresholds, metric, [r.node for r, _ in pairs])),
         )
     verdicts = [judge(m, line) for m in measured]
     past = [v for v in verdicts if v.status in ("fail", "warn")]
     if past and len(past) == len(verdicts) and len(reports) > 2:
         severity = worst(past)
-        text = "the shared filesystem: every node's files reach its neighbour late: " + "; ".join(
+        text = f"the shared filesystem: every node's {files} reach its neighbour late: " + "; ".join(
             v.sentence for v in past
         )
-        found.append(Finding.outside("shared_fs", text, nodes=[r.node for r in pairs], severity=severity))
+        found.append(Finding.outside("shared_fs", text, nodes=[r.node for r, _ in pairs], severity=severity))
     elif (one := _common_node(past, verdicts)) is not None and len(reports) > 2:
         said = "; ".join(v.sentence for v in past)
         text = (
@@ -182,7 +198,7 @@ def lock_findings(reports: Sequence[StorageReport]) -> list[Finding]:
 
 def _lock_findings(reports: Sequence[StorageReport], kind: str) -> list[Finding]:
     said = LOCK_NAMES.get(kind, kind)
-    found = _no_result(reports, [r for r in reports if lock_of(r, kind) is None], "visibility", f"{kind} check")
+    found = _no_result(reports, [r for r in reports if lock_of(r, kind) is None], "renamed", f"{kind} check")
     results = {r.node: got for r in reports if (got := lock_of(r, kind)) is not None}
     found += [waited(n, got.gave_up, reports, f"{kind} check") for n, got in results.items() if got.gave_up]
     holder = next((n for n, got in results.items() if got.holder), None)

@@ -71,6 +71,12 @@ METRICS: dict[str, Metric] = {
             True,
         ),
         _m("storage.visibility_round_trip", "s", "lower", "a file written on one node seen on another and back"),
+        _m(
+            "storage.renamed_visibility_round_trip",
+            "s",
+            "lower",
+            "a file renamed into place on one node seen whole on another, and back",
+        ),
         _m("storage.cold_import", "s", "lower", "a fresh interpreter's import of the framework on a node"),
         _m(
             "storage.write_per_gpu",

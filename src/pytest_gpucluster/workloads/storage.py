@@ -30,6 +30,7 @@ from pytest_gpucluster.workloads.storage_coherence import (
     GaveUp,
     LargeDirectory,
     LockResult,
+    RoundTrips,
     large_directory,
     lock_across_nodes,
     ping_pong,
@@ -64,6 +65,7 @@ BARRIERS = (
     "streams",
     "metadata",
     "visibility",
+    "renamed",
     "lock-held",
     "lock-tried",
     "lock-released",
@@ -99,9 +101,10 @@ def stream_bytes(config: StorageConfig, files: int, free: int) -> int:
 
 def inodes_needed(config: StorageConfig, streams: int, world: int) -> int:
     """The files and folders the storage job makes on the shared filesystem, at most: every
-    node's streams, metadata files, ping-pong files, lock files and barrier marks, and the large
-    directory. Counted as if none were removed in between, so it bounds what is in use at once."""
-    per_node = streams + config.metadata_files + 1 + 2 * config.visibility_tries + 1 + LOCK_FILES + len(BARRIERS)
+    node's streams, metadata files, ping-pong files (written and renamed), lock files and barrier
+    marks, and the large directory. Counted as if none were removed in between, so it bounds what
+    is in use at once."""
+    per_node = streams + config.metadata_files + 2 + 4 * config.visibility_tries + 2 + LOCK_FILES + len(BARRIERS)
     return world * per_node + (config.large_dir_files + 1 if config.large_dir_files else 0)
 
 
@@ -216,6 +219,7 @@ class StorageReport:
     peer: str = ""  # the neighbour this node played ping-pong with
     round_trips_s: tuple[float, ...] = ()  # this node's write seen by the peer and its answer seen back
     round_trips_missed: int = 0  # tries whose answer did not appear within the timeout
+    renamed: RoundTrips | None = None  # the same with files renamed into place, each read whole
     lock: LockResult | None = None  # the POSIX record lock (fcntl.lockf)
     flock: LockResult | None = None  # the BSD lock (fcntl.flock)
     large_dir: LargeDirectory | None = None
@@ -340,18 +344,27 @@ def measure_node(
         if gave_up := meet("visibility", after_own_pace()):
             return replace(report, barrier_timeout=gave_up)
         peer = hosts[(rank + 1) % world] if hosts else str((rank + 1) % world)
+        tries, each_s = config.visibility_tries, config.visibility_timeout_s
         try:
-            trips, missed = ping_pong(directory, rank, world, config.visibility_tries, config.visibility_timeout_s)
-            report = replace(report, peer=peer, round_trips_s=trips, round_trips_missed=missed)
+            written = ping_pong(directory, rank, world, tries, each_s)
+            report = replace(report, peer=peer, round_trips_s=written.trips, round_trips_missed=written.missed)
         except OSError as exc:  # every try counts as missed: the pair is judged, not passed over
             report = replace(
                 report,
                 peer=peer,
-                round_trips_missed=config.visibility_tries,
+                round_trips_missed=tries,
                 errors=(*report.errors, f"visibility phase failed: {exc}"),
             )
         # Another node's ping-pong may take up to its bound.
-        arrive_s = timeout_s + ping_pong_bound_s(config.visibility_tries, config.visibility_timeout_s)
+        arrive_s = timeout_s + ping_pong_bound_s(tries, each_s)
+        if gave_up := meet("renamed", arrive_s):
+            return replace(report, barrier_timeout=gave_up)
+        try:
+            report = replace(report, renamed=ping_pong(directory, rank, world, tries, each_s, renamed=True))
+        except OSError as exc:
+            report = replace(
+                report, renamed=RoundTrips(missed=tries), errors=(*report.errors, f"renamed visibility failed: {exc}")
+            )
         report = replace(report, lock=lock_across_nodes(directory, rank, meet, config.visibility_timeout_s, arrive_s))
         # The others arrive once their try at the lockf lock has ended.
         after_lockf_s = timeout_s + config.visibility_timeout_s

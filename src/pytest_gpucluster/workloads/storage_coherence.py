@@ -8,7 +8,9 @@ file, and the first node times from its write to opening the pong. A round trip 
 direction's visibility from above. Every node pings its neighbour and answers its predecessor at
 the same time (the answering runs on a thread). The files are looked up by name, as a job that
 waits for another's output does; on NFS a cached negative lookup then delays the answer, which is
-what is measured.
+what is measured. A second ping-pong does the same with renamed files: each is written under a
+temporary name, fsync'd and renamed, and read whole under its new name on the other node, as a job
+publishes a finished checkpoint or result; a rename seen before its data is counted apart.
 """
 
 from __future__ import annotations
@@ -68,51 +70,119 @@ def _publish(path: Path) -> None:
 
 
 def ping_pong_bound_s(tries: int, timeout_s: float) -> float:
-    """The longest ``ping_pong`` takes on one node: its own tries, each answered within
+    """The longest one ``ping_pong`` takes on one node: its own tries, each answered within
     ``timeout_s`` or missed, then its answers to the predecessor, each ping waited for twice as
     long."""
     return 3 * tries * timeout_s
 
 
-def ping_pong(directory: Path, rank: int, world: int, tries: int, timeout_s: float) -> tuple[tuple[float, ...], int]:
-    """This node's round trips to its neighbour (seconds) and the tries whose answer did not come
-    within ``timeout_s``; meanwhile it answers its predecessor's pings. Its files are removed."""
-    mine = directory / f"vis-{rank}"
+@dataclass(frozen=True)
+class RoundTrips:
+    """One node's round trips to its neighbour: the seconds of each answered try, the tries whose
+    answer did not come within the timeout, and, for renamed files, the tries where one of the
+    two files was seen under its new name but short (the ping as the neighbour read it, or the
+    pong as this node read it)."""
+
+    trips: tuple[float, ...] = ()
+    missed: int = 0
+    incomplete: int = 0
+
+
+# A renamed file's size: more than one page and one network read, so that a rename seen before
+# the data is seen short.
+RENAMED_BYTES = 64 * 1024
+# What a neighbour answers where the renamed ping it read was short.
+SEEN_SHORT = b"seen short"
+
+
+def _content(name: str) -> bytes:
+    """The known content of the renamed file ``name`` (``ping-3``), ``RENAMED_BYTES`` long."""
+    line = f"{name} whole\n".encode()
+    return (line * (RENAMED_BYTES // len(line) + 1))[:RENAMED_BYTES]
+
+
+def _publish_renamed(path: Path, data: bytes) -> None:
+    """Write ``data`` under a temporary name beside ``path``, fsync it, rename it to ``path``."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(temporary, path)
+
+
+def _read_when_there(path: Path, deadline: float) -> bytes | None:
+    """``path``'s content once it can be opened before ``deadline`` (polled by name), else None."""
+    while True:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(POLL_S)
+
+
+def ping_pong(
+    directory: Path, rank: int, world: int, tries: int, timeout_s: float, *, renamed: bool = False
+) -> RoundTrips:
+    """This node's round trips to its neighbour and the tries whose answer did not come within
+    ``timeout_s``; meanwhile it answers its predecessor's pings. ``renamed``: every ping and pong
+    is written under a temporary name and renamed (as a job publishes a finished file), and each
+    side reads the whole file under its new name: a try is answered only where both were seen
+    whole. Its files are removed."""
+    folder = "ren" if renamed else "vis"
+    mine = directory / f"{folder}-{rank}"
     mine.mkdir()
-    theirs = directory / f"vis-{(rank - 1) % world}"
+    theirs = directory / f"{folder}-{(rank - 1) % world}"
 
     def answer() -> None:
         for i in range(tries):
             # The predecessor's folder and ping come from another node: wait for both by name.
-            if _appears(theirs / f"ping-{i}", time.monotonic() + 2 * timeout_s):
-                try:
-                    _publish(theirs / f"pong-{i}")
-                except OSError:
-                    return
+            deadline = time.monotonic() + 2 * timeout_s
+            try:
+                if not renamed:
+                    if _appears(theirs / f"ping-{i}", deadline):
+                        _publish(theirs / f"pong-{i}")
+                elif (got := _read_when_there(theirs / f"ping-{i}", deadline)) is not None:
+                    whole = got == _content(f"ping-{i}")
+                    _publish_renamed(theirs / f"pong-{i}", _content(f"pong-{i}") if whole else SEEN_SHORT)
+            except OSError:
+                return
 
     answering = threading.Thread(target=answer, daemon=True)
     answering.start()
     trips: list[float] = []
-    missed = 0
+    missed = incomplete = 0
     try:
         for i in range(tries):
             start = time.monotonic()
-            _publish(mine / f"ping-{i}")
-            if _appears(mine / f"pong-{i}", start + timeout_s):
+            if not renamed:
+                _publish(mine / f"ping-{i}")
+                seen = _appears(mine / f"pong-{i}", start + timeout_s)
+            else:
+                _publish_renamed(mine / f"ping-{i}", _content(f"ping-{i}"))
+                got = _read_when_there(mine / f"pong-{i}", start + timeout_s)
+                seen = got is not None
+                if seen and got != _content(f"pong-{i}"):
+                    incomplete += 1
+                    continue
+            if seen:
                 trips.append(time.monotonic() - start)
             else:
                 missed += 1
         answering.join(timeout=2 * timeout_s * tries)
     finally:
         # The predecessor answers into this node's folder: it is removed by its owner, after.
-        _remove(mine, ("ping-", "pong-"), tries)
-    return tuple(trips), missed
+        _remove(mine, ("ping-", "pong-", ".ping-", ".pong-"), tries)
+    return RoundTrips(tuple(trips), missed, incomplete)
 
 
 def _remove(directory: Path, prefixes: tuple[str, ...], tries: int) -> None:
     for prefix in prefixes:
         for i in range(tries):
             (directory / f"{prefix}{i}").unlink(missing_ok=True)
+            (directory / f"{prefix}{i}.tmp").unlink(missing_ok=True)
     try:
         directory.rmdir()
     except OSError:
