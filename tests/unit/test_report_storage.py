@@ -13,7 +13,7 @@ from pytest_gpucluster.report import html, storage
 from pytest_gpucluster.results import codec
 from pytest_gpucluster.workloads.storage import DIRECT, MountFacts, StorageReport, Stream, Streams
 from pytest_gpucluster.workloads.storage_checkpoint import CheckpointRank
-from pytest_gpucluster.workloads.storage_coherence import LargeDirectory
+from pytest_gpucluster.workloads.storage_coherence import LargeDirectory, RoundTrips
 
 GB = 10**9
 NFS = MountFacts("/mnt/shared", "nfs4", "10.0.0.5:/export", ("vers=4.2",))
@@ -79,6 +79,29 @@ def test_the_handover_sheet_has_the_storage_line():
     doc = doc_with()
     block = html.acceptance_block(doc, codec.decode_recorded(doc))
     assert 'id="gc-sheet-storage"' in block and "checkpoint save 4 GB/s" in block
+
+
+def test_the_section_draws_each_nodes_bars_and_says_the_cold_import_and_renamed_files():
+    reports = [
+        node("node1", 0, (1000.0, 1100.0), import_s=2.0, import_module="torch", renamed=RoundTrips((0.003, 0.005))),
+        node("node2", 1, (900.0,), import_s=3.5, import_module="torch", renamed=RoundTrips((0.004,), incomplete=1)),
+        StorageReport("node3", 2, "/mnt/shared/u/storage-x", mount=NFS, import_s=2.5, import_module="torch"),
+    ]
+    doc = doc_with(reports)
+    view = storage.view(doc)
+    assert view is not None
+    # node3 measured no stream: no bar; node2's single stream wrote 900 MB/s.
+    assert [b.node for b in view.bars] == ["node1", "node2"] and view.bars[1].write == 900.0
+    assert view.cold_import == "import torch on 3 node(s) at once: median 2.5 s, slowest node2 3.5 s"
+    assert [r.cold_import for r in view.rows] == ["2 s", "3.5 s", "2.5 s"]
+    assert view.renamed == (
+        "3 round trips of files renamed into place, each read whole: median 4 ms, 90th percentile 5 ms, max 5 ms; "
+        "1 seen short, 0 never answered"
+    )
+    block = html.storage_block(doc)
+    assert 'id="gc-storage-bars"' in block and 'src="data:image/svg+xml;base64,' in block
+    assert 'id="gc-storage-cold-import"' in block and 'id="gc-storage-renamed"' in block
+    assert "cold import torch on 3 node(s) at once: median 2.5 s, slowest node2 3.5 s" in storage.sheet_line(doc)
 
 
 def test_a_rank_whose_bits_differ_is_named_and_the_block_escapes_what_it_shows():

@@ -472,6 +472,7 @@ def section(reports: Sequence[StorageReport]) -> dict[str, Any]:
             "renamed_short": r.renamed.incomplete if r.renamed else None,
             "peer": r.peer,
             "import_s": r.import_s,
+            "import_module": r.import_module,
             "python": r.python,
         }
         if r.large_dir is not None and r.large_dir.writer:

@@ -375,10 +375,24 @@ def soak_block(doc: Mapping[str, Any]) -> str:
 
 
 def storage_block(doc: Mapping[str, Any]) -> str:
-    """Storage, where its tests ran: the aggregate, each node's streams, visibility, the large
-    directory and the checkpoint from every GPU with its slowest rank."""
+    """Storage, where its tests ran: the aggregate, each node's streams (and a bar chart of each
+    node's write and read), visibility, the large directory, the cold import and the checkpoint
+    from every GPU with its slowest rank."""
     content = storage.view(doc)
-    return _render("storage.html.j2", s=content) if content is not None else ""
+    if content is None:
+        return ""
+    bars = content.bars
+    uri = (
+        plots.bars(
+            "each node's write and read, every node at once",
+            [b.node for b in bars],
+            {"write": [b.write for b in bars], "read": [b.read for b in bars]},
+            "MB/s (the node's streams together)",
+        )
+        if bars
+        else ""
+    )
+    return _render("storage.html.j2", s=content, bars_uri=uri)
 
 
 def baseline_block(section: Mapping[str, Any] | None, limit: int = 40) -> str:

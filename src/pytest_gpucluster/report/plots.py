@@ -388,3 +388,29 @@ def _cmap() -> Any:
     import matplotlib
 
     return matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
+
+
+def bars(title: str, labels: Sequence[str], groups: Mapping[str, Sequence[float | None]], unit: str) -> str:
+    """Horizontal bars, a row per label (top to bottom in order) and in each row a bar per group
+    (a node's write and read): a missing or non-finite value leaves its bar out. A data URI."""
+    n = max(1, len(groups))
+    fig = _figure(height=max(1.6, 0.9 + 0.13 * len(labels) * n))
+    ax = fig.add_subplot()
+    height = 0.8 / n
+    for k, (name, values) in enumerate(groups.items()):
+        drawn = [
+            (i + (k - (n - 1) / 2) * height, float(v))
+            for i, v in enumerate(values)
+            if v is not None and math.isfinite(v)
+        ]
+        if drawn:
+            ys, xs = zip(*drawn, strict=True)
+            ax.barh(ys, xs, height=height, label=name)
+    ax.set_yticks(range(len(labels)), list(labels), fontsize=8)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xlabel(unit)
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, axis="x", alpha=0.3)
+    if len(groups) > 1:
+        ax.legend(fontsize=7, loc="best")
+    return _to_uri(fig, compact=True)

@@ -1,6 +1,7 @@
 """Results document → the storage section a customer reads at a glance: per node the write and
-read-back throughput of its streams (one per GPU) and their spread, the aggregate, how soon a file
-one node writes is seen on another, the large directory, and the checkpoint from every GPU (save
+read-back throughput of its streams (one per GPU, drawn as bars) and their spread, the aggregate,
+how soon a file one node writes (or renames into place) is seen on another, the large directory,
+the cold import of the framework with the slowest node, and the checkpoint from every GPU (save
 and restore seconds and GB/s, the slowest rank, bit for bit or not); and the handover sheet's
 storage line. Pure: the ``storage`` details the storage tests recorded (``checks.storage.section``,
 ``checks.storage_checkpoint.section``) in, frozen dataclasses of formatted strings out; no HTML.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_gpucluster.report.plots import natural
 
@@ -28,6 +29,15 @@ class NodeRow:
     metadata: str
     round_trips: str  # "median 2.1 ms, max 4.0 ms to node2"
     note: str = ""  # why the streams were not measured
+    cold_import: str = "–"  # "2.41 s"
+
+
+class Bar(NamedTuple):
+    """One node's bars: its streams' write and read together (MB/s), None where not measured."""
+
+    node: str
+    write: float | None
+    read: float | None
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,9 @@ class Storage:
     visibility: str
     large_dir: str
     checkpoint: Checkpoint | None
+    bars: tuple[Bar, ...] = ()  # each node's write and read, for the bar chart
+    renamed: str = ""  # the renamed files' round trips: their distribution
+    cold_import: str = ""  # every node's cold import at once: the median and the slowest node
 
 
 def _sections(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -100,8 +113,9 @@ def view(doc: Mapping[str, Any]) -> Storage | None:
     checkpoint = checkpoint_view(_sections(doc, "checkpoint"))
     if not nodes and checkpoint is None:
         return None
-    rows = []
-    writes, reads, trips = [], [], []
+    rows, bars = [], []
+    writes, reads, trips, renamed = [], [], [], []
+    imports: dict[str, float] = {}
     lister = writer = None
     for name in sorted(nodes, key=natural):
         n = nodes[name]
@@ -110,7 +124,12 @@ def view(doc: Mapping[str, Any]) -> Storage | None:
             writes.append(w)
         if (r := _num(n.get("read_mb_s"))) is not None:
             reads.append(r)
+        if w is not None or r is not None:
+            bars.append(Bar(name, w, r))
+        if (seconds := _num(n.get("import_s"))) is not None:
+            imports[name] = seconds
         trips += [t for t in (_num(x) for x in n.get("round_trips_ms") or []) if t is not None]
+        renamed += [t for t in (_num(x) for x in n.get("renamed_round_trips_ms") or []) if t is not None]
         if "large_dir_files" in n:
             writer = (name, n)
         if "large_dir_listed" in n:
@@ -128,6 +147,7 @@ def view(doc: Mapping[str, Any]) -> Storage | None:
                 metadata=_rate(n.get("metadata_ops_s"), "ops/s"),
                 round_trips=_trips(n.get("round_trips_ms") or [], str(n.get("peer") or "")),
                 note=str(n.get("not_measured") or ""),
+                cold_import=f"{seconds:.3g} s" if seconds is not None else "–",
             )
         )
     mounts = sorted({str(n.get("mount")) for n in nodes.values() if n.get("mount")})
@@ -139,19 +159,43 @@ def view(doc: Mapping[str, Any]) -> Storage | None:
     )
     if mounts:
         summary += f" on {'; '.join(mounts)}"
-    visibility = (
-        f"{len(trips)} round trips between neighbour nodes: median {statistics.median(trips):.3g} ms, "
-        f"90th percentile {_percentile(trips, 0.9):.3g} ms, max {max(trips):.3g} ms"
-        if trips
-        else ""
-    )
+    visibility = _distribution(trips, "round trips between neighbour nodes")
+    short = sum(int(_num(n.get("renamed_short")) or 0) for n in nodes.values())
+    missed = sum(int(_num(n.get("renamed_missed")) or 0) for n in nodes.values())
+    seen = _distribution(renamed, "round trips of files renamed into place, each read whole")
+    if seen and (short or missed):
+        seen += f"; {short} seen short, {missed} never answered"
+    module = next((str(n["import_module"]) for n in nodes.values() if n.get("import_module")), "the framework")
     large = ""
     if writer and lister:
         large = (
             f"{writer[1]['large_dir_files']} files made by {writer[0]} in {writer[1]['large_dir_create_s']:.3g} s; "
             f"{lister[0]} listed {lister[1]['large_dir_listed']} in {lister[1]['large_dir_list_s']:.3g} s"
         )
-    return Storage(summary, tuple(rows), visibility, large, checkpoint)
+    return Storage(
+        summary, tuple(rows), visibility, large, checkpoint, tuple(bars), seen, _cold_import(imports, module)
+    )
+
+
+def _distribution(trips: Sequence[float], what: str) -> str:
+    """``10 round trips ...: median 3 ms, 90th percentile 4 ms, max 4 ms``; "" where none."""
+    if not trips:
+        return ""
+    return (
+        f"{len(trips)} {what}: median {statistics.median(trips):.3g} ms, "
+        f"90th percentile {_percentile(trips, 0.9):.3g} ms, max {max(trips):.3g} ms"
+    )
+
+
+def _cold_import(seconds: Mapping[str, float], module: str) -> str:
+    """``import torch on 2 node(s) at once: median 2.1 s, slowest node2 3.4 s``; "" where none."""
+    if not seconds:
+        return ""
+    slowest = max(seconds, key=lambda n: seconds[n])
+    return (
+        f"import {module} on {len(seconds)} node(s) at once: median {statistics.median(seconds.values()):.3g} s, "
+        f"slowest {slowest} {seconds[slowest]:.3g} s"
+    )
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
@@ -217,4 +261,6 @@ def sheet_line(doc: Mapping[str, Any]) -> str:
             f"checkpoint save {_rate(save.get('gb_s'), 'GB/s')}, restore {_rate(restore.get('gb_s'), 'GB/s')} "
             f"in aggregate (slowest rank {save.get('slowest')})"
         )
+    if found.cold_import:
+        parts.append(found.cold_import.replace("import ", "cold import ", 1))
     return "; ".join(parts)
