@@ -95,16 +95,17 @@ def test_a_failure_rejects_exit_1_with_the_culprit_first(suite, monkeypatch):
     assert doc["acceptance"]["reasons"][0].startswith("node1: sharedfs.free = 0.5 GiB is below the fail line")
 
 
-def test_a_nodes_setting_to_fix_comes_first_with_its_change_and_symptoms(suite, monkeypatch):
+def test_a_setting_that_only_warns_follows_the_failure_with_its_change(suite, monkeypatch):
     result, _ = _run(suite, monkeypatch, "setting")
     assert result.ret == 1
+    # The culprit first; swap explains no shortage of free space.
     result.stdout.fnmatch_lines(
         [
             "*gpucluster: REJECTED: 1 check failed*",
-            "node configuration to fix first (it may explain the findings below):",
+            "  node1: sharedfs.free = 0.5 GiB is below the fail line*",
+            "node configuration to change (no check failed for it):",
             "  node1: warn swap: 8 GiB, expected 0; to change: swapoff -a",
             "  node1: also failed or warned: test_suite.py::test_free_space",
-            "  node1: sharedfs.free = 0.5 GiB is below the fail line*",
         ]
     )
 

@@ -1,6 +1,7 @@
-"""The report's node configuration to fix first: the settings the node-configuration checks found
-(on recorded node readings), grouped per node with the change, ahead of the failures they may
-explain, on a results file of a real run (docs/samples)."""
+"""The report's node configuration: the settings the node-configuration checks found (on recorded
+node readings), grouped per node with the change; a node with a failing setting ahead of the
+failures it may explain, settings that only warn after them; on a results file of a real run
+(docs/samples)."""
 
 from __future__ import annotations
 
@@ -60,16 +61,39 @@ def test_settings_are_grouped_per_node_with_the_change():
     assert fixes.symptoms == ("test_compute.py::test_gpu_compute_and_memory[node1]",)
 
 
-def test_the_report_shows_them_ahead_of_the_failures():
+def test_settings_that_only_warn_follow_the_failures_they_do_not_explain():
     doc = _doc(symptom=True)
     block = html.acceptance_block(doc, codec.decode_recorded(doc))
     assert codec.decode_recorded(doc).acceptance.verdict == "REJECTED"
-    fixes, failures = block.index('id="gc-node-fixes"'), block.index('id="gc-failures"')
-    assert fixes < block.index('id="gc-node-summary"') < failures
+    # The slow GEMM is the culprit; swap and a governor that warn come after it.
+    assert 'id="gc-node-fixes"' not in block
+    failures, warned = block.index('id="gc-failures"'), block.index('id="gc-node-settings-warned"')
+    assert block.index('id="gc-node-summary"') < failures < warned
     swap = next(f for f in _settings_found() if f.setting == "swap")
-    table = block[fixes:failures]
+    table = block[warned:]
     assert "8 GiB" in table and html_text.escape(swap.remedy) in table
     assert "test_gpu_compute_and_memory[node1]" in table
+
+
+def test_a_failing_setting_comes_ahead_of_the_failures_with_its_change():
+    doc = _doc(symptom=True)
+    memlock = Finding.of_setting(
+        "node1", "RLIMIT_MEMLOCK", "node1: memlock 64 KiB in jobs", found="64 KiB", expected="unlimited",
+        remedy="LimitMEMLOCK=infinity in slurmd's unit",
+    )  # fmt: skip
+    doc["tests"].append(
+        {"nodeid": "tests/acceptance/test_node_config.py::test_job_limits[node1]", "outcome": "failed",
+         "verdict": "fail", "findings": [codec.encode_finding(memlock)], "node": "node1", "measurements": [],
+         "job_ids": []}
+    )  # fmt: skip
+    doc = codec.with_verdicts(doc)
+    block = html.acceptance_block(doc, codec.decode_recorded(doc))
+    fixes, failures = block.index('id="gc-node-fixes"'), block.index('id="gc-failures"')
+    assert fixes < block.index('id="gc-node-summary"') < failures
+    table = block[fixes:failures]
+    # The node's settings stay together: the failing one first, then those that warn.
+    assert table.index("RLIMIT_MEMLOCK") < table.index("8 GiB") and "LimitMEMLOCK=infinity" in table
+    assert 'id="gc-node-settings-warned"' not in block
 
 
 def test_a_run_without_such_settings_shows_no_such_block():

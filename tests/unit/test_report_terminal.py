@@ -91,3 +91,15 @@ def test_settings_to_fix_come_before_the_reasons_per_node_with_the_change():
     lines = [text for text, _ in terminal.summary({"acceptance": ACC}, NO_JOBS, fixes=many).lines]
     assert sum(" RLIMIT_MEMLOCK: " in text for text in lines) == terminal.SETTINGS_SHOWN
     assert "  ... and 3 more setting(s) (see the report or the results file)" in lines
+
+
+def test_settings_that_only_warn_come_after_the_reasons():
+    swap = SettingFix("swap", "8 GiB", "0", "swapoff -a", "warn", (), ("t",))
+    fixes = [NodeFixes("node1", (swap,), ("test_gpu.py::test_ecc[node1]",))]
+    lines = [text for text, _ in terminal.summary({"acceptance": ACC}, NO_JOBS, fixes=fixes).lines]
+    reason = lines.index("  node1:gpu0: ECC errors (test_gpu.py::test_ecc[node1])")
+    assert reason == 1, lines  # the culprit right under the node summary
+    assert "node configuration to fix first (it may explain the findings below):" not in lines
+    title = lines.index("node configuration to change (no check failed for it):")
+    assert title > reason
+    assert lines[title + 1] == "  node1: warn swap: 8 GiB, expected 0; to change: swapoff -a"

@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from pytest_gpucluster import verdict
 from pytest_gpucluster.report import figures, handover, inventory, model, plots, rounds, soak, storage
-from pytest_gpucluster.report.node_fixes import node_fixes
+from pytest_gpucluster.report.node_fixes import failing, node_fixes
 from pytest_gpucluster.results import codec
 from pytest_gpucluster.results.timing import start_up_note
 from pytest_gpucluster.verdict.attribution import path_cells
@@ -161,6 +161,7 @@ def acceptance_block(
     elif acc.reasons and acc.verdict != "ACCEPTED":
         failures = [{"text": r, "count": 1, "anchor": ""} for r in acc.reasons]
     version = dict(model.versions(doc)).get("pytest-gpucluster", "not recorded")
+    fix_first, fix_later = failing(node_fixes(doc))
     return _render(
         "acceptance.html.j2",
         acc=acc,
@@ -181,7 +182,8 @@ def acceptance_block(
         thresholds_sha256=doc.get("thresholds_sha256") or "not recorded",
         version=version,
         key_figures=figures.key_figures(doc),
-        node_fixes=node_fixes(doc),
+        node_fixes=fix_first,
+        node_warnings=fix_later,
         soak=soak.sheet_line(doc),
         storage=storage.sheet_line(doc),
         sheet=handover.sheet(doc, recorded, results_file),

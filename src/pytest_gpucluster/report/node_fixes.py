@@ -1,8 +1,10 @@
 """The node configuration to fix first: every ``node_setting`` finding of the run grouped per node,
 each setting once with the value found, the value expected and how to change it, beside the
 other checks that failed or warned on that node (the symptoms such a setting may explain: a
-memlock limit under a slow network check, a governor under a slow GEMM). The report shows this
-ahead of the failures. Pure: the results document in, frozen dataclasses out; it decides nothing.
+memlock limit under a slow network check, a governor under a slow GEMM). The report and the
+terminal show a node with a failing setting ahead of the failures (the setting convicts it); a
+node whose settings only warn after them, since a warning explains no failure and the culprit
+comes first. Pure: the results document in, frozen dataclasses out; it decides nothing.
 """
 
 from __future__ import annotations
@@ -83,3 +85,10 @@ def node_fixes(doc: Mapping[str, Any]) -> list[NodeFixes]:
     return sorted(
         out, key=lambda n: (all(f.severity != "fail" for f in n.fixes), order.get(n.node, len(order)), n.node)
     )
+
+
+def failing(fixes: list[NodeFixes]) -> tuple[list[NodeFixes], list[NodeFixes]]:
+    """``fixes`` split into the nodes with a failing setting (shown ahead of the failures) and
+    those whose settings only warn (shown after them), each in its order."""
+    ahead = [n for n in fixes if any(f.severity == "fail" for f in n.fixes)]
+    return ahead, [n for n in fixes if n not in ahead]

@@ -1,8 +1,8 @@
 """The acceptance verdict at the end of the terminal output: the headline in the verdict's
 colour, the node summary, the node configuration to fix first (``report/node_fixes.py``), the
-handover summary, what was drained, the reasons (or warnings), the checks that do not apply,
-where the time went, the baseline comparison and the calibration file. Pure: the results
-document and what the run compared and wrote in, lines out."""
+handover summary, what was drained, the reasons (or warnings), the settings that only warn, the
+checks that do not apply, where the time went, the baseline comparison and the calibration file.
+Pure: the results document and what the run compared and wrote in, lines out."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gpucluster.report.node_fixes import NodeFixes
+from pytest_gpucluster.report.node_fixes import NodeFixes, failing
 from pytest_gpucluster.results.baseline import Comparison
 from pytest_gpucluster.results.timing import start_up_note
 from pytest_gpucluster.verdict import hostlist
@@ -92,13 +92,13 @@ def retest_command(command: Sequence[str], executor: str, nodes: Mapping[str, An
 SETTINGS_SHOWN = 12
 
 
-def fix_first(fixes: Sequence[NodeFixes], out: Summary) -> None:
-    """The node configuration to fix first, per node: each setting with the value found, the
+def node_settings(fixes: Sequence[NodeFixes], title: str, out: Summary) -> None:
+    """Node configuration under ``title``, per node: each setting with the value found, the
     value expected and the change, then the node's other checks that failed or warned (the
     symptoms it may explain); up to ``SETTINGS_SHOWN`` settings, then how many more."""
     if not fixes:
         return
-    out.line("node configuration to fix first (it may explain the findings below):", bold=True)
+    out.line(title, bold=True)
     shown = 0
     for n in fixes:
         if shown == SETTINGS_SHOWN:
@@ -130,8 +130,9 @@ def summary(
     """The summary of a run from ``doc``, its results document or the verdict entries in it
     (``acceptance``, ``handover``, ``drained``), and ``timing``, the run's ``timing`` entry;
     ``retest``: the command that re-tests the nodes not accepted (``retest_command``);
-    ``fixes``: the node configuration to fix first (``node_fixes.node_fixes``), shown ahead of
-    the reasons it may explain."""
+    ``fixes``: the node configuration to change (``node_fixes.node_fixes``): a node's failing
+    settings ahead of the reasons they may explain, settings that only warn after them (the
+    culprit of a failure comes first)."""
     acc = doc["acceptance"]
     counts = ", ".join(f"{n} {COUNT_WORDS.get(k, k)}" for k, n in acc["counts"].items() if n)
     colour = {"ACCEPTED": {"green": True}, "REJECTED": {"red": True}}.get(acc["verdict"], {"yellow": True})
@@ -140,7 +141,8 @@ def summary(
     if nodes.get("verdicts"):
         exclude = f" (sbatch --exclude={nodes['exclude']})" if nodes.get("exclude") else ""
         out.line(f"nodes: {nodes['summary']}{exclude}", bold=True)
-    fix_first(fixes, out)
+    ahead, later = failing(list(fixes))
+    node_settings(ahead, "node configuration to fix first (it may explain the findings below):", out)
     merged = doc.get("handover")
     if merged:
         exclude = f" (sbatch --exclude={merged['exclude']})" if merged.get("exclude") else ""
@@ -168,6 +170,7 @@ def summary(
             f"  and {len(acc['warnings'])} warning(s): {acc['warnings'][0]}"
             + (" ..." if len(acc["warnings"]) > 1 else "")
         )
+    node_settings(later, "node configuration to change (no check failed for it):", out)
     if acc["not_applicable"]:
         why: dict[str, int] = {}
         for line in acc["not_applicable"]:
