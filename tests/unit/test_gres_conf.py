@@ -44,6 +44,17 @@ def test_devices_other_than_gres_conf_names_are_told():
     assert gres_order_mismatch(text("testcluster-2x2-real.conf"), "node1", ("0", "2"), [0, 1]) == "/dev/nvidia0"
 
 
+def test_with_autodetect_on_the_order_is_slurms_own_and_not_judged():
+    # slurmd sorts the merged list by device file and PCI order: the order written is not the
+    # GRES index order, so no job's devices are judged against it.
+    merged = text("site-autodetect-with-files.conf")
+    assert node_gpu_files(merged, "gpu-017") is None
+    assert gres_order_mismatch(merged, "gpu-017", ("0",), [0]) is None
+    # A node whose own line turns AutoDetect off keeps the order written.
+    assert node_gpu_files(merged, "gpu-099") == ("/dev/nvidia1", "/dev/nvidia0")
+    assert gres_order_mismatch(merged, "gpu-099", ("0",), [0]) == "/dev/nvidia1"
+
+
 def test_nothing_is_judged_without_files_for_the_node():
     assert gres_order_mismatch(text("site-autodetect.conf"), "gpu-017", ("0", "1"), [4, 5]) is None
     assert gres_order_mismatch(None, "node1", ("0",), [3]) is None

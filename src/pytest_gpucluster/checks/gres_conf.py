@@ -30,24 +30,38 @@ def _expand_files(value: str) -> tuple[str, ...]:
     return tuple(files)
 
 
+# AutoDetect values that leave the written order alone: no GPU list is detected to merge with.
+_NO_AUTODETECT = ("off", "none", "")
+
+
 def node_gpu_files(text: str, node: str) -> tuple[str, ...] | None:
     """The GPU device files gres.conf ``text`` lists for ``node``, in GRES index order; None when
-    it lists none for the node by file (no line for it, ``AutoDetect`` without ``File=``, or a
-    line that cannot be read): the order is then Slurm's own and nothing is judged against it."""
+    it lists none for the node by file (no line for it, or a line that cannot be read), or when
+    ``AutoDetect`` is on for the node: slurmd then merges the written lines with the GPUs it
+    detects and sorts them by device file and PCI order, by rules that differ between Slurm
+    releases (gres_gpu.c, ``_merge_system_gres_conf``). The order is then Slurm's own and nothing
+    is judged against it."""
     files: list[str] = []
+    autodetect = {"all": "", "node": ""}
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         f = _fields(line)
-        if f.get("name", "").lower() != "gpu" or "file" not in f:
+        try:
+            mine = "nodename" not in f or node in parse_hostlist(f["nodename"])
+        except ValueError:
+            return None
+        if "autodetect" in f and mine:
+            autodetect["node" if "nodename" in f else "all"] = f["autodetect"].lower()
+        if f.get("name", "").lower() != "gpu" or "file" not in f or not mine:
             continue
         try:
-            if "nodename" in f and node not in parse_hostlist(f["nodename"]):
-                continue
             files += _expand_files(f["file"])
         except ValueError:
             return None
+    if (autodetect["node"] or autodetect["all"]) not in _NO_AUTODETECT:
+        return None
     return tuple(files) or None
 
 
