@@ -332,6 +332,19 @@ def test_a_flock_not_shared_where_lockf_is_is_found_and_each_kind_said():
     assert missing.severity == "not_judged" and missing.text.startswith("node2: has no flock check")
 
 
+def test_a_kind_of_lock_the_holder_could_not_take_is_not_judged_and_the_other_kind_is():
+    never_held = LockResult(True, error="flock on /m/flock: not taken within 5 s", kind="flock")
+    flock_in = LockResult(False, kept_out=False, taken_after=True, kind="flock")
+    lockf_in = LockResult(False, kept_out=False, taken_after=True)
+    reports = [
+        report("node1", 0, 1500, lock=HELD["lock"], flock=never_held),
+        *(report(n, i, 1500, lock=lockf_in, flock=flock_in) for i, n in enumerate(NODES[1:], 1)),
+    ]
+    unshared, unheld = coherence.lock_findings(reports)
+    assert unshared.scope == "shared_fs" and "does not share POSIX record locks" in unshared.text
+    assert unheld.severity == "not_judged" and unheld.text == f"node1: flock check not finished: {never_held.error}"
+
+
 def test_a_node_without_a_metadata_rate_is_named_with_its_error():
     failed = report("node3", 2, 1500, metadata_files=0, errors=("metadata phase failed: [Errno 28] No space left",))
     found = fails(checks.metadata([report("node1", 0, 1500), report("node2", 1, 1500), failed], NODES, SITE, "7"))

@@ -213,6 +213,8 @@ def _lock_findings(reports: Sequence[StorageReport], kind: str) -> list[Finding]
         for n in [holder, *others]
         if results[n].error and not results[n].gave_up
     ]
+    if results[holder].error:  # a lock never held let the others in by no fault of theirs
+        return found
     let_in = [n for n in others if results[n].kept_out is False]
     stuck = [n for n in others if results[n].taken_after is False]
     if let_in and len(let_in) == len(others):

@@ -69,9 +69,6 @@ BARRIERS = (
     "lock-held",
     "lock-tried",
     "lock-released",
-    "flock-held",
-    "flock-tried",
-    "flock-released",
     "large-dir",
     "large-written",
     "large-listed",
@@ -365,11 +362,8 @@ def measure_node(
             report = replace(
                 report, renamed=RoundTrips(missed=tries), errors=(*report.errors, f"renamed visibility failed: {exc}")
             )
-        report = replace(report, lock=lock_across_nodes(directory, rank, meet, config.visibility_timeout_s, arrive_s))
-        # The others arrive once their try at the lockf lock has ended.
-        after_lockf_s = timeout_s + config.visibility_timeout_s
-        flock = lock_across_nodes(directory, rank, meet, config.visibility_timeout_s, after_lockf_s, "flock")
-        report = replace(report, flock=flock)
+        locks = {got.kind: got for got in lock_across_nodes(directory, rank, meet, each_s, arrive_s)}
+        report = replace(report, lock=locks["lockf"], flock=locks["flock"])
     if config.large_dir_files:
         if gave_up := meet("large-dir"):
             return replace(report, barrier_timeout=gave_up)

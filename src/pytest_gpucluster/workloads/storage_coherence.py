@@ -20,6 +20,7 @@ import fcntl
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -189,16 +190,12 @@ def _remove(directory: Path, prefixes: tuple[str, ...], tries: int) -> None:
         pass  # a late answer: the login node removes the whole directory after the job
 
 
-# The kinds of lock tried across nodes, each on a file of its own, and the barriers of each. A
-# POSIX record lock (``fcntl.lockf``) and a BSD lock (``fcntl.flock``) are separate mechanisms:
-# an NFS client sends the first to the server and emulates the second with it, unless the mount
-# keeps flock locks on the client (``local_lock=flock``/``all``), so one may be shared where the
-# other is not.
+# The kinds of lock tried across nodes, at once, each on a file of its own. A POSIX record lock
+# (``fcntl.lockf``) and a BSD lock (``fcntl.flock``) are separate mechanisms: an NFS client sends
+# the first to the server and emulates the second with it, unless the mount keeps flock locks on
+# the client (``local_lock=flock``/``all``), so one may be shared where the other is not.
 LOCK_KINDS = ("lockf", "flock")
-LOCK_BARRIERS = {
-    "lockf": ("lock-held", "lock-tried", "lock-released"),
-    "flock": ("flock-held", "flock-tried", "flock-released"),
-}
+LOCK_FILE = {"lockf": "lock", "flock": "flock"}
 
 
 @dataclass(frozen=True)
@@ -215,45 +212,74 @@ class LockResult:
 
 
 def lock_across_nodes(
-    directory: Path, rank: int, meet: Meet, timeout_s: float, arrive_s: float, kind: str = "lockf"
-) -> LockResult:
-    """Rank 0 takes an exclusive lock of ``kind`` on one shared file; every other node must find
-    it taken (non-blocking try), then take it once rank 0 has let go (retried within
-    ``timeout_s``, as the others compete for it too). ``meet`` is the job's bounded barrier;
-    ``arrive_s`` the wait at the first one, which allows for the phase before on the other
-    nodes."""
-    path = directory / ("lock" if kind == "lockf" else kind)
-    held, tried, released = LOCK_BARRIERS[kind]
+    directory: Path, rank: int, meet: Meet, timeout_s: float, arrive_s: float
+) -> tuple[LockResult, ...]:
+    """For every kind of lock (``LOCK_KINDS``), at once: rank 0 takes an exclusive lock on the
+    kind's shared file; every other node must find it taken (non-blocking try), then take it once
+    rank 0 has let go (retried within ``timeout_s``, as the others compete for it too). A kind
+    that fails on a node (its error said) does not stop the others. ``meet`` is the job's bounded
+    barrier; ``arrive_s`` the wait at the first one, which allows for the phase before on the
+    other nodes. One result per kind, in the order of ``LOCK_KINDS``."""
     holder = rank == 0
-    fd = -1
+    fds: dict[str, int] = {}
+    error: dict[str, str] = {}
+    kept_out: dict[str, bool] = {}
+    taken: dict[str, bool] = {}
+
+    def path(kind: str) -> Path:
+        return directory / LOCK_FILE[kind]
+
+    def each(step: Callable[[str], None]) -> None:
+        for kind in LOCK_KINDS:
+            if kind in error:
+                continue
+            try:
+                step(kind)
+            except OSError as exc:
+                error[kind] = f"{kind} on {path(kind)}: {exc.strerror or exc}"
+
+    def hold(kind: str) -> None:
+        fds[kind] = os.open(path(kind), os.O_RDWR | os.O_CREAT, 0o600)
+        if not _take_within(fds[kind], timeout_s, kind):  # never a blocking wait on a lock server
+            error[kind] = f"{kind} on {path(kind)}: not taken within {timeout_s:.0f} s"
+
+    def try_once(kind: str) -> None:
+        fds[kind] = os.open(path(kind), os.O_RDWR)
+        kept_out[kind] = not _try_lock(fds[kind], kind)
+        if not kept_out[kind]:
+            _unlock(fds[kind], kind)
+
+    def take(kind: str) -> None:
+        taken[kind] = _take_within(fds[kind], timeout_s, kind)
+        if taken[kind]:
+            _unlock(fds[kind], kind)
+
+    def stopped(gave_up: GaveUp) -> tuple[LockResult, ...]:
+        return tuple(LockResult(holder, error=error.get(k, str(gave_up)), gave_up=gave_up, kind=k) for k in LOCK_KINDS)
+
     try:
         if holder:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            if not _take_within(fd, timeout_s, kind):  # never a blocking wait on a lock server
-                return LockResult(True, error=f"{kind} on {path}: not taken within {timeout_s:.0f} s", kind=kind)
-        if gave_up := meet(held, arrive_s):
-            return LockResult(holder, error=str(gave_up), gave_up=gave_up, kind=kind)
+            each(hold)
+        if gave_up := meet("lock-held", arrive_s):
+            return stopped(gave_up)
         if not holder:
-            fd = os.open(path, os.O_RDWR)
-            kept_out = not _try_lock(fd, kind)
-            if not kept_out:
-                _unlock(fd, kind)
-        if gave_up := meet(tried):
-            return LockResult(holder, error=str(gave_up), gave_up=gave_up, kind=kind)
+            each(try_once)
+        if gave_up := meet("lock-tried"):
+            return stopped(gave_up)
         if holder:
-            _unlock(fd, kind)
-        if gave_up := meet(released):
-            return LockResult(holder, error=str(gave_up), gave_up=gave_up, kind=kind)
-        if holder:
-            return LockResult(True, kind=kind)
-        taken = _take_within(fd, timeout_s, kind)
-        if taken:
-            _unlock(fd, kind)
-        return LockResult(False, kept_out, taken, kind=kind)
-    except OSError as exc:
-        return LockResult(holder, error=f"{kind} on {path}: {exc.strerror or exc}", kind=kind)
+            each(lambda kind: _unlock(fds[kind], kind))
+        if gave_up := meet("lock-released"):
+            return stopped(gave_up)
+        if not holder:
+            each(take)
+        return tuple(
+            LockResult(holder, kept_out.get(k), taken.get(k), error.get(k, ""), kind=k)
+            if not holder
+            else LockResult(True, error=error.get(k, ""), kind=k)
+            for k in LOCK_KINDS
+        )
     finally:
-        if fd >= 0:
+        for fd in fds.values():
             os.close(fd)
 
 
