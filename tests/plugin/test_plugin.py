@@ -70,7 +70,8 @@ def test_unknown_cluster_is_a_usage_error_listing_profiles(gpc):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert (
         f"ERROR: --cluster=nebuis: no profile [profiles.nebuis] in {gpc.path / 'thresholds.toml'}; profiles are: "
-        "ci, local, nebius, nebius-h200, testbox, testbox-1gpu, testbox-2node, testbox-2x1, testbox-2x2, testbox-4x1. "
+        "ci, local, nebius, nebius-h200, testbox, testbox-1gpu, testbox-2gpu, testbox-2node, testbox-2x1, testbox-2x2, "
+        "testbox-4x1. "
         "Perhaps you meant 'nebius'?"
     ) in result.stderr.str()
     assert "Traceback" not in result.stderr.str()
