@@ -1,8 +1,9 @@
 """The suite as a site's operators run it on the test cluster: unprivileged Unix users, one after
 another and at once on one shared filesystem (a few checks); inside ``flags=maint``
 reservations, first a few areas with the operator's shell's SBATCH_* defaults exported and
-``--gpucluster-drain-failed`` it may not carry out, then the whole handover by two operators at
-once, each in a reservation of its own; and a constraint no node satisfies. The users (gcop1, gcop2), the
+``--gpucluster-drain-failed`` it may not carry out, then at once, each in a reservation of its
+own, the whole handover by one operator and a few areas by the other; and a constraint no node
+satisfies. The users (gcop1, gcop2), the
 reservations and the shared folders made here are removed afterwards, also on failure."""
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def maint_reservations(slurm_cluster, operators) -> Iterator[tuple[str, str]]:
             slurm_cmd("scontrol", "delete", f"ReservationName={name}", check=False)
 
 
-def test_inside_maint_reservations_two_operators_one_after_the_other_and_at_once_are_accepted(
+def test_inside_maint_reservations_an_operators_handover_is_accepted_beside_another_operators_run(
     operators, drop, maint_reservations
 ):
     first_rack, second_rack = maint_reservations
@@ -191,7 +192,7 @@ def test_inside_maint_reservations_two_operators_one_after_the_other_and_at_once
     in_first = (*handover, "--cluster=ci_maint", f"--gpucluster-thresholds={prof}")
     # gcop1 with its shell's sbatch defaults exported, and a drain it may not carry out: a light
     # job and a measuring one are enough to show how jobs are written (PARTIAL: a few areas);
-    # the whole handover is ACCEPTED in the two runs at once below.
+    # the whole handover is ACCEPTED in the runs at once below.
     env = {"SBATCH_TIMELIMIT": "1", "SBATCH_JOB_NAME": "x"}
     some = (*FEW, "tests/acceptance/test_nccl.py", "-m", "multinode and not slow")
     setup = ("--cluster=ci_maint", f"--gpucluster-thresholds={prof}", "--gpucluster-drain-failed")
@@ -223,19 +224,22 @@ def test_inside_maint_reservations_two_operators_one_after_the_other_and_at_once
     warning = "[gpucluster] warning: --gpucluster-drain-failed: gcop1 may not drain nodes: Slurm lets only root"
     assert warning in run.output
     assert run.output.index(warning) < run.output.index("PASSED")
-    # Then, at once, gcop2 on the same nodes and shared filesystem, and gcop1 in the other
-    # reservation: the whole handover each, both ACCEPTED.
+    # Then, at once, gcop2 on the same nodes and shared filesystem (the whole handover, ACCEPTED)
+    # and gcop1 in the other reservation (a few areas on the same shared filesystem, every one
+    # passed): a second whole handover would only double the CPU work on the CI machine's cores.
     other = thresholds(drop, "ci_maint2", reservation=second_rack)
-    in_second = (*handover, "--cluster=ci_maint2", f"--gpucluster-thresholds={other}")
+    in_second = (*FEW, "--cluster=ci_maint2", f"--gpucluster-thresholds={other}")
     with ThreadPoolExecutor(2) as pool:
         after = pool.submit(run_suite, operators, "gcop2", drop, *in_first)
         beside = pool.submit(run_suite, operators, "gcop1", drop, *in_second)
-    for who, got, nodes in (
-        ("gcop2", after.result(), ["node1", "node2"]),
-        ("gcop1", beside.result(), ["node3", "node4"]),
+    for who, got, nodes, verdict in (
+        ("gcop2", after.result(), ["node1", "node2"], "ACCEPTED"),
+        ("gcop1", beside.result(), ["node3", "node4"], "PARTIAL"),
     ):
         print(f"then {who} on {nodes}: {got.acceptance.get('headline')}")
-        assert got.returncode == 0 and got.acceptance["verdict"] == "ACCEPTED", got.output[-6000:]
+        assert got.returncode == 0 and got.acceptance["verdict"] == verdict, got.output[-6000:]
+        if verdict == "PARTIAL":
+            assert_every_selected_check_passed(got)
         assert got.results["nodes"] == nodes, got.results["nodes"]
         assert got.results["environment"]["shared_area"] == f"{SHARED}/.pytest-gpucluster/{who}"
 
