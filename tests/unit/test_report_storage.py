@@ -119,3 +119,14 @@ def test_a_rank_whose_bits_differ_is_named_and_the_block_escapes_what_it_shows()
 def test_nothing_where_storage_was_not_measured():
     doc = document([record_of_test("t.py::test_x", "pass")])
     assert storage.view(doc) is None and storage.sheet_line(doc) == "" and html.storage_block(doc) == ""
+
+
+def test_past_the_chart_limit_the_slowest_nodes_are_drawn_in_node_order():
+    bars = [storage.Bar(f"node{i:04d}", 2000.0, 1900.0) for i in range(1, 1001)]
+    bars[499] = storage.Bar("node0500", 300.0, 1900.0)  # slow writes
+    bars[9] = storage.Bar("node0010", None, None)  # measured nothing: drawn last, if at all
+    drawn, title = storage.chart_bars(bars, 48)
+    assert len(drawn) == 48 and "node0500" in [b.node for b in drawn]
+    assert [b.node for b in drawn] == sorted(b.node for b in drawn)
+    assert title == "the 48 slowest of 1000 nodes' write and read, every node at once"
+    assert storage.chart_bars(bars[:3], 48) == (tuple(bars[:3]), "each node's write and read, every node at once")

@@ -58,6 +58,9 @@ NODE_BADGE = {"ACCEPTED": "pass", "REJECTED": "fail", "INCOMPLETE": "not_judged"
 # Up to this many nodes the report has a row per node everywhere; past it, nodes whose checks all
 # passed share one row named by their hostlist, and identical inventories one column.
 NODE_ROWS = 16
+# Nodes drawn in the storage section's bar chart at most (the slowest, where there are more): a bar
+# pair per node of a thousand-node cluster would be an image metres tall.
+STORAGE_BAR_NODES = 48
 
 TEMPLATES = "templates"
 
@@ -383,10 +386,10 @@ def storage_block(doc: Mapping[str, Any]) -> str:
     content = storage.view(doc)
     if content is None:
         return ""
-    bars = content.bars
+    bars, title = storage.chart_bars(content.bars, STORAGE_BAR_NODES)
     uri = (
         plots.bars(
-            "each node's write and read, every node at once",
+            title,
             [b.node for b in bars],
             {"write": [b.write for b in bars], "read": [b.read for b in bars]},
             "MB/s (the node's streams together)",

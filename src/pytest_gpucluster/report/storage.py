@@ -9,6 +9,7 @@ storage line. Pure: the ``storage`` details the storage tests recorded (``checks
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -175,6 +176,19 @@ def view(doc: Mapping[str, Any]) -> Storage | None:
     return Storage(
         summary, tuple(rows), visibility, large, checkpoint, tuple(bars), seen, _cold_import(imports, module)
     )
+
+
+def chart_bars(bars: Sequence[Bar], limit: int) -> tuple[tuple[Bar, ...], str]:
+    """The bars the chart draws and its title: every node's, or past ``limit`` nodes the
+    ``limit`` slowest (by the lesser of their write and read; a node with neither last), in node
+    order, the title saying how many of how many (the table holds every node)."""
+    title = "each node's write and read, every node at once"
+    if len(bars) <= limit:
+        return tuple(bars), title
+    worst = sorted(bars, key=lambda b: min((v for v in (b.write, b.read) if v is not None), default=math.inf))
+    kept = {b.node for b in worst[:limit]}
+    title = f"the {limit} slowest of {len(bars)} nodes' write and read, every node at once"
+    return tuple(b for b in bars if b.node in kept), title
 
 
 def _distribution(trips: Sequence[float], what: str) -> str:
