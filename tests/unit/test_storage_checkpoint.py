@@ -1,6 +1,6 @@
 """The checkpoint from every GPU: the workload itself on this machine's disk (two gloo ranks as two
 nodes save and restore a sharded model and optimizer with torch.distributed.checkpoint, bit for
-bit, and leave no file behind; the free-space guard writes nothing), the bit comparison on real
+bit, and leave no file behind; the free-space and free-inode guards write nothing), the bit comparison on real
 tensors, and the judging: a rank whose bits differ fails its node naming rank and GPU, every GPU
 slow alike is the shared filesystem's, one slow GPU is its node's, an unset line warns."""
 
@@ -21,6 +21,7 @@ from pytest_gpucluster.workloads.storage_checkpoint import (
     CheckpointRank,
     bits,
     fitting,
+    inodes_needed,
     mismatched,
     save_and_restore,
     state_bytes,
@@ -31,7 +32,15 @@ torch = pytest.importorskip("torch")
 HOSTS = ("n0", "n1")
 
 
-def rank(r: int, root: str, port: int, max_free_share: float) -> CheckpointRank:
+def rank(r: int, root: str, port: int, max_free_share: float, free_inodes: int | None = None) -> CheckpointRank:
+    if free_inodes is not None:  # the filesystem as one nearly out of inodes reports it
+        real = os.statvfs
+
+        def few(path: str) -> os.statvfs_result:
+            got = real(path)
+            return os.statvfs_result((*got[:5], 10_000, free_inodes, free_inodes, *got[8:]))
+
+        os.statvfs = few  # this spawned process's own
     ctx = TaskContext("1", r, 0, r, 2, 2, HOSTS[r], HOSTS, "127.0.0.1", port)
     model = TINY.model
     return save_and_restore(
@@ -39,13 +48,13 @@ def rank(r: int, root: str, port: int, max_free_share: float) -> CheckpointRank:
     )
 
 
-def run_ranks(root: Path, max_free_share: float = 0.1) -> list[CheckpointRank]:
+def run_ranks(root: Path, max_free_share: float = 0.1, free_inodes: int | None = None) -> list[CheckpointRank]:
     (root / "job").mkdir()
     port = master_port_for(str(os.getpid() + len(str(root))))
     # Spawned, not forked: a fork of a process whose torch already ran threaded ops (an earlier
     # test on this worker) inherits a broken thread pool, and its first parallel op never returns.
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(rank, range(2), [str(root)] * 2, [port] * 2, [max_free_share] * 2))
+        return list(pool.map(rank, range(2), [str(root)] * 2, [port] * 2, [max_free_share] * 2, [free_inodes] * 2))
 
 
 def test_two_ranks_save_and_restore_their_shards_bit_for_bit_and_remove_the_files(tmp_path):
@@ -70,6 +79,22 @@ def test_a_checkpoint_too_large_for_the_free_space_is_not_written(tmp_path):
     (found,) = checks.restored_bits(ranks, HOSTS)
     assert found.scope == "shared_fs" and found.severity == "not_judged"
     assert not any((tmp_path / "job").rglob("*"))
+
+
+def test_a_checkpoint_whose_files_would_take_too_many_free_inodes_is_not_written(tmp_path):
+    # Two ranks' files, the metadata and two folders: 5 inodes, more than 10 % of 40.
+    assert inodes_needed(2) == 5
+    ranks = run_ranks(tmp_path, free_inodes=40)
+    assert all(r.short_of_inodes and not r.short_of_space and not r.measured and r.bytes_written == 0 for r in ranks)
+    assert all(r.free_inodes == 40 for r in ranks)
+    said = "the checkpoint's 5 files and folders would take more than 10% of the 40 inodes free"
+    assert ranks[0].not_measured == said
+    (found,) = checks.restored_bits(ranks, HOSTS)
+    assert found.scope == "shared_fs" and found.severity == "not_judged" and "40 inodes free" in found.text
+    assert not any((tmp_path / "job").rglob("*"))
+    # 50 free: 5 is 10 %, within the share; written.
+    (tmp_path / "more").mkdir()
+    assert all(r.measured for r in run_ranks(tmp_path / "more", free_inodes=50))
 
 
 def test_the_estimate_is_the_state_a_run_saves_and_a_small_share_keeps_fewer_blocks(tmp_path):

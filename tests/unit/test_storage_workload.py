@@ -189,9 +189,9 @@ def test_inodes_are_not_counted_where_the_filesystem_counts_none():
     config = StorageConfig(max_free_share=0.1)
     needed = storage.inodes_needed(config, streams=8, world=64)
     assert needed == 64 * (8 + 2000 + 2 + 40 + 2 + storage.LOCK_FILES + len(storage.BARRIERS)) + 100_001
-    assert storage.short_of_inodes(config, needed, favail=10 * needed - 1, files=10**9)
-    assert not storage.short_of_inodes(config, needed, favail=10 * needed, files=10**9)
-    assert not storage.short_of_inodes(config, needed, favail=0, files=0)  # btrfs, some FUSE: no count
+    assert storage.short_of_inodes(config.max_free_share, needed, favail=10 * needed - 1, files=10**9)
+    assert not storage.short_of_inodes(config.max_free_share, needed, favail=10 * needed, files=10**9)
+    assert not storage.short_of_inodes(config.max_free_share, needed, favail=0, files=0)  # btrfs, some FUSE: no count
 
 
 def test_stream_files_shrink_to_the_share_of_free_space_down_to_the_least_size():

@@ -48,14 +48,14 @@ def slowest(ranks: Sequence[CheckpointRank], way: str) -> CheckpointRank | None:
 
 
 def not_measured(ranks: Sequence[CheckpointRank], nodes: Sequence[str]) -> list[Finding]:
-    """Nodes that sent no rank's result, and why no checkpoint was written (free space: the
-    filesystem's, not judged)."""
+    """Nodes that sent no rank's result, and why no checkpoint was written (free space or free
+    inodes: the filesystem's, not judged)."""
     found = [
         Finding.on_node(n, f"{n}: sent no result from the checkpoint job")
         for n in nodes
         if n not in {r.node for r in ranks}
     ]
-    short = [r for r in ranks if r.short_of_space]
+    short = [r for r in ranks if r.short_of_space or r.short_of_inodes]
     if short:
         found.append(
             Finding.outside(

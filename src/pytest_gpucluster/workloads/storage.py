@@ -105,10 +105,11 @@ def inodes_needed(config: StorageConfig, streams: int, world: int) -> int:
     return world * per_node + (config.large_dir_files + 1 if config.large_dir_files else 0)
 
 
-def short_of_inodes(config: StorageConfig, needed: int, favail: int, files: int) -> bool:
-    """Whether ``needed`` inodes take more than ``max_free_share`` of the ``favail`` free; never
-    where the filesystem counts no inodes (``f_files`` 0: it makes them as needed)."""
-    return files > 0 and needed > config.max_free_share * favail
+def short_of_inodes(share: float, needed: int, favail: int, files: int) -> bool:
+    """Whether ``needed`` inodes take more than ``share`` (the profile's ``max_free_share``) of the
+    ``favail`` free; never where the filesystem counts no inodes (``f_files`` 0: it makes them as
+    needed)."""
+    return files > 0 and needed > share * favail
 
 
 @dataclass(frozen=True)
@@ -292,7 +293,7 @@ def measure_node(
     free = vfs.f_bavail * vfs.f_frsize
     report = replace(report, free_bytes=free, free_inodes=vfs.f_favail)
     needed = inodes_needed(config, streams, world)
-    if short_of_inodes(config, needed, vfs.f_favail, vfs.f_files):
+    if short_of_inodes(config.max_free_share, needed, vfs.f_favail, vfs.f_files):
         # Every node reads the same filesystem's count and stops here alike: nothing is written.
         where = report.mount.describe() if report.mount else str(directory)
         return replace(

@@ -30,6 +30,7 @@ from pytest_gpucluster.workloads.distributed import device_for, pick_backend, pr
 from pytest_gpucluster.workloads.model import ModelConfig, build_model, synthetic_batches
 from pytest_gpucluster.workloads.nvml_util import gpu_label
 from pytest_gpucluster.workloads.sharedfs import expand
+from pytest_gpucluster.workloads.storage import short_of_inodes
 from pytest_gpucluster.workloads.training import cpu_threads
 
 # Tensors named in a result when restored bits differ: enough to say where, short in a report.
@@ -47,6 +48,7 @@ class CheckpointRank:
     path: str = ""
     total_bytes: int = 0  # the whole checkpoint's state, every rank's shard summed
     free_bytes: int = 0
+    free_inodes: int = 0  # f_favail on rank 0's view of the filesystem
     bytes_written: int = 0  # this rank's files
     write_s: float = 0.0  # this rank's own writes, fsync included
     save_s: float = 0.0  # the collective save as this rank saw it, start to end
@@ -56,8 +58,9 @@ class CheckpointRank:
     tensors: int = 0  # tensors of model and optimizer state compared
     mismatches: int = 0  # of those, how many restored bits differ from the saved
     mismatched: tuple[str, ...] = ()  # the first few, by name
-    not_measured: str = ""  # why no checkpoint was written (free space)
+    not_measured: str = ""  # why no checkpoint was written (free space or inodes)
     short_of_space: bool = False
+    short_of_inodes: bool = False
     layers: int = 0  # the model's blocks as saved
     layers_asked: int = 0  # the profile's; more than ``layers`` where the share of free space held fewer
 
@@ -118,6 +121,12 @@ def _reader(path: Path) -> Any:
             return future
 
     return TimedReader(path)
+
+
+def inodes_needed(world_size: int) -> int:
+    """The files and folders the checkpoint makes: one file per rank (DCP's writer with one
+    thread), the metadata file, and the run's folder and its ``checkpoint`` folder."""
+    return world_size + 1 + 2
 
 
 # fp32 parameters and AdamW's two fp32 moments: what a checkpoint of the model holds per parameter.
@@ -273,15 +282,19 @@ def _checkpoint(
     from torch.distributed.checkpoint.state_dict_loader import load
     from torch.distributed.checkpoint.state_dict_saver import save
 
-    # Free space, read on rank 0 and judged alike everywhere: the checkpoint never takes more than
-    # the profile's share of what is free; the model keeps as many blocks as that share holds.
+    # Free space and inodes, read on rank 0 and judged alike everywhere: the checkpoint never
+    # takes more than the profile's share of either; the model keeps as many blocks as that share
+    # of the space holds.
     directory.mkdir(parents=True, exist_ok=True)
     vfs = os.statvfs(directory)
-    free = torch.tensor([float(vfs.f_bavail * vfs.f_frsize)], dtype=torch.float64, device=device)
+    said = [float(vfs.f_bavail * vfs.f_frsize), float(vfs.f_favail), float(vfs.f_files)]
+    free = torch.tensor(said, dtype=torch.float64, device=device)
     dist.broadcast(free, src=0)
-    free_bytes = int(free.item())
+    free_bytes, free_inodes, inodes = (int(x) for x in free.tolist())
+    result = dataclasses.replace(
+        result, free_bytes=free_bytes, free_inodes=free_inodes, layers_asked=model_cfg.n_layers
+    )
     fits = fitting(model_cfg, max_free_share * free_bytes)
-    result = dataclasses.replace(result, free_bytes=free_bytes, layers_asked=model_cfg.n_layers)
     if fits is None:
         least = state_bytes(dataclasses.replace(model_cfg, n_layers=1))
         return dataclasses.replace(
@@ -289,6 +302,14 @@ def _checkpoint(
             short_of_space=True,
             not_measured=f"the checkpoint's model with one block, {least / 2**30:.2f} GiB with its embeddings, would "
             f"take more than {max_free_share:.0%} of the {free_bytes / 2**30:.1f} GiB free",
+        )
+    needed = inodes_needed(ctx.world_size)
+    if short_of_inodes(max_free_share, needed, free_inodes, inodes):
+        return dataclasses.replace(
+            result,
+            short_of_inodes=True,
+            not_measured=f"the checkpoint's {needed} files and folders would take more than {max_free_share:.0%} "
+            f"of the {free_inodes} inodes free",
         )
     model_cfg = fits
     result = dataclasses.replace(result, layers=model_cfg.n_layers)
