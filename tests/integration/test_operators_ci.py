@@ -2,8 +2,8 @@
 another and at once on one shared filesystem (a few checks); inside ``flags=maint``
 reservations, first a few areas with the operator's shell's SBATCH_* defaults exported and
 ``--gpucluster-drain-failed`` it may not carry out, then at once, each in a reservation of its
-own, the whole handover by one operator and a few areas by the other; and a constraint no node
-satisfies. The users (gcop1, gcop2), the
+own, the whole handover with its soak by one operator (the self-test's whole handover) and a few
+areas by the other; and a constraint no node satisfies. The users (gcop1, gcop2), the
 reservations and the shared folders made here are removed afterwards, also on failure."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from faults_support import REPO, SHARED, SLURM_CONF, slurm_cmd
+from handover_support import HANDOVER, assert_whole_handover
 
 from gpucluster_testcluster.operators import (
     Operator,
@@ -187,9 +188,8 @@ def test_inside_maint_reservations_an_operators_handover_is_accepted_beside_anot
     operators, drop, maint_reservations
 ):
     first_rack, second_rack = maint_reservations
-    handover = ("tests/acceptance", "-m", "multinode and not slow")
     prof = thresholds(drop, "ci_maint", reservation=first_rack)
-    in_first = (*handover, "--cluster=ci_maint", f"--gpucluster-thresholds={prof}")
+    in_first = (*HANDOVER, "--cluster=ci_maint", f"--gpucluster-thresholds={prof}")
     # gcop1 with its shell's sbatch defaults exported, and a drain it may not carry out: a light
     # job and a measuring one are enough to show how jobs are written (PARTIAL: a few areas);
     # the whole handover is ACCEPTED in the runs at once below.
@@ -224,9 +224,10 @@ def test_inside_maint_reservations_an_operators_handover_is_accepted_beside_anot
     warning = "[gpucluster] warning: --gpucluster-drain-failed: gcop1 may not drain nodes: Slurm lets only root"
     assert warning in run.output
     assert run.output.index(warning) < run.output.index("PASSED")
-    # Then, at once, gcop2 on the same nodes and shared filesystem (the whole handover, ACCEPTED)
-    # and gcop1 in the other reservation (a few areas on the same shared filesystem, every one
-    # passed): a second whole handover would only double the CPU work on the CI machine's cores.
+    # Then, at once, gcop2 on the same nodes and shared filesystem (the whole handover with its
+    # soak, ACCEPTED: the self-test's one whole handover, judged by test_handover_ci.py's rule) and
+    # gcop1 in the other reservation (a few areas on the same shared filesystem, every one passed):
+    # a second whole handover would only double the CPU work on the CI machine's cores.
     other = thresholds(drop, "ci_maint2", reservation=second_rack)
     in_second = (*FEW, "--cluster=ci_maint2", f"--gpucluster-thresholds={other}")
     with ThreadPoolExecutor(2) as pool:
@@ -240,6 +241,8 @@ def test_inside_maint_reservations_an_operators_handover_is_accepted_beside_anot
         assert got.returncode == 0 and got.acceptance["verdict"] == verdict, got.output[-6000:]
         if verdict == "PARTIAL":
             assert_every_selected_check_passed(got)
+        else:
+            assert_whole_handover(got.returncode, got.output, got.results, "ci_maint")
         assert got.results["nodes"] == nodes, got.results["nodes"]
         assert got.results["environment"]["shared_area"] == f"{SHARED}/.pytest-gpucluster/{who}"
 
