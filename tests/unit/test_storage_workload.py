@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -124,6 +124,22 @@ def test_a_renamed_file_seen_short_under_its_new_name_is_counted_apart(tmp_path,
     assert list(tmp_path.iterdir()) == []  # its files, temporary names included, are removed
 
 
+def test_a_neighbour_that_leaves_the_barrier_late_is_waited_for_untimed(tmp_path):
+    # node1 starts its ping-pong 0.6 s after node0, as a node leaves a barrier on a slow
+    # filesystem late: node0's first exchange waits for it and is not timed, so every timed try
+    # is the files' way between them, not the skew.
+    def late(rank: int) -> coherence.RoundTrips:
+        time.sleep(0.6 * rank)
+        return coherence.ping_pong(tmp_path, rank, 2, 3, 5.0)
+
+    with ThreadPoolExecutor(2) as pool:
+        early, later = pool.map(late, range(2))
+    for node in (early, later):
+        assert len(node.trips) == 3 and node.missed == 0 and node.incomplete == 0, node
+    assert max(early.trips) < 0.3, early.trips
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_node_whose_streams_take_longer_than_the_usual_wait_is_waited_for(tmp_path):
     (tmp_path / "job").mkdir()
     config = dataclasses.replace(SMALL, import_module="", large_dir_files=50)
@@ -188,7 +204,8 @@ def test_nothing_is_written_where_the_jobs_files_would_take_too_many_free_inodes
 def test_inodes_are_not_counted_where_the_filesystem_counts_none():
     config = StorageConfig(max_free_share=0.1)
     needed = storage.inodes_needed(config, streams=8, world=64)
-    assert needed == 64 * (8 + 2000 + 2 + 40 + 2 + storage.LOCK_FILES + len(storage.BARRIERS)) + 100_001
+    # 10 timed tries and the untimed first exchange, each a ping and a pong, written and renamed
+    assert needed == 64 * (8 + 2000 + 2 + 44 + 2 + storage.LOCK_FILES + len(storage.BARRIERS)) + 100_001
     assert storage.short_of_inodes(config.max_free_share, needed, favail=10 * needed - 1, files=10**9)
     assert not storage.short_of_inodes(config.max_free_share, needed, favail=10 * needed, files=10**9)
     assert not storage.short_of_inodes(config.max_free_share, needed, favail=0, files=0)  # btrfs, some FUSE: no count

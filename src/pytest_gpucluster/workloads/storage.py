@@ -27,6 +27,7 @@ from pytest_gpucluster.workloads.context import TaskContext
 from pytest_gpucluster.workloads.sharedfs import _barrier, expand
 from pytest_gpucluster.workloads.storage_coherence import (
     LOCK_KINDS,
+    WARM_UP,
     GaveUp,
     LargeDirectory,
     LockResult,
@@ -101,7 +102,8 @@ def inodes_needed(config: StorageConfig, streams: int, world: int) -> int:
     node's streams, metadata files, ping-pong files (written and renamed), lock files and barrier
     marks, and the large directory. Counted as if none were removed in between, so it bounds what
     is in use at once."""
-    per_node = streams + config.metadata_files + 2 + 4 * config.visibility_tries + 2 + LOCK_FILES + len(BARRIERS)
+    pings = 4 * (config.visibility_tries + WARM_UP)  # ping and pong, written and renamed
+    per_node = streams + config.metadata_files + 2 + pings + 2 + LOCK_FILES + len(BARRIERS)
     return world * per_node + (config.large_dir_files + 1 if config.large_dir_files else 0)
 
 

@@ -6,9 +6,11 @@ Visibility is timed as a round trip, so no two nodes' clocks are compared: a nod
 file, its neighbour (the next rank) opens it by name as soon as it can and answers with a pong
 file, and the first node times from its write to opening the pong. A round trip bounds each
 direction's visibility from above. Every node pings its neighbour and answers its predecessor at
-the same time (the answering runs on a thread). The files are looked up by name, as a job that
-waits for another's output does; on NFS a cached negative lookup then delays the answer, which is
-what is measured. A second ping-pong does the same with renamed files: each is written under a
+the same time (the answering runs on a thread). A first exchange, not timed, waits for the
+neighbour to be answering: the nodes leave the barrier before it at different moments, and that
+skew is the barrier's, not a file's way to another node. The files are looked up by name, as a
+job that waits for another's output does; on NFS a cached negative lookup then delays the
+answer, which is what is measured. A second ping-pong does the same with renamed files: each is written under a
 temporary name, fsync'd and renamed, and read whole under its new name on the other node, as a job
 publishes a finished checkpoint or result; a rename seen before its data is counted apart.
 """
@@ -70,11 +72,16 @@ def _publish(path: Path) -> None:
         os.close(fd)
 
 
+# The untimed first exchange of every ping-pong (ping-0, pong-0): it waits for the neighbour to
+# be answering, so that no timed try holds the nodes' skew in leaving the barrier before it.
+WARM_UP = 1
+
+
 def ping_pong_bound_s(tries: int, timeout_s: float) -> float:
-    """The longest one ``ping_pong`` takes on one node: its own tries, each answered within
-    ``timeout_s`` or missed, then its answers to the predecessor, each ping waited for twice as
-    long."""
-    return 3 * tries * timeout_s
+    """The longest one ``ping_pong`` takes on one node: its own tries and the first exchange, each
+    answered within ``timeout_s`` or missed, then its answers to the predecessor, each ping waited
+    for twice as long."""
+    return 3 * (tries + WARM_UP) * timeout_s
 
 
 @dataclass(frozen=True)
@@ -131,14 +138,17 @@ def ping_pong(
     ``timeout_s``; meanwhile it answers its predecessor's pings. ``renamed``: every ping and pong
     is written under a temporary name and renamed (as a job publishes a finished file), and each
     side reads the whole file under its new name: a try is answered only where both were seen
-    whole. Its files are removed."""
+    whole. The first exchange is not timed and not counted (``WARM_UP``): it waits for the
+    neighbour to be answering. Its files are removed."""
     folder = "ren" if renamed else "vis"
     mine = directory / f"{folder}-{rank}"
     mine.mkdir()
     theirs = directory / f"{folder}-{(rank - 1) % world}"
 
+    exchanges = WARM_UP + tries
+
     def answer() -> None:
-        for i in range(tries):
+        for i in range(exchanges):
             # The predecessor's folder and ping come from another node: wait for both by name.
             deadline = time.monotonic() + 2 * timeout_s
             try:
@@ -156,26 +166,29 @@ def ping_pong(
     trips: list[float] = []
     missed = incomplete = 0
     try:
-        for i in range(tries):
+        for i in range(exchanges):
             start = time.monotonic()
+            short = False
             if not renamed:
                 _publish(mine / f"ping-{i}")
                 seen = _appears(mine / f"pong-{i}", start + timeout_s)
             else:
                 _publish_renamed(mine / f"ping-{i}", _content(f"ping-{i}"))
                 got = _read_when_there(mine / f"pong-{i}", start + timeout_s)
-                seen = got is not None
-                if seen and got != _content(f"pong-{i}"):
-                    incomplete += 1
-                    continue
-            if seen:
-                trips.append(time.monotonic() - start)
+                seen, short = got is not None, got is not None and got != _content(f"pong-{i}")
+            elapsed = time.monotonic() - start
+            if i < WARM_UP:
+                continue
+            if short:
+                incomplete += 1
+            elif seen:
+                trips.append(elapsed)
             else:
                 missed += 1
-        answering.join(timeout=2 * timeout_s * tries)
+        answering.join(timeout=2 * timeout_s * exchanges)
     finally:
         # The predecessor answers into this node's folder: it is removed by its owner, after.
-        _remove(mine, ("ping-", "pong-", ".ping-", ".pong-"), tries)
+        _remove(mine, ("ping-", "pong-", ".ping-", ".pong-"), exchanges)
     return RoundTrips(tuple(trips), missed, incomplete)
 
 
