@@ -10,9 +10,10 @@ the same time (the answering runs on a thread). A first exchange, not timed, wai
 neighbour to be answering: the nodes leave the barrier before it at different moments, and that
 skew is the barrier's, not a file's way to another node. The files are looked up by name, as a
 job that waits for another's output does; on NFS a cached negative lookup then delays the
-answer, which is what is measured. A second ping-pong does the same with renamed files: each is written under a
-temporary name, fsync'd and renamed, and read whole under its new name on the other node, as a job
-publishes a finished checkpoint or result; a rename seen before its data is counted apart.
+answer, which is what is measured. A second ping-pong does the same with renamed files: each is
+written under a temporary name, fsync'd and renamed, and read whole under its new name on the
+other node, as a job publishes a finished checkpoint or result; a rename seen before its data is
+counted apart.
 """
 
 from __future__ import annotations
