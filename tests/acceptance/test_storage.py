@@ -84,6 +84,7 @@ def test_lock_held_on_one_node_keeps_the_others_out(stored, judge, record):
 
 
 @STORAGE
+@pytest.mark.across_nodes
 def test_large_directory_listed_from_another_node(stored, cluster, judge, record):
     if not cluster.profile.storage.large_dir_files:
         pytest.skip(f"profile {cluster.profile.name!r} leaves the large directory out ([storage] large_dir_files = 0)")
