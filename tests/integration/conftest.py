@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from handover_support import outcome
 
 from gpucluster_testcluster import ClusterInfo, TestCluster, config
 
@@ -92,9 +93,7 @@ class AcceptanceRun:
 
     def outcome(self, name_part: str) -> str:
         """The outcome of the single test whose id contains ``name_part``."""
-        found = [t for t in self.results["tests"] if name_part in t["nodeid"]]
-        assert len(found) == 1, f"{name_part!r} matches {[t['nodeid'] for t in found]}"
-        return str(found[0]["outcome"])
+        return outcome(self.results, name_part)
 
 
 @pytest.fixture

@@ -190,10 +190,12 @@ def test_nothing_is_written_where_the_jobs_files_would_take_too_many_free_inodes
 
     monkeypatch.setattr(storage.os, "statvfs", few_inodes)
     (tmp_path / "job").mkdir()
-    # One node: 2 streams, 50 metadata files, 3 tries, the large directory of 300: over 10 % of 600.
+    # One node: 2 streams, 50 metadata files, 3 tries and the first exchange (no large directory
+    # on one node): over 10 % of 600.
     config = dataclasses.replace(SMALL, import_module="")
     needed = storage.inodes_needed(config, streams=2, world=1)
-    assert needed > 300
+    assert 60 < needed < 300
+    assert storage.inodes_needed(config, streams=2, world=2) == 2 * needed + 301  # the large directory
     r = node(0, 1, str(tmp_path), "job", config)
     assert r.short_of_inodes and r.free_inodes == 600 and r.stream is None and r.metadata_files == 0
     assert r.not_measured.startswith(f"{needed} files and folders the job makes would take more than 10% of the 600")

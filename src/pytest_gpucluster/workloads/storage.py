@@ -104,7 +104,8 @@ def inodes_needed(config: StorageConfig, streams: int, world: int) -> int:
     is in use at once."""
     pings = 4 * (config.visibility_tries + WARM_UP)  # ping and pong, written and renamed
     per_node = streams + config.metadata_files + 2 + pings + 2 + LOCK_FILES + len(BARRIERS)
-    return world * per_node + (config.large_dir_files + 1 if config.large_dir_files else 0)
+    large = config.large_dir_files + 1 if config.large_dir_files and world > 1 else 0  # none on one node
+    return world * per_node + large
 
 
 def short_of_inodes(share: float, needed: int, favail: int, files: int) -> bool:
