@@ -87,8 +87,8 @@ def test_a_checkpoint_whose_files_would_take_too_many_free_inodes_is_not_written
     ranks = run_ranks(tmp_path, free_inodes=40)
     assert all(r.short_of_inodes and not r.short_of_space and not r.measured and r.bytes_written == 0 for r in ranks)
     assert all(r.free_inodes == 40 for r in ranks)
-    said = "the checkpoint's 5 files and folders would take more than 10% of the 40 inodes free"
-    assert ranks[0].not_measured == said
+    said = "the checkpoint's 5 files and folders would take more than 10% of the 40 inodes free on "
+    assert ranks[0].not_measured == said + str(tmp_path / "job" / "checkpoint")
     (found,) = checks.restored_bits(ranks, HOSTS)
     assert found.scope == "shared_fs" and found.severity == "not_judged" and "40 inodes free" in found.text
     assert not any((tmp_path / "job").rglob("*"))

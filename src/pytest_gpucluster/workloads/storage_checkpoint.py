@@ -301,7 +301,7 @@ def _checkpoint(
             result,
             short_of_space=True,
             not_measured=f"the checkpoint's model with one block, {least / 2**30:.2f} GiB with its embeddings, would "
-            f"take more than {max_free_share:.0%} of the {free_bytes / 2**30:.1f} GiB free",
+            f"take more than {max_free_share:.0%} of the {free_bytes / 2**30:.1f} GiB free on {directory}",
         )
     needed = inodes_needed(ctx.world_size)
     if short_of_inodes(max_free_share, needed, free_inodes, inodes):
@@ -309,7 +309,7 @@ def _checkpoint(
             result,
             short_of_inodes=True,
             not_measured=f"the checkpoint's {needed} files and folders would take more than {max_free_share:.0%} "
-            f"of the {free_inodes} inodes free",
+            f"of the {free_inodes} inodes free on {directory}",
         )
     model_cfg = fits
     result = dataclasses.replace(result, layers=model_cfg.n_layers)
@@ -330,7 +330,7 @@ def _checkpoint(
             result,
             short_of_space=True,
             not_measured=f"the checkpoint's {total_bytes / 2**30:.2f} GiB would take more than {max_free_share:.0%} "
-            f"of the {free_bytes / 2**30:.1f} GiB free",
+            f"of the {free_bytes / 2**30:.1f} GiB free on {directory}",
         )
 
     writer = _writer(directory)
